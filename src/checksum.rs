@@ -1,0 +1,257 @@
+//! MD5 checksums in the exact format of coreutils `md5sum`, so `md5sum -c`
+//! accepts what we write, and parallel hashing so verifying a large prefix is
+//! bound by the disk, not by one core.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result, bail};
+use md5::{Digest, Md5};
+
+/// Large reads: fewer syscalls, and the MD5 core stays hot.
+const READ_BUF: usize = 1 << 20;
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// MD5 of a file's contents (following symlinks, as md5sum does), lowercase hex.
+pub fn md5_file(path: &Path) -> Result<String> {
+    let mut f = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut hasher = Md5::new();
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+pub fn md5_bytes(data: &[u8]) -> String {
+    hex(&Md5::digest(data))
+}
+
+/// Hash many files on `jobs` threads; results come back in input order.
+pub fn md5_files(paths: &[PathBuf], jobs: usize) -> Vec<Result<String>> {
+    let jobs = jobs.clamp(1, paths.len().max(1));
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<Result<String>>> = (0..paths.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(p) = paths.get(i) else { break };
+                        done.push((i, md5_file(p)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        for w in workers {
+            for (i, r) in w.join().expect("hash worker panicked") {
+                results[i] = Some(r);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.expect("every index hashed"))
+        .collect()
+}
+
+/// One line of an MD5SUMS file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub md5: String,
+    /// Relative to the directory `md5sum -c` is run from.
+    pub path: String,
+}
+
+/// Render entries exactly as `md5sum` prints them, escaping names the way
+/// coreutils does (a leading backslash, then `\\`, `\n` and `\r` escaped).
+pub fn format_md5sums(entries: &[Entry]) -> String {
+    let mut out = String::new();
+    for e in entries {
+        if e.path.contains(['\\', '\n', '\r']) {
+            let escaped = e
+                .path
+                .replace('\\', "\\\\")
+                .replace('\n', "\\n")
+                .replace('\r', "\\r");
+            out.push_str(&format!("\\{}  {}\n", e.md5, escaped));
+        } else {
+            out.push_str(&format!("{}  {}\n", e.md5, e.path));
+        }
+    }
+    out
+}
+
+pub fn parse_md5sums(text: &str) -> Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let (escaped, line) = match line.strip_prefix('\\') {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        let (md5, rest) = line.split_at_checked(32).unwrap_or(("", ""));
+        let Some(name) = rest.strip_prefix("  ").or_else(|| rest.strip_prefix(" *")) else {
+            bail!("MD5SUMS line {} is not `<md5>  <path>`", n + 1);
+        };
+        if !md5.chars().all(|c| c.is_ascii_hexdigit()) {
+            bail!("MD5SUMS line {} has no valid MD5", n + 1);
+        }
+        let path = if escaped {
+            unescape(name)
+        } else {
+            name.to_owned()
+        };
+        entries.push(Entry {
+            md5: md5.to_ascii_lowercase(),
+            path,
+        });
+    }
+    Ok(entries)
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('r') => out.push('\r'),
+                Some(other) => out.push(other),
+                None => out.push('\\'),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Something wrong with one file of a checksum list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    Missing(String),
+    Changed {
+        path: String,
+        expected: String,
+        actual: String,
+    },
+    Unreadable {
+        path: String,
+        error: String,
+    },
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mismatch::Missing(p) => write!(f, "{p}: missing"),
+            Mismatch::Changed {
+                path,
+                expected,
+                actual,
+            } => {
+                write!(f, "{path}: MD5 {actual}, expected {expected}")
+            }
+            Mismatch::Unreadable { path, error } => write!(f, "{path}: {error}"),
+        }
+    }
+}
+
+/// Check entries against files below `root`, in parallel.
+pub fn verify(root: &Path, entries: &[Entry], jobs: usize) -> Vec<Mismatch> {
+    let paths: Vec<PathBuf> = entries.iter().map(|e| root.join(&e.path)).collect();
+    md5_files(&paths, jobs)
+        .into_iter()
+        .zip(entries)
+        .filter_map(|(r, e)| match r {
+            Ok(actual) if actual == e.md5 => None,
+            Ok(actual) => Some(Mismatch::Changed {
+                path: e.path.clone(),
+                expected: e.md5.clone(),
+                actual,
+            }),
+            Err(_) if !root.join(&e.path).exists() => Some(Mismatch::Missing(e.path.clone())),
+            Err(err) => Some(Mismatch::Unreadable {
+                path: e.path.clone(),
+                error: format!("{err:#}"),
+            }),
+        })
+        .collect()
+}
+
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_md5() {
+        assert_eq!(md5_bytes(b""), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(md5_bytes(b"abc"), "900150983cd24fb0d6963f7d28e17f72");
+    }
+
+    #[test]
+    fn md5sums_round_trip_with_escapes() {
+        let entries = vec![
+            Entry {
+                md5: md5_bytes(b"a"),
+                path: "lib/libMIOpen.so.1".into(),
+            },
+            Entry {
+                md5: md5_bytes(b"b"),
+                path: "odd\\name\nline".into(),
+            },
+        ];
+        let text = format_md5sums(&entries);
+        assert!(text.lines().nth(1).unwrap().starts_with('\\'), "{text}");
+        assert_eq!(parse_md5sums(&text).unwrap(), entries);
+    }
+
+    #[test]
+    fn parallel_hash_keeps_order_and_reports_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut entries = Vec::new();
+        for i in 0..20 {
+            let name = format!("f{i}");
+            std::fs::write(dir.path().join(&name), vec![i as u8; i * 1000]).unwrap();
+            entries.push(Entry {
+                md5: md5_bytes(&vec![i as u8; i * 1000]),
+                path: name,
+            });
+        }
+        assert!(verify(dir.path(), &entries, 4).is_empty());
+        std::fs::write(dir.path().join("f3"), b"tampered").unwrap();
+        std::fs::remove_file(dir.path().join("f7")).unwrap();
+        let bad = verify(dir.path(), &entries, 4);
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(matches!(&bad[0], Mismatch::Changed { path, .. } if path == "f3"));
+        assert_eq!(bad[1], Mismatch::Missing("f7".into()));
+    }
+}

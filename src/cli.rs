@@ -1,0 +1,47 @@
+//! The command line: parse, dispatch, print the error once.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::commands;
+
+#[derive(Parser)]
+#[command(
+    name = "rdna1-patch",
+    version,
+    about = "Build a patched MIOpen for AMD RDNA1 GPUs (gfx1010/1011/1012) and swap it into PyTorch, reversibly",
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fetch, patch, configure, build and install a component (today: miopen)
+    Build(commands::build::Args),
+    /// Work on patch series: list, check against a tree, refresh from a tree
+    #[command(subcommand)]
+    Patches(commands::patches::Command),
+    /// Show the built-in profiles
+    #[command(subcommand)]
+    Profiles(commands::profiles::Command),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Build(args) => commands::build::run(args),
+        Command::Patches(cmd) => commands::patches::run(cmd),
+        Command::Profiles(cmd) => commands::profiles::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(crate::error::exit_code(&err))
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Stages 3 and 4, configure and build: CMake and the generator it drives.
+//!
+//! Every child runs in its own process group with merged output streamed
+//! line by line into the run's log file, so Ctrl-C reaches the compilers too
+//! and a failure can show the log's tail.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::checksum::hex;
+use crate::error::{Interrupted, hint};
+use crate::fsutil;
+use crate::interrupt;
+use crate::tools::{Generator, Toolchain};
+use crate::ui::{self, Ui};
+
+/// How many lines of a failed step's output to show.
+pub const TAIL_LINES: usize = 40;
+
+/// Ninja prints this before every step; the prefix makes our parse unambiguous.
+const NINJA_STATUS: &str = "[rdna1-patch %f/%t] ";
+
+/// One run's log file.
+pub struct Log {
+    file: File,
+    pub path: PathBuf,
+}
+
+impl Log {
+    /// A new log under `dir`, with `latest.log` pointing at it.
+    pub fn create(dir: &Path, what: &str) -> Result<Log> {
+        fsutil::create_dir_all(dir)?;
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        let path = dir.join(format!("{stamp}-{what}.log"));
+        let file =
+            File::create(&path).with_context(|| format!("cannot create log {}", path.display()))?;
+        let latest = dir.join("latest.log");
+        let _ = std::fs::remove_file(&latest);
+        let _ = std::os::unix::fs::symlink(path.file_name().unwrap(), &latest);
+        Ok(Log { file, path })
+    }
+
+    pub fn line(&mut self, line: &str) {
+        // A log write failing must not fail the build; the console still has it.
+        let _ = writeln!(self.file, "{line}");
+    }
+}
+
+/// What a child process did.
+pub struct Run {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub tail: VecDeque<String>,
+}
+
+/// Run `cmd` with stdout and stderr merged into the log, calling `on_line`
+/// for each line of output.
+pub fn run_logged(
+    cmd: duct::Expression,
+    shown: &str,
+    log: &mut Log,
+    mut on_line: impl FnMut(&str),
+) -> Result<Run> {
+    log.line(&format!("$ {shown}"));
+    let reader = cmd
+        .stderr_to_stdout()
+        .stdin_null()
+        .unchecked()
+        .before_spawn(|c| {
+            c.process_group(0);
+            Ok(())
+        })
+        .reader()
+        .with_context(|| format!("cannot run {shown}"))?;
+    let pid = reader.pids().first().copied().unwrap_or(0);
+    let guard = interrupt::ChildGroup::new(pid);
+    let mut tail = VecDeque::with_capacity(TAIL_LINES);
+    let mut buf = Vec::new();
+    let mut input = BufReader::new(&reader);
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("cannot read the output of {shown}"))?;
+        if n == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        log.line(line);
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line.to_owned());
+        on_line(line);
+    }
+    let output = reader
+        .try_wait()
+        .with_context(|| format!("cannot wait for {shown}"))?
+        .cloned();
+    drop(guard);
+    if interrupt::interrupted() {
+        log.line("interrupted");
+        return Err(anyhow::Error::new(Interrupted).context(hint(
+            format!("{shown} was stopped"),
+            "the work dir is kept as it was; run the same command again to resume",
+        )));
+    }
+    let status = output.map(|o| o.status);
+    let run = Run {
+        success: status.is_some_and(|s| s.success()),
+        code: status.and_then(|s| s.code()),
+        tail,
+    };
+    log.line(&format!("exit: {:?}", run.code));
+    Ok(run)
+}
+
+/// The error for a failed step: what failed, its last lines, the full log.
+pub fn step_failed(what: &str, run: &Run, log: &Log) -> anyhow::Error {
+    let tail: Vec<&str> = run.tail.iter().map(String::as_str).collect();
+    hint(
+        format!(
+            "{what} failed (exit code {}); last {} lines of output:\n{}",
+            run.code.map_or("none".into(), |c| c.to_string()),
+            tail.len(),
+            tail.join("\n")
+        ),
+        format!("the full log is {}", log.path.display()),
+    )
+}
+
+/// Names among `defines` that no CMake file of the project mentions.
+///
+/// A define is "read" when its name appears as a word in any CMakeLists.txt
+/// or *.cmake file outside comments (option(), set(... CACHE), if(), ${...}).
+/// CMake's own variables are always accepted.
+pub fn unread_defines(src: &Path, defines: &BTreeMap<String, String>) -> Result<Vec<String>> {
+    let mut words: HashSet<String> = HashSet::new();
+    let walker = walkdir::WalkDir::new(src)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git");
+    for entry in walker {
+        let entry = entry.with_context(|| format!("cannot walk {}", src.display()))?;
+        let name = entry.file_name().to_string_lossy();
+        if !entry.file_type().is_file() || !(name == "CMakeLists.txt" || name.ends_with(".cmake")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            let code = line.split('#').next().unwrap_or_default();
+            words.extend(
+                code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+    }
+    Ok(defines
+        .keys()
+        .filter(|k| {
+            !k.starts_with("CMAKE_") && !matches!(k.as_str(), "BUILD_SHARED_LIBS" | "BUILD_TESTING")
+        })
+        .filter(|k| !words.contains(*k))
+        .cloned()
+        .collect())
+}
+
+/// Everything configure needs, and the stamp that decides whether it must run.
+pub struct Configure<'a> {
+    pub src: &'a Path,
+    pub build: &'a Path,
+    pub prefix: &'a Path,
+    pub defines: &'a BTreeMap<String, String>,
+    /// CMake files the patch stage changed; a change to them forces a reconfigure.
+    pub patched_cmake_files: Vec<(String, Option<String>)>,
+}
+
+impl Configure<'_> {
+    pub fn args(&self, tools: &Toolchain) -> Vec<String> {
+        let mut args = vec![
+            "-S".to_owned(),
+            self.src.display().to_string(),
+            "-B".to_owned(),
+            self.build.display().to_string(),
+            "-G".to_owned(),
+            tools.generator.cmake_name().to_owned(),
+            format!("-DCMAKE_INSTALL_PREFIX={}", self.prefix.display()),
+        ];
+        args.extend(self.defines.iter().map(|(k, v)| format!("-D{k}={v}")));
+        args
+    }
+
+    fn stamp(&self, tools: &Toolchain) -> String {
+        let mut h = Sha256::new();
+        for a in self.args(tools) {
+            h.update(a.as_bytes());
+            h.update([0]);
+        }
+        for (path, content) in &self.patched_cmake_files {
+            h.update(path.as_bytes());
+            h.update([0]);
+            h.update(content.as_deref().unwrap_or("\0absent").as_bytes());
+            h.update([0]);
+        }
+        hex(&h.finalize())
+    }
+
+    fn stamp_file(&self) -> PathBuf {
+        self.build.join(".rdna1-patch-configure")
+    }
+
+    /// Whether the build dir is configured with exactly these settings.
+    pub fn is_current(&self, tools: &Toolchain) -> bool {
+        self.build.join("CMakeCache.txt").is_file()
+            && std::fs::read_to_string(self.stamp_file()).ok().as_deref()
+                == Some(&self.stamp(tools))
+    }
+
+    pub fn run(&self, tools: &Toolchain, log: &mut Log, ui: &Ui) -> Result<()> {
+        if let Some(existing) = cached_generator(self.build)
+            && existing != tools.generator.cmake_name()
+        {
+            return Err(hint(
+                format!(
+                    "{} was configured with the {existing} generator, this build uses {}",
+                    self.build.display(),
+                    tools.generator.cmake_name()
+                ),
+                "pass --clean to start a fresh build dir",
+            ));
+        }
+        fsutil::create_dir_all(self.build)?;
+        // The stamp goes first, so an interrupted configure is redone next time.
+        let _ = std::fs::remove_file(self.stamp_file());
+        let args = self.args(tools);
+        let shown = format!("cmake {}", args.join(" "));
+        ui.note(&shown);
+        let run = run_logged(duct::cmd(&tools.cmake, &args), &shown, log, |_| {})?;
+        if !run.success {
+            return Err(step_failed("cmake configure", &run, log));
+        }
+        fsutil::write_atomic(&self.stamp_file(), self.stamp(tools).as_bytes(), None)
+    }
+}
+
+fn cached_generator(build: &Path) -> Option<String> {
+    let cache = std::fs::read_to_string(build.join("CMakeCache.txt")).ok()?;
+    cache
+        .lines()
+        .find_map(|l| l.strip_prefix("CMAKE_GENERATOR:INTERNAL="))
+        .map(str::to_owned)
+}
+
+/// Which of the touched files are CMake's, with their patched content.
+pub fn cmake_files(
+    touched: &BTreeSet<String>,
+    src: &Path,
+) -> Result<Vec<(String, Option<String>)>> {
+    touched
+        .iter()
+        .filter(|f| f.ends_with("CMakeLists.txt") || f.ends_with(".cmake"))
+        .map(|f| Ok((f.clone(), crate::patch::read_optional(&src.join(f))?)))
+        .collect()
+}
+
+/// What a build did.
+pub struct Built {
+    /// Steps the generator ran: 0 means everything was up to date.
+    pub steps: usize,
+}
+
+/// Drive the generator through `cmake --build`, with one progress bar.
+pub fn build(
+    build_dir: &Path,
+    jobs: usize,
+    tools: &Toolchain,
+    log: &mut Log,
+    ui: &Ui,
+) -> Result<Built> {
+    let args = vec![
+        "--build".to_owned(),
+        build_dir.display().to_string(),
+        "--parallel".to_owned(),
+        jobs.to_string(),
+    ];
+    let shown = format!("cmake {}", args.join(" "));
+    let progress = ui.progress(0, ui::STEPS);
+    progress.set_prefix("Building");
+    let mut steps = 0usize;
+    let generator = tools.generator;
+    let cmd = duct::cmd(&tools.cmake, &args).env("NINJA_STATUS", NINJA_STATUS);
+    let run = run_logged(cmd, &shown, log, |line| {
+        if let Some((pos, len, msg)) = parse_progress(generator, line) {
+            steps += 1;
+            progress.step(pos, len, msg);
+        }
+    })?;
+    progress.finish();
+    if !run.success {
+        return Err(step_failed("the build", &run, log));
+    }
+    Ok(Built { steps })
+}
+
+/// A step of the generator's output: (done, total, description).
+fn parse_progress(generator: Generator, line: &str) -> Option<(u64, u64, &str)> {
+    match generator {
+        Generator::Ninja => {
+            let rest = line.strip_prefix("[rdna1-patch ")?;
+            let (counts, msg) = rest.split_once("] ")?;
+            let (f, t) = counts.split_once('/')?;
+            Some((f.parse().ok()?, t.parse().ok()?, msg))
+        }
+        Generator::Make => {
+            let rest = line.strip_prefix('[')?;
+            let (pct, msg) = rest.split_once("%] ")?;
+            let pct = pct.trim().parse().ok()?;
+            (msg.starts_with("Building") || msg.starts_with("Linking")).then_some((pct, 100, msg))
+        }
+    }
+}
+
+/// `cmake --install` into a staging DESTDIR; returns the manifest CMake wrote.
+pub fn install(
+    build_dir: &Path,
+    destdir: &Path,
+    tools: &Toolchain,
+    log: &mut Log,
+) -> Result<Vec<PathBuf>> {
+    let args = vec!["--install".to_owned(), build_dir.display().to_string()];
+    let shown = format!("DESTDIR={} cmake {}", destdir.display(), args.join(" "));
+    let cmd = duct::cmd(&tools.cmake, &args).env("DESTDIR", destdir);
+    let run = run_logged(cmd, &shown, log, |_| {})?;
+    if !run.success {
+        return Err(step_failed("cmake --install", &run, log));
+    }
+    let manifest = build_dir.join("install_manifest.txt");
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("cmake --install wrote no {}", manifest.display()))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(
+            parse_progress(
+                Generator::Ninja,
+                "[rdna1-patch 3/10] Building CXX object a.o"
+            ),
+            Some((3, 10, "Building CXX object a.o"))
+        );
+        assert_eq!(parse_progress(Generator::Ninja, "[3/10] Building"), None);
+        assert_eq!(
+            parse_progress(Generator::Make, "[ 42%] Building CXX object a.o"),
+            Some((42, 100, "Building CXX object a.o"))
+        );
+        assert_eq!(
+            parse_progress(Generator::Make, "[100%] Built target MIOpen"),
+            None
+        );
+    }
+
+    #[test]
+    fn lint_finds_unread_defines() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cmake")).unwrap();
+        std::fs::write(
+            d.path().join("CMakeLists.txt"),
+            "option(MIOPEN_USE_MLIR \"x\" ON)\n# MIOPEN_USE_HIPBLASLT only in a comment\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("cmake/x.cmake"),
+            "if(MIOPEN_BACKEND STREQUAL HIP)\nendif()\n",
+        )
+        .unwrap();
+        let defines: BTreeMap<String, String> = [
+            "MIOPEN_USE_MLIR",
+            "MIOPEN_BACKEND",
+            "MIOPEN_USE_HIPBLASLT",
+            "CMAKE_BUILD_TYPE",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), "x".to_string()))
+        .collect();
+        assert_eq!(
+            unread_defines(d.path(), &defines).unwrap(),
+            vec!["MIOPEN_USE_HIPBLASLT"]
+        );
+    }
+}

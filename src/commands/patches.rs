@@ -1,0 +1,137 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Result, anyhow};
+
+use super::ProfileArg;
+use crate::error::hint;
+use crate::patch::{self, Outcome, Series};
+use crate::profile::{self, Profile};
+use crate::{cmake, fsutil, source};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// List the patch series of every built-in profile, or of one
+    List {
+        /// A built-in profile name, or a profile TOML file [default: all built-in]
+        #[arg(long, value_name = "NAME|FILE")]
+        profile: Option<String>,
+    },
+    /// Check that the series applies to a source tree (exit 0 if it does, 1 if not)
+    Check {
+        #[command(flatten)]
+        profile: ProfileArg,
+        /// The source tree, e.g. a MIOpen checkout
+        #[arg(long, value_name = "DIR")]
+        source: PathBuf,
+        #[arg(long, default_value = "miopen")]
+        component: String,
+    },
+    /// Rewrite one patch from an edited tree, like `quilt refresh`
+    Refresh {
+        /// The patch file name, as the series lists it
+        name: String,
+        /// A git checkout with the whole series applied and then edited
+        #[arg(long, value_name = "DIR")]
+        source: PathBuf,
+        /// A profile file on disk (built-in patches cannot be edited)
+        #[arg(long, value_name = "FILE")]
+        profile: PathBuf,
+        #[arg(long, default_value = "miopen")]
+        component: String,
+        /// Also put this file (relative to the tree) into the patch
+        #[arg(long, value_name = "PATH")]
+        add: Vec<String>,
+    },
+}
+
+pub fn run(cmd: Command) -> Result<ExitCode> {
+    match cmd {
+        Command::List { profile } => {
+            let profiles = match profile {
+                Some(p) => vec![Profile::load(&p)?],
+                None => profile::builtin_names()
+                    .iter()
+                    .map(|n| Profile::load(n))
+                    .collect::<Result<_>>()?,
+            };
+            for p in profiles {
+                for (name, c) in &p.components {
+                    let series = Series::load(&p.series_dir(c)?)?;
+                    println!("{} {name} {} ({}):", p.name, c.tag, series.origin);
+                    if series.patches.is_empty() {
+                        println!("  (no patches)");
+                    }
+                    for pf in &series.patches {
+                        println!("  {}  {}", pf.name, pf.subject);
+                        println!("      files: {}", pf.files.join(", "));
+                        println!("      marker: {}", pf.marker.as_deref().unwrap_or("(none)"));
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check {
+            profile,
+            source,
+            component,
+        } => {
+            let p = profile.load()?;
+            let c = p.component(&component)?;
+            let series = Series::load(&p.series_dir(c)?)?;
+            let base = patch::disk_base(&source);
+            let plan = patch::plan(&series, &source, &base, &Default::default())?;
+            for (name, outcome) in &plan.outcomes {
+                match outcome {
+                    Outcome::Applied => println!("ok       {name}"),
+                    Outcome::AlreadyApplied => println!("applied  {name} (already in the tree)"),
+                }
+            }
+            let rocm = &p.rocm.path;
+            for name in cmake::unread_defines(&source, &c.cmake.effective_defines(rocm, &[]))? {
+                println!(
+                    "warning  define {name} is not read by any CMake file in {}",
+                    source.display()
+                );
+            }
+            println!(
+                "{} patches apply cleanly to {}",
+                plan.outcomes.len(),
+                source.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Refresh {
+            name,
+            source,
+            profile,
+            component,
+            add,
+        } => {
+            let p = Profile::from_file(&profile)?;
+            let c = p.component(&component)?;
+            let dir = p.series_dir(c)?;
+            let disk = dir
+                .disk_path()
+                .ok_or_else(|| anyhow!("the series of {} is not on disk", profile.display()))?
+                .to_owned();
+            let series = Series::load(&dir)?;
+            let checkout = source::open(&source)?;
+            let base = |rel: &str| checkout.pristine(rel);
+            let text = patch::refresh(&series, &name, &source, &base, &add)?;
+            let target = disk.join(&name);
+            if std::fs::read_to_string(&target).ok().as_deref() == Some(text.as_str()) {
+                println!("{name} is up to date");
+            } else {
+                fsutil::write_atomic(&target, text.as_bytes(), None)
+                    .map_err(|e| hint(format!("{e:#}"), "the patch file was left as it was"))?;
+                let files = Series::load(&dir)?
+                    .get(&name)
+                    .map(|(_, p)| p.files.join(", "))
+                    .unwrap_or_default();
+                println!("refreshed {} ({files})", target.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,38 @@
+use std::process::ExitCode;
+
+use anyhow::{Result, anyhow};
+
+use crate::profile::{self, DEFAULT_PROFILE, Profile};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// List the built-in profiles
+    List,
+    /// Print a built-in profile's TOML
+    Show {
+        #[arg(default_value = DEFAULT_PROFILE)]
+        name: String,
+    },
+}
+
+pub fn run(cmd: Command) -> Result<ExitCode> {
+    match cmd {
+        Command::List => {
+            for name in profile::builtin_names() {
+                let p = Profile::load(&name)?;
+                let default = if name == DEFAULT_PROFILE {
+                    " (default)"
+                } else {
+                    ""
+                };
+                println!("{name}{default}\t{}", p.description);
+            }
+        }
+        Command::Show { name } => {
+            let text = profile::builtin_text(&name)
+                .ok_or_else(|| anyhow!("no built-in profile `{name}`"))?;
+            print!("{text}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    rdna1_patch::cli::main()
+}

@@ -1,0 +1,417 @@
+//! `build`: profile -> fetch -> patch -> configure -> build -> install.
+//!
+//! Each stage takes what the previous one produced and is skipped when its
+//! work is already done, so a re-run with nothing changed costs about as much
+//! as a no-op `cmake --build`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::cmake::{self, Configure, Log};
+use crate::error::hint;
+use crate::fsutil;
+use crate::patch::{self, Outcome, Series};
+use crate::prefix::{self, Provenance};
+use crate::profile::Profile;
+use crate::source::{self, short};
+use crate::tools::{self, Generator};
+use crate::ui::Ui;
+use crate::workdir::{ComponentDirs, WorkDir};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Stage {
+    Fetch,
+    Patch,
+    Configure,
+    Build,
+    Install,
+}
+
+pub struct Options {
+    pub profile: Profile,
+    pub component: String,
+    pub work_dir: WorkDir,
+    pub prefix: Option<PathBuf>,
+    pub rocm: Option<PathBuf>,
+    pub defines: Vec<(String, String)>,
+    pub jobs: Option<usize>,
+    pub generator: Option<Generator>,
+    pub stop_after: Stage,
+    pub dry_run: bool,
+    pub clean: bool,
+    pub update: bool,
+}
+
+/// What a build would do, worked out without touching anything.
+struct Plan<'a> {
+    opts: &'a Options,
+    component: &'a crate::profile::Component,
+    series: Series,
+    dirs: ComponentDirs,
+    lock_file: PathBuf,
+    prefix: PathBuf,
+    rocm: PathBuf,
+    defines: std::collections::BTreeMap<String, String>,
+    generator: Generator,
+    jobs: usize,
+}
+
+impl Options {
+    fn plan(&self) -> Result<Plan<'_>> {
+        let component = self.profile.component(&self.component)?;
+        let series = Series::load(&self.profile.series_dir(component)?)?;
+        let absolute =
+            |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
+        let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;
+        let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
+        let defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let generator = match self.generator {
+            Some(g) => g,
+            None => Generator::parse(&component.cmake.generator).ok_or_else(|| {
+                hint(
+                    format!(
+                        "profile {} asks for generator `{}`",
+                        self.profile.name, component.cmake.generator
+                    ),
+                    "use \"Ninja\" or \"Unix Makefiles\"",
+                )
+            })?,
+        };
+        Ok(Plan {
+            opts: self,
+            component,
+            series,
+            dirs: self.work_dir.component(&self.profile.name, &self.component),
+            lock_file: self.work_dir.lock_file(&self.profile.name),
+            prefix,
+            rocm,
+            defines,
+            generator,
+            jobs: self
+                .jobs
+                .unwrap_or_else(crate::checksum::default_jobs)
+                .max(1),
+        })
+    }
+}
+
+pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
+    let plan = opts.plan()?;
+    if opts.dry_run {
+        return plan.print();
+    }
+    plan.execute(ui)
+}
+
+impl Plan<'_> {
+    fn source_request(&self) -> source::Request<'_> {
+        source::Request {
+            name: &self.opts.component,
+            component: self.component,
+            src: &self.dirs.src,
+            lock_file: &self.lock_file,
+            update: self.opts.update,
+        }
+    }
+
+    fn print(&self) -> Result<()> {
+        let c = self.component;
+        let commit = source::planned_commit(&self.source_request())?
+            .unwrap_or_else(|| "(resolved on first fetch)".into());
+        println!(
+            "profile:   {} ({})",
+            self.opts.profile.name, self.opts.profile.origin
+        );
+        println!("source:    {} tag {} commit {}", c.url, c.tag, commit);
+        println!("checkout:  {}", self.dirs.src.display());
+        println!(
+            "patches:   {} ({})",
+            self.series.patches.len(),
+            self.series.origin
+        );
+        for p in &self.series.patches {
+            println!("  {}  {}", p.name, p.subject);
+        }
+        let args: Vec<String> = [
+            "-S".to_owned(),
+            self.dirs.src.display().to_string(),
+            "-B".to_owned(),
+            self.dirs.build.display().to_string(),
+            "-G".to_owned(),
+            format!("'{}'", self.generator.cmake_name()),
+            format!("-DCMAKE_INSTALL_PREFIX={}", self.prefix.display()),
+        ]
+        .into_iter()
+        .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
+        .collect();
+        println!("configure: cmake {}", args.join(" "));
+        println!(
+            "build:     cmake --build {} --parallel {}",
+            self.dirs.build.display(),
+            self.jobs
+        );
+        println!("install:   {}", self.prefix.display());
+        println!("stop after: {:?}", self.opts.stop_after);
+        println!("(dry run: nothing was changed)");
+        Ok(())
+    }
+
+    fn execute(&self, ui: &Ui) -> Result<()> {
+        let stop = self.opts.stop_after;
+        // Report a missing tool before the long fetch, not after it.
+        let tools = if stop >= Stage::Configure {
+            let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
+            if t.generator_fallback {
+                ui.warn(format!(
+                    "{} is not installed; using {} instead",
+                    self.generator.cmake_name(),
+                    t.generator.cmake_name()
+                ));
+            }
+            match &t.rocm.version {
+                Some(v) if tools::major_minor(v) != tools::major_minor(&self.opts.profile.rocm.version) => {
+                    ui.warn(format!(
+                        "ROCm at {} is {v}, the profile targets {}; the library may not match your torch",
+                        self.rocm.display(),
+                        self.opts.profile.rocm.version
+                    ))
+                }
+                None => ui.warn(format!("cannot tell the ROCm version at {}", self.rocm.display())),
+                _ => {}
+            }
+            Some(t)
+        } else {
+            None
+        };
+
+        let checkout = source::fetch(&self.source_request(), ui)?;
+        ui.stage(
+            "Source",
+            format!(
+                "{} {} at {}{}",
+                self.opts.component,
+                self.component.tag,
+                short(&checkout.commit),
+                if checkout.fetched {
+                    ""
+                } else {
+                    " (cached, no network)"
+                }
+            ),
+        );
+        if stop == Stage::Fetch {
+            return Ok(());
+        }
+
+        let touched = self.patch(&checkout, ui)?;
+        if stop == Stage::Patch {
+            return Ok(());
+        }
+        let tools = tools.expect("preflight ran for configure");
+
+        if self.opts.clean {
+            for gone in [&self.dirs.build, &self.install_stamp()] {
+                if gone.is_dir() {
+                    std::fs::remove_dir_all(gone)
+                } else {
+                    std::fs::remove_file(gone).or_else(|e| {
+                        if e.kind() == std::io::ErrorKind::NotFound {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    })
+                }
+                .with_context(|| format!("cannot remove {}", gone.display()))?;
+            }
+            ui.stage("Clean", format!("removed {}", self.dirs.build.display()));
+        }
+        let mut log = Log::create(&self.dirs.logs, "build")?;
+        let configure = Configure {
+            src: &self.dirs.src,
+            build: &self.dirs.build,
+            prefix: &self.prefix,
+            defines: &self.defines,
+            patched_cmake_files: cmake::cmake_files(&touched, &self.dirs.src)?,
+        };
+        if configure.is_current(&tools) {
+            ui.stage("Configure", "up to date");
+        } else {
+            for name in cmake::unread_defines(&self.dirs.src, &self.defines)? {
+                ui.warn(format!(
+                    "define {name} is not read by any CMake file of {} at {}; it has no effect (check its spelling, or whether this release has the option)",
+                    self.opts.component, self.component.tag
+                ));
+            }
+            ui.stage(
+                "Configure",
+                format!(
+                    "{} (cmake {})",
+                    self.dirs.build.display(),
+                    tools.cmake_version
+                ),
+            );
+            configure.run(&tools, &mut log, ui)?;
+        }
+        if stop == Stage::Configure {
+            return Ok(());
+        }
+
+        let built = cmake::build(&self.dirs.build, self.jobs, &tools, &mut log, ui)?;
+        ui.stage(
+            "Build",
+            if built.steps == 0 {
+                "up to date".to_owned()
+            } else {
+                format!("{} steps, log {}", built.steps, log.path.display())
+            },
+        );
+        if stop == Stage::Build {
+            return Ok(());
+        }
+
+        let provenance = self.provenance(&checkout.commit, &tools);
+        let stamp_path = self.install_stamp();
+        if built.steps == 0
+            && prefix::Stamp::load(&stamp_path)
+                .is_some_and(|s| s.matches(&self.prefix, &provenance))
+        {
+            ui.stage(
+                "Install",
+                format!("{} is up to date", self.prefix.display()),
+            );
+            return Ok(());
+        }
+        ui.stage("Install", self.prefix.display());
+        let staging = prefix::begin(&self.prefix)?;
+        let manifest = cmake::install(&self.dirs.build, &staging, &tools, &mut log)?;
+        let installed = prefix::commit(
+            &self.prefix,
+            &staging,
+            &manifest,
+            provenance.clone(),
+            self.jobs,
+        )?;
+        if !installed.removed.is_empty() {
+            ui.note(format!(
+                "removed {} files the previous install had",
+                installed.removed.len()
+            ));
+        }
+        prefix::Stamp::take(&self.prefix, &Provenance::read(&self.prefix)?)?.save(&stamp_path)?;
+        ui.stage(
+            "Installed",
+            format!(
+                "{} files into {}, checksums verified ({})",
+                installed.files,
+                self.prefix.display(),
+                prefix::MD5SUMS
+            ),
+        );
+        Ok(())
+    }
+
+    fn install_stamp(&self) -> PathBuf {
+        self.dirs.state.join("install.toml")
+    }
+
+    /// Apply the series on top of the pristine checkout; returns the files it changes.
+    fn patch(&self, checkout: &source::Checkout, ui: &Ui) -> Result<BTreeSet<String>> {
+        let record = self.dirs.state.join("patched-files");
+        let before: BTreeSet<String> = std::fs::read_to_string(&record)
+            .map(|t| {
+                t.lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let base = |rel: &str| checkout.pristine(rel);
+        let plan = patch::plan(&self.series, &checkout.path, &base, &before)?;
+        for (name, outcome) in &plan.outcomes {
+            match outcome {
+                Outcome::Applied => ui.stage("Patch", name),
+                Outcome::AlreadyApplied => {
+                    ui.stage("Patch", format!("{name} (already in the source, skipped)"))
+                }
+            }
+        }
+        if plan.writes.is_empty() {
+            ui.note("source tree already patched; no file written");
+        } else {
+            ui.note(format!(
+                "writing {} file(s): {}",
+                plan.writes.len(),
+                plan.writes
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        // Record first: if we die mid-write the next run still knows which
+        // files to put back.
+        let all: BTreeSet<String> = before.union(&plan.touched).cloned().collect();
+        fsutil::create_dir_all(&self.dirs.state)?;
+        fsutil::write_atomic(
+            &record,
+            all.iter()
+                .map(|f| format!("{f}\n"))
+                .collect::<String>()
+                .as_bytes(),
+            None,
+        )?;
+        patch::execute(&plan, &checkout.path)?;
+        fsutil::write_atomic(
+            &record,
+            plan.touched
+                .iter()
+                .map(|f| format!("{f}\n"))
+                .collect::<String>()
+                .as_bytes(),
+            None,
+        )?;
+        Ok(plan.touched)
+    }
+
+    fn provenance(&self, commit: &str, tools: &tools::Toolchain) -> Provenance {
+        let p = &self.opts.profile;
+        Provenance {
+            tool: format!("rdna1-patch {}", env!("CARGO_PKG_VERSION")),
+            date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            profile: p.name.clone(),
+            component: self.opts.component.clone(),
+            rocm: prefix::ProvRocm {
+                path: self.rocm.display().to_string(),
+                version: p.rocm.version.clone(),
+                found: tools.rocm.version.clone(),
+                torch_hip: p.rocm.torch_hip.clone(),
+            },
+            source: prefix::ProvSource {
+                url: self.component.url.clone(),
+                tag: self.component.tag.clone(),
+                commit: commit.to_owned(),
+            },
+            patches: self
+                .series
+                .patches
+                .iter()
+                .map(|pf| prefix::ProvPatch {
+                    name: pf.name.clone(),
+                    sha256: prefix::sha256_hex(pf.text.as_bytes()),
+                    marker: pf.marker.clone(),
+                })
+                .collect(),
+            cmake: prefix::ProvCmake {
+                generator: tools.generator.cmake_name().to_owned(),
+                defines: self.defines.clone(),
+            },
+            library: prefix::ProvLibrary {
+                soname: self.component.soname.clone(),
+                path: String::new(),
+            },
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Stage 5, install: the build goes into the prefix with a checksum list that
+//! `md5sum -c` accepts and a record of exactly what was built.
+//!
+//! CMake installs into a staging DESTDIR inside the prefix; the files are then
+//! renamed into place, MD5SUMS last, so a prefix never holds a half-written
+//! file and an interrupted install has no MD5SUMS to vouch for it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::checksum::{self, Entry};
+use crate::error::hint;
+use crate::fsutil;
+
+/// Inside the prefix: where our records live.
+pub const RECORD_DIR: &str = "share/rdna1-patch";
+pub const MD5SUMS: &str = "share/rdna1-patch/MD5SUMS";
+pub const PROVENANCE: &str = "share/rdna1-patch/provenance.toml";
+const STAGING: &str = ".rdna1-patch-staging";
+
+/// What was built, from what, with what: written to the prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub tool: String,
+    pub date: String,
+    pub profile: String,
+    pub component: String,
+    pub rocm: ProvRocm,
+    pub source: ProvSource,
+    pub patches: Vec<ProvPatch>,
+    pub cmake: ProvCmake,
+    pub library: ProvLibrary,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvRocm {
+    pub path: String,
+    /// The version the profile targets.
+    pub version: String,
+    /// The version found in the ROCm install the build used.
+    pub found: Option<String>,
+    pub torch_hip: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvSource {
+    pub url: String,
+    pub tag: String,
+    pub commit: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvPatch {
+    pub name: String,
+    pub sha256: String,
+    pub marker: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvCmake {
+    pub generator: String,
+    pub defines: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvLibrary {
+    pub soname: String,
+    /// Relative to the prefix; empty when the install had no file by that name.
+    pub path: String,
+}
+
+impl Provenance {
+    /// Identity of the build, leaving out when it was installed.
+    fn key(&self) -> String {
+        let mut p = self.clone();
+        p.date.clear();
+        p.library.path.clear();
+        let text = toml::to_string(&p).unwrap_or_default();
+        checksum::hex(&Sha256::digest(text.as_bytes()))
+    }
+
+    pub fn read(prefix: &Path) -> Result<Provenance> {
+        let path = prefix.join(PROVENANCE);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
+    }
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    checksum::hex(&Sha256::digest(data))
+}
+
+/// The prefix must be a directory we can write: say so plainly if not.
+pub fn ensure_writable(prefix: &Path) -> Result<()> {
+    let unwritable = |e: &dyn std::fmt::Display| {
+        hint(
+            format!(
+                "cannot write to the install prefix {}: {e}",
+                prefix.display()
+            ),
+            format!(
+                "run the install step with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was installed into {}",
+                prefix.display()
+            ),
+        )
+    };
+    std::fs::create_dir_all(prefix).map_err(|e| unwritable(&e))?;
+    tempfile::Builder::new()
+        .prefix(".rdna1-patch-probe")
+        .tempfile_in(prefix)
+        .map_err(|e| unwritable(&e))?;
+    Ok(())
+}
+
+/// Where `cmake --install` should put files: DESTDIR for the staging area.
+pub fn staging_dir(prefix: &Path) -> PathBuf {
+    prefix.join(STAGING)
+}
+
+/// Start a fresh staging area (a leftover from an interrupted run is removed).
+pub fn begin(prefix: &Path) -> Result<PathBuf> {
+    ensure_writable(prefix)?;
+    let staging = staging_dir(prefix);
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)
+            .with_context(|| format!("cannot remove the leftover {}", staging.display()))?;
+    }
+    fsutil::create_dir_all(&staging)?;
+    Ok(staging)
+}
+
+/// The result of an install.
+pub struct Installed {
+    pub files: usize,
+    pub removed: Vec<String>,
+}
+
+/// Move what CMake staged into the prefix, with MD5SUMS and provenance, and
+/// check every checksum again from the installed files.
+pub fn commit(
+    prefix: &Path,
+    staging: &Path,
+    manifest: &[PathBuf],
+    mut provenance: Provenance,
+    jobs: usize,
+) -> Result<Installed> {
+    let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
+    let mut rels = Vec::new();
+    for path in manifest {
+        let final_path = path
+            .strip_prefix(staging)
+            .map(|p| Path::new("/").join(p))
+            .unwrap_or(path.clone());
+        let rel = final_path.strip_prefix(prefix).with_context(|| {
+            format!(
+                "CMake installed {} outside the prefix {}",
+                final_path.display(),
+                prefix.display()
+            )
+        })?;
+        let rel = rel
+            .to_str()
+            .context("installed file name is not UTF-8")?
+            .to_owned();
+        if rel.starts_with(RECORD_DIR) {
+            bail!("the project installs {rel}, which rdna1-patch keeps for its own records");
+        }
+        rels.push(rel);
+    }
+    rels.sort();
+    rels.dedup();
+
+    provenance.library.path = rels
+        .iter()
+        .find(|r| {
+            Path::new(r)
+                .file_name()
+                .is_some_and(|n| *n == *provenance.library.soname)
+        })
+        .cloned()
+        .unwrap_or_default();
+    let prov_text = format!(
+        "# What rdna1-patch built and installed here.\n{}",
+        toml::to_string(&provenance)?
+    );
+    let records = staged_root.join(RECORD_DIR);
+    fsutil::create_dir_all(&records)?;
+    fsutil::write_atomic(
+        &staged_root.join(PROVENANCE),
+        prov_text.as_bytes(),
+        Some(0o644),
+    )?;
+
+    let mut listed = rels.clone();
+    listed.push(PROVENANCE.to_owned());
+    let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
+    let mut entries = Vec::new();
+    for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {
+        entries.push(Entry {
+            md5: md5?,
+            path: rel.clone(),
+        });
+    }
+    let md5sums = checksum::format_md5sums(&entries);
+    let previous = read_md5sums(prefix).unwrap_or_default();
+
+    // From here on the prefix changes: first make it visibly incomplete.
+    let md5_path = prefix.join(MD5SUMS);
+    match std::fs::remove_file(&md5_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", md5_path.display())),
+    }
+    for rel in &listed {
+        let (from, to) = (staged_root.join(rel), prefix.join(rel));
+        if let Some(dir) = to.parent() {
+            fsutil::create_dir_all(dir)?;
+        }
+        std::fs::rename(&from, &to)
+            .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))?;
+    }
+    let mut removed = Vec::new();
+    for old in previous {
+        if !listed.contains(&old.path) && std::fs::remove_file(prefix.join(&old.path)).is_ok() {
+            removed.push(old.path);
+        }
+    }
+    fsutil::write_atomic(&md5_path, md5sums.as_bytes(), Some(0o644))?;
+    std::fs::remove_dir_all(staging)
+        .with_context(|| format!("cannot remove {}", staging.display()))?;
+
+    let bad = checksum::verify(prefix, &entries, jobs);
+    if !bad.is_empty() {
+        let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
+        bail!(
+            "re-reading the installed files does not give the checksums just written:\n  {}",
+            list.join("\n  ")
+        );
+    }
+    Ok(Installed {
+        files: entries.len(),
+        removed,
+    })
+}
+
+pub fn read_md5sums(prefix: &Path) -> Result<Vec<Entry>> {
+    let path = prefix.join(MD5SUMS);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    checksum::parse_md5sums(&text).with_context(|| format!("{} is damaged", path.display()))
+}
+
+/// Remembered after an install, so a no-op build can skip reinstalling: the
+/// build identity and the size and mtime of every installed file.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct Stamp {
+    prefix: PathBuf,
+    build: String,
+    files: Vec<(String, u64, i64, i64)>,
+}
+
+impl Stamp {
+    pub fn take(prefix: &Path, provenance: &Provenance) -> Result<Stamp> {
+        Ok(Stamp {
+            prefix: prefix.to_owned(),
+            build: provenance.key(),
+            files: stat_files(prefix)?,
+        })
+    }
+
+    /// Whether the prefix still holds exactly what this build installed.
+    pub fn matches(&self, prefix: &Path, provenance: &Provenance) -> bool {
+        self.prefix == prefix
+            && self.build == provenance.key()
+            && stat_files(prefix).is_ok_and(|f| f == self.files)
+    }
+
+    pub fn load(path: &Path) -> Option<Stamp> {
+        toml::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            fsutil::create_dir_all(dir)?;
+        }
+        fsutil::write_atomic(path, toml::to_string(self)?.as_bytes(), None)
+    }
+}
+
+fn stat_files(prefix: &Path) -> Result<Vec<(String, u64, i64, i64)>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for e in read_md5sums(prefix)? {
+        let m = std::fs::metadata(prefix.join(&e.path))?;
+        out.push((e.path, m.size(), m.mtime(), m.mtime_nsec()));
+    }
+    Ok(out)
+}

@@ -1,0 +1,354 @@
+//! Profiles: everything a build needs, pinned, in one TOML file.
+//!
+//! The profiles under `profiles/` and the patch series under `patches/` are
+//! compiled into the binary, so an installed `rdna1-patch` works without a
+//! checkout. `--profile FILE` loads one from disk instead; its patch series is
+//! then found relative to the file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use include_dir::{Dir, include_dir};
+use serde::{Deserialize, Serialize};
+
+use crate::error::hint;
+
+static PROFILES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/profiles");
+static PATCHES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/patches");
+
+/// The profile used when `--profile` is not given.
+pub const DEFAULT_PROFILE: &str = "rocm-6.2.4";
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Where `build` installs; `--prefix` overrides.
+    pub prefix: PathBuf,
+    pub rocm: Rocm,
+    pub components: BTreeMap<String, Component>,
+    /// Where this profile came from, for messages and for finding its patches.
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rocm {
+    /// The ROCm install the build compiles against; `--rocm` overrides.
+    pub path: PathBuf,
+    /// The ROCm release this profile targets, e.g. "6.2.4".
+    pub version: String,
+    /// The `torch.version.hip` major.minor a matching torch wheel reports, e.g. "6.2".
+    pub torch_hip: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Component {
+    pub url: String,
+    pub tag: String,
+    /// The commit the tag must resolve to; without it the first fetch is
+    /// recorded in the work dir's lock file and later fetches must agree.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The patch series directory, below `patches/` (embedded profiles) or
+    /// relative to the profile file (profiles loaded from disk).
+    pub patches: String,
+    /// SONAME of the library the component installs, e.g. "libMIOpen.so.1".
+    pub soname: String,
+    pub cmake: CmakeSettings,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CmakeSettings {
+    /// "Ninja" or "Unix Makefiles"; Ninja falls back to Make when ninja is missing.
+    #[serde(default = "default_generator")]
+    pub generator: String,
+    #[serde(default = "default_build_type")]
+    pub build_type: String,
+    /// `-D` defines. `{rocm}` expands to the ROCm path.
+    #[serde(default)]
+    pub defines: BTreeMap<String, String>,
+}
+
+fn default_generator() -> String {
+    "Ninja".into()
+}
+
+fn default_build_type() -> String {
+    "Release".into()
+}
+
+#[derive(Debug, Clone, Default)]
+pub enum Origin {
+    #[default]
+    Embedded,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Embedded => f.write_str("built-in"),
+            Origin::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Where a component's patch series lives.
+#[derive(Debug, Clone)]
+pub enum SeriesDir {
+    Embedded(&'static Dir<'static>, String),
+    Disk(PathBuf),
+}
+
+impl SeriesDir {
+    /// Read a file of the series; `None` when it does not exist.
+    pub fn read(&self, name: &str) -> Result<Option<String>> {
+        match self {
+            SeriesDir::Embedded(dir, _) => match dir.get_file(dir.path().join(name)) {
+                Some(f) => Ok(Some(
+                    f.contents_utf8()
+                        .with_context(|| format!("{name} in {self} is not UTF-8"))?
+                        .to_owned(),
+                )),
+                None => Ok(None),
+            },
+            SeriesDir::Disk(dir) => match std::fs::read_to_string(dir.join(name)) {
+                Ok(s) => Ok(Some(s)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => {
+                    Err(e).with_context(|| format!("cannot read {}", dir.join(name).display()))
+                }
+            },
+        }
+    }
+
+    /// The directory on disk, when there is one (`patches refresh` writes there).
+    pub fn disk_path(&self) -> Option<&Path> {
+        match self {
+            SeriesDir::Embedded(..) => None,
+            SeriesDir::Disk(p) => Some(p),
+        }
+    }
+}
+
+impl std::fmt::Display for SeriesDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SeriesDir::Embedded(_, rel) => write!(f, "built-in patches/{rel}"),
+            SeriesDir::Disk(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+impl Profile {
+    /// Load a profile by built-in name, or from a file when the argument is a path.
+    pub fn load(spec: &str) -> Result<Profile> {
+        let looks_like_path = spec.contains('/') || spec.ends_with(".toml");
+        if looks_like_path || (Path::new(spec).is_file() && builtin(spec).is_none()) {
+            return Profile::from_file(Path::new(spec));
+        }
+        match builtin(spec) {
+            Some(text) => {
+                Profile::parse(text, &format!("built-in profile {spec}"), Origin::Embedded)
+            }
+            None => Err(hint(
+                format!("no built-in profile named `{spec}`"),
+                format!(
+                    "built-in profiles: {}; or give a file with --profile path/to/profile.toml",
+                    builtin_names().join(", ")
+                ),
+            )),
+        }
+    }
+
+    pub fn from_file(path: &Path) -> Result<Profile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read profile {}", path.display()))?;
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        Profile::parse(&text, &path.display().to_string(), Origin::File(abs))
+    }
+
+    /// Parse and check a profile. `label` names it in errors; toml's own message
+    /// carries the line and column.
+    pub fn parse(text: &str, label: &str, origin: Origin) -> Result<Profile> {
+        let mut profile: Profile = toml::from_str(text).map_err(|e| {
+            hint(
+                format!("invalid profile {label}: {}", e.to_string().trim_end()),
+                "fix the profile; `rdna1-patch profiles show` prints a valid one to start from",
+            )
+        })?;
+        profile.origin = origin;
+        profile.check(label)?;
+        Ok(profile)
+    }
+
+    fn check(&self, label: &str) -> Result<()> {
+        if self.components.is_empty() {
+            bail!("invalid profile {label}: it defines no [components.*]");
+        }
+        for (name, c) in &self.components {
+            if c.tag.trim().is_empty() || c.url.trim().is_empty() {
+                bail!("invalid profile {label}: components.{name} needs both `url` and `tag`");
+            }
+            if let Some(commit) = &c.commit
+                && (commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()))
+            {
+                bail!(
+                    "invalid profile {label}: components.{name}.commit `{commit}` is not a hex commit id"
+                );
+            }
+            if c.cmake.defines.contains_key("CMAKE_INSTALL_PREFIX") {
+                bail!(
+                    "invalid profile {label}: set the install prefix with the top-level `prefix` key, not CMAKE_INSTALL_PREFIX"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn component(&self, name: &str) -> Result<&Component> {
+        self.components.get(name).ok_or_else(|| {
+            hint(
+                format!("profile {} has no component `{name}`", self.name),
+                format!(
+                    "components in this profile: {}",
+                    self.components
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+
+    /// The patch series of a component, embedded or on disk.
+    pub fn series_dir(&self, component: &Component) -> Result<SeriesDir> {
+        match &self.origin {
+            Origin::Embedded => {
+                let dir = PATCHES.get_dir(&component.patches).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "built-in profile {} names patches/{}, which is not in this binary",
+                        self.name,
+                        component.patches
+                    )
+                })?;
+                Ok(SeriesDir::Embedded(dir, component.patches.clone()))
+            }
+            Origin::File(file) => {
+                let base = file.parent().unwrap_or(Path::new("."));
+                let dir = base.join(&component.patches);
+                if !dir.is_dir() {
+                    return Err(hint(
+                        format!(
+                            "profile {} names the patch series `{}`, but {} is not a directory",
+                            file.display(),
+                            component.patches,
+                            dir.display()
+                        ),
+                        "the `patches` path of a profile file is relative to the file itself",
+                    ));
+                }
+                Ok(SeriesDir::Disk(dir))
+            }
+        }
+    }
+}
+
+impl CmakeSettings {
+    /// The defines with `{rocm}` expanded and `extra` (from `-D` on the command
+    /// line) applied on top, in a stable order.
+    pub fn effective_defines(
+        &self,
+        rocm: &Path,
+        extra: &[(String, String)],
+    ) -> BTreeMap<String, String> {
+        let rocm = rocm.display().to_string();
+        let mut defines: BTreeMap<String, String> = self
+            .defines
+            .iter()
+            .map(|(k, v)| (k.clone(), v.replace("{rocm}", &rocm)))
+            .collect();
+        defines.insert("CMAKE_BUILD_TYPE".into(), self.build_type.clone());
+        for (k, v) in extra {
+            defines.insert(k.clone(), v.clone());
+        }
+        defines
+    }
+}
+
+fn builtin(name: &str) -> Option<&'static str> {
+    PROFILES
+        .get_file(format!("{name}.toml"))
+        .and_then(|f| f.contents_utf8())
+}
+
+/// Names of the profiles compiled into this binary.
+pub fn builtin_names() -> Vec<String> {
+    let mut names: Vec<String> = PROFILES
+        .files()
+        .filter_map(|f| {
+            let p = f.path();
+            (p.extension()? == "toml")
+                .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The text of a built-in profile, for `profiles show`.
+pub fn builtin_text(name: &str) -> Option<&'static str> {
+    builtin(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_profile_parses_and_has_its_series() {
+        assert!(!builtin_names().is_empty());
+        for name in builtin_names() {
+            let p = Profile::load(&name).unwrap();
+            assert_eq!(p.name, name, "profile file name and `name` key must agree");
+            for c in p.components.values() {
+                let series = p.series_dir(c).unwrap();
+                assert!(
+                    series.read("series").unwrap().is_some(),
+                    "{series} has no series file"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_column() {
+        let text = "name = \"x\"\nprefix = \"/p\"\nbogus = 1\n";
+        let err = Profile::parse(text, "t.toml", Origin::Embedded).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("t.toml"), "{msg}");
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("bogus"), "{msg}");
+    }
+
+    #[test]
+    fn defines_expand_rocm_and_take_overrides() {
+        let p = Profile::load(DEFAULT_PROFILE).unwrap();
+        let c = p.component("miopen").unwrap();
+        let d = c.cmake.effective_defines(
+            Path::new("/r"),
+            &[("MIOPEN_BACKEND".into(), "HIPNOGPU".into())],
+        );
+        assert_eq!(d["CMAKE_PREFIX_PATH"], "/r");
+        assert_eq!(d["MIOPEN_BACKEND"], "HIPNOGPU");
+        assert_eq!(d["CMAKE_BUILD_TYPE"], "Release");
+    }
+}

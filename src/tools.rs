@@ -1,0 +1,201 @@
+//! The external tools a build drives, found and checked before any long work.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::error::hint;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generator {
+    Ninja,
+    Make,
+}
+
+impl Generator {
+    /// The name CMake's `-G` takes.
+    pub fn cmake_name(self) -> &'static str {
+        match self {
+            Generator::Ninja => "Ninja",
+            Generator::Make => "Unix Makefiles",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Generator> {
+        match s.to_ascii_lowercase().as_str() {
+            "ninja" => Some(Generator::Ninja),
+            "make" | "unix makefiles" => Some(Generator::Make),
+            _ => None,
+        }
+    }
+}
+
+/// What preflight found: everything the configure and build stages run.
+#[derive(Debug, Clone)]
+pub struct Toolchain {
+    pub cmake: PathBuf,
+    pub cmake_version: String,
+    pub generator: Generator,
+    /// Set when Ninja was asked for but is missing and Make is used instead.
+    pub generator_fallback: bool,
+    pub cxx: PathBuf,
+    pub rocm: Rocm,
+}
+
+#[derive(Debug, Clone)]
+pub struct Rocm {
+    pub path: PathBuf,
+    /// e.g. "6.2.4", read from the install itself.
+    pub version: Option<String>,
+}
+
+pub fn find(name: &str) -> Option<PathBuf> {
+    which::which(name).ok()
+}
+
+/// Look for everything a build needs and report all that is missing at once,
+/// each with what to install.
+pub fn preflight(
+    requested: Generator,
+    rocm_path: &Path,
+    defines: &BTreeMap<String, String>,
+) -> Result<Toolchain> {
+    let mut missing = Vec::new();
+
+    let cmake = find("cmake");
+    if cmake.is_none() {
+        missing
+            .push("cmake (Debian/Ubuntu: apt-get install cmake; or pip install cmake)".to_owned());
+    }
+    let make = find("make").or_else(|| find("gmake"));
+    let ninja = find("ninja");
+    let (generator, generator_fallback) = match (requested, ninja.is_some(), make.is_some()) {
+        (Generator::Ninja, true, _) => (Generator::Ninja, false),
+        (Generator::Ninja, false, true) => (Generator::Make, true),
+        (Generator::Make, _, true) => (Generator::Make, false),
+        (Generator::Make, true, false) => (Generator::Ninja, true),
+        _ => {
+            missing.push("ninja or make (apt-get install ninja-build)".to_owned());
+            (requested, false)
+        }
+    };
+
+    let cxx = match defines.get("CMAKE_CXX_COMPILER") {
+        Some(c) => resolve(c).ok_or_else(|| c.clone()),
+        None => std::env::var("CXX")
+            .ok()
+            .and_then(|c| resolve(&c))
+            .or_else(|| ["c++", "g++", "clang++"].iter().find_map(|c| find(c)))
+            .ok_or_else(|| "c++".to_owned()),
+    };
+    let cxx = match cxx {
+        Ok(p) => p,
+        Err(name) => {
+            missing.push(format!(
+                "a C++ compiler: `{name}` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)"
+            ));
+            PathBuf::new()
+        }
+    };
+
+    let rocm = if rocm_path.is_dir() {
+        Some(Rocm {
+            path: rocm_path.to_owned(),
+            version: rocm_version(rocm_path),
+        })
+    } else {
+        missing.push(format!(
+            "ROCm at {} (install ROCm, or point at it with --rocm DIR)",
+            rocm_path.display()
+        ));
+        None
+    };
+
+    if !missing.is_empty() {
+        return Err(hint(
+            format!(
+                "missing what the build needs:\n  - {}",
+                missing.join("\n  - ")
+            ),
+            "install the above and run again; `rdna1-patch doctor` checks everything at once",
+        ));
+    }
+    let cmake = cmake.expect("checked above");
+    let cmake_version = duct::cmd!(&cmake, "--version")
+        .read()
+        .with_context(|| format!("cannot run {} --version", cmake.display()))?
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("cmake version ")
+        .to_owned();
+    Ok(Toolchain {
+        cmake,
+        cmake_version,
+        generator,
+        generator_fallback,
+        cxx,
+        rocm: rocm.expect("checked above"),
+    })
+}
+
+fn resolve(cmd: &str) -> Option<PathBuf> {
+    let p = Path::new(cmd);
+    if p.is_absolute() {
+        p.is_file().then(|| p.to_owned())
+    } else {
+        find(cmd)
+    }
+}
+
+/// The ROCm release of an install: `.info/version` ("6.2.4-120"), else the
+/// HIP version header.
+pub fn rocm_version(rocm: &Path) -> Option<String> {
+    if let Ok(s) = std::fs::read_to_string(rocm.join(".info/version")) {
+        let v = s.trim().split(['-', '\n']).next().unwrap_or_default();
+        if !v.is_empty() {
+            return Some(v.to_owned());
+        }
+    }
+    let header = std::fs::read_to_string(rocm.join("include/hip/hip_version.h")).ok()?;
+    let num = |key: &str| {
+        header.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("#define ")?.strip_prefix(key)?;
+            rest.trim().parse::<u32>().ok()
+        })
+    };
+    Some(format!(
+        "{}.{}.{}",
+        num("HIP_VERSION_MAJOR")?,
+        num("HIP_VERSION_MINOR")?,
+        num("HIP_VERSION_PATCH").unwrap_or(0)
+    ))
+}
+
+/// "6.2.4" -> "6.2"
+pub fn major_minor(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rocm_version_from_info_or_header() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(rocm_version(d.path()), None);
+        std::fs::create_dir_all(d.path().join("include/hip")).unwrap();
+        std::fs::write(
+            d.path().join("include/hip/hip_version.h"),
+            "#define HIP_VERSION_MAJOR 6\n#define HIP_VERSION_MINOR 2\n#define HIP_VERSION_PATCH 41134\n",
+        )
+        .unwrap();
+        assert_eq!(rocm_version(d.path()).as_deref(), Some("6.2.41134"));
+        std::fs::create_dir_all(d.path().join(".info")).unwrap();
+        std::fs::write(d.path().join(".info/version"), "6.2.4-120\n").unwrap();
+        assert_eq!(rocm_version(d.path()).as_deref(), Some("6.2.4"));
+        assert_eq!(major_minor("6.2.4"), "6.2");
+    }
+}

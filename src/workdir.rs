@@ -1,0 +1,63 @@
+//! Where a build keeps its state between runs.
+//!
+//! ```text
+//! <work>/<profile>/sources.lock         commits the tags resolved to
+//! <work>/<profile>/<component>/src/     git checkout, patched in place
+//! <work>/<profile>/<component>/build/   CMake build dir, kept across runs
+//! <work>/<profile>/<component>/logs/    one log per run, latest.log -> newest
+//! <work>/<profile>/<component>/state/   what the patch and install stages did
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+#[derive(Debug, Clone)]
+pub struct WorkDir {
+    root: PathBuf,
+}
+
+impl WorkDir {
+    /// `explicit` is `--work-dir`; otherwise `$XDG_CACHE_HOME/rdna1-patch`.
+    pub fn new(explicit: Option<&Path>) -> Result<WorkDir> {
+        let root = match explicit {
+            Some(p) => {
+                std::path::absolute(p).with_context(|| format!("bad --work-dir {}", p.display()))?
+            }
+            None => directories::ProjectDirs::from("", "", "rdna1-patch")
+                .map(|d| d.cache_dir().to_owned())
+                .context("cannot find a cache directory ($HOME is not set); pass --work-dir")?,
+        };
+        Ok(WorkDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn profile_dir(&self, profile: &str) -> PathBuf {
+        self.root.join(profile)
+    }
+
+    pub fn lock_file(&self, profile: &str) -> PathBuf {
+        self.profile_dir(profile).join("sources.lock")
+    }
+
+    pub fn component(&self, profile: &str, component: &str) -> ComponentDirs {
+        let base = self.profile_dir(profile).join(component);
+        ComponentDirs {
+            src: base.join("src"),
+            build: base.join("build"),
+            logs: base.join("logs"),
+            state: base.join("state"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ComponentDirs {
+    pub src: PathBuf,
+    pub build: PathBuf,
+    pub logs: PathBuf,
+    pub state: PathBuf,
+}
