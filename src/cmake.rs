@@ -218,11 +218,16 @@ impl Configure<'_> {
         self.build.join(".rdna1-patch-configure")
     }
 
+    fn read_stamp(&self) -> Option<Stamp> {
+        toml::from_str(&std::fs::read_to_string(self.stamp_file()).ok()?).ok()
+    }
+
     /// Whether the build dir is configured with exactly these settings.
     pub fn is_current(&self, tools: &Toolchain) -> bool {
         self.build.join("CMakeCache.txt").is_file()
-            && std::fs::read_to_string(self.stamp_file()).ok().as_deref()
-                == Some(&self.stamp(tools))
+            && self
+                .read_stamp()
+                .is_some_and(|s| s.hash == self.stamp(tools))
     }
 
     pub fn run(&self, tools: &Toolchain, log: &mut Log, ui: &Ui) -> Result<()> {
@@ -239,17 +244,50 @@ impl Configure<'_> {
             ));
         }
         fsutil::create_dir_all(self.build)?;
-        // The stamp goes first, so an interrupted configure is redone next time.
+        // CMake keeps a define in its cache after it is dropped from the
+        // command line; unset the ones an earlier run gave and this one does
+        // not, so the build dir always matches the profile.
+        let previous = self.read_stamp().map(|s| s.defines).unwrap_or_default();
+        let mut args = self.args(tools);
+        args.extend(
+            previous
+                .iter()
+                .filter(|k| !self.defines.contains_key(*k))
+                .map(|k| format!("-U{k}")),
+        );
+        // The stamp goes, so an interrupted configure is redone next time;
+        // the define list stays in `previous` until a new stamp is written.
         let _ = std::fs::remove_file(self.stamp_file());
-        let args = self.args(tools);
         let shown = format!("cmake {}", args.join(" "));
         ui.note(&shown);
         let run = run_logged(duct::cmd(&tools.cmake, &args), &shown, log, |_| {})?;
         if !run.success {
+            // Keep the define list so the next run still unsets stale ones.
+            let keep = Stamp {
+                hash: String::new(),
+                defines: previous,
+            };
+            let _ =
+                fsutil::write_atomic(&self.stamp_file(), toml::to_string(&keep)?.as_bytes(), None);
             return Err(step_failed("cmake configure", &run, log));
         }
-        fsutil::write_atomic(&self.stamp_file(), self.stamp(tools).as_bytes(), None)
+        let stamp = Stamp {
+            hash: self.stamp(tools),
+            defines: self.defines.keys().cloned().collect(),
+        };
+        fsutil::write_atomic(
+            &self.stamp_file(),
+            toml::to_string(&stamp)?.as_bytes(),
+            None,
+        )
     }
+}
+
+/// What the last configure was given.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stamp {
+    hash: String,
+    defines: Vec<String>,
 }
 
 fn cached_generator(build: &Path) -> Option<String> {

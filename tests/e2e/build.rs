@@ -1,0 +1,520 @@
+use std::process::Command;
+
+use crate::support::{Sandbox, contains_bytes, git, snapshot};
+
+#[test]
+fn build_installs_a_prefix_that_md5sum_accepts() {
+    let sb = Sandbox::new();
+    let run = sb.build(&[]).ok();
+    assert!(run.stderr.contains("Installed 5 files"), "{}", run.stderr);
+
+    let check = Command::new("md5sum")
+        .args(["-c", "share/rdna1-patch/MD5SUMS"])
+        .current_dir(&sb.prefix)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "md5sum -c failed: {out}");
+    for f in [
+        "lib/libMIOpen.so.1.0.0: OK",
+        "lib/libMIOpen.so.1: OK",
+        "include/miopen/miopen.h: OK",
+    ] {
+        assert!(out.contains(f), "{out}");
+    }
+
+    let lib = std::fs::read(sb.prefix.join("lib/libMIOpen.so.1.0.0")).unwrap();
+    assert!(contains_bytes(
+        &lib,
+        "[RDNA1 PATCH] handlehip: non-coherent host fallback"
+    ));
+    assert!(contains_bytes(
+        &lib,
+        "[RDNA1 PATCH] convolution_api: fast find"
+    ));
+    assert_eq!(
+        std::fs::read_link(sb.prefix.join("lib/libMIOpen.so.1"))
+            .unwrap()
+            .to_str(),
+        Some("libMIOpen.so.1.0.0")
+    );
+
+    let prov =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    let commit = git(&sb.origin, &["rev-parse", "rocm-6.2.4^{commit}"]);
+    assert!(prov.contains(&format!("commit = \"{commit}\"")), "{prov}");
+    assert!(
+        prov.contains("name = \"0002-handlehip-host-alloc.patch\""),
+        "{prov}"
+    );
+    assert!(prov.contains("MIOPEN_USE_MLIR = \"OFF\""), "{prov}");
+    assert!(prov.contains("path = \"lib/libMIOpen.so.1\""), "{prov}");
+    assert!(!sb.prefix.join(".rdna1-patch-staging").exists());
+
+    // A log of the run is kept, with the compiler command lines in it.
+    let log = std::fs::read_to_string(sb.work.join("mini/miopen/logs/latest.log")).unwrap();
+    assert!(log.contains("handlehip.cpp"), "{log}");
+}
+
+#[test]
+fn second_build_fetches_nothing_writes_nothing_compiles_nothing() {
+    let sb = Sandbox::new();
+    sb.build(&[]).ok();
+    let src_before = snapshot(&sb.src());
+    let prefix_before = snapshot(&sb.prefix);
+    // No origin any more: any git transfer would fail.
+    std::fs::rename(&sb.origin, sb.root.join("origin-gone")).unwrap();
+
+    let run = sb.build(&[]).ok();
+    assert!(
+        run.stderr.contains("(cached, no network)"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("no file written"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Configure up to date"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("Build up to date"), "{}", run.stderr);
+    assert!(run.compiled().is_empty(), "{}", run.stderr);
+    assert!(run.stderr.contains("is up to date"), "{}", run.stderr);
+    assert_eq!(
+        snapshot(&sb.src()),
+        src_before,
+        "source files were rewritten"
+    );
+    assert_eq!(
+        snapshot(&sb.prefix),
+        prefix_before,
+        "prefix files were rewritten"
+    );
+}
+
+#[test]
+fn a_changed_patch_recompiles_only_what_it_touches() {
+    let sb = Sandbox::new();
+    let first = sb.build(&[]).ok();
+    assert_eq!(first.compiled().len(), 4, "{}", first.stderr);
+    let handlehip = sb.src().join("src/hip/handlehip.cpp");
+    let before = std::fs::metadata(&handlehip).unwrap().modified().unwrap();
+
+    sb.edit_patch(
+        "0003-find-fast-mode.patch",
+        "+        exhaustiveSearch = 0;\n",
+        "+        exhaustiveSearch = 0;\n+        static __attribute__((used)) const char note[] = \"[RDNA1 PATCH] fast find chosen\";\n",
+    );
+    // The hunk grew by one line.
+    sb.edit_patch(
+        "0003-find-fast-mode.patch",
+        "@@ -2,13 +2,28 @@",
+        "@@ -2,13 +2,29 @@",
+    );
+    let run = sb.build(&[]).ok();
+    assert!(
+        run.stderr
+            .contains("writing 1 file(s): src/convolution_api.cpp"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.compiled(),
+        vec!["convolution_api.cpp.o"],
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::metadata(&handlehip).unwrap().modified().unwrap(),
+        before
+    );
+    let lib = std::fs::read(sb.prefix.join("lib/libMIOpen.so.1.0.0")).unwrap();
+    assert!(contains_bytes(&lib, "[RDNA1 PATCH] fast find chosen"));
+
+    // Dropping the patch from the series puts its file back as the tag has it.
+    std::fs::write(
+        sb.series.join("series"),
+        "0001-rdna1-detection.patch\n0002-handlehip-host-alloc.patch\n",
+    )
+    .unwrap();
+    let run = sb.build(&[]).ok();
+    assert_eq!(
+        run.compiled(),
+        vec!["convolution_api.cpp.o"],
+        "{}",
+        run.stderr
+    );
+    let pristine = git(&sb.src(), &["show", "HEAD:src/convolution_api.cpp"]);
+    let now = std::fs::read_to_string(sb.src().join("src/convolution_api.cpp")).unwrap();
+    assert_eq!(now.trim_end(), pristine);
+}
+
+#[test]
+fn a_hunk_that_does_not_apply_changes_nothing() {
+    let sb = Sandbox::new();
+    sb.build(&["--stop-after", "fetch"]).ok();
+    let before = snapshot(&sb.src());
+    sb.edit_patch(
+        "0002-handlehip-host-alloc.patch",
+        "-        result = host_malloc(sz);",
+        "-        result = host_alloc(sz);",
+    );
+    let run = sb.build(&["--stop-after", "patch"]).fails();
+    for needle in [
+        "0002-handlehip-host-alloc.patch",
+        "src/hip/handlehip.cpp",
+        "hunk #3 (@@ -26,7 +40,7 @@)",
+        "fuzz is not",
+    ] {
+        assert!(
+            run.stderr.contains(needle),
+            "missing {needle:?} in:\n{}",
+            run.stderr
+        );
+    }
+    // Patch 0001 applies, but nothing is written unless the whole series does.
+    assert!(!sb.src().join("src/include/miopen/rdna1.hpp").exists());
+    assert_eq!(snapshot(&sb.src()), before, "the tree changed");
+}
+
+#[test]
+fn patches_that_escape_the_tree_are_rejected() {
+    let sb = Sandbox::new();
+    let evil = "Subject: [PATCH] escape\n\nMarker: [RDNA1 PATCH] x\n---\ndiff --git a/../outside.txt b/../outside.txt\nnew file mode 100644\n--- /dev/null\n+++ b/../outside.txt\n@@ -0,0 +1 @@\n+pwned\n";
+    std::fs::write(sb.series.join("0004-evil.patch"), evil).unwrap();
+    let series = std::fs::read_to_string(sb.series.join("series")).unwrap();
+    std::fs::write(
+        sb.series.join("series"),
+        format!("{series}0004-evil.patch\n"),
+    )
+    .unwrap();
+    let run = sb.build(&["--stop-after", "patch"]).fails();
+    assert!(run.stderr.contains("0004-evil.patch"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("outside the source tree"),
+        "{}",
+        run.stderr
+    );
+    assert!(!sb.work.join("mini/miopen/outside.txt").exists());
+    // Rejected before the fetch even starts.
+    assert!(!sb.src().exists());
+
+    // Through a symlink that the source tree itself carries.
+    let sb = Sandbox::new();
+    let outside = sb.root.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, sb.origin.join("src/link")).unwrap();
+    git(&sb.origin, &["add", "-A"]);
+    git(&sb.origin, &["commit", "-q", "-m", "link"]);
+    git(
+        &sb.origin,
+        &["tag", "-f", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"],
+    );
+    let via_link = "Subject: [PATCH] via link\n\n---\ndiff --git a/src/link/x.txt b/src/link/x.txt\nnew file mode 100644\n--- /dev/null\n+++ b/src/link/x.txt\n@@ -0,0 +1 @@\n+pwned\n";
+    std::fs::write(sb.series.join("0004-link.patch"), via_link).unwrap();
+    std::fs::write(
+        sb.series.join("series"),
+        format!("{series}0004-link.patch\n"),
+    )
+    .unwrap();
+    let run = sb.build(&["--stop-after", "patch"]).fails();
+    assert!(run.stderr.contains("is a symlink"), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    assert!(!sb.src().join("src/include/miopen/rdna1.hpp").exists());
+}
+
+#[test]
+fn a_bad_profile_is_named_with_line_and_column() {
+    let sb = Sandbox::new();
+    sb.write_profile(|t| {
+        t.replace(
+            "build_type = \"Release\"",
+            "build_type = \"Release\"\nbuild_typo = \"Debug\"",
+        )
+    });
+    let run = sb.build(&[]).fails();
+    assert!(run.stderr.contains("mini.toml"), "{}", run.stderr);
+    assert!(run.stderr.contains("line 21, column 1"), "{}", run.stderr);
+    assert!(run.stderr.contains("build_typo"), "{}", run.stderr);
+    assert!(!sb.work.exists());
+
+    let run = sb.run(&["build", "--profile", "no-such-profile"]).fails();
+    assert!(
+        run.stderr
+            .contains("no built-in profile named `no-such-profile`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("rocm-6.2.4"), "{}", run.stderr);
+}
+
+#[test]
+fn a_define_the_project_never_reads_is_warned_about() {
+    let sb = Sandbox::new();
+    let run = sb
+        .build(&[
+            "--stop-after",
+            "configure",
+            "-D",
+            "MIOPEN_USE_HIPBLASLT=OFF",
+        ])
+        .ok();
+    assert!(
+        run.stderr.contains("warning: define MIOPEN_USE_HIPBLASLT is not read by any CMake file of miopen at rocm-6.2.4"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("define MIOPEN_USE_MLIR"),
+        "{}",
+        run.stderr
+    );
+    let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
+    assert!(
+        cache.contains("MIOPEN_USE_MLIR:BOOL=OFF"),
+        "profile defines reach CMake"
+    );
+    assert!(cache.contains("GPU_TARGETS:STRING=gfx1010;gfx1011;gfx1012"));
+}
+
+#[test]
+fn a_failing_compile_shows_the_log_tail_and_installs_nothing() {
+    let sb = Sandbox::new();
+    let run = sb
+        .build(&["-D", "CMAKE_CXX_FLAGS=-DMIOPEN_MINI_BREAK_BUILD"])
+        .fails();
+    assert!(run.stderr.contains("the build failed"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("this fixture build fails on purpose"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("the full log is"), "{}", run.stderr);
+    assert!(!sb.prefix.exists(), "nothing may be installed");
+}
+
+#[test]
+fn an_unwritable_prefix_is_a_clear_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let locked = sb.root.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let prefix = locked.join("rocm-miopen-rdna1");
+    let args = sb.build_args(&["--prefix", prefix.to_str().unwrap()]);
+    // Root ignores permission bits; drop the capabilities that let it.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--bounding-set=-dac_override,-dac_read_search,-fowner",
+            crate::support::BIN,
+        ]);
+        c
+    } else {
+        Command::new(crate::support::BIN)
+    };
+    let out = cmd.args(&args).current_dir(&sb.root).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot write to the install prefix {}",
+            prefix.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sudo") && stderr.contains("--prefix"),
+        "{stderr}"
+    );
+    assert!(!prefix.exists());
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_moved_tag_stops_the_build_unless_updated() {
+    let sb = Sandbox::new();
+    sb.build(&["--stop-after", "fetch"]).ok();
+    let first = git(&sb.origin, &["rev-parse", "rocm-6.2.4^{commit}"]);
+    let lock = std::fs::read_to_string(sb.work.join("mini/sources.lock")).unwrap();
+    assert!(lock.contains(&first), "{lock}");
+
+    std::fs::write(sb.origin.join("README"), "moved\n").unwrap();
+    git(&sb.origin, &["add", "-A"]);
+    git(&sb.origin, &["commit", "-q", "-m", "after the release"]);
+    git(
+        &sb.origin,
+        &["tag", "-f", "-a", "rocm-6.2.4", "-m", "moved"],
+    );
+    let moved = git(&sb.origin, &["rev-parse", "rocm-6.2.4^{commit}"]);
+
+    // A cached checkout is used as is; a fresh fetch sees the move.
+    std::fs::remove_dir_all(sb.src()).unwrap();
+    let run = sb.build(&["--stop-after", "fetch"]).fails();
+    assert!(
+        run.stderr.contains(&format!("now resolves to {moved}")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("--update"), "{}", run.stderr);
+    assert!(
+        std::fs::read_to_string(sb.work.join("mini/sources.lock"))
+            .unwrap()
+            .contains(&first)
+    );
+
+    let run = sb.build(&["--stop-after", "fetch", "--update"]).ok();
+    assert!(run.stderr.contains("accepting moved tag"), "{}", run.stderr);
+    assert!(
+        std::fs::read_to_string(sb.work.join("mini/sources.lock"))
+            .unwrap()
+            .contains(&moved)
+    );
+    assert_eq!(git(&sb.src(), &["rev-parse", "HEAD"]), moved);
+}
+
+#[test]
+fn a_pinned_commit_must_match() {
+    let sb = Sandbox::new();
+    sb.write_profile(|t| {
+        t.replace(
+            "tag = \"rocm-6.2.4\"",
+            "tag = \"rocm-6.2.4\"\ncommit = \"0123456789abcdef0123456789abcdef01234567\"",
+        )
+    });
+    let run = sb.build(&["--stop-after", "fetch"]).fails();
+    assert!(
+        run.stderr.contains("pins commit 0123456789abcdef"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_changes_nothing() {
+    let sb = Sandbox::new();
+    let run = sb.build(&["--dry-run", "-D", "MIOPEN_USE_MLIR=ON"]).ok();
+    for needle in [
+        "tag rocm-6.2.4 commit (resolved on first fetch)",
+        "0002-handlehip-host-alloc.patch  handlehip: non-coherent host-memory fallback on RDNA1",
+        "'-DMIOPEN_USE_MLIR=ON'",
+        "-G 'Ninja'",
+        &format!("install:   {}", sb.prefix.display()),
+    ] {
+        assert!(
+            run.stdout.contains(needle),
+            "missing {needle:?} in:\n{}",
+            run.stdout
+        );
+    }
+    assert!(!sb.work.exists());
+    assert!(!sb.prefix.exists());
+}
+
+#[test]
+fn missing_tools_are_reported_before_any_fetch() {
+    let sb = Sandbox::new();
+    sb.write_profile(|t| {
+        t.replace(
+            "CMAKE_PREFIX_PATH",
+            "CMAKE_CXX_COMPILER = \"/nonexistent/amdclang++\"\nCMAKE_PREFIX_PATH",
+        )
+    });
+    let no_rocm = sb.root.join("no-rocm");
+    let mut args = sb.build_args(&[]);
+    let at = args.iter().position(|a| a == "--rocm").unwrap();
+    args[at + 1] = no_rocm.display().to_string();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = sb.run(&args).fails();
+    assert!(
+        run.stderr.contains("/nonexistent/amdclang++"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("ROCm at {}", no_rocm.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("--rocm DIR"), "{}", run.stderr);
+    assert!(!sb.src().exists(), "nothing fetched");
+}
+
+#[test]
+fn make_generator_builds_too() {
+    let sb = Sandbox::new();
+    let run = sb.build(&["--generator", "make"]).ok();
+    assert_eq!(run.compiled().len(), 4, "{}", run.stderr);
+    assert!(sb.prefix.join("lib/libMIOpen.so.1.0.0").is_file());
+    let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
+    assert!(cache.contains("CMAKE_GENERATOR:INTERNAL=Unix Makefiles"));
+    // Switching generators on a kept build dir is refused with the fix.
+    let run = sb.build(&["--generator", "ninja"]).fails();
+    assert!(run.stderr.contains("--clean"), "{}", run.stderr);
+    sb.build(&["--generator", "ninja", "--clean"]).ok();
+}
+
+#[test]
+fn ctrl_c_stops_the_compilers_and_the_build_resumes() {
+    let sb = Sandbox::new();
+    let launcher = sb.root.join("slow-cc.sh");
+    let pids = sb.root.join("pids");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\necho $$ >> {}\nsleep 60\nexec \"$@\"\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&launcher)
+        .status()
+        .unwrap();
+    let define = format!("CMAKE_CXX_COMPILER_LAUNCHER={}", launcher.display());
+    let child = sb
+        .cmd()
+        .args(sb.build_args(&["-D", &define]))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !pids.exists() || std::fs::read_to_string(&pids).unwrap().lines().count() < 2 {
+        assert!(start.elapsed().as_secs() < 60, "the compile never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Signal only our process, as `kill -INT` would: it must pass it on.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("run the same command again to resume"),
+        "{stderr}"
+    );
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "compiler launcher {pid} still runs");
+    }
+    assert!(!sb.prefix.exists());
+    // Without the slow launcher the same work dir finishes the build: the
+    // dropped define is unset in CMake's cache, not silently kept.
+    let launched = std::fs::read_to_string(&pids).unwrap();
+    let run = sb.build(&[]).ok();
+    assert!(
+        run.stderr.contains("-UCMAKE_CXX_COMPILER_LAUNCHER"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&pids).unwrap(),
+        launched,
+        "the launcher ran again"
+    );
+    assert!(sb.prefix.join("lib/libMIOpen.so.1.0.0").is_file());
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests: the real binary against real git, CMake, a compiler and
+//! md5sum, on the miopen-mini fixture. One test binary, so the fixtures and
+//! the binary are built once.
+
+mod build;
+mod patches;
+mod support;

@@ -1,0 +1,203 @@
+use crate::support::{Sandbox, copy_dir, fixtures, git};
+
+#[test]
+fn list_shows_every_series_with_files_and_markers() {
+    let sb = Sandbox::new();
+    let run = sb
+        .run(&["patches", "list", "--profile", sb.profile.to_str().unwrap()])
+        .ok();
+    assert!(
+        run.stdout.contains("mini miopen rocm-6.2.4"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("0001-rdna1-detection.patch  Add is_gpu_rdna1(), shared by the RDNA1 fixes"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("files: src/include/miopen/rdna1.hpp"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("marker: [RDNA1 PATCH] convolution_api: fast find"),
+        "{}",
+        run.stdout
+    );
+    // The built-in profiles need no checkout.
+    let run = sb.run(&["patches", "list"]).ok();
+    assert!(
+        run.stdout
+            .contains("rocm-6.2.4 miopen rocm-6.2.4 (built-in patches/miopen/rocm-6.2.4)"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn check_says_whether_a_tree_takes_the_series() {
+    let sb = Sandbox::new();
+    let tree = sb.root.join("tree");
+    copy_dir(&fixtures().join("miopen-mini"), &tree);
+    let before = crate::support::snapshot(&tree);
+    let check = |sb: &Sandbox| {
+        sb.run(&[
+            "patches",
+            "check",
+            "--profile",
+            sb.profile.to_str().unwrap(),
+            "--source",
+            tree.to_str().unwrap(),
+        ])
+    };
+    let run = check(&sb).ok();
+    assert!(
+        run.stdout.contains("ok       0003-find-fast-mode.patch"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("3 patches apply cleanly"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        crate::support::snapshot(&tree),
+        before,
+        "check must not write"
+    );
+
+    // Upstream drifted: one patch no longer fits.
+    let f = tree.join("src/convolution_api.cpp");
+    let text = std::fs::read_to_string(&f).unwrap();
+    std::fs::write(
+        &f,
+        text.replace(
+            "return miopenStatusBadParm;",
+            "return miopenStatusBadParm; // drift",
+        ),
+    )
+    .unwrap();
+    let run = check(&sb).fails();
+    assert!(run.stderr.contains("patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@)"), "{}", run.stderr);
+
+    // A tree that already has a patch reports it as applied, not as a failure.
+    std::fs::write(&f, text).unwrap();
+    let hpp = std::fs::read_to_string(sb.series.join("0001-rdna1-detection.patch")).unwrap();
+    let body: String = hpp
+        .split("+++ b/src/include/miopen/rdna1.hpp\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| format!("{}\n", &l[1..]))
+        .collect();
+    std::fs::write(tree.join("src/include/miopen/rdna1.hpp"), body).unwrap();
+    let run = check(&sb).ok();
+    assert!(
+        run.stdout
+            .contains("applied  0001-rdna1-detection.patch (already in the tree)"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn refresh_rewrites_a_patch_from_the_edited_checkout() {
+    let sb = Sandbox::new();
+    sb.build(&["--stop-after", "patch"]).ok();
+    let src = sb.src();
+    // Edit what patch 0002 changed, in the patched checkout.
+    let f = src.join("src/hip/handlehip.cpp");
+    let text = std::fs::read_to_string(&f).unwrap();
+    std::fs::write(
+        &f,
+        text.replace(
+            "posix_memalign(&p, 4096, sz)",
+            "posix_memalign(&p, 65536, sz)",
+        ),
+    )
+    .unwrap();
+    let run = sb
+        .run(&[
+            "patches",
+            "refresh",
+            "0002-handlehip-host-alloc.patch",
+            "--profile",
+            sb.profile.to_str().unwrap(),
+            "--source",
+            src.to_str().unwrap(),
+        ])
+        .ok();
+    assert!(run.stdout.contains("refreshed"), "{}", run.stdout);
+    let patch = std::fs::read_to_string(sb.series.join("0002-handlehip-host-alloc.patch")).unwrap();
+    assert!(
+        patch.starts_with("From: rdna1-patch fixture"),
+        "header kept:\n{patch}"
+    );
+    assert!(
+        patch.contains("Marker: [RDNA1 PATCH] handlehip: non-coherent host fallback"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("+    if(posix_memalign(&p, 65536, sz) != 0)"),
+        "{patch}"
+    );
+
+    // Refreshing again changes nothing; the new series builds.
+    let run = sb
+        .run(&[
+            "patches",
+            "refresh",
+            "0002-handlehip-host-alloc.patch",
+            "--profile",
+            sb.profile.to_str().unwrap(),
+            "--source",
+            src.to_str().unwrap(),
+        ])
+        .ok();
+    assert!(run.stdout.contains("is up to date"), "{}", run.stdout);
+    let run = sb.build(&["--stop-after", "patch"]).ok();
+    assert!(run.stderr.contains("no file written"), "{}", run.stderr);
+
+    // A fresh checkout of the tag takes the refreshed series.
+    let fresh = sb.root.join("fresh");
+    git(
+        &sb.root,
+        &[
+            "clone",
+            "-q",
+            "--branch",
+            "rocm-6.2.4",
+            sb.origin.to_str().unwrap(),
+            fresh.to_str().unwrap(),
+        ],
+    );
+    sb.run(&[
+        "patches",
+        "check",
+        "--profile",
+        sb.profile.to_str().unwrap(),
+        "--source",
+        fresh.to_str().unwrap(),
+    ])
+    .ok();
+
+    // Built-in series cannot be edited in place.
+    let run = sb
+        .run(&[
+            "patches",
+            "refresh",
+            "x.patch",
+            "--profile",
+            "rocm-6.2.4",
+            "--source",
+            src.to_str().unwrap(),
+        ])
+        .fails();
+    assert!(run.stderr.contains("rocm-6.2.4"), "{}", run.stderr);
+}
