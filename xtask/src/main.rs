@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("demo") => demo::run(&root()),
+        Some("demo") => demo::run_demo(&root()),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox"
