@@ -320,11 +320,23 @@ mod tests {
             let p = Profile::load(&name).unwrap();
             assert_eq!(p.name, name, "profile file name and `name` key must agree");
             for c in p.components.values() {
-                let series = p.series_dir(c).unwrap();
-                assert!(
-                    series.read("series").unwrap().is_some(),
-                    "{series} has no series file"
-                );
+                let dir = p.series_dir(c).unwrap();
+                // Loading parses every patch and rejects paths outside the tree.
+                let series = crate::patch::Series::load(&dir).unwrap();
+                assert!(!series.patches.is_empty(), "{dir} has no patches");
+                for patch in &series.patches {
+                    let marker = patch.marker.as_deref().unwrap_or_default();
+                    assert!(
+                        marker.contains("[RDNA1 PATCH]"),
+                        "{} declares no [RDNA1 PATCH] marker",
+                        patch.name
+                    );
+                    assert!(
+                        !patch.files.is_empty() && !patch.subject.is_empty(),
+                        "{}",
+                        patch.name
+                    );
+                }
             }
         }
     }

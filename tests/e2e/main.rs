@@ -3,5 +3,6 @@
 //! the binary are built once.
 
 mod build;
+mod miopen;
 mod patches;
 mod support;
