@@ -122,8 +122,8 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
         ),
     )
     .unwrap();
-    let run = sb
-        .run(&[
+    let refresh = || {
+        sb.run(&[
             "patches",
             "refresh",
             "0002-handlehip-host-alloc.patch",
@@ -132,7 +132,9 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
             "--source",
             src.to_str().unwrap(),
         ])
-        .ok();
+        .ok()
+    };
+    let run = refresh();
     assert!(run.stdout.contains("refreshed"), "{}", run.stdout);
     let patch = std::fs::read_to_string(sb.series.join("0002-handlehip-host-alloc.patch")).unwrap();
     assert!(
@@ -149,17 +151,7 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
     );
 
     // Refreshing again changes nothing; the new series builds.
-    let run = sb
-        .run(&[
-            "patches",
-            "refresh",
-            "0002-handlehip-host-alloc.patch",
-            "--profile",
-            sb.profile.to_str().unwrap(),
-            "--source",
-            src.to_str().unwrap(),
-        ])
-        .ok();
+    let run = refresh();
     assert!(run.stdout.contains("is up to date"), "{}", run.stdout);
     let run = sb.build(&["--stop-after", "patch"]).ok();
     assert!(run.stderr.contains("no file written"), "{}", run.stderr);
