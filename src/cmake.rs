@@ -263,23 +263,15 @@ impl Configure<'_> {
         let run = run_logged(duct::cmd(&tools.cmake, &args), &shown, log, |_| {})?;
         if !run.success {
             // Keep the define list so the next run still unsets stale ones.
-            let keep = Stamp {
-                hash: String::new(),
-                defines: previous,
-            };
-            let _ =
-                fsutil::write_atomic(&self.stamp_file(), toml::to_string(&keep)?.as_bytes(), None);
+            let _ = self.write_stamp(String::new(), previous);
             return Err(step_failed("cmake configure", &run, log));
         }
-        let stamp = Stamp {
-            hash: self.stamp(tools),
-            defines: self.defines.keys().cloned().collect(),
-        };
-        fsutil::write_atomic(
-            &self.stamp_file(),
-            toml::to_string(&stamp)?.as_bytes(),
-            None,
-        )
+        self.write_stamp(self.stamp(tools), self.defines.keys().cloned().collect())
+    }
+
+    fn write_stamp(&self, hash: String, defines: Vec<String>) -> Result<()> {
+        let text = toml::to_string(&Stamp { hash, defines })?;
+        fsutil::write_atomic(&self.stamp_file(), text.as_bytes(), None)
     }
 }
 

@@ -6,28 +6,18 @@ fn list_shows_every_series_with_files_and_markers() {
     let run = sb
         .run(&["patches", "list", "--profile", sb.profile.to_str().unwrap()])
         .ok();
-    assert!(
-        run.stdout.contains("mini miopen rocm-6.2.4"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("0001-rdna1-detection.patch  Add is_gpu_rdna1(), shared by the RDNA1 fixes"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("files: src/include/miopen/rdna1.hpp"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("marker: [RDNA1 PATCH] convolution_api: fast find"),
-        "{}",
-        run.stdout
-    );
+    for needle in [
+        "mini miopen rocm-6.2.4",
+        "0001-rdna1-detection.patch  Add is_gpu_rdna1(), shared by the RDNA1 fixes",
+        "files: src/include/miopen/rdna1.hpp",
+        "marker: [RDNA1 PATCH] convolution_api: fast find",
+    ] {
+        assert!(
+            run.stdout.contains(needle),
+            "missing {needle:?} in:\n{}",
+            run.stdout
+        );
+    }
     // The built-in profiles need no checkout.
     let run = sb.run(&["patches", "list"]).ok();
     assert!(

@@ -9,15 +9,11 @@ use anyhow::{Context, Result};
 use crate::run;
 
 pub fn run_demo(root: &Path) -> Result<()> {
-    run(
-        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "--bin", "rdna1-patch"])
-            .current_dir(root),
-    )?;
+    run(crate::cargo().args(["build", "--quiet", "--bin", "rdna1-patch"]))?;
     let bin = root.join("target/debug/rdna1-patch");
     let keep = std::env::var_os("RDNA1_DEMO_KEEP").is_some();
-    let tmp = tempfile_dir()?;
-    let sb = tmp.as_path();
+    let sandbox = tempfile_dir()?;
+    let sb = sandbox.as_path();
     println!(
         "demo sandbox: {} ({})",
         sb.display(),
