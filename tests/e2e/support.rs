@@ -1,5 +1,5 @@
-//! A sandbox per test: a real git origin made from the fixture project, a
-//! fake ROCm dir, the fixture's patch series and a profile pointing at them.
+//! A sandbox per test (the testkit's fixture in a temp dir), and running the
+//! real binary in it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,52 +7,19 @@ use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_rdna1-patch");
 
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "fixture")
-        .env("GIT_AUTHOR_EMAIL", "fixture@rdna1-patch.invalid")
-        .env("GIT_COMMITTER_NAME", "fixture")
-        .env("GIT_COMMITTER_EMAIL", "fixture@rdna1-patch.invalid")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
+pub use rdna1_testkit::Fixture;
+pub use rdna1_testkit::{FakeTorch, TorchKind, copy_dir, fixtures, git};
 
 pub struct Sandbox {
     _tmp: tempfile::TempDir,
-    pub root: PathBuf,
-    pub origin: PathBuf,
-    pub rocm: PathBuf,
-    pub series: PathBuf,
-    pub profile: PathBuf,
-    pub work: PathBuf,
-    pub prefix: PathBuf,
+    pub fx: Fixture,
+}
+
+impl std::ops::Deref for Sandbox {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.fx
+    }
 }
 
 /// What one run printed, and how it ended.
@@ -106,40 +73,8 @@ impl Run {
 impl Sandbox {
     pub fn new() -> Sandbox {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_owned();
-        let origin = root.join("origin");
-        copy_dir(&fixtures().join("miopen-mini"), &origin);
-        git(&origin, &["init", "-q", "-b", "main"]);
-        git(&origin, &["add", "-A"]);
-        git(&origin, &["commit", "-q", "-m", "MIOpen mini"]);
-        git(&origin, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
-        let rocm = root.join("rocm");
-        std::fs::create_dir_all(rocm.join(".info")).unwrap();
-        std::fs::write(rocm.join(".info/version"), "6.2.4-120\n").unwrap();
-        let series = root.join("series");
-        copy_dir(&fixtures().join("series/miopen-mini"), &series);
-        let sb = Sandbox {
-            profile: root.join("mini.toml"),
-            work: root.join("work"),
-            prefix: root.join("prefix"),
-            _tmp: tmp,
-            root,
-            origin,
-            rocm,
-            series,
-        };
-        sb.write_profile(|t| t);
-        sb
-    }
-
-    /// Write the profile, letting the test edit the template text first.
-    pub fn write_profile(&self, edit: impl FnOnce(String) -> String) {
-        let text = std::fs::read_to_string(fixtures().join("profiles/mini.toml"))
-            .unwrap()
-            .replace("@URL@", self.origin.to_str().unwrap())
-            .replace("@PATCHES@", "series")
-            .replace("@PREFIX@", self.prefix.to_str().unwrap());
-        std::fs::write(&self.profile, edit(text)).unwrap();
+        let fx = Fixture::create(tmp.path());
+        Sandbox { _tmp: tmp, fx }
     }
 
     pub fn src(&self) -> PathBuf {
@@ -162,17 +97,8 @@ impl Sandbox {
 
     /// `build` with the sandbox's profile, work dir and ROCm, plus `extra`.
     pub fn build_args(&self, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = vec![
-            "build".into(),
-            "--profile".into(),
-            self.profile.display().to_string(),
-            "--work-dir".into(),
-            self.work.display().to_string(),
-            "--rocm".into(),
-            self.rocm.display().to_string(),
-            "--jobs".into(),
-            "2".into(),
-        ];
+        let mut args = self.fx.build_args();
+        args.extend(["--jobs".into(), "2".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }

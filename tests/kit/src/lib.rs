@@ -1,0 +1,203 @@
+//! Fixture sandboxes shared by the e2e tests, `cargo xtask demo` and
+//! `cargo xtask bench`: a real tagged git origin made from the miopen-mini
+//! project, a fake ROCm dir whose HIP runtime is a real ELF library, the
+//! fixture's patch series, a profile pointing at all of them, and fake torch
+//! packages with real ELF libraries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The repository's tests/fixtures.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+/// Run git in `dir` with a fixed identity and no user or system config.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "fixture")
+        .env("GIT_AUTHOR_EMAIL", "fixture@rdna1-patch.invalid")
+        .env("GIT_COMMITTER_NAME", "fixture")
+        .env("GIT_COMMITTER_EMAIL", "fixture@rdna1-patch.invalid")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Copy a tree, keeping symlinks as symlinks.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dest).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// tests/fixtures/fake-runtime built and installed once per process:
+/// `rocm/lib/libamdhip64.so*` and `torch/lib/*.so`.
+pub fn runtime() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // Kept for the life of the process: every sandbox copies from it.
+        let dir = tempfile::Builder::new()
+            .prefix("rdna1-fake-runtime-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let build = dir.join("build");
+        run(Command::new("cmake")
+            .arg("-S")
+            .arg(fixtures().join("fake-runtime"))
+            .arg("-B")
+            .arg(&build));
+        run(Command::new("cmake").arg("--build").arg(&build));
+        run(Command::new("cmake")
+            .arg("--install")
+            .arg(&build)
+            .arg("--prefix")
+            .arg(dir.join("out")));
+        dir.join("out")
+    })
+}
+
+/// Everything `rdna1-patch build` needs, under one root.
+pub struct Fixture {
+    pub root: PathBuf,
+    pub origin: PathBuf,
+    pub rocm: PathBuf,
+    pub series: PathBuf,
+    pub profile: PathBuf,
+    pub work: PathBuf,
+    pub prefix: PathBuf,
+}
+
+impl Fixture {
+    pub fn create(root: &Path) -> Fixture {
+        let origin = root.join("origin");
+        copy_dir(&fixtures().join("miopen-mini"), &origin);
+        git(&origin, &["init", "-q", "-b", "main"]);
+        git(&origin, &["add", "-A"]);
+        git(&origin, &["commit", "-q", "-m", "MIOpen mini"]);
+        git(&origin, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
+        let rocm = root.join("rocm");
+        std::fs::create_dir_all(rocm.join(".info")).unwrap();
+        std::fs::write(rocm.join(".info/version"), "6.2.4-120\n").unwrap();
+        copy_dir(&runtime().join("rocm/lib"), &rocm.join("lib"));
+        let series = root.join("series");
+        copy_dir(&fixtures().join("series/miopen-mini"), &series);
+        let fx = Fixture {
+            root: root.to_owned(),
+            profile: root.join("mini.toml"),
+            work: root.join("work"),
+            prefix: root.join("prefix"),
+            origin,
+            rocm,
+            series,
+        };
+        fx.write_profile(|t| t);
+        fx
+    }
+
+    /// Write the profile, letting the caller edit the template text first.
+    pub fn write_profile(&self, edit: impl FnOnce(String) -> String) {
+        let text = std::fs::read_to_string(fixtures().join("profiles/mini.toml"))
+            .unwrap()
+            .replace("@URL@", self.origin.to_str().unwrap())
+            .replace("@PATCHES@", "series")
+            .replace("@PREFIX@", self.prefix.to_str().unwrap());
+        std::fs::write(&self.profile, edit(text)).unwrap();
+    }
+
+    /// Arguments for `rdna1-patch build` on this fixture.
+    pub fn build_args(&self) -> Vec<String> {
+        [
+            "build",
+            "--profile",
+            self.profile.to_str().unwrap(),
+            "--work-dir",
+            self.work.to_str().unwrap(),
+            "--rocm",
+            self.rocm.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+/// What kind of torch a fake package pretends to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TorchKind {
+    /// A ROCm wheel: version.py has `hip`, lib/ has libMIOpen.so.
+    Rocm,
+    /// A CPU wheel: no hip, no libMIOpen.so.
+    Cpu,
+}
+
+/// A fake torch package in `site/torch`, importable with `PYTHONPATH=site`.
+pub struct FakeTorch {
+    pub site: PathBuf,
+    pub dir: PathBuf,
+    pub lib: PathBuf,
+}
+
+impl FakeTorch {
+    /// `version` like "2.5.1+rocm6.2", `hip` like "6.2.41133-dd7f95766".
+    pub fn create(site: &Path, kind: TorchKind, version: &str, hip: &str) -> FakeTorch {
+        let dir = site.join("torch");
+        copy_dir(&fixtures().join("fake-torch/torch"), &dir);
+        let hip = match kind {
+            TorchKind::Rocm => format!("'{hip}'"),
+            TorchKind::Cpu => "None".to_owned(),
+        };
+        // The shape of the version.py that torch's setup.py writes.
+        std::fs::write(
+            dir.join("version.py"),
+            format!(
+                "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = None\ngit_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\nhip: Optional[str] = {hip}\n"
+            ),
+        )
+        .unwrap();
+        let lib = dir.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if kind == TorchKind::Rocm {
+            copy_dir(&runtime().join("torch/lib"), &lib);
+        }
+        FakeTorch {
+            site: site.to_owned(),
+            dir,
+            lib,
+        }
+    }
+
+    pub fn miopen(&self) -> PathBuf {
+        self.lib.join("libMIOpen.so")
+    }
+}
