@@ -22,6 +22,12 @@ pub struct Cli {
 enum Command {
     /// Fetch, patch, configure, build and install a component (today: miopen)
     Build(commands::build::Args),
+    /// Swap the built library into torch (journaled; `rollback` undoes it)
+    Install(commands::install::Args),
+    /// Put torch's original library back
+    Rollback(commands::rollback::Args),
+    /// What is built, what is installed where, and open transactions
+    Status(commands::status::Args),
     /// Work on patch series: list, check against a tree, refresh from a tree
     #[command(subcommand)]
     Patches(commands::patches::Command),
@@ -31,9 +37,14 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Build(args) => commands::build::run(args),
+        Command::Install(args) => commands::install::run(args),
+        Command::Rollback(args) => commands::rollback::run(args),
+        Command::Status(args) => commands::status::run(args),
         Command::Patches(cmd) => commands::patches::run(cmd),
         Command::Profiles(cmd) => commands::profiles::run(cmd),
     };

@@ -28,7 +28,44 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     tmp.persist(path)
         .map_err(|e| e.error)
         .with_context(|| format!("cannot replace {}", path.display()))?;
+    sync_dir(dir)
+}
+
+/// Make a rename or a new name in `dir` survive a power cut.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync {}", dir.display()))
+}
+
+/// Copy `from` to a new file `to` (replacing a leftover), with `mode`, and
+/// fsync it before returning.
+pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut src =
+        std::fs::File::open(from).with_context(|| format!("cannot read {}", from.display()))?;
+    let _ = std::fs::remove_file(to);
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(to)
+        .with_context(|| format!("cannot create {}", to.display()))?;
+    std::io::copy(&mut src, &mut dst)
+        .and_then(|_| dst.set_permissions(std::fs::Permissions::from_mode(mode)))
+        .and_then(|_| dst.sync_all())
+        .with_context(|| format!("cannot write {}", to.display()))?;
     Ok(())
+}
+
+/// The permission bits of `path`.
+pub fn mode(path: &Path) -> Result<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .permissions()
+        .mode()
+        & 0o7777)
 }
 
 /// Create `dir` and its parents, naming it in the error.

@@ -1,21 +1,29 @@
 //! rdna1-patch: build a patched MIOpen for RDNA1 GPUs and swap it into PyTorch.
 //!
 //! The modules follow the pipeline, one stage each:
-//! profile -> source -> patch -> cmake -> prefix, with `pipeline` tying them
-//! together for `build` and `commands` holding the thin CLI front ends.
+//! profile -> source -> patch -> cmake -> prefix -> torch -> txn, with
+//! `pipeline` tying the build stages together, `install` the checks before a
+//! swap, and `commands` holding the thin CLI front ends.
 
 pub mod checksum;
 pub mod cli;
 pub mod cmake;
 pub mod commands;
+pub mod elf;
 pub mod error;
 pub mod fsutil;
+pub mod install;
 pub mod interrupt;
+pub mod linker;
 pub mod patch;
 pub mod pipeline;
 pub mod prefix;
 pub mod profile;
+pub mod relink;
 pub mod source;
+pub mod status;
 pub mod tools;
+pub mod torch;
+pub mod txn;
 pub mod ui;
 pub mod workdir;

@@ -1,8 +1,13 @@
 //! One module per verb: parse arguments, call the library, nothing more.
 
 pub mod build;
+pub mod install;
 pub mod patches;
 pub mod profiles;
+pub mod rollback;
+pub mod status;
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 
@@ -19,5 +24,59 @@ pub struct ProfileArg {
 impl ProfileArg {
     pub fn load(&self) -> Result<Profile> {
         Profile::load(&self.profile)
+    }
+}
+
+/// Which torch: `--python` or `--torch-dir`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TorchArg {
+    /// The python whose torch to use (a venv's works) [default: python3 on PATH]
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// The torch package directory itself, instead of asking a python
+    #[arg(long, value_name = "DIR", conflicts_with = "python")]
+    pub torch_dir: Option<PathBuf>,
+}
+
+impl TorchArg {
+    pub fn locator(&self) -> crate::torch::Locator {
+        crate::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
+    }
+
+    pub fn given(&self) -> bool {
+        self.python.is_some() || self.torch_dir.is_some()
+    }
+}
+
+/// `--state-dir`, where transactions and backups are kept.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StateArg {
+    /// Transactions and backups [default: $XDG_STATE_HOME/rdna1-patch]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl StateArg {
+    pub fn open(&self) -> Result<crate::txn::StateDir> {
+        crate::txn::StateDir::new(self.state_dir.as_deref())
+    }
+}
+
+/// The prefix a build installed to: `--prefix`, or the profile's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PrefixArg {
+    #[command(flatten)]
+    pub profile: ProfileArg,
+    /// The install prefix of the build, instead of the profile's
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+}
+
+impl PrefixArg {
+    pub fn resolve(&self) -> Result<PathBuf> {
+        match &self.prefix {
+            Some(p) => Ok(std::path::absolute(p)?),
+            None => Ok(self.profile.load()?.prefix),
+        }
     }
 }

@@ -302,20 +302,9 @@ fn an_unwritable_prefix_is_a_clear_error() {
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
     let prefix = locked.join("rocm-miopen-rdna1");
     let args = sb.build_args(&["--prefix", prefix.to_str().unwrap()]);
-    // Root ignores permission bits; drop the capabilities that let it.
-    let mut cmd = if unsafe { libc::geteuid() } == 0 {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--bounding-set=-dac_override,-dac_read_search,-fowner",
-            crate::support::BIN,
-        ]);
-        c
-    } else {
-        Command::new(crate::support::BIN)
-    };
-    let out = cmd.args(&args).current_dir(&sb.root).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = sb.run_unprivileged(&args).fails();
+    let stderr = run.stderr;
     assert!(
         stderr.contains(&format!(
             "cannot write to the install prefix {}",

@@ -6,3 +6,4 @@ mod build;
 mod miopen;
 mod patches;
 mod support;
+mod torch;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_rdna1-patch");
 
@@ -70,11 +71,72 @@ impl Run {
     }
 }
 
+/// Shared by every test of this run, under target/tmp.
+fn shared(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The fake ROCm/torch runtime libraries, built once per run.
+pub fn runtime() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| rdna1_testkit::build_runtime(&shared("fake-runtime")))
+}
+
+/// A prefix that `rdna1-patch build` installed from the fixture, built once
+/// per run; tests that start from a build copy it.
+fn built_prefix() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = shared("built");
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let fx = Fixture::create(&root, runtime());
+        let sb = Sandbox {
+            _tmp: tempfile::tempdir().unwrap(),
+            fx,
+        };
+        sb.build(&[]).ok();
+        sb.fx.prefix.clone()
+    })
+}
+
 impl Sandbox {
     pub fn new() -> Sandbox {
         let tmp = tempfile::tempdir().unwrap();
-        let fx = Fixture::create(tmp.path());
+        let fx = Fixture::create(tmp.path(), runtime());
         Sandbox { _tmp: tmp, fx }
+    }
+
+    /// A sandbox whose prefix already holds the fixture's build.
+    pub fn built() -> Sandbox {
+        let sb = Sandbox::new();
+        copy_dir(built_prefix(), &sb.prefix);
+        sb
+    }
+
+    /// A fake torch package in `<root>/site/torch`.
+    pub fn torch(&self, kind: TorchKind, hip: &str) -> FakeTorch {
+        FakeTorch::create(
+            &self.root.join("site"),
+            runtime(),
+            kind,
+            "2.5.1+rocm6.2",
+            hip,
+        )
+    }
+
+    /// Run the binary with `args`; as root, without the capabilities that
+    /// let root ignore permission bits, so read-only really is read-only.
+    pub fn run_unprivileged(&self, args: &[&str]) -> Run {
+        let mut c = if unsafe { libc::geteuid() } == 0 {
+            let mut c = Command::new("setpriv");
+            c.args(["--bounding-set=-dac_override,-dac_read_search,-fowner", BIN]);
+            c
+        } else {
+            Command::new(BIN)
+        };
+        self.env(&mut c);
+        Run::from(c.args(args).output().unwrap())
     }
 
     pub fn src(&self) -> PathBuf {
@@ -83,12 +145,18 @@ impl Sandbox {
 
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
+        self.env(&mut c);
+        c
+    }
+
+    fn env(&self, c: &mut Command) {
         c.current_dir(&self.root)
             .env("XDG_CACHE_HOME", self.root.join("xdg-cache"))
             .env("XDG_STATE_HOME", self.root.join("xdg-state"))
+            .env("PYTHONPATH", self.root.join("site"))
+            .env_remove("FAILPOINTS")
             .env_remove("CXX")
             .env_remove("MAKEFLAGS");
-        c
     }
 
     pub fn run(&self, args: &[&str]) -> Run {

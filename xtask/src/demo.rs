@@ -26,7 +26,8 @@ pub fn run_demo(root: &Path) -> Result<()> {
             "removed at the end; RDNA1_DEMO_KEEP=1 keeps it"
         }
     );
-    let fx = Fixture::create(sb);
+    let runtime = rdna1_testkit::build_runtime(&sb.join("fake-runtime"));
+    let fx = Fixture::create(sb, &runtime);
 
     let build = |extra: &[&str]| {
         let mut c = Command::new(&bin);

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// The repository's tests/fixtures.
 pub fn fixtures() -> PathBuf {
@@ -61,31 +60,23 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// tests/fixtures/fake-runtime built and installed once per process:
-/// `rocm/lib/libamdhip64.so*` and `torch/lib/*.so`.
-pub fn runtime() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // Kept for the life of the process: every sandbox copies from it.
-        let dir = tempfile::Builder::new()
-            .prefix("rdna1-fake-runtime-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let build = dir.join("build");
-        run(Command::new("cmake")
-            .arg("-S")
-            .arg(fixtures().join("fake-runtime"))
-            .arg("-B")
-            .arg(&build));
-        run(Command::new("cmake").arg("--build").arg(&build));
-        run(Command::new("cmake")
-            .arg("--install")
-            .arg(&build)
-            .arg("--prefix")
-            .arg(dir.join("out")));
-        dir.join("out")
-    })
+/// Build tests/fixtures/fake-runtime in `dir` (incrementally, if it was
+/// built there before) and install it to `dir/out`: `rocm/lib/libamdhip64.so*`
+/// and `torch/lib/*.so`. Returns `dir/out`.
+pub fn build_runtime(dir: &Path) -> PathBuf {
+    let build = dir.join("build");
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(fixtures().join("fake-runtime"))
+        .arg("-B")
+        .arg(&build));
+    run(Command::new("cmake").arg("--build").arg(&build));
+    run(Command::new("cmake")
+        .arg("--install")
+        .arg(&build)
+        .arg("--prefix")
+        .arg(dir.join("out")));
+    dir.join("out")
 }
 
 /// Everything `rdna1-patch build` needs, under one root.
@@ -100,7 +91,8 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn create(root: &Path) -> Fixture {
+    /// `runtime` is what [`build_runtime`] returned.
+    pub fn create(root: &Path, runtime: &Path) -> Fixture {
         let origin = root.join("origin");
         copy_dir(&fixtures().join("miopen-mini"), &origin);
         git(&origin, &["init", "-q", "-b", "main"]);
@@ -110,7 +102,7 @@ impl Fixture {
         let rocm = root.join("rocm");
         std::fs::create_dir_all(rocm.join(".info")).unwrap();
         std::fs::write(rocm.join(".info/version"), "6.2.4-120\n").unwrap();
-        copy_dir(&runtime().join("rocm/lib"), &rocm.join("lib"));
+        copy_dir(&runtime.join("rocm/lib"), &rocm.join("lib"));
         let series = root.join("series");
         copy_dir(&fixtures().join("series/miopen-mini"), &series);
         let fx = Fixture {
@@ -170,7 +162,13 @@ pub struct FakeTorch {
 
 impl FakeTorch {
     /// `version` like "2.5.1+rocm6.2", `hip` like "6.2.41133-dd7f95766".
-    pub fn create(site: &Path, kind: TorchKind, version: &str, hip: &str) -> FakeTorch {
+    pub fn create(
+        site: &Path,
+        runtime: &Path,
+        kind: TorchKind,
+        version: &str,
+        hip: &str,
+    ) -> FakeTorch {
         let dir = site.join("torch");
         copy_dir(&fixtures().join("fake-torch/torch"), &dir);
         let hip = match kind {
@@ -188,7 +186,7 @@ impl FakeTorch {
         let lib = dir.join("lib");
         std::fs::create_dir_all(&lib).unwrap();
         if kind == TorchKind::Rocm {
-            copy_dir(&runtime().join("torch/lib"), &lib);
+            copy_dir(&runtime.join("torch/lib"), &lib);
         }
         FakeTorch {
             site: site.to_owned(),

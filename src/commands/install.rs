@@ -1,0 +1,54 @@
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use super::{PrefixArg, StateArg, TorchArg};
+use crate::install::{self, Request};
+use crate::ui::Ui;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The component to install
+    #[arg(default_value = "miopen")]
+    component: String,
+    /// Swap the built library into a torch install, reversibly
+    #[arg(long)]
+    into_torch: bool,
+    #[command(flatten)]
+    torch: TorchArg,
+    #[command(flatten)]
+    prefix: PrefixArg,
+    #[command(flatten)]
+    state: StateArg,
+    /// Install even if the build's ROCm major.minor differs from torch's
+    #[arg(long)]
+    force: bool,
+    /// Install the library as built: keep its NEEDED entries and RUNPATH
+    #[arg(long)]
+    no_relink: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    if args.component != "miopen" {
+        bail!(
+            "only miopen can be installed into torch, not {}",
+            args.component
+        );
+    }
+    if !args.into_torch {
+        return Err(crate::error::hint(
+            "say where to install: today that is --into-torch",
+            "`rdna1-patch install --into-torch --python ~/venv/bin/python`; `rdna1-patch build` already installed the prefix",
+        ));
+    }
+    let req = Request {
+        prefix: args.prefix.resolve()?,
+        torch: args.torch.locator(),
+        state: args.state.open()?,
+        force: args.force,
+        relink: !args.no_relink,
+        jobs: crate::checksum::default_jobs(),
+    };
+    install::run(&req, &Ui::new())?;
+    Ok(ExitCode::SUCCESS)
+}

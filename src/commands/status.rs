@@ -1,0 +1,27 @@
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::{PrefixArg, StateArg};
+use crate::status;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    prefix: PrefixArg,
+    #[command(flatten)]
+    state: StateArg,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let report = status::report(&args.prefix.resolve()?, &args.state.open()?)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print();
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,273 @@
+//! `install --into-torch`: check the build and the torch before touching
+//! anything, fit the library to torch's bundled runtimes, then swap it in
+//! through a journaled transaction.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::checksum;
+use crate::elf::{self, Library};
+use crate::error::hint;
+use crate::fsutil;
+use crate::linker;
+use crate::prefix::{self, Provenance};
+use crate::relink::{self, Relink};
+use crate::tools;
+use crate::torch::{self, Locator, Torch};
+use crate::txn::{self, BuildRec, Outcome, StateDir, Swap};
+use crate::ui::Ui;
+
+pub struct Request {
+    pub prefix: PathBuf,
+    pub torch: Locator,
+    pub state: StateDir,
+    /// Install over a ROCm major.minor mismatch.
+    pub force: bool,
+    /// Rewrite NEEDED/RUNPATH for torch's bundled libraries.
+    pub relink: bool,
+    pub jobs: usize,
+}
+
+/// A build in a prefix that checks out.
+pub struct Build {
+    pub prefix: PathBuf,
+    pub provenance: Provenance,
+    pub library: PathBuf,
+    pub elf: Library,
+}
+
+impl Build {
+    /// The ROCm version the library was built against.
+    pub fn rocm(&self) -> &str {
+        let r = &self.provenance.rocm;
+        r.found.as_deref().unwrap_or(&r.version)
+    }
+}
+
+/// The prefix's records are readable, every file matches MD5SUMS, and the
+/// library is an x86-64 shared object with the SONAME the build declared.
+pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
+    let provenance = Provenance::read(prefix).map_err(|e| {
+        hint(
+            format!("no usable build in {}: {e:#}", prefix.display()),
+            "run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
+        )
+    })?;
+    let entries = prefix::read_md5sums(prefix)?;
+    let bad = checksum::verify(prefix, &entries, jobs);
+    if !bad.is_empty() {
+        let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
+        return Err(hint(
+            format!(
+                "the build in {} does not match its MD5SUMS:\n  {}",
+                prefix.display(),
+                list.join("\n  ")
+            ),
+            "rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)",
+        ));
+    }
+    if provenance.library.path.is_empty() {
+        anyhow::bail!(
+            "the build in {} installed no {}",
+            prefix.display(),
+            provenance.library.soname
+        );
+    }
+    let library = prefix.join(&provenance.library.path);
+    let elf = elf::read(&library)?;
+    elf.check_shared_object(&library, &provenance.library.soname)?;
+    Ok(Build {
+        prefix: prefix.to_owned(),
+        provenance,
+        library,
+        elf,
+    })
+}
+
+/// The build's ROCm major.minor must be torch's; a patch level that differs
+/// is only worth a warning.
+pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Result<()> {
+    let (ours, theirs) = (build.rocm(), &torch.hip);
+    if tools::major_minor(ours) != tools::major_minor(theirs) {
+        let msg = format!(
+            "the build is for ROCm {ours} but torch {} is built for HIP {theirs}: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs",
+            torch.version
+        );
+        if !force {
+            return Err(hint(
+                msg,
+                format!(
+                    "build with a profile for ROCm {} (`rdna1-patch profiles list`), or install a torch for ROCm {}; --force installs anyway",
+                    tools::major_minor(theirs),
+                    tools::major_minor(ours)
+                ),
+            ));
+        }
+        ui.warn(format!("{msg} (installing anyway: --force)"));
+        return Ok(());
+    }
+    let ours_patch = ours
+        .split(['.', '-'])
+        .nth(2)
+        .and_then(|p| p.parse::<u32>().ok());
+    if let (Some(a), Some(b)) = (ours_patch, torch::rocm_patch(&torch.version))
+        && a != b
+    {
+        ui.warn(format!(
+            "the build is for ROCm {ours}, torch {} for ROCm {}.{b}: same major.minor, so this usually works",
+            torch.version,
+            tools::major_minor(ours)
+        ));
+    }
+    Ok(())
+}
+
+pub fn run(req: &Request, ui: &Ui) -> Result<()> {
+    let build = check_build(&req.prefix, req.jobs)?;
+    ui.stage(
+        "Build",
+        format!(
+            "{} ({} {} at {}, ROCm {}), MD5SUMS ok",
+            build.library.display(),
+            build.provenance.source.tag,
+            crate::source::short(&build.provenance.source.commit),
+            build.provenance.profile,
+            build.rocm()
+        ),
+    );
+    let torch = torch::locate(&req.torch)?;
+    ui.stage(
+        "Torch",
+        format!(
+            "{} {} (hip {}), {}",
+            torch.dir.display(),
+            torch.version,
+            torch.hip,
+            describe_target(&torch)
+        ),
+    );
+    check_versions(&build, &torch, req.force, ui)?;
+    let original = elf::read(&torch.target).ok();
+
+    let locked = req.state.lock()?;
+    for note in txn::recover(&locked)? {
+        ui.stage("Recovered", note);
+    }
+    let staged = locked.state.staging().join(
+        torch
+            .target
+            .file_name()
+            .context("torch's library has no file name")?,
+    );
+    fsutil::copy_synced(&build.library, &staged, 0o755)?;
+    let relink = if req.relink {
+        let r = relink::plan(&build.elf, original.as_ref(), &torch.lib_dir)?;
+        r.apply(&staged)?;
+        ui.stage("Relink", r.describe());
+        Some(r)
+    } else {
+        ui.note("--no-relink: installing the library as built");
+        None
+    };
+    let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
+    let swap = Swap {
+        torch: &torch,
+        build: BuildRec {
+            prefix: build.prefix.clone(),
+            library: build.library.clone(),
+            profile: build.provenance.profile.clone(),
+            rocm: build.rocm().to_owned(),
+            commit: build.provenance.source.commit.clone(),
+            build_id: build.elf.build_id.clone(),
+            relink: relink.as_ref().map(Relink::describe).unwrap_or_default(),
+        },
+        staged: &staged,
+        check: &check,
+    };
+    let outcome = txn::install(&locked, &swap);
+    let _ = std::fs::remove_file(&staged);
+    match outcome? {
+        Outcome::Installed(j) => {
+            ui.stage(
+                "Installed",
+                format!(
+                    "{} (transaction {}): MD5 {} -> {}",
+                    torch.library.display(),
+                    j.id,
+                    j.original.md5,
+                    j.new.md5
+                ),
+            );
+            ui.note(format!(
+                "the original is kept in {}; `rdna1-patch rollback` puts it back",
+                j.backup.display()
+            ));
+        }
+        Outcome::AlreadyInstalled(j) => ui.stage(
+            "Installed",
+            format!(
+                "{} already holds this build (transaction {}, {}); nothing to do",
+                torch.library.display(),
+                j.id,
+                j.created
+            ),
+        ),
+    }
+    Ok(())
+}
+
+fn describe_target(torch: &Torch) -> String {
+    if torch.target == torch.library {
+        format!("{}", torch.library.display())
+    } else {
+        format!("{} -> {}", torch.library.display(), torch.target.display())
+    }
+}
+
+/// Ask the loader what the new file in torch/lib would load: everything
+/// must resolve, and no runtime torch bundles may come from elsewhere.
+fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
+    let deps = linker::resolve(file)?;
+    let missing: Vec<&str> = deps
+        .iter()
+        .filter(|d| d.path.is_none())
+        .map(|d| d.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(hint(
+            format!(
+                "the dynamic loader cannot find {} for the new library in {}",
+                missing.join(", "),
+                torch.lib_dir.display()
+            ),
+            if relink.is_some() {
+                "torch does not bundle them and they are not on the system library path: install them (e.g. ROCm's copies, with their directory in /etc/ld.so.conf.d), or pass --no-relink to keep the build's RUNPATH"
+            } else {
+                "the build's RUNPATH no longer reaches them: rebuild, or leave out --no-relink"
+            },
+        ));
+    }
+    let dups = linker::second_copies(&deps, &torch.lib_dir)?;
+    if dups.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = dups
+        .iter()
+        .map(|(b, other)| format!("{} (torch bundles {b})", other.display()))
+        .collect();
+    let msg = format!(
+        "the new library would load a second copy of runtimes torch bundles: {}",
+        list.join(", ")
+    );
+    if relink.is_none() {
+        ui.warn(format!(
+            "{msg}; two HIP runtimes in one process is a known cause of memory faults (--no-relink)"
+        ));
+        return Ok(());
+    }
+    Err(hint(
+        msg,
+        "a library that torch's bundled ones pull in needs it; report this with `rdna1-patch status --json` attached",
+    ))
+}

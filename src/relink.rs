@@ -1,0 +1,126 @@
+//! Make the patched library load torch's bundled runtimes, not a second copy
+//! from /opt/rocm: two HIP runtimes in one process is a known way to get
+//! memory faults. The edit is patchelf's, the ecosystem's tool for it.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use crate::elf::{self, Library};
+use crate::error::hint;
+
+/// The edits that fit a library to a torch/lib directory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Relink {
+    /// (as built, as bundled), e.g. ("libamdhip64.so.6", "libamdhip64.so").
+    pub replace_needed: Vec<(String, String)>,
+    /// The SONAME of the library it replaces, so the loader sees one MIOpen.
+    pub soname: Option<String>,
+    pub runpath: String,
+}
+
+pub const ORIGIN: &str = "$ORIGIN";
+
+/// Plan the edits for `lib` going into `lib_dir` in place of `original`.
+pub fn plan(lib: &Library, original: Option<&Library>, lib_dir: &Path) -> Result<Relink> {
+    let bundled = crate::linker::bundled_names(lib_dir)?;
+    let mut replace_needed = Vec::new();
+    for needed in &lib.needed {
+        if bundled.contains(needed) {
+            continue;
+        }
+        let stem = elf::stem(needed);
+        // The shortest name is the one the wheel's own libraries link to.
+        if let Some(b) = bundled
+            .iter()
+            .filter(|b| elf::stem(b) == stem)
+            .min_by_key(|b| b.len())
+        {
+            replace_needed.push((needed.clone(), b.clone()));
+        }
+    }
+    Ok(Relink {
+        replace_needed,
+        soname: original
+            .and_then(|o| o.soname.clone())
+            .filter(|s| lib.soname.as_ref() != Some(s)),
+        runpath: ORIGIN.to_owned(),
+    })
+}
+
+impl Relink {
+    /// Edit `file` in place, one patchelf run per edit: patchelf 0.14
+    /// (Debian 12) garbles SONAME and RUNPATH when given several at once.
+    pub fn apply(&self, file: &Path) -> Result<()> {
+        let mut edits: Vec<Vec<OsString>> = Vec::new();
+        for (from, to) in &self.replace_needed {
+            edits.push(vec!["--replace-needed".into(), from.into(), to.into()]);
+        }
+        if let Some(s) = &self.soname {
+            edits.push(vec!["--set-soname".into(), s.into()]);
+        }
+        edits.push(vec!["--set-rpath".into(), (&self.runpath).into()]);
+        for mut args in edits {
+            args.push(file.into());
+            patchelf(&args)?;
+        }
+        let after = elf::read(file).context("re-reading the relinked library")?;
+        let mut wrong = Vec::new();
+        for (from, to) in &self.replace_needed {
+            if after.needed.contains(from) || !after.needed.contains(to) {
+                wrong.push(format!("NEEDED {:?}", after.needed));
+            }
+        }
+        if self.soname.is_some() && after.soname != self.soname {
+            wrong.push(format!("SONAME {:?}", after.soname));
+        }
+        if after.runpath != [self.runpath.clone()] {
+            wrong.push(format!("RUNPATH {:?}", after.runpath));
+        }
+        if !wrong.is_empty() {
+            bail!(
+                "patchelf did not make the edits asked of it on {}: {}",
+                file.display(),
+                wrong.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// One line for the user.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self
+            .replace_needed
+            .iter()
+            .map(|(a, b)| format!("NEEDED {a} -> {b}"))
+            .collect();
+        if let Some(s) = &self.soname {
+            parts.push(format!("SONAME -> {s}"));
+        }
+        parts.push(format!("RUNPATH -> {}", self.runpath));
+        parts.join(", ")
+    }
+}
+
+fn patchelf(args: &[OsString]) -> Result<()> {
+    let out = duct::cmd("patchelf", args)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| {
+            hint(
+                format!("cannot run patchelf: {e}"),
+                "install patchelf (Debian/Ubuntu: sudo apt install patchelf), or pass --no-relink to install the library as built",
+            )
+        })?;
+    if !out.status.success() {
+        bail!(
+            "patchelf {:?} failed: {}",
+            args,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `status`: what is built, what is installed where, and the open or last
+//! transaction, read without changing anything.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::prefix::Provenance;
+use crate::txn::{Journal, State, StateDir};
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub state_dir: PathBuf,
+    pub prefix: PathBuf,
+    /// None with `build_error` saying why.
+    pub build: Option<Provenance>,
+    pub build_error: Option<String>,
+    /// Transactions whose library is in place now, newest first.
+    pub installed: Vec<Journal>,
+    /// Transactions a killed run left open.
+    pub unfinished: Vec<Journal>,
+    pub last: Option<Journal>,
+}
+
+pub fn report(prefix: &Path, state: &StateDir) -> Result<Report> {
+    let (build, build_error) = match Provenance::read(prefix) {
+        Ok(p) => (Some(p), None),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
+    let journals = state.journals()?;
+    Ok(Report {
+        state_dir: state.root().to_owned(),
+        prefix: prefix.to_owned(),
+        build,
+        build_error,
+        installed: journals
+            .iter()
+            .rev()
+            .filter(|j| j.state == State::Installed)
+            .cloned()
+            .collect(),
+        unfinished: journals
+            .iter()
+            .filter(|j| j.state.unfinished())
+            .cloned()
+            .collect(),
+        last: journals.last().cloned(),
+    })
+}
+
+/// One line for a transaction, as `status` and `rollback --list` show it.
+pub fn describe(j: &Journal) -> String {
+    format!(
+        "{:>4}  {}  {:<12}  {}  torch {} (hip {})  build {} ROCm {}",
+        j.id,
+        j.created,
+        j.state.name(),
+        j.torch.dir.display(),
+        j.torch.version,
+        j.torch.hip,
+        crate::source::short(&j.build.commit),
+        j.build.rocm
+    )
+}
+
+impl Report {
+    pub fn print(&self) {
+        match &self.build {
+            Some(p) => {
+                println!(
+                    "build:      {} {} {} ({}), profile {}, ROCm {}, installed {}",
+                    self.prefix.display(),
+                    p.component,
+                    p.source.tag,
+                    crate::source::short(&p.source.commit),
+                    p.profile,
+                    p.rocm.found.as_deref().unwrap_or(&p.rocm.version),
+                    p.date
+                );
+                println!("            library {}", p.library.path);
+                for patch in &p.patches {
+                    println!(
+                        "            patch {}{}",
+                        patch.name,
+                        patch
+                            .marker
+                            .as_deref()
+                            .map(|m| format!("  ({m})"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            None => println!(
+                "build:      none in {} ({})",
+                self.prefix.display(),
+                self.build_error.as_deref().unwrap_or("")
+            ),
+        }
+        if self.installed.is_empty() {
+            println!("installed:  nowhere");
+        }
+        for j in &self.installed {
+            println!(
+                "installed:  {} (transaction {}, {}), MD5 {}",
+                j.torch.target.display(),
+                j.id,
+                j.created,
+                j.new.md5
+            );
+        }
+        for j in &self.unfinished {
+            println!(
+                "unfinished: transaction {} stopped while {}: `rdna1-patch rollback` restores the original, `rdna1-patch install --into-torch` finishes or restarts it",
+                j.id,
+                j.state.name()
+            );
+        }
+        match &self.last {
+            Some(j) => println!("last:     {}", describe(j)),
+            None => println!(
+                "last:       no transactions in {}",
+                self.state_dir.display()
+            ),
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Finding the user's torch, without importing it: a torch whose GPU
+//! initialisation crashes must still be found, to be repaired.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::error::hint;
+
+/// How the user pointed at torch.
+#[derive(Debug, Clone)]
+pub enum Locator {
+    /// A python interpreter (a venv's works): torch is found with its
+    /// `importlib.util.find_spec`.
+    Python(PathBuf),
+    /// The torch package directory itself (the one holding version.py).
+    Dir(PathBuf),
+}
+
+impl Locator {
+    /// `--torch-dir` wins; then `--python`; then the first python3 on PATH.
+    pub fn new(python: Option<PathBuf>, torch_dir: Option<PathBuf>) -> Locator {
+        match (torch_dir, python) {
+            (Some(d), _) => Locator::Dir(d),
+            (None, Some(p)) => Locator::Python(p),
+            (None, None) => Locator::Python("python3".into()),
+        }
+    }
+}
+
+/// A ROCm build of torch and the MIOpen library it loads.
+#[derive(Debug, Clone)]
+pub struct Torch {
+    pub dir: PathBuf,
+    pub lib_dir: PathBuf,
+    /// torch.__version__, e.g. "2.5.1+rocm6.2".
+    pub version: String,
+    /// torch.version.hip, e.g. "6.2.41133-dd7f95766".
+    pub hip: String,
+    /// torch/lib/libMIOpen.so, the name the loader looks for.
+    pub library: PathBuf,
+    /// The file that name leads to (itself unless it is a symlink).
+    pub target: PathBuf,
+}
+
+/// What torch/version.py says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Version {
+    pub version: Option<String>,
+    pub hip: Option<String>,
+    pub cuda: Option<String>,
+}
+
+pub const LIBRARY: &str = "libMIOpen.so";
+
+const FIND_SPEC: &str = r#"
+import importlib.util, json, sys
+spec = importlib.util.find_spec("torch")
+dirs = list(spec.submodule_search_locations or []) if spec else []
+print(json.dumps({"executable": sys.executable, "torch": dirs[0] if dirs else None}))
+"#;
+
+#[derive(Deserialize)]
+struct Found {
+    executable: String,
+    torch: Option<PathBuf>,
+}
+
+/// The torch package directory.
+pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
+    let python = match loc {
+        Locator::Dir(d) => {
+            if !d.join("version.py").is_file() {
+                return Err(hint(
+                    format!(
+                        "{} is not a torch package: it has no version.py",
+                        d.display()
+                    ),
+                    "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints",
+                ));
+            }
+            return Ok(std::path::absolute(d)?);
+        }
+        Locator::Python(p) => p,
+    };
+    // As an OsStr, not a Path: duct runs a relative Path as ./python3.
+    let out = duct::cmd!(python.as_os_str(), "-c", FIND_SPEC)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| {
+            hint(
+                format!("cannot run {}: {e}", python.display()),
+                "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+            )
+        })?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} could not look for torch: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let found: Found = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("unexpected answer from {}", python.display()))?;
+    found.torch.ok_or_else(|| {
+        hint(
+            format!("{} ({}) has no torch installed", python.display(), found.executable),
+            "pass the python of the environment torch is in with --python, or the package with --torch-dir",
+        )
+    })
+}
+
+/// Find torch and its MIOpen; anything but a ROCm build is an error that
+/// names what was found.
+pub fn locate(loc: &Locator) -> Result<Torch> {
+    let dir = find_dir(loc)?;
+    let version = read_version(&dir)?;
+    let lib_dir = dir.join("lib");
+    let library = lib_dir.join(LIBRARY);
+    let named = version.version.as_deref().unwrap_or("(unknown version)");
+    let Some(hip) = version.hip.clone() else {
+        let kind = match &version.cuda {
+            Some(c) => format!("a CUDA {c} build"),
+            None => "a CPU-only build".to_owned(),
+        };
+        return Err(hint(
+            format!(
+                "torch {named} at {} is {kind}: torch.version.hip is None{}",
+                dir.display(),
+                if library.exists() {
+                    ""
+                } else {
+                    " and torch/lib has no libMIOpen.so"
+                }
+            ),
+            "install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
+        ));
+    };
+    let target = match std::fs::canonicalize(&library) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(hint(
+                format!(
+                    "torch {named} (hip {hip}) at {} has no usable {}: {e}",
+                    dir.display(),
+                    library.display()
+                ),
+                "reinstall torch (pip install --force-reinstall ...) so that torch/lib/libMIOpen.so is back",
+            ));
+        }
+    };
+    Ok(Torch {
+        dir,
+        lib_dir,
+        version: named.to_owned(),
+        hip,
+        library,
+        target,
+    })
+}
+
+/// Read torch/version.py as text: it is a generated file of simple
+/// assignments, and executing it is what we avoid.
+pub fn read_version(dir: &Path) -> Result<Version> {
+    let path = dir.join("version.py");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(parse_version(&text))
+}
+
+fn parse_version(text: &str) -> Version {
+    let mut v = Version::default();
+    for line in text.lines() {
+        let Some((lhs, rhs)) = line.split_once('=') else {
+            continue;
+        };
+        // `hip: Optional[str] = '6.2...'` has an annotation before the `=`.
+        let key = lhs.split(':').next().unwrap_or("").trim();
+        let rhs = rhs.trim();
+        let value = if rhs == "None" {
+            None
+        } else {
+            let q = rhs.chars().next().filter(|c| *c == '\'' || *c == '"');
+            match q {
+                Some(q) => rhs[1..].split(q).next().map(str::to_owned),
+                None => continue,
+            }
+        };
+        match key {
+            "__version__" => v.version = value,
+            "hip" => v.hip = value,
+            "cuda" => v.cuda = value,
+            _ => {}
+        }
+    }
+    v
+}
+
+/// The ROCm patch level torch was built for, when its version says
+/// ("2.5.1+rocm6.2.4" -> 4; "2.5.1+rocm6.2" says nothing).
+pub fn rocm_patch(torch_version: &str) -> Option<u32> {
+    let rocm = torch_version.split("+rocm").nth(1)?;
+    rocm.split('.').nth(2)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_generated_version_py() {
+        let v = parse_version(
+            "from typing import Optional\n__version__ = '2.5.1+rocm6.2'\ndebug = False\ncuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133-dd7f95766'\n",
+        );
+        assert_eq!(v.version.as_deref(), Some("2.5.1+rocm6.2"));
+        assert_eq!(v.hip.as_deref(), Some("6.2.41133-dd7f95766"));
+        assert_eq!(v.cuda, None);
+        let cuda = parse_version("__version__ = \"2.5.1+cu124\"\ncuda = \"12.4\"\nhip = None\n");
+        assert_eq!(cuda.cuda.as_deref(), Some("12.4"));
+        assert_eq!(cuda.hip, None);
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(rocm_patch("2.5.1+rocm6.2.4"), Some(4));
+        assert_eq!(rocm_patch("2.5.1+rocm6.2"), None);
+    }
+}
