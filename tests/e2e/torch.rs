@@ -22,8 +22,6 @@ impl Sandbox {
         let mut args = vec![
             "install",
             "--into-torch",
-            "--python",
-            "python3",
             "--prefix",
             self.prefix.to_str().unwrap(),
             "--state-dir",
@@ -124,4 +122,190 @@ fn install_then_rollback_restores_the_original_bytes() {
     );
     assert_eq!(std::fs::read(&lib).unwrap(), original);
     assert_eq!(md5(&lib), rdna1_patch::checksum::md5_bytes(&original));
+}
+
+#[test]
+fn installing_twice_keeps_the_first_original() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    sb.install(&[]).ok();
+    let first = md5(&torch.miopen());
+    // Same build again: nothing to do.
+    let again = sb.install(&[]).ok();
+    assert!(again.stderr.contains("already holds this build"), "{}", again.stderr);
+    // A different library (as built, not relinked) over our own install.
+    sb.install(&["--no-relink"]).ok();
+    assert_ne!(md5(&torch.miopen()), first);
+    let list = sb.rollback(&["--list"]).ok().stdout;
+    assert!(list.contains("   1  ") && list.contains("replaced"), "{list}");
+    assert!(list.contains("   2  ") && list.contains("installed"), "{list}");
+    // One rollback returns to torch's own library, not to the first install.
+    let run = sb.rollback(&[]).ok();
+    assert!(run.stderr.contains("transaction 2"), "{}", run.stderr);
+    assert!(run.stderr.contains("transaction 1"), "{}", run.stderr);
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    let list = sb.rollback(&["--list"]).ok().stdout;
+    assert_eq!(list.matches("rolled-back").count(), 2, "{list}");
+}
+
+#[test]
+fn rollback_to_undoes_installs_into_several_torches() {
+    let sb = Sandbox::built();
+    let a = sb.torch(TorchKind::Rocm, HIP);
+    let b = rdna1_testkit::FakeTorch::create(
+        &sb.root.join("site-b"),
+        crate::support::runtime(),
+        TorchKind::Rocm,
+        "2.5.1+rocm6.2",
+        HIP,
+    );
+    let (orig_a, orig_b) = (md5(&a.miopen()), md5(&b.miopen()));
+    sb.install(&[]).ok();
+    sb.install(&["--torch-dir", b.dir.to_str().unwrap()]).ok();
+    assert_ne!(md5(&a.miopen()), orig_a);
+    assert_ne!(md5(&b.miopen()), orig_b);
+    sb.rollback(&["--to", "1"]).ok();
+    assert_eq!(md5(&a.miopen()), orig_a);
+    assert_eq!(md5(&b.miopen()), orig_b);
+    let again = sb.rollback(&["--to", "1"]).fails();
+    assert!(again.stderr.contains("transaction 1 is rolled-back already"), "{}", again.stderr);
+}
+
+#[test]
+fn a_rocm_version_mismatch_is_refused_unless_forced() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, "6.1.40091-a8dbc0c19");
+    let before = md5(&torch.miopen());
+    let run = sb.install(&[]).fails();
+    assert!(
+        run.stderr.contains("the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    assert_eq!(md5(&torch.miopen()), before);
+    assert!(!Path::new(&sb.state()).join("transactions").exists());
+    let run = sb.install(&["--force"]).ok();
+    assert!(run.stderr.contains("warning: the build is for ROCm 6.2.4"), "{}", run.stderr);
+    assert_ne!(md5(&torch.miopen()), before);
+}
+
+#[test]
+fn a_cpu_torch_is_refused_by_name() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Cpu, HIP);
+    let run = sb.install(&[]).fails();
+    assert!(
+        run.stderr.contains(&format!(
+            "torch 2.5.1+rocm6.2 at {} is a CPU-only build: torch.version.hip is None and torch/lib has no libMIOpen.so",
+            torch.dir.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("help: install a ROCm build of torch"), "{}", run.stderr);
+    // A python without torch at all.
+    std::fs::remove_dir_all(&torch.dir).unwrap();
+    let run = sb.install(&[]).fails();
+    assert!(run.stderr.contains("has no torch installed"), "{}", run.stderr);
+}
+
+#[test]
+fn a_read_only_torch_lib_is_a_clear_error_and_changes_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let before = crate::support::snapshot(&torch.dir);
+    std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let state = sb.state();
+    let run = sb
+        .run_unprivileged(&[
+            "install",
+            "--into-torch",
+            "--torch-dir",
+            torch.dir.to_str().unwrap(),
+            "--prefix",
+            sb.prefix.to_str().unwrap(),
+            "--state-dir",
+            &state,
+        ])
+        .fails();
+    std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(
+        run.stderr.contains(&format!("cannot write to {}", torch.lib.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
+    assert_eq!(crate::support::snapshot(&torch.dir), before);
+    let list = sb.rollback(&["--list"]).ok().stdout;
+    assert!(list.contains("no transactions"), "{list}");
+}
+
+#[test]
+fn a_tampered_backup_is_never_restored() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    let installed = md5(&torch.miopen());
+    let backups = Path::new(&sb.state()).join("backups");
+    let backup = std::fs::read_dir(&backups).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&backup).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::remove_file(&backup).unwrap();
+    std::fs::write(&backup, bytes).unwrap();
+    let run = sb.rollback(&[]).fails();
+    assert!(run.stderr.contains("is not the file transaction 1 saved"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
+    assert!(run.stderr.contains("pip install --force-reinstall torch==2.5.1+rocm6.2"), "{}", run.stderr);
+    assert_eq!(md5(&torch.miopen()), installed);
+}
+
+#[test]
+fn a_second_run_is_blocked_by_the_lock() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let before = md5(&torch.miopen());
+    let state = Path::new(&sb.state()).to_owned();
+    std::fs::create_dir_all(&state).unwrap();
+    // Held the way another rdna1-patch holds it (flock on the lock file).
+    let lock = std::fs::File::create(state.join("lock")).unwrap();
+    lock.lock().unwrap();
+    let run = sb.install(&[]).fails();
+    assert!(run.stderr.contains("another rdna1-patch run"), "{}", run.stderr);
+    assert!(run.stderr.contains("is changing torch right now"), "{}", run.stderr);
+    let run = sb.rollback(&[]).fails();
+    assert!(run.stderr.contains("another rdna1-patch run"), "{}", run.stderr);
+    assert_eq!(md5(&torch.miopen()), before);
+    drop(lock);
+    sb.install(&[]).ok();
+}
+
+#[test]
+fn a_prefix_that_fails_its_checksums_is_refused() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let before = md5(&torch.miopen());
+    std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "tampered").unwrap();
+    let run = sb.install(&[]).fails();
+    assert!(run.stderr.contains("does not match its MD5SUMS"), "{}", run.stderr);
+    assert!(run.stderr.contains("include/miopen/miopen.h: MD5"), "{}", run.stderr);
+    assert_eq!(md5(&torch.miopen()), before);
+}
+
+#[test]
+fn a_symlinked_library_is_swapped_at_its_target() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let real = torch.lib.join("libMIOpen.so.1.0");
+    std::fs::rename(torch.miopen(), &real).unwrap();
+    std::os::unix::fs::symlink("libMIOpen.so.1.0", torch.miopen()).unwrap();
+    let original = std::fs::read(&real).unwrap();
+    sb.install(&[]).ok();
+    assert_eq!(std::fs::read_link(torch.miopen()).unwrap(), Path::new("libMIOpen.so.1.0"));
+    assert_ne!(std::fs::read(&real).unwrap(), original);
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(&real).unwrap(), original);
+    assert_eq!(std::fs::read_link(torch.miopen()).unwrap(), Path::new("libMIOpen.so.1.0"));
 }
