@@ -133,13 +133,23 @@ fn installing_twice_keeps_the_first_original() {
     let first = md5(&torch.miopen());
     // Same build again: nothing to do.
     let again = sb.install(&[]).ok();
-    assert!(again.stderr.contains("already holds this build"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already holds this build"),
+        "{}",
+        again.stderr
+    );
     // A different library (as built, not relinked) over our own install.
     sb.install(&["--no-relink"]).ok();
     assert_ne!(md5(&torch.miopen()), first);
     let list = sb.rollback(&["--list"]).ok().stdout;
-    assert!(list.contains("   1  ") && list.contains("replaced"), "{list}");
-    assert!(list.contains("   2  ") && list.contains("installed"), "{list}");
+    assert!(
+        list.contains("   1  ") && list.contains("replaced"),
+        "{list}"
+    );
+    assert!(
+        list.contains("   2  ") && list.contains("installed"),
+        "{list}"
+    );
     // One rollback returns to torch's own library, not to the first install.
     let run = sb.rollback(&[]).ok();
     assert!(run.stderr.contains("transaction 2"), "{}", run.stderr);
@@ -169,7 +179,13 @@ fn rollback_to_undoes_installs_into_several_torches() {
     assert_eq!(md5(&a.miopen()), orig_a);
     assert_eq!(md5(&b.miopen()), orig_b);
     let again = sb.rollback(&["--to", "1"]).fails();
-    assert!(again.stderr.contains("transaction 1 is rolled-back already"), "{}", again.stderr);
+    assert!(
+        again
+            .stderr
+            .contains("transaction 1 is rolled-back already"),
+        "{}",
+        again.stderr
+    );
 }
 
 #[test]
@@ -187,7 +203,11 @@ fn a_rocm_version_mismatch_is_refused_unless_forced() {
     assert_eq!(md5(&torch.miopen()), before);
     assert!(!Path::new(&sb.state()).join("transactions").exists());
     let run = sb.install(&["--force"]).ok();
-    assert!(run.stderr.contains("warning: the build is for ROCm 6.2.4"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("warning: the build is for ROCm 6.2.4"),
+        "{}",
+        run.stderr
+    );
     assert_ne!(md5(&torch.miopen()), before);
 }
 
@@ -204,11 +224,19 @@ fn a_cpu_torch_is_refused_by_name() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("help: install a ROCm build of torch"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("help: install a ROCm build of torch"),
+        "{}",
+        run.stderr
+    );
     // A python without torch at all.
     std::fs::remove_dir_all(&torch.dir).unwrap();
     let run = sb.install(&[]).fails();
-    assert!(run.stderr.contains("has no torch installed"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("has no torch installed"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -233,7 +261,8 @@ fn a_read_only_torch_lib_is_a_clear_error_and_changes_nothing() {
         .fails();
     std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(
-        run.stderr.contains(&format!("cannot write to {}", torch.lib.display())),
+        run.stderr
+            .contains(&format!("cannot write to {}", torch.lib.display())),
         "{}",
         run.stderr
     );
@@ -250,15 +279,29 @@ fn a_tampered_backup_is_never_restored() {
     sb.install(&[]).ok();
     let installed = md5(&torch.miopen());
     let backups = Path::new(&sb.state()).join("backups");
-    let backup = std::fs::read_dir(&backups).unwrap().next().unwrap().unwrap().path();
+    let backup = std::fs::read_dir(&backups)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let mut bytes = std::fs::read(&backup).unwrap();
     bytes[100] ^= 0xff;
     std::fs::remove_file(&backup).unwrap();
     std::fs::write(&backup, bytes).unwrap();
     let run = sb.rollback(&[]).fails();
-    assert!(run.stderr.contains("is not the file transaction 1 saved"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is not the file transaction 1 saved"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
-    assert!(run.stderr.contains("pip install --force-reinstall torch==2.5.1+rocm6.2"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("pip install --force-reinstall torch==2.5.1+rocm6.2"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(md5(&torch.miopen()), installed);
 }
 
@@ -273,10 +316,22 @@ fn a_second_run_is_blocked_by_the_lock() {
     let lock = std::fs::File::create(state.join("lock")).unwrap();
     lock.lock().unwrap();
     let run = sb.install(&[]).fails();
-    assert!(run.stderr.contains("another rdna1-patch run"), "{}", run.stderr);
-    assert!(run.stderr.contains("is changing torch right now"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("another rdna1-patch run"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("is changing torch right now"),
+        "{}",
+        run.stderr
+    );
     let run = sb.rollback(&[]).fails();
-    assert!(run.stderr.contains("another rdna1-patch run"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("another rdna1-patch run"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(md5(&torch.miopen()), before);
     drop(lock);
     sb.install(&[]).ok();
@@ -289,8 +344,16 @@ fn a_prefix_that_fails_its_checksums_is_refused() {
     let before = md5(&torch.miopen());
     std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "tampered").unwrap();
     let run = sb.install(&[]).fails();
-    assert!(run.stderr.contains("does not match its MD5SUMS"), "{}", run.stderr);
-    assert!(run.stderr.contains("include/miopen/miopen.h: MD5"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("does not match its MD5SUMS"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("include/miopen/miopen.h: MD5"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(md5(&torch.miopen()), before);
 }
 
@@ -303,9 +366,148 @@ fn a_symlinked_library_is_swapped_at_its_target() {
     std::os::unix::fs::symlink("libMIOpen.so.1.0", torch.miopen()).unwrap();
     let original = std::fs::read(&real).unwrap();
     sb.install(&[]).ok();
-    assert_eq!(std::fs::read_link(torch.miopen()).unwrap(), Path::new("libMIOpen.so.1.0"));
+    assert_eq!(
+        std::fs::read_link(torch.miopen()).unwrap(),
+        Path::new("libMIOpen.so.1.0")
+    );
     assert_ne!(std::fs::read(&real).unwrap(), original);
     sb.rollback(&[]).ok();
     assert_eq!(std::fs::read(&real).unwrap(), original);
-    assert_eq!(std::fs::read_link(torch.miopen()).unwrap(), Path::new("libMIOpen.so.1.0"));
+    assert_eq!(
+        std::fs::read_link(torch.miopen()).unwrap(),
+        Path::new("libMIOpen.so.1.0")
+    );
+}
+
+/// A crash (abort, as kill -9: no cleanup runs) between every pair of steps
+/// of install and of rollback; then `rollback` must bring back the original
+/// bytes, and the open transaction must be reported meanwhile.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --features failpoints (cargo xtask ci does)"
+)]
+fn a_crash_at_any_step_is_recovered_by_rollback() {
+    let install_points = [
+        "install-begun",
+        "install-backup-written",
+        "install-backed-up",
+        "install-temp-written",
+        "install-swapping",
+        "install-renamed",
+    ];
+    let rollback_points = [
+        "rollback-begun",
+        "rollback-temp-written",
+        "rollback-renamed",
+    ];
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    let original_md5 = md5(&torch.miopen());
+    let state = sb.state();
+    let status = || {
+        sb.run(&[
+            "status",
+            "--state-dir",
+            &state,
+            "--prefix",
+            sb.prefix.to_str().unwrap(),
+        ])
+        .ok()
+        .stdout
+    };
+    let crash = |args: &[&str], point: &str| {
+        let mut cmd = sb.cmd();
+        cmd.args(args).env("FAILPOINTS", format!("{point}=return"));
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: expected an abort, got {:?}",
+            out.status
+        );
+    };
+    let install_args = [
+        "install",
+        "--into-torch",
+        "--prefix",
+        sb.prefix.to_str().unwrap(),
+        "--state-dir",
+        &state,
+    ];
+    for point in install_points {
+        crash(&install_args, point);
+        let now = md5(&torch.miopen());
+        let listed = status();
+        assert!(
+            listed.contains("unfinished: transaction"),
+            "{point}: {listed}"
+        );
+        if point == "install-renamed" {
+            assert_ne!(now, original_md5, "{point}");
+        } else {
+            assert_eq!(now, original_md5, "{point}");
+        }
+        let run = sb.rollback(&[]).ok();
+        assert!(
+            run.stderr.contains("was interrupted"),
+            "{point}: {}",
+            run.stderr
+        );
+        assert_eq!(std::fs::read(torch.miopen()).unwrap(), original, "{point}");
+        let leftovers: Vec<_> = std::fs::read_dir(&torch.lib)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("rdna1-patch"))
+            .collect();
+        assert!(leftovers.is_empty(), "{point}: {leftovers:?}");
+        assert!(!status().contains("unfinished"), "{point}");
+    }
+    for point in rollback_points {
+        sb.install(&[]).ok();
+        let mut args = vec!["rollback", "--state-dir", &state];
+        crash(&args, point);
+        assert!(status().contains("unfinished: transaction"), "{point}");
+        args.truncate(3);
+        sb.rollback(&[]).ok();
+        assert_eq!(std::fs::read(torch.miopen()).unwrap(), original, "{point}");
+    }
+    // An install killed after the swap is finished by the next install.
+    crash(&install_args, "install-renamed");
+    let run = sb.install(&[]).ok();
+    assert!(run.stderr.contains("it is now installed"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("already holds this build"),
+        "{}",
+        run.stderr
+    );
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+
+    // A real kill -9, while the run waits just before the rename.
+    let mut child = sb
+        .cmd()
+        .args(install_args)
+        .env("FAILPOINTS", "install-swapping=sleep(20000)")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let journals = Path::new(&state).join("transactions");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_dir(&journals).unwrap().any(|e| {
+        std::fs::read_to_string(e.unwrap().path()).is_ok_and(|t| t.contains("state = \"swapping\""))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reached the swap"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(md5(&torch.miopen()), original_md5);
+    assert!(status().contains("unfinished: transaction"));
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
 }

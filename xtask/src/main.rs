@@ -58,10 +58,16 @@ fn ci() -> Result<()> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--all-features",
         "--",
         "-D",
         "warnings",
     ]))?;
-    run(cargo().args(["test", "--workspace"]))?;
+    run(cargo().args([
+        "test",
+        "--workspace",
+        "--features",
+        "rdna1-patch/failpoints",
+    ]))?;
     Ok(())
 }
