@@ -28,6 +28,10 @@ enum Command {
     Rollback(commands::rollback::Args),
     /// What is built, what is installed where, and open transactions
     Status(commands::status::Args),
+    /// Prove what is installed, loaded and linked (exit 1 if any check fails)
+    Verify(commands::verify::Args),
+    /// Check this machine before a build: tools, ROCm, GPU, disk
+    Doctor(commands::doctor::Args),
     /// Work on patch series: list, check against a tree, refresh from a tree
     #[command(subcommand)]
     Patches(commands::patches::Command),
@@ -45,6 +49,8 @@ pub fn main() -> ExitCode {
         Command::Install(args) => commands::install::run(args),
         Command::Rollback(args) => commands::rollback::run(args),
         Command::Status(args) => commands::status::run(args),
+        Command::Verify(args) => commands::verify::run(args),
+        Command::Doctor(args) => commands::doctor::run(args),
         Command::Patches(cmd) => commands::patches::run(cmd),
         Command::Profiles(cmd) => commands::profiles::run(cmd),
     };

@@ -5,13 +5,16 @@
 //! `pipeline` tying the build stages together, `install` the checks before a
 //! swap, and `commands` holding the thin CLI front ends.
 
+pub mod checks;
 pub mod checksum;
 pub mod cli;
 pub mod cmake;
 pub mod commands;
+pub mod doctor;
 pub mod elf;
 pub mod error;
 pub mod fsutil;
+pub mod gpu;
 pub mod install;
 pub mod interrupt;
 pub mod linker;
@@ -22,8 +25,10 @@ pub mod profile;
 pub mod relink;
 pub mod source;
 pub mod status;
+pub mod timed;
 pub mod tools;
 pub mod torch;
 pub mod txn;
 pub mod ui;
+pub mod verify;
 pub mod workdir;

@@ -1,13 +1,16 @@
 //! One module per verb: parse arguments, call the library, nothing more.
 
 pub mod build;
+pub mod doctor;
 pub mod install;
 pub mod patches;
 pub mod profiles;
 pub mod rollback;
 pub mod status;
+pub mod verify;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Result;
 
@@ -79,4 +82,18 @@ impl PrefixArg {
             None => Ok(self.profile.load()?.prefix),
         }
     }
+}
+
+/// Print a check report (or its JSON); exit 1 if any check failed.
+pub fn print_report(report: &crate::checks::Report, json: bool) -> Result<ExitCode> {
+    if json {
+        println!("{}", report.json());
+    } else {
+        report.print();
+    }
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

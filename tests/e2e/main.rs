@@ -7,3 +7,4 @@ mod miopen;
 mod patches;
 mod support;
 mod torch;
+mod verify;

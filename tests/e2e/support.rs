@@ -8,6 +8,9 @@ use std::sync::OnceLock;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_rdna1-patch");
 
+/// torch.version.hip of the fake ROCm torch: ROCm 6.2, as the fixture build.
+pub const HIP: &str = "6.2.41133-dd7f95766";
+
 pub use rdna1_testkit::Fixture;
 pub use rdna1_testkit::{FakeTorch, TorchKind, copy_dir, fixtures, git};
 
@@ -181,6 +184,34 @@ impl Sandbox {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains(from), "{name} has no {from:?}");
         std::fs::write(&p, text.replacen(from, to, 1)).unwrap();
+    }
+}
+
+impl Sandbox {
+    /// Where this sandbox's transactions are kept.
+    pub fn state(&self) -> String {
+        self.root.join("state").display().to_string()
+    }
+
+    pub fn install(&self, extra: &[&str]) -> Run {
+        let state = self.state();
+        let mut args = vec![
+            "install",
+            "--into-torch",
+            "--prefix",
+            self.prefix.to_str().unwrap(),
+            "--state-dir",
+            &state,
+        ];
+        args.extend(extra);
+        self.run(&args)
+    }
+
+    pub fn rollback(&self, extra: &[&str]) -> Run {
+        let state = self.state();
+        let mut args = vec!["rollback", "--state-dir", &state];
+        args.extend(extra);
+        self.run(&args)
     }
 }
 

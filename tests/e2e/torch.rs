@@ -4,39 +4,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{Run, Sandbox, TorchKind};
+use crate::support::{Sandbox, TorchKind};
 
-const HIP: &str = "6.2.41133-dd7f95766";
+use crate::support::HIP;
 
 fn md5(path: &Path) -> String {
     rdna1_patch::checksum::md5_file(path).unwrap()
-}
-
-impl Sandbox {
-    fn state(&self) -> String {
-        self.root.join("state").display().to_string()
-    }
-
-    fn install(&self, extra: &[&str]) -> Run {
-        let state = self.state();
-        let mut args = vec![
-            "install",
-            "--into-torch",
-            "--prefix",
-            self.prefix.to_str().unwrap(),
-            "--state-dir",
-            &state,
-        ];
-        args.extend(extra);
-        self.run(&args)
-    }
-
-    fn rollback(&self, extra: &[&str]) -> Run {
-        let state = self.state();
-        let mut args = vec!["rollback", "--state-dir", &state];
-        args.extend(extra);
-        self.run(&args)
-    }
 }
 
 fn ldd(path: &Path) -> String {

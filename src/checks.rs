@@ -1,0 +1,92 @@
+//! A list of checks, each ok / warn / FAIL / skip with its evidence and the
+//! fix: what `verify` and `doctor` print, or give as JSON.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Skip,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    /// The evidence: what was found.
+    pub detail: String,
+    /// What to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn push(&mut self, name: &'static str, status: Status, detail: impl Into<String>) {
+        self.checks.push(Check {
+            name,
+            status,
+            detail: detail.into(),
+            fix: None,
+        });
+    }
+
+    /// A check with what to do about it.
+    pub fn push_fix(
+        &mut self,
+        name: &'static str,
+        status: Status,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.checks.push(Check {
+            name,
+            status,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        });
+    }
+
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+
+    pub fn print(&self) {
+        for c in &self.checks {
+            println!("{:<4}  {:<9} {}", c.status.label(), c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("{:<4}  {:<9} fix: {fix}", "", "");
+            }
+        }
+    }
+
+    pub fn json(&self) -> String {
+        let summary = serde_json::json!({
+            "ok": !self.failed(),
+            "checks": self.checks,
+        });
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    }
+}

@@ -1,0 +1,44 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::{ProfileArg, TorchArg};
+use crate::doctor::{self, Request};
+use crate::workdir::WorkDir;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    profile: ProfileArg,
+    /// The ROCm install to check, instead of the profile's
+    #[arg(long, value_name = "DIR")]
+    rocm: Option<PathBuf>,
+    /// Where builds would go [default: $XDG_CACHE_HOME/rdna1-patch]
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    #[command(flatten)]
+    torch: TorchArg,
+    /// Free space a build needs, in GiB
+    #[arg(long, default_value_t = 20, value_name = "GIB")]
+    need_space: u64,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+    /// Read GPUs from this sysfs tree instead of /sys (for tests)
+    #[arg(long, default_value = "/sys", hide = true)]
+    sysfs_root: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let req = Request {
+        profile: args.profile.load()?,
+        rocm: args.rocm,
+        work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
+        sysfs: args.sysfs_root,
+        torch: args.torch.given().then(|| args.torch.locator()),
+        gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),
+        need_gib: args.need_space,
+    };
+    super::print_report(&doctor::run(&req), args.json)
+}

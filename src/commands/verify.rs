@@ -1,0 +1,53 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{PrefixArg, StateArg, TorchArg};
+use crate::verify::{self, Request};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    prefix: PrefixArg,
+    #[command(flatten)]
+    torch: TorchArg,
+    #[command(flatten)]
+    state: StateArg,
+    /// Also import torch in a subprocess and check what it maps
+    #[arg(long)]
+    runtime: bool,
+    /// Also run a small Conv2d forward+backward on the GPU, if there is one
+    #[arg(long)]
+    smoke: bool,
+    /// Time limit for --runtime and --smoke, in seconds
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    timeout: u64,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+    /// Read GPUs from this sysfs tree instead of /sys (for tests)
+    #[arg(long, default_value = "/sys", hide = true)]
+    sysfs_root: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let req = Request {
+        prefix: args.prefix.resolve()?,
+        torch: args.torch.given().then(|| args.torch.locator()),
+        python: args
+            .torch
+            .python
+            .clone()
+            .unwrap_or_else(|| "python3".into()),
+        state: args.state.open()?,
+        runtime: args.runtime,
+        smoke: args.smoke,
+        timeout: Duration::from_secs(args.timeout),
+        sysfs: args.sysfs_root,
+        jobs: crate::checksum::default_jobs(),
+    };
+    let report = verify::run(&req)?;
+    super::print_report(&report, args.json)
+}

@@ -1,0 +1,315 @@
+//! `doctor`: will a build work here, and what will the GPU side see? Only
+//! what blocks a build is a FAIL; the rest is information or a warning.
+
+use std::path::{Path, PathBuf};
+
+use crate::checks::{Report, Status};
+use crate::gpu;
+use crate::profile::Profile;
+use crate::tools;
+use crate::torch::{self, Locator};
+
+pub struct Request {
+    pub profile: Profile,
+    pub rocm: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    pub sysfs: PathBuf,
+    pub torch: Option<Locator>,
+    /// HSA_OVERRIDE_GFX_VERSION, if set.
+    pub gfx_override: Option<String>,
+    /// Free space a build needs, in GiB.
+    pub need_gib: u64,
+}
+
+const MIN_CMAKE: (u32, u32) = (3, 16);
+
+pub fn run(req: &Request) -> Report {
+    let mut r = Report::default();
+    cmake(&mut r);
+    match (tools::find("ninja"), tools::find("make")) {
+        (Some(n), _) => r.push("ninja", Status::Ok, n.display().to_string()),
+        (None, Some(m)) => r.push_fix(
+            "ninja",
+            Status::Warn,
+            format!(
+                "not found; the build will use {} (slower no-op rebuilds)",
+                m.display()
+            ),
+            "sudo apt install ninja-build",
+        ),
+        (None, None) => r.push_fix(
+            "ninja",
+            Status::Fail,
+            "neither ninja nor make is installed",
+            "sudo apt install ninja-build",
+        ),
+    }
+    let cxx = std::env::var_os("CXX")
+        .map(PathBuf::from)
+        .and_then(|c| tools::find(&c.to_string_lossy()))
+        .or_else(|| {
+            ["c++", "g++", "clang++"]
+                .iter()
+                .find_map(|c| tools::find(c))
+        });
+    match cxx {
+        Some(c) => r.push("compiler", Status::Ok, c.display().to_string()),
+        None => r.push_fix(
+            "compiler",
+            Status::Fail,
+            "no C++ compiler (c++, g++, clang++ or $CXX)",
+            "sudo apt install g++",
+        ),
+    }
+    match tools::find("patchelf") {
+        Some(p) => r.push("patchelf", Status::Ok, p.display().to_string()),
+        None => r.push_fix(
+            "patchelf",
+            Status::Warn,
+            "not found: `install --into-torch` needs it to relink to torch's runtimes",
+            "sudo apt install patchelf",
+        ),
+    }
+    let (major, minor, patch) = git2::Version::get().libgit2_version();
+    r.push(
+        "git",
+        Status::Ok,
+        format!(
+            "not needed: sources are fetched with the built-in libgit2 {major}.{minor}.{patch}"
+        ),
+    );
+    rocm(req, &mut r);
+    gpus(req, &mut r);
+    disk(req, &mut r);
+    if let Some(loc) = &req.torch {
+        match torch::locate(loc) {
+            Ok(t) if tools::major_minor(&t.hip) == req.profile.rocm.torch_hip => r.push(
+                "torch",
+                Status::Ok,
+                format!("{} (hip {}) at {}", t.version, t.hip, t.dir.display()),
+            ),
+            Ok(t) => r.push_fix(
+                "torch",
+                Status::Warn,
+                format!(
+                    "{} (hip {}) at {}, but profile {} is for torch built with ROCm {}",
+                    t.version,
+                    t.hip,
+                    t.dir.display(),
+                    req.profile.name,
+                    req.profile.rocm.torch_hip
+                ),
+                "use the profile for torch's ROCm, or the torch for the profile's",
+            ),
+            Err(e) => r.push("torch", Status::Warn, format!("{e:#}")),
+        }
+    }
+    r
+}
+
+fn cmake(r: &mut Report) {
+    let Some(path) = tools::find("cmake") else {
+        return r.push_fix(
+            "cmake",
+            Status::Fail,
+            "not found",
+            "sudo apt install cmake (3.16 or newer)",
+        );
+    };
+    let out = duct::cmd!(&path, "--version").read().unwrap_or_default();
+    let version = out
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("unknown")
+        .to_owned();
+    let mut it = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let v = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    if v >= MIN_CMAKE {
+        r.push(
+            "cmake",
+            Status::Ok,
+            format!("{version} at {}", path.display()),
+        );
+    } else {
+        r.push_fix(
+            "cmake",
+            Status::Fail,
+            format!("{version} at {} is older than 3.16", path.display()),
+            "install a newer cmake (pip install cmake, or Kitware's apt repository)",
+        );
+    }
+}
+
+fn rocm(req: &Request, r: &mut Report) {
+    let path = req.rocm.clone().unwrap_or(req.profile.rocm.path.clone());
+    let want = &req.profile.rocm.version;
+    if !path.is_dir() {
+        r.push_fix(
+            "rocm",
+            Status::Fail,
+            format!(
+                "no ROCm at {} (profile {} wants ROCm {want})",
+                path.display(),
+                req.profile.name
+            ),
+            format!(
+                "install ROCm {} (amdgpu-install --usecase=rocm), or pass --rocm DIR",
+                tools::major_minor(want)
+            ),
+        );
+    } else {
+        match tools::rocm_version(&path) {
+            Some(v) if tools::major_minor(&v) == tools::major_minor(want) => {
+                r.push("rocm", Status::Ok, format!("{v} at {}", path.display()))
+            }
+            Some(v) => r.push_fix(
+                "rocm",
+                Status::Warn,
+                format!(
+                    "{v} at {}, but profile {} is for ROCm {want}",
+                    path.display(),
+                    req.profile.name
+                ),
+                "use the profile for this ROCm, or install the profile's",
+            ),
+            None => r.push_fix(
+                "rocm",
+                Status::Warn,
+                format!(
+                    "{} has neither .info/version nor include/hip/hip_version.h",
+                    path.display()
+                ),
+                "check that ROCm is fully installed there",
+            ),
+        }
+    }
+    let hipcc = ["bin/hipcc", "llvm/bin/amdclang++", "bin/amdclang++"]
+        .iter()
+        .map(|p| path.join(p))
+        .find(|p| p.is_file())
+        .or_else(|| tools::find("hipcc"));
+    match hipcc {
+        Some(h) => r.push("hipcc", Status::Ok, h.display().to_string()),
+        None => r.push_fix(
+            "hipcc",
+            Status::Fail,
+            format!("no hipcc or amdclang++ in {} or on PATH", path.display()),
+            "install ROCm's HIP SDK (the hip-dev and rocm-llvm packages)",
+        ),
+    }
+}
+
+fn gpus(req: &Request, r: &mut Report) {
+    let all = gpu::scan(&req.sysfs);
+    let real: Vec<String> = all.iter().map(|g| g.gfx()).collect();
+    if all.is_empty() {
+        r.push_fix(
+            "gpu",
+            Status::Warn,
+            format!(
+                "no AMD GPU in the KFD topology ({}): a build works, running needs the card and the amdgpu driver",
+                gpu::topology(&req.sysfs).display()
+            ),
+            "on the GPU machine: check `lsmod | grep amdgpu` and that your user is in the render and video groups",
+        );
+    }
+    for g in &all {
+        let what = format!(
+            "{} {} at {} (node {}, gfx_target_version {})",
+            g.gfx(),
+            g.model(),
+            g.pci,
+            g.node,
+            g.gfx_target_version
+        );
+        if g.is_rdna1() {
+            r.push(
+                "gpu",
+                Status::Ok,
+                format!("{what}: RDNA1, what this tool is for"),
+            );
+        } else {
+            r.push(
+                "gpu",
+                Status::Warn,
+                format!("{what}: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1"),
+            );
+        }
+    }
+    match &req.gfx_override {
+        None => r.push(
+            "override",
+            Status::Ok,
+            "HSA_OVERRIDE_GFX_VERSION is not set",
+        ),
+        Some(v) => {
+            let as_gfx = gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into());
+            r.push_fix(
+                "override",
+                Status::Warn,
+                format!(
+                    "HSA_OVERRIDE_GFX_VERSION={v}: ROCm reports {as_gfx} while the card is {}",
+                    if real.is_empty() { "unknown".to_owned() } else { real.join(", ") }
+                ),
+                "with the patched MIOpen, unset it: the override makes ROCm load kernels built for another chip",
+            );
+        }
+    }
+    let params = gpu::amdgpu_params(&req.sysfs);
+    if params.iter().all(|(_, v)| v.is_none()) {
+        r.push(
+            "amdgpu",
+            Status::Skip,
+            "module parameters not readable (amdgpu not loaded)",
+        );
+    } else {
+        let shown: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("?")))
+            .collect();
+        r.push("amdgpu", Status::Ok, shown.join(" "));
+    }
+}
+
+fn disk(req: &Request, r: &mut Report) {
+    let mut dir: &Path = &req.work_dir;
+    while !dir.exists() {
+        dir = dir.parent().unwrap_or(Path::new("/"));
+    }
+    match free_bytes(dir) {
+        None => r.push(
+            "disk",
+            Status::Warn,
+            format!("cannot read the free space of {}", dir.display()),
+        ),
+        Some(free) => {
+            let gib = free as f64 / (1u64 << 30) as f64;
+            let detail = format!(
+                "{gib:.1} GiB free at {} (a MIOpen build needs about {} GiB)",
+                dir.display(),
+                req.need_gib
+            );
+            if free >= req.need_gib << 30 {
+                r.push("disk", Status::Ok, detail);
+            } else {
+                r.push_fix(
+                    "disk",
+                    Status::Fail,
+                    detail,
+                    "free space there, or pass --work-dir on a disk with room",
+                );
+            }
+        }
+    }
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a zeroed struct for the kernel to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail as u64 * s.f_frsize as u64)
+}

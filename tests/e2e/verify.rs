@@ -1,0 +1,333 @@
+//! `verify` against the fixture build and fake torch packages, and `doctor`
+//! against recorded sysfs trees.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{HIP, Run, Sandbox, TorchKind, fixtures};
+
+impl Sandbox {
+    fn verify(&self, extra: &[&str]) -> Run {
+        let state = self.state();
+        let mut args = vec![
+            "verify",
+            "--prefix",
+            self.prefix.to_str().unwrap(),
+            "--state-dir",
+            &state,
+        ];
+        args.extend(extra);
+        self.run(&args)
+    }
+}
+
+fn sysfs(name: &str) -> String {
+    fixtures().join("sysfs").join(name).display().to_string()
+}
+
+/// The line of check `name`, e.g. "ok    prefix    ...".
+fn line<'a>(run: &'a Run, name: &str) -> &'a str {
+    run.stdout
+        .lines()
+        .find(|l| {
+            l.get(6..)
+                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+        })
+        .unwrap_or_else(|| panic!("no {name} line in:\n{}", run.stdout))
+}
+
+#[test]
+fn verify_on_an_untouched_install_is_all_ok() {
+    let sb = Sandbox::built();
+    let run = sb.verify(&[]).ok();
+    assert!(line(&run, "prefix").starts_with("ok "), "{}", run.stdout);
+    assert!(line(&run, "prefix").contains("match MD5SUMS"));
+    assert!(line(&run, "patches").starts_with("ok "), "{}", run.stdout);
+    assert!(
+        line(&run, "patches").contains("all 3 markers"),
+        "{}",
+        run.stdout
+    );
+    assert!(line(&run, "torch").starts_with("skip"), "{}", run.stdout);
+    assert!(line(&run, "links").starts_with("ok "), "{}", run.stdout);
+    let json = sb.verify(&["--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["checks"][0]["name"], "prefix");
+    assert_eq!(v["checks"][0]["status"], "ok");
+}
+
+#[test]
+fn verify_proves_the_patched_library_is_loaded_after_install() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    // Before the install: torch's own library is found, and named.
+    let run = sb.verify(&["--python", "python3"]).fails();
+    assert!(line(&run, "torch").starts_with("FAIL"), "{}", run.stdout);
+    assert!(
+        line(&run, "torch").contains("is torch's own"),
+        "{}",
+        run.stdout
+    );
+    sb.install(&[]).ok();
+    // After: the transaction's torch is checked without being named.
+    let run = sb.verify(&["--runtime"]).ok();
+    for name in ["prefix", "patches", "versions", "torch", "links", "runtime"] {
+        assert!(
+            line(&run, name).starts_with("ok "),
+            "{name}: {}",
+            run.stdout
+        );
+    }
+    assert!(line(&run, "torch").contains("build-id"), "{}", run.stdout);
+    assert!(
+        line(&run, "runtime").contains(&format!(
+            "one HIP runtime, {}/libamdhip64.so",
+            torch.lib.display()
+        )),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_changed_file_in_the_prefix_is_named() {
+    let sb = Sandbox::built();
+    std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "/* edited */\n").unwrap();
+    std::fs::remove_file(sb.prefix.join("lib/libMIOpen.so")).unwrap();
+    let run = sb.verify(&[]).fails();
+    let l = line(&run, "prefix");
+    assert!(l.starts_with("FAIL"), "{}", run.stdout);
+    assert!(l.contains("include/miopen/miopen.h: MD5"), "{l}");
+    assert!(l.contains("lib/libMIOpen.so: missing"), "{l}");
+}
+
+#[test]
+fn a_missing_marker_fails_by_name() {
+    let sb = Sandbox::new();
+    // The patch declares a marker its code does not carry.
+    sb.edit_patch(
+        "0003-find-fast-mode.patch",
+        "Marker: [RDNA1 PATCH] convolution_api: fast find",
+        "Marker: [RDNA1 PATCH] convolution_api: faster find",
+    );
+    sb.build(&[]).ok();
+    let run = sb.verify(&[]).fails();
+    let l = line(&run, "patches");
+    assert!(l.starts_with("FAIL"), "{}", run.stdout);
+    assert!(
+        l.contains(
+            "lacks \"[RDNA1 PATCH] convolution_api: faster find\" (0003-find-fast-mode.patch)"
+        ),
+        "{l}"
+    );
+}
+
+#[test]
+fn a_second_hip_runtime_is_caught_in_links_and_at_runtime() {
+    let sb = Sandbox::built();
+    sb.torch(TorchKind::Rocm, HIP);
+    let run = sb.install(&["--no-relink"]).ok();
+    assert!(run.stderr.contains("second copy"), "{}", run.stderr);
+    let run = sb.verify(&["--runtime"]).fails();
+    let links = line(&run, "links");
+    assert!(links.starts_with("FAIL"), "{}", run.stdout);
+    assert!(
+        links.contains("rocm/lib/libamdhip64.so.6 besides torch's libamdhip64.so"),
+        "{links}"
+    );
+    let rt = line(&run, "runtime");
+    assert!(
+        rt.starts_with("FAIL") && rt.contains("2 HIP runtimes are mapped"),
+        "{rt}"
+    );
+}
+
+#[test]
+fn smoke_runs_on_a_gpu_skips_without_one_and_a_hang_becomes_a_fail() {
+    let sb = Sandbox::built();
+    sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    let gpu = sysfs("rx5600xt-gfx1010");
+    let run = sb.verify(&["--smoke", "--sysfs-root", &gpu]).ok();
+    let l = line(&run, "smoke");
+    assert!(
+        l.starts_with("ok ") && l.contains("ran on AMD Radeon RX 5600 XT (gfx1010)"),
+        "{l}"
+    );
+
+    let run = sb
+        .verify(&["--smoke", "--sysfs-root", &sysfs("no-gpu")])
+        .ok();
+    assert!(line(&run, "smoke").starts_with("skip"), "{}", run.stdout);
+    assert!(line(&run, "smoke").contains("no AMD GPU"), "{}", run.stdout);
+
+    let start = Instant::now();
+    let state = sb.state();
+    let out = sb
+        .cmd()
+        .args([
+            "verify",
+            "--prefix",
+            sb.prefix.to_str().unwrap(),
+            "--state-dir",
+            &state,
+        ])
+        .args(["--smoke", "--timeout", "2", "--sysfs-root", &gpu])
+        .env("FAKE_TORCH_CONV_SLEEP", "600")
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let l = stdout.lines().find(|l| l.contains("smoke")).unwrap();
+    assert!(
+        l.starts_with("FAIL") && l.contains("did not finish: killed after 2."),
+        "{l}"
+    );
+    assert!(l.contains("limit 2 s"), "{l}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the hang was not cut off: {took:?}"
+    );
+}
+
+#[test]
+fn doctor_says_plainly_what_blocks_a_build() {
+    let sb = Sandbox::new();
+    let run = sb
+        .run(&[
+            "doctor",
+            "--rocm",
+            "/nonexistent/rocm",
+            "--need-space",
+            "0",
+            "--sysfs-root",
+            &sysfs("no-gpu"),
+        ])
+        .fails();
+    assert!(
+        run.stdout
+            .contains("FAIL  rocm      no ROCm at /nonexistent/rocm"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("FAIL  hipcc"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("warn  gpu       no AMD GPU in the KFD topology"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("ok    cmake"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("ok    git       not needed"),
+        "{}",
+        run.stdout
+    );
+    let fails: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .collect();
+    assert_eq!(
+        fails.len(),
+        2,
+        "only ROCm and hipcc block a build here: {fails:?}"
+    );
+
+    // A ROCm with hipcc, and a recorded RX 5600 XT: nothing blocks.
+    std::fs::create_dir_all(sb.rocm.join("bin")).unwrap();
+    std::fs::write(sb.rocm.join("bin/hipcc"), "#!/bin/sh\n").unwrap();
+    let rocm = sb.rocm.display().to_string();
+    let gpu = sysfs("rx5600xt-gfx1010");
+    let base = [
+        "doctor",
+        "--rocm",
+        &rocm,
+        "--need-space",
+        "0",
+        "--sysfs-root",
+        &gpu,
+    ];
+    let run = sb.run(&base).ok();
+    assert!(
+        run.stdout.contains("ok    rocm      6.2.4 at"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("ok    amdgpu    noretry=-1 mtype_local=-1"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("ok    override  HSA_OVERRIDE_GFX_VERSION is not set"),
+        "{}",
+        run.stdout
+    );
+
+    // The override spoofs gfx1030; the topology still names the real chip.
+    let out = sb
+        .cmd()
+        .args(base)
+        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0: ROCm reports gfx1030 while the card is gfx1010"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok    gpu       gfx1010"), "{stdout}");
+
+    let run = sb
+        .run(&[
+            "doctor",
+            "--rocm",
+            &rocm,
+            "--need-space",
+            "0",
+            "--sysfs-root",
+            &sysfs("rx6800-gfx1030"),
+            "--json",
+        ])
+        .ok();
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let gpu = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gpu")
+        .unwrap();
+    assert_eq!(gpu["status"], "warn");
+    assert!(
+        gpu["detail"].as_str().unwrap().contains("gfx1030 Navi 21"),
+        "{gpu}"
+    );
+
+    // Too little disk blocks a build.
+    let run = sb
+        .run(&[
+            "doctor",
+            "--rocm",
+            &rocm,
+            "--need-space",
+            "100000000",
+            "--sysfs-root",
+            &gpu_path(),
+        ])
+        .fails();
+    assert!(run.stdout.contains("FAIL  disk"), "{}", run.stdout);
+}
+
+fn gpu_path() -> String {
+    sysfs("rx5600xt-gfx1010")
+}
