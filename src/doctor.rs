@@ -78,6 +78,7 @@ pub fn run(req: &Request) -> Report {
             "not needed: sources are fetched with the built-in libgit2 {major}.{minor}.{patch}"
         ),
     );
+    launchers(&mut r);
     rocm(req, &mut r);
     gpus(req, &mut r);
     disk(req, &mut r);
@@ -105,6 +106,46 @@ pub fn run(req: &Request) -> Report {
         }
     }
     r
+}
+
+fn launchers(r: &mut Report) {
+    let found: Vec<String> = ["ccache", "sccache", "distcc"]
+        .iter()
+        .filter_map(|p| tools::find(p).map(|_| p.to_string()))
+        .collect();
+    if found.is_empty() {
+        r.push_fix(
+            "launcher",
+            Status::Warn,
+            "no ccache, sccache or distcc: every rebuild after --clean compiles everything again",
+            "sudo apt install ccache",
+        );
+    } else {
+        r.push(
+            "launcher",
+            Status::Ok,
+            format!("found {}", found.join(", ")),
+        );
+    }
+    if let Ok(Some(l)) = crate::launcher::resolve(Some(crate::launcher::Kind::Distcc)) {
+        match std::env::var("DISTCC_HOSTS") {
+            Ok(hosts) => r.push(
+                "distcc",
+                Status::Ok,
+                format!(
+                    "DISTCC_HOSTS={hosts}: {} job slots",
+                    l.jobs()
+                        .map_or("an unknown number of".into(), |j| j.to_string())
+                ),
+            ),
+            Err(_) => r.push_fix(
+                "distcc",
+                Status::Skip,
+                "DISTCC_HOSTS is not set (distcc would read ~/.distcc/hosts)",
+                "export DISTCC_HOSTS='localhost/2 buildbox/8' to spread the build",
+            ),
+        }
+    }
 }
 
 fn cmake(r: &mut Report) {

@@ -17,6 +17,7 @@ pub mod fsutil;
 pub mod gpu;
 pub mod install;
 pub mod interrupt;
+pub mod launcher;
 pub mod linker;
 pub mod patch;
 pub mod pipeline;

@@ -38,6 +38,7 @@ pub struct Options {
     pub defines: Vec<(String, String)>,
     pub jobs: Option<usize>,
     pub generator: Option<Generator>,
+    pub launcher: Option<crate::launcher::Kind>,
     pub stop_after: Stage,
     pub dry_run: bool,
     pub clean: bool,
@@ -56,6 +57,7 @@ struct Plan<'a> {
     defines: std::collections::BTreeMap<String, String>,
     generator: Generator,
     jobs: usize,
+    launcher: Option<crate::launcher::Launcher>,
 }
 
 impl Options {
@@ -66,7 +68,12 @@ impl Options {
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
-        let defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let launcher = crate::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
+        let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
+        // The profile's and the user's own launcher defines win.
+        for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
+            defines.entry(k).or_insert(v);
+        }
         let generator = match self.generator {
             Some(g) => g,
             None => Generator::parse(&component.cmake.generator).ok_or_else(|| {
@@ -91,8 +98,10 @@ impl Options {
             generator,
             jobs: self
                 .jobs
+                .or_else(|| launcher.as_ref().and_then(|l| l.jobs()))
                 .unwrap_or_else(crate::checksum::default_jobs)
                 .max(1),
+            launcher,
         })
     }
 }
@@ -146,6 +155,12 @@ impl Plan<'_> {
         .into_iter()
         .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
         .collect();
+        println!(
+            "launcher:  {}",
+            self.launcher
+                .as_ref()
+                .map_or("none".to_owned(), |l| l.describe())
+        );
         println!("configure: cmake {}", args.join(" "));
         println!(
             "build:     cmake --build {} --parallel {}",

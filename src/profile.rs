@@ -74,6 +74,9 @@ pub struct CmakeSettings {
     /// `-D` defines. `{rocm}` expands to the ROCm path.
     #[serde(default)]
     pub defines: BTreeMap<String, String>,
+    /// ccache, sccache, distcc or none; unset: ccache when installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<crate::launcher::Kind>,
 }
 
 fn default_generator() -> String {

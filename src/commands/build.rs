@@ -34,6 +34,9 @@ pub struct Args {
     /// The generator, instead of the profile's
     #[arg(long, value_parser = ["ninja", "make"])]
     generator: Option<String>,
+    /// Compiler launcher [default: the profile's, else ccache when installed]
+    #[arg(long, value_enum)]
+    launcher: Option<crate::launcher::Kind>,
     /// Stop after this stage
     #[arg(long, value_enum, default_value = "install")]
     stop_after: Stage,
@@ -65,6 +68,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         defines,
         jobs: args.jobs,
         generator: args.generator.as_deref().and_then(Generator::parse),
+        launcher: args.launcher,
         stop_after: args.stop_after,
         dry_run: args.dry_run,
         clean: args.clean,

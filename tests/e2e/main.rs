@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod launcher;
 mod miopen;
 mod patches;
 mod support;

@@ -157,6 +157,7 @@ impl Sandbox {
             .env("XDG_CACHE_HOME", self.root.join("xdg-cache"))
             .env("XDG_STATE_HOME", self.root.join("xdg-state"))
             .env("PYTHONPATH", self.root.join("site"))
+            .env("CCACHE_DIR", self.root.join("ccache"))
             .env_remove("FAILPOINTS")
             .env_remove("CXX")
             .env_remove("MAKEFLAGS");
@@ -248,4 +249,9 @@ pub fn contains_bytes(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())
+}
+
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
