@@ -5,6 +5,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod bench;
 mod demo;
 
 fn main() -> ExitCode {
@@ -12,9 +13,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("demo") => demo::run_demo(&root()),
+        Some("bench") => bench::bench(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick]"
             );
             return ExitCode::from(2);
         }
@@ -46,7 +48,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
     c

@@ -1,0 +1,648 @@
+//! `cargo xtask bench`: every performance target of the project, each as a
+//! ratio against its reference measured in the same run, written to
+//! BENCHMARKS.md. Whole processes are timed over repeated runs (median and
+//! spread); hashing is timed in-process through the library, in a release
+//! build (this task re-runs itself with --release).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rdna1_testkit::Fixture;
+
+use crate::run;
+
+struct Options {
+    miopen_src: Option<PathBuf>,
+    quick: bool,
+}
+
+pub fn bench(root: &Path, args: &[String]) -> Result<()> {
+    if cfg!(debug_assertions) {
+        // Time optimised code only: run this task again from a release build.
+        let mut c = crate::cargo();
+        c.args([
+            "run",
+            "--release",
+            "--quiet",
+            "--package",
+            "xtask",
+            "--",
+            "bench",
+        ])
+        .args(args);
+        return run(&mut c);
+    }
+    let mut opts = Options {
+        miopen_src: None,
+        quick: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--miopen-src" => opts.miopen_src = it.next().map(PathBuf::from),
+            "--quick" => opts.quick = true,
+            other => bail!("bench: unknown argument {other} (known: --miopen-src DIR, --quick)"),
+        }
+    }
+    let started = Instant::now();
+    run(crate::cargo().args(["build", "--release", "--quiet", "--bin", "rdna1-patch"]))?;
+    let bin = root.join("target/release/rdna1-patch");
+    let dir = tempfile::Builder::new().prefix("rdna1-bench-").tempdir()?;
+    let mut rows = Vec::new();
+    let runs = if opts.quick { 3 } else { 5 };
+
+    rows.push(md5_single(dir.path(), runs)?);
+    rows.push(md5_prefix(dir.path(), runs)?);
+    let runtime = rdna1_testkit::build_runtime(&dir.path().join("fake-runtime"));
+    rows.push(noop_build(&bin, dir.path(), &runtime, runs * 2)?);
+    let (progress, ccache) = big_build(&bin, dir.path(), &runtime, if opts.quick { 2 } else { 3 })?;
+    rows.push(progress);
+    rows.push(ccache);
+    rows.push(fetch(
+        &bin,
+        dir.path(),
+        &runtime,
+        opts.miopen_src.as_deref(),
+        3,
+    )?);
+    rows.push(help(&bin, 21)?);
+    let size = std::fs::metadata(&bin)?.len();
+
+    let md = render(&rows, size, started.elapsed())?;
+    std::fs::write(root.join("BENCHMARKS.md"), &md)?;
+    println!("{md}");
+    println!(
+        "wrote BENCHMARKS.md in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// One benchmark: what we measured against what, and whether the target holds.
+struct Row {
+    name: &'static str,
+    ours: Stats,
+    reference: Stats,
+    reference_name: String,
+    target: String,
+    met: bool,
+    note: String,
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+    runs: usize,
+}
+
+impl Stats {
+    fn of(mut secs: Vec<f64>) -> Stats {
+        secs.sort_by(f64::total_cmp);
+        let n = secs.len();
+        let median = if n % 2 == 1 {
+            secs[n / 2]
+        } else {
+            (secs[n / 2 - 1] + secs[n / 2]) / 2.0
+        };
+        Stats {
+            median,
+            min: secs[0],
+            max: secs[n - 1],
+            runs: n,
+        }
+    }
+
+    fn show(&self) -> String {
+        let f = |s: f64| {
+            if s < 1.0 {
+                format!("{:.1} ms", s * 1000.0)
+            } else {
+                format!("{s:.2} s")
+            }
+        };
+        format!(
+            "{} ({}–{}, {} runs)",
+            f(self.median),
+            f(self.min),
+            f(self.max),
+            self.runs
+        )
+    }
+}
+
+/// Time `f` `runs` times, after one warm-up run.
+fn time(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
+    f()?;
+    let mut secs = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        f()?;
+        secs.push(t.elapsed().as_secs_f64());
+    }
+    Ok(Stats::of(secs))
+}
+
+/// Run a command, quietly, and fail loudly.
+fn quiet(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout))
+}
+
+/// Pseudo-random bytes (xorshift), so nothing compresses or dedups.
+fn write_random(path: &Path, len: usize, seed: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut x = seed | 1;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        for chunk in buf.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+        }
+        let n = left.min(buf.len());
+        f.write_all(&buf[..n])?;
+        left -= n;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+const GIB: usize = 1 << 30;
+
+fn md5_single(dir: &Path, runs: usize) -> Result<Row> {
+    let file = dir.join("one-gib.bin");
+    write_random(&file, GIB, 1)?;
+    let mut want = String::new();
+    let ours = time(runs, || {
+        want = rdna1_patch::checksum::md5_file(&file)?;
+        Ok(())
+    })?;
+    let reference = time(runs, || {
+        let out = quiet(Command::new("md5sum").arg(&file))?;
+        if !out.starts_with(&want) {
+            bail!("md5sum and rdna1-patch disagree: {out} vs {want}");
+        }
+        Ok(())
+    })?;
+    std::fs::remove_file(&file)?;
+    let ratio = reference.median / ours.median;
+    Ok(Row {
+        name: "MD5 of one 1 GiB file (page cache warm), throughput",
+        met: ratio >= 0.95,
+        note: format!(
+            "throughput {ratio:.2}x md5sum's ({:.0} MB/s)",
+            GIB as f64 / 1e6 / ours.median
+        ),
+        ours,
+        reference,
+        reference_name: "coreutils `md5sum FILE`".into(),
+        target: ">= 0.95x md5sum's throughput".into(),
+    })
+}
+
+fn md5_prefix(dir: &Path, runs: usize) -> Result<Row> {
+    let root = dir.join("prefix-400");
+    std::fs::create_dir_all(root.join("lib"))?;
+    let mut entries = Vec::new();
+    let each = GIB / 400;
+    for i in 0..400 {
+        let rel = format!("lib/file{i:03}.bin");
+        write_random(&root.join(&rel), each, i as u64 + 7)?;
+        entries.push(rdna1_patch::checksum::Entry {
+            md5: rdna1_patch::checksum::md5_file(&root.join(&rel))?,
+            path: rel,
+        });
+    }
+    std::fs::write(
+        root.join("MD5SUMS"),
+        rdna1_patch::checksum::format_md5sums(&entries),
+    )?;
+    let jobs = rdna1_patch::checksum::default_jobs();
+    let ours = time(runs, || {
+        let bad = rdna1_patch::checksum::verify(&root, &entries, jobs);
+        if !bad.is_empty() {
+            bail!("verify found {} mismatches", bad.len());
+        }
+        Ok(())
+    })?;
+    let reference = time(runs, || {
+        quiet(
+            Command::new("md5sum")
+                .args(["-c", "--quiet", "MD5SUMS"])
+                .current_dir(&root),
+        )?;
+        Ok(())
+    })?;
+    std::fs::remove_dir_all(&root)?;
+    let speedup = reference.median / ours.median;
+    Ok(Row {
+        name: "Checking a prefix of 400 files, 1 GiB in all",
+        met: speedup >= 1.6,
+        note: format!("{speedup:.2}x faster than md5sum -c, hashing on {jobs} threads"),
+        ours,
+        reference,
+        reference_name: "`md5sum -c MD5SUMS`".into(),
+        target: ">= 1.6x faster than md5sum -c (2 cores)".into(),
+    })
+}
+
+/// A fixture sandbox, built once through rdna1-patch.
+fn sandbox(bin: &Path, root: &Path, runtime: &Path, extra: &[&str]) -> Result<Fixture> {
+    std::fs::create_dir_all(root)?;
+    let fx = Fixture::create(root, runtime);
+    quiet(
+        Command::new(bin)
+            .args(fx.build_args())
+            .args(extra)
+            .env("CCACHE_DIR", root.join("ccache")),
+    )?;
+    Ok(fx)
+}
+
+fn build_dir(fx: &Fixture) -> PathBuf {
+    fx.work.join("mini/miopen/build")
+}
+
+fn noop_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Row> {
+    let fx = sandbox(bin, &dir.join("noop"), runtime, &["--launcher", "none"])?;
+    let ours = time(runs, || {
+        let out = quiet(
+            Command::new(bin)
+                .args(fx.build_args())
+                .args(["--launcher", "none"]),
+        )?;
+        if out.contains("Building CXX") {
+            bail!("a no-op build compiled something:\n{out}");
+        }
+        Ok(())
+    })?;
+    let reference = time(runs, || {
+        quiet(Command::new("cmake").arg("--build").arg(build_dir(&fx)))?;
+        Ok(())
+    })?;
+    let limit = reference.median * 1.2 + 0.150;
+    Ok(Row {
+        name: "No-op `build miopen` on the fixture",
+        met: ours.median <= limit,
+        note: format!(
+            "{:.1} ms over the bare no-op; limit {:.0} ms",
+            (ours.median - reference.median) * 1000.0,
+            limit * 1000.0
+        ),
+        ours,
+        reference,
+        reference_name: "`cmake --build` no-op on the same build dir".into(),
+        target: "<= 1.2x the bare no-op + 150 ms".into(),
+    })
+}
+
+fn ccache_stat(ccache_dir: &Path, key: &str) -> Result<u64> {
+    let out = quiet(
+        Command::new("ccache")
+            .arg("--print-stats")
+            .env("CCACHE_DIR", ccache_dir),
+    )?;
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}\t")))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("no {key} in ccache --print-stats"))
+}
+
+/// The fixture with 200 extra translation units: progress/log overhead
+/// against cmake --build, and ccache's clean rebuild against a cold build.
+fn big_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<(Row, Row)> {
+    let units = ["-D", "MIOPEN_MINI_EXTRA_UNITS=200", "--jobs", "2"];
+    let root = dir.join("big");
+    let fx = sandbox(
+        bin,
+        &root,
+        runtime,
+        &[
+            &units[..],
+            &["--launcher", "none", "--stop-after", "configure"],
+        ]
+        .concat(),
+    )?;
+    let clean = || {
+        quiet(
+            Command::new("cmake")
+                .arg("--build")
+                .arg(build_dir(&fx))
+                .args(["--target", "clean"]),
+        )
+    };
+    let mut ours = Vec::new();
+    let mut reference = Vec::new();
+    for _ in 0..runs {
+        clean()?;
+        let t = Instant::now();
+        let out = quiet(Command::new(bin).args(fx.build_args()).args(units).args([
+            "--launcher",
+            "none",
+            "--stop-after",
+            "build",
+        ]))?;
+        ours.push(t.elapsed().as_secs_f64());
+        if out.matches("Building CXX").count() < 200 {
+            bail!("the 200-unit build compiled too little:\n{out}");
+        }
+        clean()?;
+        let t = Instant::now();
+        quiet(
+            Command::new("cmake")
+                .arg("--build")
+                .arg(build_dir(&fx))
+                .args(["--parallel", "2"]),
+        )?;
+        reference.push(t.elapsed().as_secs_f64());
+    }
+    let (ours, reference) = (Stats::of(ours), Stats::of(reference));
+    let overhead = ours.median / reference.median - 1.0;
+    let progress = Row {
+        name: "Build of 204 translation units with progress and log streaming",
+        met: overhead <= 0.03,
+        note: format!("{:+.1}% against cmake --build", overhead * 100.0),
+        ours,
+        reference,
+        reference_name: "`cmake --build --parallel 2` of the same build dir".into(),
+        target: "within 3%".into(),
+    };
+
+    // ccache: a cold first build, then --clean with the cache warm.
+    let cc = dir.join("ccache-run");
+    let fx2 = Fixture::create(
+        &{
+            std::fs::create_dir_all(&cc)?;
+            cc.clone()
+        },
+        runtime,
+    );
+    let cache = cc.join("ccache");
+    let build = |extra: &[&str]| -> Result<f64> {
+        let t = Instant::now();
+        quiet(
+            Command::new(bin)
+                .args(fx2.build_args())
+                .args(units)
+                .args(["--launcher", "ccache"])
+                .args(extra)
+                .env("CCACHE_DIR", &cache),
+        )?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for _ in 0..runs {
+        let _ = std::fs::remove_dir_all(&cache);
+        cold.push(build(&["--clean"])?);
+        warm.push(build(&["--clean"])?);
+    }
+    let hits = ccache_stat(&cache, "direct_cache_hit")?;
+    let misses = ccache_stat(&cache, "cache_miss")?;
+    let (warm, cold) = (Stats::of(warm), Stats::of(cold));
+    let speedup = cold.median / warm.median;
+    let ccache = Row {
+        name: "Clean rebuild (`--clean`) with a warm ccache",
+        met: speedup >= 3.0,
+        note: format!(
+            "{speedup:.2}x faster; ccache hit rate on the rebuild {:.0}% ({hits} hits for the {misses} units the cold build compiled)",
+            100.0 * hits as f64 / misses.max(1) as f64
+        ),
+        ours: warm,
+        reference: cold,
+        reference_name: "the first build, cold cache (also `--clean`)".into(),
+        target: ">= 3x faster than the first build".into(),
+    };
+    Ok((progress, ccache))
+}
+
+/// A local repository to fetch: the given MIOpen mirror, or 20k generated files.
+fn fetch(
+    bin: &Path,
+    dir: &Path,
+    runtime: &Path,
+    miopen: Option<&Path>,
+    runs: usize,
+) -> Result<Row> {
+    let root = dir.join("fetch");
+    std::fs::create_dir_all(&root)?;
+    let fx = Fixture::create(&root, runtime);
+    let (origin, what) = match miopen {
+        Some(m) => (
+            m.to_owned(),
+            format!("the MIOpen repository at {}", m.display()),
+        ),
+        None => {
+            let big = root.join("big-origin");
+            std::fs::create_dir_all(&big)?;
+            rdna1_testkit::copy_dir(&fx.origin, &big);
+            for d in 0..100 {
+                let sub = big.join(format!("src/kernels/k{d:03}"));
+                std::fs::create_dir_all(&sub)?;
+                for f in 0..200 {
+                    std::fs::write(
+                        sub.join(format!("kernel{f:03}.cl")),
+                        format!(
+                            "// generated kernel {d}/{f}\n__kernel void k{d}_{f}(__global float* x) {{ x[{f}] *= {d}; }}\n"
+                        ),
+                    )?;
+                }
+            }
+            let _ = std::fs::remove_dir_all(big.join(".git"));
+            rdna1_testkit::git(&big, &["init", "-q", "-b", "main"]);
+            rdna1_testkit::git(&big, &["add", "-A"]);
+            rdna1_testkit::git(&big, &["commit", "-q", "-m", "20k files"]);
+            rdna1_testkit::git(&big, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
+            (big, "a generated repository of 20,004 files".to_owned())
+        }
+    };
+    fx.write_profile(|t| {
+        t.replace(
+            fx.origin.to_str().unwrap_or(""),
+            origin.to_str().unwrap_or(""),
+        )
+    });
+    let work = root.join("work");
+    let mut ours = Vec::new();
+    let mut reference = Vec::new();
+    for i in 0..runs {
+        let _ = std::fs::remove_dir_all(&work);
+        let t = Instant::now();
+        quiet(Command::new(bin).args(fx.build_args()).args([
+            "--stop-after",
+            "fetch",
+            "--launcher",
+            "none",
+        ]))?;
+        ours.push(t.elapsed().as_secs_f64());
+        let clone = root.join(format!("clone{i}"));
+        let t = Instant::now();
+        quiet(
+            Command::new("git")
+                .args(["clone", "-q"])
+                .arg(&origin)
+                .arg(&clone),
+        )?;
+        reference.push(t.elapsed().as_secs_f64());
+        std::fs::remove_dir_all(&clone)?;
+    }
+    // A second build of the same work dir transfers nothing.
+    let again = quiet(Command::new(bin).args(fx.build_args()).args([
+        "--stop-after",
+        "fetch",
+        "--launcher",
+        "none",
+    ]))?;
+    let transferred = again.contains("received");
+    let (ours, reference) = (Stats::of(ours), Stats::of(reference));
+    let ratio = ours.median / reference.median;
+    Ok(Row {
+        name: "First fetch of a large local repository",
+        met: ratio <= 1.25 && !transferred,
+        note: format!(
+            "{ratio:.2}x git clone, of {what}; the second run {}",
+            if transferred {
+                "FETCHED AGAIN"
+            } else {
+                "transferred nothing"
+            }
+        ),
+        ours,
+        reference,
+        reference_name: "`git clone` of the same URL".into(),
+        target: "<= 1.25x git clone; zero transfer the second time".into(),
+    })
+}
+
+fn help(bin: &Path, runs: usize) -> Result<Row> {
+    let ours = time(runs, || {
+        quiet(Command::new(bin).arg("--help"))?;
+        Ok(())
+    })?;
+    let reference = time(runs, || {
+        quiet(&mut Command::new("true"))?;
+        Ok(())
+    })?;
+    Ok(Row {
+        name: "`rdna1-patch --help`",
+        met: ours.median < 0.020,
+        note: format!(
+            "{:.1} ms; starting `true` costs {:.1} ms",
+            ours.median * 1e3,
+            reference.median * 1e3
+        ),
+        ours,
+        reference,
+        reference_name: "`true` (process start-up)".into(),
+        target: "< 20 ms".into(),
+    })
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned())
+        })
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or("?".into(), |kb| format!("{:.0} GiB", kb as f64 / 1048576.0));
+    let kernel = Command::new("uname")
+        .arg("-sr")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem} RAM, {kernel}")
+}
+
+fn tool_versions() -> String {
+    let v = |c: &str, a: &str| {
+        Command::new(c)
+            .arg(a)
+            .output()
+            .ok()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .unwrap_or_else(|| format!("{c}: not found"))
+    };
+    [
+        v("cmake", "--version"),
+        v("ninja", "--version"),
+        v("g++", "--version"),
+        v("ccache", "--version"),
+        v("git", "--version"),
+        v("md5sum", "--version"),
+    ]
+    .join("; ")
+}
+
+fn render(rows: &[Row], size: u64, took: Duration) -> Result<String> {
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let mut md = String::new();
+    md.push_str("# Benchmarks\n\nWritten by `cargo xtask bench` (do not edit by hand). Each figure is a median over repeated runs, with the range, next to its reference measured in the same run on the same machine.\n\n");
+    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64()));
+    md.push_str("| Benchmark | rdna1-patch | Reference | Result | Target | Met |\n|---|---|---|---|---|---|\n");
+    for r in rows {
+        md.push_str(&format!(
+            "| {} | {} | {}: {} | {} | {} | {} |\n",
+            r.name,
+            r.ours.show(),
+            r.reference_name,
+            r.reference.show(),
+            r.note,
+            r.target,
+            if r.met { "yes" } else { "**no**" }
+        ));
+    }
+    md.push_str(&format!(
+        "\nRelease binary size: {:.1} MiB (`target/release/rdna1-patch`, thin LTO, not stripped).\n",
+        size as f64 / 1048576.0
+    ));
+    md.push_str("\nThe distcc target is checked by the test `launcher::distcc_sends_compiles_through_a_local_daemon` (CI runs it): it starts distccd on 127.0.0.1, builds the fixture with `--launcher distcc`, and counts the COMPILE_OK lines in the daemon's own log.\n");
+    md.push_str("\nHow each is measured: MD5 figures time the library's hashing in-process (release build) against the `md5sum` process, the file read from the page cache (one warm-up run first); the prefix check is `checksum::verify`, what `verify` and `install` run. Build figures run the release binary against `cmake --build` on the same build dir; the 204-unit build cleans the build dir (`--target clean`) before each run of either. The fetch figure times `build --stop-after fetch` into an empty work dir against `git clone` of the same local path.\n");
+    let missed: Vec<&Row> = rows.iter().filter(|r| !r.met).collect();
+    if !missed.is_empty() {
+        md.push_str("\n## Targets not met\n\n");
+        for r in missed {
+            md.push_str(&format!(
+                "- {}: {} (target {}).\n",
+                r.name, r.note, r.target
+            ));
+        }
+    }
+    Ok(md)
+}
