@@ -229,11 +229,7 @@ fn describe_target(torch: &Torch) -> String {
 /// must resolve, and no runtime torch bundles may come from elsewhere.
 fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
     let deps = linker::resolve(file)?;
-    let missing: Vec<&str> = deps
-        .iter()
-        .filter(|d| d.path.is_none())
-        .map(|d| d.name.as_str())
-        .collect();
+    let missing = linker::missing(&deps);
     if !missing.is_empty() {
         return Err(hint(
             format!(

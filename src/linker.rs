@@ -51,6 +51,14 @@ fn parse(text: &str) -> Vec<Dep> {
     deps
 }
 
+/// Names the loader could not find.
+pub fn missing(deps: &[Dep]) -> Vec<&str> {
+    deps.iter()
+        .filter(|d| d.path.is_none())
+        .map(|d| d.name.as_str())
+        .collect()
+}
+
 /// Libraries that `lib_dir` bundles and the dependencies load from somewhere
 /// else too: each (bundled file, the other copy). Compared by name stem and
 /// path, since a wheel renames its copies (libamdhip64.so.6 -> libamdhip64.so).

@@ -277,11 +277,7 @@ fn check_links(library: &Path, torch: Option<&Torch>, r: &mut Report) {
         Ok(d) => d,
         Err(e) => return r.push("links", Status::Fail, format!("{e:#}")),
     };
-    let missing: Vec<&str> = deps
-        .iter()
-        .filter(|d| d.path.is_none())
-        .map(|d| d.name.as_str())
-        .collect();
+    let missing = linker::missing(&deps);
     if !missing.is_empty() {
         return r.push_fix(
             "links",

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{ProfileArg, TorchArg};
+use super::{ProfileArg, ReportArgs, TorchArg};
 use crate::doctor::{self, Request};
 use crate::workdir::WorkDir;
 
@@ -22,12 +22,8 @@ pub struct Args {
     /// Free space a build needs, in GiB
     #[arg(long, default_value_t = 20, value_name = "GIB")]
     need_space: u64,
-    /// Print the report as JSON
-    #[arg(long)]
-    json: bool,
-    /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long, default_value = "/sys", hide = true)]
-    sysfs_root: PathBuf,
+    #[command(flatten)]
+    report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -35,10 +31,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         profile: args.profile.load()?,
         rocm: args.rocm,
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
-        sysfs: args.sysfs_root,
+        sysfs: args.report.sysfs_root.clone(),
         torch: args.torch.given().then(|| args.torch.locator()),
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),
         need_gib: args.need_space,
     };
-    super::print_report(&doctor::run(&req), args.json)
+    super::print_report(&doctor::run(&req), &args.report)
 }

@@ -84,9 +84,20 @@ impl PrefixArg {
     }
 }
 
+/// How `verify` and `doctor` report, and where they read the GPU from.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Read GPUs from this sysfs tree instead of /sys (for tests)
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+}
+
 /// Print a check report (or its JSON); exit 1 if any check failed.
-pub fn print_report(report: &crate::checks::Report, json: bool) -> Result<ExitCode> {
-    if json {
+pub fn print_report(report: &crate::checks::Report, args: &ReportArgs) -> Result<ExitCode> {
+    if args.json {
         println!("{}", report.json());
     } else {
         report.print();

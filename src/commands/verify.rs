@@ -1,10 +1,9 @@
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{PrefixArg, StateArg, TorchArg};
+use super::{PrefixArg, ReportArgs, StateArg, TorchArg};
 use crate::verify::{self, Request};
 
 #[derive(clap::Args, Debug)]
@@ -24,12 +23,8 @@ pub struct Args {
     /// Time limit for --runtime and --smoke, in seconds
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
-    /// Print the report as JSON
-    #[arg(long)]
-    json: bool,
-    /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long, default_value = "/sys", hide = true)]
-    sysfs_root: PathBuf,
+    #[command(flatten)]
+    report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -45,9 +40,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         runtime: args.runtime,
         smoke: args.smoke,
         timeout: Duration::from_secs(args.timeout),
-        sysfs: args.sysfs_root,
+        sysfs: args.report.sysfs_root.clone(),
         jobs: crate::checksum::default_jobs(),
     };
     let report = verify::run(&req)?;
-    super::print_report(&report, args.json)
+    super::print_report(&report, &args.report)
 }

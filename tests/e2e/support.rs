@@ -194,25 +194,30 @@ impl Sandbox {
         self.root.join("state").display().to_string()
     }
 
-    pub fn install(&self, extra: &[&str]) -> Run {
+    /// `args`, then `--state-dir` of this sandbox, then `extra`.
+    pub fn run_with_state(&self, args: &[&str], extra: &[&str]) -> Run {
         let state = self.state();
-        let mut args = vec![
-            "install",
-            "--into-torch",
-            "--prefix",
-            self.prefix.to_str().unwrap(),
-            "--state-dir",
-            &state,
-        ];
-        args.extend(extra);
-        self.run(&args)
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--state-dir", &state])
+            .chain(extra.iter().copied())
+            .collect();
+        self.run(&all)
+    }
+
+    pub fn install(&self, extra: &[&str]) -> Run {
+        let prefix = self.prefix.display().to_string();
+        self.run_with_state(&["install", "--into-torch", "--prefix", &prefix], extra)
     }
 
     pub fn rollback(&self, extra: &[&str]) -> Run {
-        let state = self.state();
-        let mut args = vec!["rollback", "--state-dir", &state];
-        args.extend(extra);
-        self.run(&args)
+        self.run_with_state(&["rollback"], extra)
+    }
+
+    pub fn verify(&self, extra: &[&str]) -> Run {
+        let prefix = self.prefix.display().to_string();
+        self.run_with_state(&["verify", "--prefix", &prefix], extra)
     }
 }
 

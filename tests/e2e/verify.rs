@@ -5,21 +5,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::{HIP, Run, Sandbox, TorchKind, fixtures};
 
-impl Sandbox {
-    fn verify(&self, extra: &[&str]) -> Run {
-        let state = self.state();
-        let mut args = vec![
-            "verify",
-            "--prefix",
-            self.prefix.to_str().unwrap(),
-            "--state-dir",
-            &state,
-        ];
-        args.extend(extra);
-        self.run(&args)
-    }
-}
-
 fn sysfs(name: &str) -> String {
     fixtures().join("sysfs").join(name).display().to_string()
 }
@@ -205,25 +190,15 @@ fn doctor_says_plainly_what_blocks_a_build() {
             &sysfs("no-gpu"),
         ])
         .fails();
-    assert!(
-        run.stdout
-            .contains("FAIL  rocm      no ROCm at /nonexistent/rocm"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("FAIL  hipcc"), "{}", run.stdout);
-    assert!(
-        run.stdout
-            .contains("warn  gpu       no AMD GPU in the KFD topology"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("ok    cmake"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("ok    git       not needed"),
-        "{}",
-        run.stdout
-    );
+    for needle in [
+        "FAIL  rocm      no ROCm at /nonexistent/rocm",
+        "FAIL  hipcc",
+        "warn  gpu       no AMD GPU in the KFD topology",
+        "ok    cmake",
+        "ok    git       not needed",
+    ] {
+        assert!(run.stdout.contains(needle), "{needle}:\n{}", run.stdout);
+    }
     let fails: Vec<&str> = run
         .stdout
         .lines()
@@ -250,28 +225,14 @@ fn doctor_says_plainly_what_blocks_a_build() {
         &gpu,
     ];
     let run = sb.run(&base).ok();
-    assert!(
-        run.stdout.contains("ok    rocm      6.2.4 at"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("ok    amdgpu    noretry=-1 mtype_local=-1"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("ok    override  HSA_OVERRIDE_GFX_VERSION is not set"),
-        "{}",
-        run.stdout
-    );
+    for needle in [
+        "ok    rocm      6.2.4 at",
+        "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1",
+        "ok    amdgpu    noretry=-1 mtype_local=-1",
+        "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+    ] {
+        assert!(run.stdout.contains(needle), "{needle}:\n{}", run.stdout);
+    }
 
     // The override spoofs gfx1030; the topology still names the real chip.
     let out = sb
@@ -322,12 +283,8 @@ fn doctor_says_plainly_what_blocks_a_build() {
             "--need-space",
             "100000000",
             "--sysfs-root",
-            &gpu_path(),
+            &sysfs("rx5600xt-gfx1010"),
         ])
         .fails();
     assert!(run.stdout.contains("FAIL  disk"), "{}", run.stdout);
-}
-
-fn gpu_path() -> String {
-    sysfs("rx5600xt-gfx1010")
 }

@@ -53,13 +53,18 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     let mut rows = Vec::new();
     let runs = if opts.quick { 3 } else { 5 };
 
+    eprintln!("bench: MD5 of a 1 GiB file");
     rows.push(md5_single(dir.path(), runs)?);
+    eprintln!("bench: checking 400 files");
     rows.push(md5_prefix(dir.path(), runs)?);
     let runtime = rdna1_testkit::build_runtime(&dir.path().join("fake-runtime"));
+    eprintln!("bench: no-op build");
     rows.push(noop_build(&bin, dir.path(), &runtime, runs * 2)?);
+    eprintln!("bench: 204-unit builds, then ccache");
     let (progress, ccache) = big_build(&bin, dir.path(), &runtime, if opts.quick { 2 } else { 3 })?;
     rows.push(progress);
     rows.push(ccache);
+    eprintln!("bench: fetch");
     rows.push(fetch(
         &bin,
         dir.path(),

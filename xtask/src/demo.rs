@@ -53,6 +53,32 @@ pub fn run_demo(root: &Path) -> Result<()> {
         .current_dir(sb)
         .args(["patches", "list", "--profile"])
         .arg(&fx.profile))?;
+    println!("\n== a fake ROCm torch (real ELF libraries), and the swap into it");
+    let torch = rdna1_testkit::FakeTorch::create(
+        &sb.join("site"),
+        &runtime,
+        rdna1_testkit::TorchKind::Rocm,
+        "2.5.1+rocm6.2",
+        "6.2.41133-dd7f95766",
+    );
+    let verb = |args: &[&str]| {
+        let mut c = Command::new(&bin);
+        c.current_dir(sb)
+            .args(args)
+            .arg("--state-dir")
+            .arg(sb.join("state"))
+            .env("PYTHONPATH", sb.join("site"));
+        c
+    };
+    let prefix = fx.prefix.display().to_string();
+    run(&mut verb(&["install", "--into-torch", "--prefix", &prefix]))?;
+    println!("\n== ldd: the swapped library loads torch's bundled HIP runtime");
+    run(Command::new("ldd").arg(torch.miopen()))?;
+    println!("\n== verify, importing torch in a subprocess");
+    run(&mut verb(&["verify", "--prefix", &prefix, "--runtime"]))?;
+    println!("\n== rollback: torch's own library, byte for byte");
+    run(&mut verb(&["rollback"]))?;
+    run(&mut verb(&["rollback", "--list"]))?;
     if keep {
         println!("\nkept {}", dir.keep().display());
     }
