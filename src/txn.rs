@@ -616,7 +616,8 @@ fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
         Found::New => {}
         Found::Other(what) => return Err(changed_elsewhere(j, &what)),
     }
-    check_backup(j)?;
+    // `rollback` checked the backup before changing anything; what is
+    // checked here is the copy about to take the library's name.
     let name = j
         .torch
         .target
@@ -628,6 +629,16 @@ fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
     locked.set(j, State::RollingBack)?;
     crash_point!("rollback-begun");
     fsutil::copy_synced(&j.backup, &j.temp, j.original.mode)?;
+    let copy = checksum::md5_file(&j.temp)?;
+    if copy != j.original.md5 {
+        let _ = std::fs::remove_file(&j.temp);
+        locked.set(j, State::Installed)?;
+        bail!(
+            "the copy of the backup {} reads back as MD5 {copy}, not {}; torch was not changed",
+            j.backup.display(),
+            j.original.md5
+        );
+    }
     crash_point!("rollback-temp-written");
     std::fs::rename(&j.temp, &j.torch.target).with_context(|| {
         format!(
