@@ -84,12 +84,11 @@ impl Library {
 
 /// For each of `markers`, whether it occurs in the file's allocated,
 /// read-only, non-code sections (.rodata and friends), where a C string
-/// literal ends up.
-pub fn find_markers(path: &Path, markers: &[&str]) -> Result<Vec<bool>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let elf = goblin::elf::Elf::parse(&bytes)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| format!("{} is not an ELF file", path.display()))?;
+/// literal ends up. Takes the file's bytes, so a caller that also parses
+/// the library reads it once.
+pub fn find_markers(bytes: &[u8], markers: &[&str]) -> Result<Vec<bool>> {
+    let elf =
+        goblin::elf::Elf::parse(bytes).map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
     let mut found = vec![false; markers.len()];
     for sh in &elf.section_headers {
         let flags = sh.sh_flags as u32;

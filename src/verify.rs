@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use crate::checks::{Report, Status};
@@ -36,8 +36,11 @@ pub fn run(req: &Request) -> Result<Report> {
     let Some((prov, library)) = check_prefix(req, &mut r) else {
         return Ok(r);
     };
-    check_markers(&prov, &library, &mut r);
-    let built = elf::read(&library).ok();
+    // Read once: the library can be hundreds of MB.
+    let bytes =
+        std::fs::read(&library).with_context(|| format!("cannot read {}", library.display()));
+    check_markers(&prov, &library, &bytes, &mut r);
+    let built = bytes.ok().and_then(|b| elf::parse(&b).ok());
     let journals = req.state.journals()?;
     let torch = find_torch(req, &journals, &mut r);
     let install = torch
@@ -110,7 +113,7 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
     Some((prov, library))
 }
 
-fn check_markers(prov: &Provenance, library: &Path, r: &mut Report) {
+fn check_markers(prov: &Provenance, library: &Path, bytes: &Result<Vec<u8>>, r: &mut Report) {
     let declared: Vec<(&str, &str)> = prov
         .patches
         .iter()
@@ -125,7 +128,12 @@ fn check_markers(prov: &Provenance, library: &Path, r: &mut Report) {
         return;
     }
     let markers: Vec<&str> = declared.iter().map(|(_, m)| *m).collect();
-    match elf::find_markers(library, &markers) {
+    let found = match bytes {
+        Ok(b) => elf::find_markers(b, &markers)
+            .with_context(|| format!("{} is not a usable ELF library", library.display())),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    match found {
         Err(e) => r.push("patches", Status::Fail, format!("{e:#}")),
         Ok(found) => {
             let missing: Vec<String> = declared

@@ -215,15 +215,22 @@ fn doctor_says_plainly_what_blocks_a_build() {
     std::fs::write(sb.rocm.join("bin/hipcc"), "#!/bin/sh\n").unwrap();
     let rocm = sb.rocm.display().to_string();
     let gpu = sysfs("rx5600xt-gfx1010");
-    let base = [
-        "doctor",
-        "--rocm",
-        &rocm,
-        "--need-space",
-        "0",
-        "--sysfs-root",
-        &gpu,
-    ];
+    // doctor with this ROCm, a sysfs tree and a space need.
+    let doctor = |tree: &str, need: &str| -> Vec<String> {
+        [
+            "doctor",
+            "--rocm",
+            &rocm,
+            "--need-space",
+            need,
+            "--sysfs-root",
+            tree,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let base = doctor(&gpu, "0");
+    let base: Vec<&str> = base.iter().map(String::as_str).collect();
     let run = sb.run(&base).ok();
     for needle in [
         "ok    rocm      6.2.4 at",
@@ -237,7 +244,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     // The override spoofs gfx1030; the topology still names the real chip.
     let out = sb
         .cmd()
-        .args(base)
+        .args(&base)
         .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
         .output()
         .unwrap();
@@ -249,42 +256,31 @@ fn doctor_says_plainly_what_blocks_a_build() {
     );
     assert!(stdout.contains("ok    gpu       gfx1010"), "{stdout}");
 
+    let mut args = doctor(&sysfs("rx6800-gfx1030"), "0");
+    args.push("--json".into());
     let run = sb
-        .run(&[
-            "doctor",
-            "--rocm",
-            &rocm,
-            "--need-space",
-            "0",
-            "--sysfs-root",
-            &sysfs("rx6800-gfx1030"),
-            "--json",
-        ])
+        .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .ok();
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    let gpu = v["checks"]
+    let check = v["checks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["name"] == "gpu")
         .unwrap();
-    assert_eq!(gpu["status"], "warn");
+    assert_eq!(check["status"], "warn");
     assert!(
-        gpu["detail"].as_str().unwrap().contains("gfx1030 Navi 21"),
-        "{gpu}"
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("gfx1030 Navi 21"),
+        "{check}"
     );
 
     // Too little disk blocks a build.
+    let args = doctor(&gpu, "100000000");
     let run = sb
-        .run(&[
-            "doctor",
-            "--rocm",
-            &rocm,
-            "--need-space",
-            "100000000",
-            "--sysfs-root",
-            &sysfs("rx5600xt-gfx1010"),
-        ])
+        .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .fails();
     assert!(run.stdout.contains("FAIL  disk"), "{}", run.stdout);
 }
