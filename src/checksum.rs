@@ -25,7 +25,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// MD5 of a file's contents (following symlinks, as md5sum does), lowercase hex.
 pub fn md5_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut f: File = crate::fsutil::open_regular(path)?;
     let mut hasher = Md5::new();
     let mut buf = vec![0u8; READ_BUF];
     loop {
@@ -163,6 +163,9 @@ pub enum Mismatch {
         path: String,
         error: String,
     },
+    /// Names a file outside the root (`..`, an absolute path, or a symlink
+    /// that leads out): never read, so `../../dev/zero` cannot hang a check.
+    Outside(String),
 }
 
 impl std::fmt::Display for Mismatch {
@@ -177,30 +180,65 @@ impl std::fmt::Display for Mismatch {
                 write!(f, "{path}: MD5 {actual}, expected {expected}")
             }
             Mismatch::Unreadable { path, error } => write!(f, "{path}: {error}"),
+            Mismatch::Outside(p) => write!(f, "{p}: outside the directory it vouches for"),
         }
     }
 }
 
-/// Check entries against files below `root`, in parallel.
+/// Check entries against files below `root`, in parallel. Only regular
+/// files inside `root` are read.
 pub fn verify(root: &Path, entries: &[Entry], jobs: usize) -> Vec<Mismatch> {
-    let paths: Vec<PathBuf> = entries.iter().map(|e| root.join(&e.path)).collect();
-    md5_files(&paths, jobs)
-        .into_iter()
-        .zip(entries)
-        .filter_map(|(r, e)| match r {
-            Ok(actual) if actual == e.md5 => None,
-            Ok(actual) => Some(Mismatch::Changed {
-                path: e.path.clone(),
-                expected: e.md5.clone(),
-                actual,
-            }),
-            Err(_) if !root.join(&e.path).exists() => Some(Mismatch::Missing(e.path.clone())),
-            Err(err) => Some(Mismatch::Unreadable {
-                path: e.path.clone(),
-                error: format!("{err:#}"),
-            }),
+    let real_root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    let inside: Vec<bool> = entries
+        .iter()
+        .map(|e| is_inside(&real_root, &e.path))
+        .collect();
+    let paths: Vec<PathBuf> = entries
+        .iter()
+        .zip(&inside)
+        .filter(|(_, ok)| **ok)
+        .map(|(e, _)| root.join(&e.path))
+        .collect();
+    let mut hashed = md5_files(&paths, jobs).into_iter();
+    entries
+        .iter()
+        .zip(inside)
+        .filter_map(|(e, ok)| {
+            if !ok {
+                return Some(Mismatch::Outside(e.path.clone()));
+            }
+            match hashed.next().expect("one hash per file inside") {
+                Ok(actual) if actual == e.md5 => None,
+                Ok(actual) => Some(Mismatch::Changed {
+                    path: e.path.clone(),
+                    expected: e.md5.clone(),
+                    actual,
+                }),
+                Err(_) if std::fs::symlink_metadata(root.join(&e.path)).is_err() => {
+                    Some(Mismatch::Missing(e.path.clone()))
+                }
+                Err(err) => Some(Mismatch::Unreadable {
+                    path: e.path.clone(),
+                    error: format!("{err:#}"),
+                }),
+            }
         })
         .collect()
+}
+
+/// `rel` is a plain relative path whose file, symlinks followed, is below
+/// `real_root` (already canonical). A missing file counts as inside: it is
+/// reported as missing.
+pub fn is_inside(real_root: &Path, rel: &str) -> bool {
+    use std::path::Component;
+    let p = Path::new(rel);
+    if rel.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return false;
+    }
+    match real_root.join(p).canonicalize() {
+        Ok(real) => real.starts_with(real_root),
+        Err(_) => true,
+    }
 }
 
 pub fn default_jobs() -> usize {
@@ -253,5 +291,36 @@ mod tests {
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert!(matches!(&bad[0], Mismatch::Changed { path, .. } if path == "f3"));
         assert_eq!(bad[1], Mismatch::Missing("f7".into()));
+    }
+
+    #[test]
+    fn entries_outside_the_root_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("prefix");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).unwrap();
+        std::os::unix::fs::symlink("../outside", root.join("out")).unwrap();
+        std::fs::write(dir.path().join("outside"), "x").unwrap();
+        let entry = |p: &str| Entry {
+            md5: md5_bytes(b""),
+            path: p.into(),
+        };
+        let entries = [
+            entry("../../dev/zero"),
+            entry("/dev/zero"),
+            entry("zero"),
+            entry("out"),
+        ];
+        let bad = verify(&root, &entries, 2);
+        let shown: Vec<String> = bad.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "../../dev/zero: outside the directory it vouches for",
+                "/dev/zero: outside the directory it vouches for",
+                "zero: outside the directory it vouches for",
+                "out: outside the directory it vouches for",
+            ]
+        );
     }
 }

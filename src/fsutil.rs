@@ -72,3 +72,207 @@ pub fn mode(path: &Path) -> Result<u32> {
 pub fn create_dir_all(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }
+
+/// Open a file for reading only if it is a regular file. A FIFO or a device
+/// named in an editable record (MD5SUMS, a journal, sysfs) must fail at once,
+/// not block the run forever: the open does not wait (O_NONBLOCK), and the
+/// type is checked on the open file itself, so it cannot change in between.
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let ft = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        anyhow::bail!("{} is {what}, not a regular file", path.display());
+    }
+    Ok(file)
+}
+
+/// Read a regular file that should be small, refusing one over `limit` bytes
+/// without reading it (a profile is a few KB; a 300 MB one is a mistake).
+pub fn read_small(path: &Path, limit: u64) -> Result<String> {
+    use std::io::Read;
+    let file = open_regular(path)?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > limit {
+        anyhow::bail!(
+            "{} is {} bytes; it should be a small text file (at most {} KiB)",
+            path.display(),
+            len,
+            limit / 1024
+        );
+    }
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?;
+    if text.len() as u64 > limit {
+        anyhow::bail!(
+            "{} grew past {} KiB while being read",
+            path.display(),
+            limit / 1024
+        );
+    }
+    Ok(text)
+}
+
+/// Remove a file we created, if it is there: only a regular file or a
+/// symlink itself is removed (never what a symlink points to, never a
+/// directory). Returns whether something was removed.
+pub fn remove_own_file(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        Ok(m) if m.is_dir() => anyhow::bail!(
+            "{} is a directory where rdna1-patch keeps a file of its own; it was left alone",
+            path.display()
+        ),
+        Ok(_) => {
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+            Ok(true)
+        }
+    }
+}
+
+/// Create `dir` (and parents) and insist that it is a real directory, not a
+/// symlink to somewhere else: the tool writes and deletes inside it.
+pub fn create_own_dir(dir: &Path) -> Result<()> {
+    create_dir_all(dir)?;
+    let m = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(crate::error::hint(
+            format!(
+                "{} is a symlink; rdna1-patch only writes into directories it created",
+                dir.display()
+            ),
+            format!(
+                "remove the symlink (`rm {}`) and run again; nothing was changed",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an error is the disk (or a quota, or a file size limit) being full.
+pub fn is_disk_full(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.raw_os_error(),
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+            )
+        })
+    })
+}
+
+/// A lock on a directory itself (flock on the directory's own fd): it
+/// creates nothing inside it, so torch's lib dir can be locked without
+/// leaving a file behind there.
+pub fn try_lock_dir(dir: &Path) -> Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .with_context(|| format!("cannot open {}", dir.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", dir.display()))
+        }
+    }
+}
+
+/// Whether a regular file contains `needle`, read in blocks (a library can
+/// be a gigabyte).
+pub fn file_contains(path: &Path, needle: &[u8]) -> Result<bool> {
+    use std::io::Read;
+    let mut file = open_regular(path)?;
+    let finder = memchr::memmem::Finder::new(needle);
+    let keep = needle.len().saturating_sub(1);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut filled = 0;
+    loop {
+        let n = file
+            .read(&mut buf[filled..])
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            return Ok(false);
+        }
+        filled += n;
+        if finder.find(&buf[..filled]).is_some() {
+            return Ok(true);
+        }
+        // Keep the tail, in case the needle straddles two blocks.
+        let tail = filled.saturating_sub(keep);
+        buf.copy_within(tail..filled, 0);
+        filled -= tail;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_or_device_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = open_regular(&fifo).unwrap_err().to_string();
+        assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
+        let err = open_regular(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("is a device, not a regular file"), "{err}");
+        let err = read_small(dir.path(), 10).unwrap_err().to_string();
+        assert!(err.ends_with("is a directory, not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn removing_our_file_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, "keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&precious, &link).unwrap();
+        assert!(remove_own_file(&link).unwrap());
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep");
+        assert!(!remove_own_file(&link).unwrap());
+        assert!(remove_own_file(dir.path()).is_err());
+    }
+
+    #[test]
+    fn finds_a_needle_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        let mut data = vec![0u8; (1 << 20) - 3];
+        data.extend_from_slice(b"[RDNA1 PATCH] x");
+        std::fs::write(&f, &data).unwrap();
+        assert!(file_contains(&f, b"[RDNA1 PATCH]").unwrap());
+        assert!(!file_contains(&f, b"[RDNA2 PATCH]").unwrap());
+    }
+}

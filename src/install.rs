@@ -55,9 +55,13 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
         )
     })?;
     let entries = prefix::read_md5sums(prefix)?;
-    let bad = checksum::verify(prefix, &entries, jobs);
-    if !bad.is_empty() {
-        let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
+    let mut list: Vec<String> = prefix::incomplete(&provenance, &entries);
+    list.extend(
+        checksum::verify(prefix, &entries, jobs)
+            .iter()
+            .map(ToString::to_string),
+    );
+    if !list.is_empty() {
         return Err(hint(
             format!(
                 "the build in {} does not match its MD5SUMS:\n  {}",
@@ -151,24 +155,42 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
     let original = elf::read(&torch.target).ok();
 
     let locked = req.state.lock()?;
-    for note in txn::recover(&locked)? {
+    let recovery = txn::recover(&locked)?;
+    for note in &recovery.notes {
         ui.stage("Recovered", note);
     }
-    let staged = locked.state.staging().join(
-        torch
-            .target
-            .file_name()
-            .context("torch's library has no file name")?,
-    );
-    fsutil::copy_synced(&build.library, &staged, 0o755)?;
-    let relink = if req.relink {
+    recovery.check_target(&torch.target)?;
+    for (j, what) in &recovery.unsettled {
+        ui.warn(format!(
+            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
+            j.id,
+            j.torch.target.display(),
+            j.id
+        ));
+    }
+    let _torch_lock = locked.lock_target(&torch.target)?;
+    let name = torch
+        .target
+        .file_name()
+        .context("torch's library has no file name")?
+        .to_string_lossy();
+    let staged = locked.state.staged_path(&name);
+    let staging = fsutil::copy_synced(&build.library, &staged, 0o755).and_then(|()| {
+        if !req.relink {
+            ui.note("--no-relink: installing the library as built");
+            return Ok(None);
+        }
         let r = relink::plan(&build.elf, original.as_ref(), &torch.lib_dir)?;
         r.apply(&staged)?;
         ui.stage("Relink", r.describe());
-        Some(r)
-    } else {
-        ui.note("--no-relink: installing the library as built");
-        None
+        Ok(Some(r))
+    });
+    let relink = match staging {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = fsutil::remove_own_file(&staged);
+            return Err(e.context("torch was not changed"));
+        }
     };
     let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
@@ -186,7 +208,7 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         check: &check,
     };
     let outcome = txn::install(&locked, &swap);
-    let _ = std::fs::remove_file(&staged);
+    let _ = fsutil::remove_own_file(&staged);
     match outcome? {
         Outcome::Installed(j) => {
             ui.stage(
@@ -225,10 +247,24 @@ fn describe_target(torch: &Torch) -> String {
     }
 }
 
-/// Ask the loader what the new file in torch/lib would load: everything
-/// must resolve, and no runtime torch bundles may come from elsewhere.
+/// Ask the loader what the new file would load where it lands, reached by
+/// a name in torch/lib as torch reaches it: everything must resolve, and no
+/// runtime torch bundles may come from elsewhere.
 fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
-    let deps = linker::resolve(file)?;
+    let deps = if file.parent() == Some(torch.lib_dir.as_path()) {
+        linker::resolve(file)?
+    } else {
+        let name = torch.lib_dir.join(format!(
+            ".{}.rdna1-patch-check",
+            file.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _ = fsutil::remove_own_file(&name);
+        std::os::unix::fs::symlink(file, &name)
+            .with_context(|| format!("cannot create {}", name.display()))?;
+        let deps = linker::resolve(&name);
+        let _ = fsutil::remove_own_file(&name);
+        deps?
+    };
     let missing = linker::missing(&deps);
     if !missing.is_empty() {
         return Err(hint(

@@ -427,6 +427,7 @@ impl Plan<'_> {
                 soname: self.component.soname.clone(),
                 path: String::new(),
             },
+            files: Vec::new(),
         }
     }
 }

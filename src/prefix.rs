@@ -35,6 +35,10 @@ pub struct Provenance {
     pub patches: Vec<ProvPatch>,
     pub cmake: ProvCmake,
     pub library: ProvLibrary,
+    /// Every file the build installed (CMake's install manifest), relative
+    /// to the prefix: MD5SUMS must list each of them and nothing else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,14 +89,14 @@ impl Provenance {
         let mut p = self.clone();
         p.date.clear();
         p.library.path.clear();
+        p.files.clear();
         let text = toml::to_string(&p).unwrap_or_default();
         checksum::hex(&Sha256::digest(text.as_bytes()))
     }
 
     pub fn read(prefix: &Path) -> Result<Provenance> {
         let path = prefix.join(PROVENANCE);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = fsutil::read_small(&path, 16 << 20)?;
         toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
     }
 }
@@ -190,6 +194,7 @@ pub fn commit(
         })
         .cloned()
         .unwrap_or_default();
+    provenance.files = rels.clone();
     let prov_text = format!(
         "# What rdna1-patch built and installed here.\n{}",
         toml::to_string(&provenance)?
@@ -254,20 +259,63 @@ pub fn commit(
     })
 }
 
+/// What is wrong with a prefix's records beyond the checksums themselves:
+/// an MD5SUMS that leaves out the library, the provenance or any file the
+/// build installed vouches for nothing, however well the listed files match.
+pub fn incomplete(prov: &Provenance, entries: &[Entry]) -> Vec<String> {
+    let listed: std::collections::BTreeSet<&str> =
+        entries.iter().map(|e| e.path.as_str()).collect();
+    let mut problems = Vec::new();
+    if entries.is_empty() {
+        problems.push(format!("{MD5SUMS} lists no files"));
+        return problems;
+    }
+    let mut must: Vec<&str> = vec![PROVENANCE];
+    if !prov.library.path.is_empty() {
+        must.push(&prov.library.path);
+    }
+    must.extend(prov.files.iter().map(String::as_str));
+    for m in must {
+        if !listed.contains(m) {
+            problems.push(format!("{MD5SUMS} does not list {m}"));
+        }
+    }
+    if !prov.files.is_empty() {
+        for extra in listed {
+            if extra != PROVENANCE && !prov.files.iter().any(|f| f == extra) {
+                problems.push(format!(
+                    "{MD5SUMS} lists {extra}, which the build did not install"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 pub fn read_md5sums(prefix: &Path) -> Result<Vec<Entry>> {
     let path = prefix.join(MD5SUMS);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = fsutil::read_small(&path, 64 << 20)?;
     checksum::parse_md5sums(&text).with_context(|| format!("{} is damaged", path.display()))
 }
 
 /// Remembered after an install, so a no-op build can skip reinstalling: the
-/// build identity and the size and mtime of every installed file.
+/// build identity and, for every installed file, what a rewrite cannot keep
+/// the same. Size and mtime alone can be restored (`touch -d`); the inode
+/// and ctime of a file change with any write and cannot be set back.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub struct Stamp {
     prefix: PathBuf,
     build: String,
-    files: Vec<(String, u64, i64, i64)>,
+    files: Vec<FileStat>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct FileStat {
+    path: String,
+    size: u64,
+    inode: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
 }
 
 impl Stamp {
@@ -298,12 +346,20 @@ impl Stamp {
     }
 }
 
-fn stat_files(prefix: &Path) -> Result<Vec<(String, u64, i64, i64)>> {
+fn stat_files(prefix: &Path) -> Result<Vec<FileStat>> {
     use std::os::unix::fs::MetadataExt;
+    let mut paths: Vec<String> = read_md5sums(prefix)?.into_iter().map(|e| e.path).collect();
+    paths.push(MD5SUMS.to_owned());
     let mut out = Vec::new();
-    for e in read_md5sums(prefix)? {
-        let m = std::fs::metadata(prefix.join(&e.path))?;
-        out.push((e.path, m.size(), m.mtime(), m.mtime_nsec()));
+    for path in paths {
+        let m = std::fs::metadata(prefix.join(&path))?;
+        out.push(FileStat {
+            path,
+            size: m.size(),
+            inode: m.ino(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        });
     }
     Ok(out)
 }

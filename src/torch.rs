@@ -116,7 +116,9 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
 /// Find torch and its MIOpen; anything but a ROCm build is an error that
 /// names what was found.
 pub fn locate(loc: &Locator) -> Result<Torch> {
-    let dir = find_dir(loc)?;
+    let found = find_dir(loc)?;
+    // Canonical, so that "inside torch" below compares like with like.
+    let dir = found.canonicalize().unwrap_or(found);
     let version = read_version(&dir)?;
     let lib_dir = dir.join("lib");
     let library = lib_dir.join(LIBRARY);
@@ -152,6 +154,21 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
             ));
         }
     };
+    if !target.starts_with(&dir) {
+        return Err(hint(
+            format!(
+                "{} is a symlink to {}, outside torch at {}: rdna1-patch only replaces a file that belongs to torch",
+                library.display(),
+                target.display(),
+                dir.display()
+            ),
+            format!(
+                "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`cp --remove-destination {} {}`) and install again",
+                target.display(),
+                library.display()
+            ),
+        ));
+    }
     Ok(Torch {
         dir,
         lib_dir,

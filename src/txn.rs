@@ -10,6 +10,11 @@
 //! <state>/backups/<md5>.so           originals, named by their checksum
 //! <state>/staging/                   the relinked library before the swap
 //! ```
+//!
+//! Nothing in a journal is trusted to name a file to write or delete: temp
+//! files are named from the transaction's id and target, the backup must be
+//! `backups/<md5>.so` of this state dir, and the target must be inside the
+//! torch the journal names, reached from torch's own library name.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -121,14 +126,109 @@ pub struct Journal {
     pub original: FileRec,
     pub backup: PathBuf,
     pub new: FileRec,
-    /// The temp file next to the target that the current step writes.
-    pub temp: PathBuf,
     /// The transaction whose original this one kept (installing twice).
     pub inherits: Option<u32>,
 }
 
 fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// What a torch library carries when it is one of our builds: every patch
+/// of the series declares a marker that starts so.
+pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
+
+impl Journal {
+    /// The name torch loads the library by.
+    fn library(&self) -> PathBuf {
+        self.torch.dir.join("lib").join(crate::torch::LIBRARY)
+    }
+
+    /// The temp file an install (or, with `rollback`, a rollback) writes
+    /// next to the target; named here, never read from the journal.
+    fn temp(&self, rollback: bool) -> PathBuf {
+        temp_path(&self.torch.target, self.id, rollback)
+    }
+
+    /// The journal's paths are ones this tool could have written: the backup
+    /// is this state dir's copy of the original, and the target is a
+    /// libMIOpen inside the torch the journal names.
+    fn check(&self, state: &StateDir) -> std::result::Result<(), String> {
+        if self.backup != state.backup_path(&self.original.md5) {
+            return Err(format!(
+                "its backup {} is not {}",
+                self.backup.display(),
+                state.backup_path(&self.original.md5).display()
+            ));
+        }
+        let t = &self.torch;
+        let named_ok = t
+            .target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libMIOpen.so"));
+        let dir = t.dir.canonicalize().unwrap_or_else(|_| t.dir.clone());
+        let inside = t.target.is_absolute()
+            && t.target
+                .components()
+                .all(|c| !matches!(c, std::path::Component::ParentDir))
+            && (t.target.starts_with(&dir) || t.target.starts_with(&t.dir));
+        if !named_ok || !inside {
+            return Err(format!(
+                "its target {} is not a libMIOpen inside {}",
+                t.target.display(),
+                t.dir.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn temp_path(target: &Path, id: u32, rollback: bool) -> PathBuf {
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    if rollback {
+        dir.join(format!(".{name}.rdna1-patch-{id}-rollback.tmp"))
+    } else {
+        dir.join(format!(".{name}.rdna1-patch-{id}.tmp"))
+    }
+}
+
+/// A journal file that cannot be read as one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub error: String,
+}
+
+impl Damaged {
+    fn error(damaged: &[Damaged]) -> anyhow::Error {
+        let list: Vec<String> = damaged
+            .iter()
+            .map(|d| format!("{}: {}", d.path.display(), d.error))
+            .collect();
+        let first = &damaged[0].path;
+        hint(
+            format!(
+                "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",
+                damaged.len(),
+                list.join("\n  ")
+            ),
+            format!(
+                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv {0} {0}.damaged`) and run this again",
+                first.display()
+            ),
+        )
+    }
+}
+
+/// Every journal of a state dir, the damaged ones apart.
+#[derive(Debug, Default)]
+pub struct Journals {
+    pub list: Vec<Journal>,
+    pub damaged: Vec<Damaged>,
+    /// The highest id any journal file has, damaged or not.
+    last_id: u32,
 }
 
 /// Where transactions and backups live.
@@ -166,23 +266,49 @@ impl StateDir {
         self.root.join("staging")
     }
 
+    /// A file name in the staging dir for this run; only names of this
+    /// shape are ever removed from there.
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        self.staging()
+            .join(format!("rdna1-patch-{}-{name}.tmp", std::process::id()))
+    }
+
     /// Take the lock; a second run waits for nothing and says who holds it.
     pub fn lock(&self) -> Result<Locked<'_>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        fsutil::create_dir_all(&self.root)?;
         for dir in [
             self.journal_dir(),
             self.root.join("backups"),
             self.staging(),
         ] {
-            fsutil::create_dir_all(&dir)?;
+            fsutil::create_own_dir(&dir)?;
         }
         let path = self.root.join("lock");
+        // O_NOFOLLOW: a symlink planted at `lock` must not get its target
+        // truncated by a run under sudo.
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+            .map_err(|e| {
+                hint(
+                    format!("cannot open the lock file {}: {e}", path.display()),
+                    format!(
+                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`rm {}`) and run again",
+                        path.display()
+                    ),
+                )
+            })?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            bail!(
+                "{} is not a regular file; remove it and run again",
+                path.display()
+            );
+        }
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -203,24 +329,42 @@ impl StateDir {
         }
         file.set_len(0)?;
         write!(file, "pid {}", std::process::id())?;
-        // Leftovers of a killed run; nothing refers to them.
-        let staging = self.staging();
-        if let Ok(rd) = std::fs::read_dir(&staging) {
-            for e in rd.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        self.remove_leftovers();
         Ok(Locked {
             state: self,
             _file: file,
         })
     }
 
-    /// All journals, oldest first. Reading needs no lock: journals are
-    /// replaced atomically.
-    pub fn journals(&self) -> Result<Vec<Journal>> {
+    /// Partial files of a killed run: only names this tool gives its own
+    /// temp files, so a user's files in a shared --state-dir stay.
+    fn remove_leftovers(&self) {
+        let ours = |dir: PathBuf, pred: &dyn Fn(&str) -> bool| {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if pred(name) && e.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        };
+        ours(self.staging(), &|n| {
+            n.starts_with("rdna1-patch-") && n.ends_with(".tmp")
+        });
+        ours(self.root.join("backups"), &|n| {
+            n.strip_suffix(".so.tmp")
+                .is_some_and(|md5| md5.len() == 32 && md5.chars().all(|c| c.is_ascii_hexdigit()))
+        });
+    }
+
+    /// Every journal, oldest first, and those that cannot be read. Reading
+    /// needs no lock: journals are replaced atomically.
+    pub fn read(&self) -> Result<Journals> {
         let dir = self.journal_dir();
-        let mut out = Vec::new();
+        let mut out = Journals::default();
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
@@ -231,14 +375,38 @@ impl StateDir {
             if path.extension().is_none_or(|x| x != "toml") {
                 continue;
             }
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            out.push(toml::from_str::<Journal>(&text).with_context(|| {
-                format!("the transaction journal {} is damaged", path.display())
-            })?);
+            let file_id = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.parse::<u32>().ok());
+            out.last_id = out.last_id.max(file_id.unwrap_or(0));
+            let parsed = fsutil::read_small(&path, 1 << 20)
+                .and_then(|t| Ok(toml::from_str::<Journal>(&t)?))
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|j| {
+                    if Some(j.id) != file_id {
+                        return Err(format!("it says it is transaction {}", j.id));
+                    }
+                    j.check(self)?;
+                    Ok(j)
+                });
+            match parsed {
+                Ok(j) => out.list.push(j),
+                Err(error) => out.damaged.push(Damaged {
+                    path,
+                    error: error.trim().replace('\n', " "),
+                }),
+            }
         }
-        out.sort_by_key(|j| j.id);
+        out.list.sort_by_key(|j| j.id);
+        out.damaged.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
+    }
+
+    /// The readable journals, oldest first (for reports; damaged ones are
+    /// in [`StateDir::read`]).
+    pub fn journals(&self) -> Result<Vec<Journal>> {
+        Ok(self.read()?.list)
     }
 }
 
@@ -248,7 +416,35 @@ pub struct Locked<'a> {
     _file: File,
 }
 
+/// A lock on the directory holding one torch's library: two runs with
+/// different state dirs never change the same torch at once.
+pub struct TargetLock(#[allow(dead_code)] File);
+
 impl Locked<'_> {
+    /// The journals, refusing to go on if any is damaged: a change to torch
+    /// must know every transaction that may concern it.
+    pub fn journals(&self) -> Result<Journals> {
+        let j = self.state.read()?;
+        if !j.damaged.is_empty() {
+            return Err(Damaged::error(&j.damaged));
+        }
+        Ok(j)
+    }
+
+    pub fn lock_target(&self, target: &Path) -> Result<TargetLock> {
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        match fsutil::try_lock_dir(dir)? {
+            Some(f) => Ok(TargetLock(f)),
+            None => Err(hint(
+                format!(
+                    "another rdna1-patch run is changing {} right now (perhaps with another --state-dir)",
+                    dir.display()
+                ),
+                "wait for it to finish and run this again",
+            )),
+        }
+    }
+
     fn save(&self, j: &mut Journal) -> Result<()> {
         j.updated = now();
         let text = format!(
@@ -274,14 +470,28 @@ impl Locked<'_> {
 enum Found {
     Original,
     New,
+    /// Another transaction's library: the build this one was installing
+    /// over, still in place.
+    Earlier(u32),
+    /// Torch, or its library, is no longer there.
+    Gone,
     Other(String),
 }
 
-fn found(j: &Journal) -> Found {
+fn found(j: &Journal, all: &[Journal]) -> Found {
+    if !j.torch.dir.join("version.py").is_file() || !j.torch.target.exists() {
+        return Found::Gone;
+    }
     match checksum::md5_file(&j.torch.target) {
         Ok(m) if m == j.original.md5 => Found::Original,
         Ok(m) if m == j.new.md5 => Found::New,
-        Ok(m) => Found::Other(format!("MD5 {m}")),
+        Ok(m) => match all
+            .iter()
+            .find(|p| p.id != j.id && p.torch.target == j.torch.target && p.new.md5 == m)
+        {
+            Some(p) => Found::Earlier(p.id),
+            None => Found::Other(format!("MD5 {m}")),
+        },
         Err(e) => Found::Other(format!("{e:#}")),
     }
 }
@@ -303,51 +513,102 @@ fn changed_elsewhere(j: &Journal, what: &str) -> anyhow::Error {
     )
 }
 
-/// Settle transactions a killed run left open, from what is on disk. Returns
-/// one line per transaction settled.
-pub fn recover(locked: &Locked) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
-    for mut j in locked.state.journals()? {
-        if !j.state.unfinished() {
-            continue;
+/// What [`recover`] found.
+#[derive(Default)]
+pub struct Recovery {
+    /// One line per transaction settled.
+    pub notes: Vec<String>,
+    /// Unfinished transactions whose target holds a file no transaction
+    /// wrote: left open, for the user to decide (`--abandon`).
+    pub unsettled: Vec<(Journal, String)>,
+}
+
+impl Recovery {
+    /// Refuse to change `target` while a transaction on it is unsettled.
+    pub fn check_target(&self, target: &Path) -> Result<()> {
+        match self
+            .unsettled
+            .iter()
+            .find(|(j, _)| j.torch.target == target)
+        {
+            Some((j, what)) => Err(changed_elsewhere(j, what)),
+            None => Ok(()),
         }
-        let _ = std::fs::remove_file(&j.temp);
+    }
+}
+
+/// Settle transactions a killed run left open, from what is on disk.
+pub fn recover(locked: &Locked) -> Result<Recovery> {
+    let all = locked.journals()?.list;
+    let mut out = Recovery::default();
+    for j in all.iter().filter(|j| j.state.unfinished()) {
+        let mut j = j.clone();
+        for rollback in [false, true] {
+            let _ = fsutil::remove_own_file(&j.temp(rollback));
+        }
         let was = j.state;
-        match (was, found(&j)) {
+        let note = match (was, found(&j, &all)) {
+            (_, Found::Gone) => {
+                locked.set(&mut j, State::Abandoned)?;
+                format!(
+                    "transaction {} was interrupted ({}) and {} is gone now, so it is closed; the original stays in {}",
+                    j.id,
+                    was.name(),
+                    j.torch.target.display(),
+                    j.backup.display()
+                )
+            }
             (State::RollingBack, Found::Original) => {
                 locked.set(&mut j, State::RolledBack)?;
-                notes.push(format!(
+                format!(
                     "transaction {} was interrupted while rolling back; the original was already back, so it is now rolled back",
                     j.id
-                ));
+                )
             }
             (State::RollingBack, Found::New) => {
                 locked.set(&mut j, State::Installed)?;
-                notes.push(format!(
+                format!(
                     "transaction {} was interrupted while rolling back, before the original went back; it is installed again",
                     j.id
-                ));
+                )
             }
             (_, Found::New) => {
                 locked.set(&mut j, State::Installed)?;
                 supersede(locked, &j)?;
-                notes.push(format!(
+                format!(
                     "transaction {} was interrupted after the swap; the new library is in place and checked, so it is now installed",
                     j.id
-                ));
+                )
             }
             (_, Found::Original) => {
                 locked.set(&mut j, State::Aborted)?;
-                notes.push(format!(
+                format!(
                     "transaction {} was interrupted before the swap ({}); torch's original was never changed, so it is now aborted",
                     j.id,
                     was.name()
-                ));
+                )
             }
-            (_, Found::Other(what)) => return Err(changed_elsewhere(&j, &what)),
-        }
+            (State::Begun | State::BackedUp | State::Swapping, Found::Earlier(p)) => {
+                locked.set(&mut j, State::Aborted)?;
+                format!(
+                    "transaction {} was interrupted before the swap ({}); torch still holds the build of transaction {p}, so it is now aborted",
+                    j.id,
+                    was.name()
+                )
+            }
+            (_, Found::Earlier(p)) => {
+                out.unsettled
+                    .push((j.clone(), format!("the build of transaction {p}")));
+                continue;
+            }
+            (_, Found::Other(what)) => {
+                out.unsettled.push((j.clone(), what));
+                continue;
+            }
+        };
+        out.notes.push(note);
     }
-    Ok(notes)
+    Ok(out)
 }
 
 /// Mark the transaction `j` inherited from as replaced by it.
@@ -355,7 +616,7 @@ fn supersede(locked: &Locked, j: &Journal) -> Result<()> {
     let Some(prev) = j.inherits else {
         return Ok(());
     };
-    for mut p in locked.state.journals()? {
+    for mut p in locked.journals()?.list {
         if p.id == prev && p.state == State::Installed {
             locked.set(&mut p, State::Replaced)?;
         }
@@ -369,8 +630,8 @@ pub struct Swap<'a> {
     pub build: BuildRec,
     /// The new library, ready to go in (relinked if asked), in the staging dir.
     pub staged: &'a Path,
-    /// Run on the new file in torch/lib before it takes the library's name
-    /// (`ldd` there resolves $ORIGIN as it will be).
+    /// Run on the new file where it lands (next to the target), before it
+    /// takes the library's name.
     pub check: &'a dyn Fn(&Path) -> Result<()>,
 }
 
@@ -380,33 +641,49 @@ pub enum Outcome {
     AlreadyInstalled(Journal),
 }
 
+/// Whether a file carries our markers: an rdna1-patch build.
+pub fn is_patched(path: &Path) -> bool {
+    fsutil::file_contains(path, MARKER_PREFIX.as_bytes()).unwrap_or(false)
+}
+
 pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     let torch = swap.torch;
     let target = &torch.target;
-    let journals = locked.state.journals()?;
+    let journals = locked.journals()?;
     let current = checksum::md5_file(target)?;
     let new_md5 = checksum::md5_file(swap.staged)?;
     let ours = journals
+        .list
         .iter()
         .rev()
         .find(|j| j.state == State::Installed && j.torch.target == *target);
-    if current == new_md5 {
-        if let Some(j) = ours.filter(|j| j.new.md5 == new_md5) {
-            return Ok(Outcome::AlreadyInstalled(j.clone()));
-        }
+    if current == new_md5
+        && let Some(j) = ours.filter(|j| j.new.md5 == new_md5)
+    {
+        return Ok(Outcome::AlreadyInstalled(j.clone()));
+    }
+    let inherits = ours.filter(|j| j.new.md5 == current);
+    if inherits.is_none() && is_patched(target) {
         return Err(hint(
             format!(
-                "{} is already this build (MD5 {new_md5}), but no transaction in {} put it there, so there is no original to go back to",
+                "{} is already an rdna1-patch build (it carries {MARKER_PREFIX} markers), but no transaction in {} put it there, so there is no original to go back to",
                 target.display(),
                 locked.state.root().display()
             ),
-            "reinstall torch to get its own library back, then install again; or pass the --state-dir that the first install used",
+            format!(
+                "if another --state-dir installed it, run this with that one. If that state is lost, reinstall torch to get its own library back (`pip install --force-reinstall torch=={}` from the index you installed it from), then install again",
+                torch.version
+            ),
         ));
     }
-    ensure_writable(&torch.lib_dir)?;
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    ensure_writable(dir)?;
 
-    let id = journals.last().map_or(1, |j| j.id + 1);
-    let (original, backup, inherits) = match ours.filter(|j| j.new.md5 == current) {
+    let id = journals
+        .last_id
+        .max(journals.list.last().map_or(0, |j| j.id))
+        + 1;
+    let (original, backup, inherits) = match inherits {
         Some(prev) => (prev.original.clone(), prev.backup.clone(), Some(prev.id)),
         None => {
             let meta = std::fs::metadata(target)?;
@@ -419,7 +696,6 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
             (original, backup, None)
         }
     };
-    let name = target.file_name().unwrap_or_default().to_string_lossy();
     let mut j = Journal {
         id,
         state: State::Begun,
@@ -439,48 +715,42 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
             size: std::fs::metadata(swap.staged)?.len(),
             mode: original.mode,
         },
-        temp: torch.lib_dir.join(format!(".{name}.rdna1-patch-{id}.tmp")),
         inherits,
     };
     locked.save(&mut j)?;
     crash_point!("install-begun");
 
-    if inherits.is_none() {
-        let fresh = checksum::md5_file(&backup).ok().as_ref() == Some(&original.md5);
-        if !fresh {
-            let tmp = backup.with_extension("so.tmp");
-            fsutil::copy_synced(target, &tmp, 0o444)?;
-            std::fs::rename(&tmp, &backup)
-                .with_context(|| format!("cannot create {}", backup.display()))?;
-            fsutil::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
-        }
-        crash_point!("install-backup-written");
-        let copy = checksum::md5_file(&backup)?;
-        if copy != original.md5 {
-            locked.set(&mut j, State::Aborted)?;
-            bail!(
-                "the backup {} reads back as MD5 {copy}, not {}; torch was not changed",
-                backup.display(),
-                original.md5
-            );
-        }
+    if inherits.is_none()
+        && let Err(e) = write_backup(target, &backup, &original)
+    {
+        locked.set(&mut j, State::Aborted)?;
+        return Err(out_of_space(
+            e,
+            locked.state.root(),
+            "torch was not changed",
+        ));
     }
     locked.set(&mut j, State::BackedUp)?;
     crash_point!("install-backed-up");
 
-    fsutil::copy_synced(swap.staged, &j.temp, original.mode)?;
-    crash_point!("install-temp-written");
-    if let Err(e) = (swap.check)(&j.temp) {
-        let _ = std::fs::remove_file(&j.temp);
+    let temp = j.temp(false);
+    let written = fsutil::copy_synced(swap.staged, &temp, original.mode).and_then(|()| {
+        crash_point!("install-temp-written");
+        (swap.check)(&temp)
+    });
+    if let Err(e) = written {
+        let _ = fsutil::remove_own_file(&temp);
         locked.set(&mut j, State::Aborted)?;
-        return Err(e.context("torch was not changed"));
+        return Err(out_of_space(e, dir, "torch was not changed"));
     }
     locked.set(&mut j, State::Swapping)?;
     crash_point!("install-swapping");
 
-    std::fs::rename(&j.temp, target)
-        .with_context(|| format!("cannot rename {} to {}", j.temp.display(), target.display()))?;
-    fsutil::sync_dir(&torch.lib_dir)?;
+    // The temp file is in the target's own directory, so this rename never
+    // crosses a filesystem.
+    std::fs::rename(&temp, target)
+        .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
+    fsutil::sync_dir(dir)?;
     crash_point!("install-renamed");
 
     let after = checksum::md5_file(target)?;
@@ -493,6 +763,49 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     locked.set(&mut j, State::Installed)?;
     supersede(locked, &j)?;
     Ok(Outcome::Installed(j))
+}
+
+/// Copy the original to its backup (unless an identical backup is there)
+/// and read it back. A partial copy never stays behind.
+fn write_backup(target: &Path, backup: &Path, original: &FileRec) -> Result<()> {
+    let fresh = checksum::md5_file(backup).ok().as_ref() == Some(&original.md5);
+    if !fresh {
+        let tmp = backup.with_extension("so.tmp");
+        let copied = fsutil::copy_synced(target, &tmp, 0o444).and_then(|()| {
+            crash_point!("install-backup-written");
+            std::fs::rename(&tmp, backup)
+                .with_context(|| format!("cannot create {}", backup.display()))
+        });
+        if let Err(e) = copied {
+            let _ = fsutil::remove_own_file(&tmp);
+            return Err(e);
+        }
+        fsutil::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
+    }
+    let copy = checksum::md5_file(backup)?;
+    if copy != original.md5 {
+        bail!(
+            "the backup {} reads back as MD5 {copy}, not {}",
+            backup.display(),
+            original.md5
+        );
+    }
+    Ok(())
+}
+
+/// Add what was left as it was, and, when the disk was full, where.
+fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::Error {
+    if fsutil::is_disk_full(&e) {
+        hint(
+            format!("{e:#}; {unchanged} and the partial copy was removed"),
+            format!(
+                "free space on the disk holding {} (or pass a --state-dir on a disk with room), then run this again",
+                place.display()
+            ),
+        )
+    } else {
+        e.context(unchanged.to_owned())
+    }
 }
 
 fn ensure_writable(dir: &Path) -> Result<()> {
@@ -518,10 +831,24 @@ pub enum Rolled {
 }
 
 /// Roll back the newest installed transaction, or with `to`, every one from
-/// the newest down to `to`.
-pub fn rollback(locked: &Locked, to: Option<u32>) -> Result<Rolled> {
-    let journals = locked.state.journals()?;
+/// the newest down to `to`. Transactions whose torch is gone are closed on
+/// the way (their notes go to `notes`).
+pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Result<Rolled> {
     let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced);
+    let all = locked.journals()?.list;
+    for j in all.iter().filter(live) {
+        if found(j, &all) == Found::Gone {
+            let mut j = j.clone();
+            locked.set(&mut j, State::Abandoned)?;
+            notes.push(format!(
+                "transaction {}: {} is gone, so it is closed; the original stays in {}",
+                j.id,
+                j.torch.target.display(),
+                j.backup.display()
+            ));
+        }
+    }
+    let journals = locked.journals()?.list;
     let chosen: Vec<Journal> = match to {
         Some(id) => {
             let Some(j) = journals.iter().find(|j| j.id == id) else {
@@ -552,29 +879,34 @@ pub fn rollback(locked: &Locked, to: Option<u32>) -> Result<Rolled> {
             None => return Ok(Rolled::Nothing(journals.last().cloned().map(Box::new))),
         },
     };
-    // Check every backup before changing anything.
+    // Lock every torch concerned, and check every backup, before changing anything.
+    let mut held = Vec::new();
     for j in &chosen {
-        if found(j) != Found::Original {
+        if !held.iter().any(|(d, _)| d == &j.torch.target) {
+            held.push((j.torch.target.clone(), locked.lock_target(&j.torch.target)?));
+        }
+        if found(j, &journals) != Found::Original {
             check_backup(j)?;
         }
     }
     let mut done = Vec::new();
     for id in chosen.iter().map(|j| j.id) {
         // Re-read: undoing a later transaction may have settled this one.
-        let Some(mut j) = locked.state.journals()?.into_iter().find(|j| j.id == id) else {
+        let all = locked.journals()?.list;
+        let Some(mut j) = all.iter().find(|j| j.id == id).cloned() else {
             continue;
         };
         if !live(&&j) {
             continue;
         }
-        let already = undo(locked, &mut j)?;
+        let already = undo(locked, &mut j, &all)?;
         let inherited = j.inherits;
         done.push((j, already));
         // Its original is the one the transaction it replaced kept.
         if let Some(mut p) = inherited.and_then(|prev| {
-            let all = locked.state.journals().ok()?;
-            all.into_iter()
+            all.iter()
                 .find(|p| p.id == prev && p.state == State::Replaced)
+                .cloned()
         }) {
             locked.set(&mut p, State::RolledBack)?;
             done.push((p, true));
@@ -607,31 +939,57 @@ fn check_backup(j: &Journal) -> Result<()> {
 }
 
 /// Put `j`'s original back; true when it already was.
-fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
-    match found(j) {
+fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
+    match found(j, all) {
         Found::Original => {
             locked.set(j, State::RolledBack)?;
             return Ok(true);
         }
         Found::New => {}
+        Found::Earlier(p) => {
+            return Err(changed_elsewhere(
+                j,
+                &format!("the build of transaction {p}"),
+            ));
+        }
+        Found::Gone => return Err(changed_elsewhere(j, "gone")),
         Found::Other(what) => return Err(changed_elsewhere(j, &what)),
+    }
+    // The target must still be what torch loads: a journal edited to point
+    // elsewhere is not followed.
+    if j.library().canonicalize().ok().as_ref() != Some(&j.torch.target) {
+        return Err(hint(
+            format!(
+                "{} no longer leads to {}, which transaction {} changed; nothing was changed",
+                j.library().display(),
+                j.torch.target.display(),
+                j.id
+            ),
+            format!(
+                "if torch was reinstalled, `rdna1-patch rollback --abandon {}` closes the transaction; the original stays in {}",
+                j.id,
+                j.backup.display()
+            ),
+        ));
     }
     // `rollback` checked the backup before changing anything; what is
     // checked here is the copy about to take the library's name.
-    let name = j
-        .torch
-        .target
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy();
     let dir = j.torch.target.parent().unwrap_or(Path::new("/")).to_owned();
-    j.temp = dir.join(format!(".{name}.rdna1-patch-{}-rollback.tmp", j.id));
+    let temp = j.temp(true);
     locked.set(j, State::RollingBack)?;
     crash_point!("rollback-begun");
-    fsutil::copy_synced(&j.backup, &j.temp, j.original.mode)?;
-    let copy = checksum::md5_file(&j.temp)?;
+    let copied = fsutil::copy_synced(&j.backup, &temp, j.original.mode)
+        .and_then(|()| checksum::md5_file(&temp));
+    let copy = match copied {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = fsutil::remove_own_file(&temp);
+            locked.set(j, State::Installed)?;
+            return Err(out_of_space(e, &dir, "torch was not changed"));
+        }
+    };
     if copy != j.original.md5 {
-        let _ = std::fs::remove_file(&j.temp);
+        let _ = fsutil::remove_own_file(&temp);
         locked.set(j, State::Installed)?;
         bail!(
             "the copy of the backup {} reads back as MD5 {copy}, not {}; torch was not changed",
@@ -640,10 +998,10 @@ fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
         );
     }
     crash_point!("rollback-temp-written");
-    std::fs::rename(&j.temp, &j.torch.target).with_context(|| {
+    std::fs::rename(&temp, &j.torch.target).with_context(|| {
         format!(
             "cannot rename {} to {}",
-            j.temp.display(),
+            temp.display(),
             j.torch.target.display()
         )
     })?;
@@ -661,26 +1019,24 @@ fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
     Ok(false)
 }
 
-/// Close a transaction whose target something else has replaced.
+/// Close a transaction without touching torch: one whose library something
+/// else replaced, or whose torch is gone. Works whatever state the
+/// transaction was left in, unless our library is still in place.
 pub fn abandon(locked: &Locked, id: u32) -> Result<Journal> {
-    let mut j = locked
-        .state
-        .journals()?
-        .into_iter()
-        .find(|j| j.id == id)
-        .ok_or_else(|| {
-            hint(
-                format!("there is no transaction {id}"),
-                "`rdna1-patch rollback --list` shows them",
-            )
-        })?;
+    let all = locked.journals()?.list;
+    let mut j = all.iter().find(|j| j.id == id).cloned().ok_or_else(|| {
+        hint(
+            format!("there is no transaction {id}"),
+            "`rdna1-patch rollback --list` shows them",
+        )
+    })?;
     if matches!(
         j.state,
         State::RolledBack | State::Aborted | State::Abandoned
     ) {
         bail!("transaction {id} is {} already", j.state.name());
     }
-    if found(&j) == Found::New {
+    if found(&j, &all) == Found::New {
         return Err(hint(
             format!(
                 "the library transaction {id} installed is still in {}",
@@ -689,7 +1045,9 @@ pub fn abandon(locked: &Locked, id: u32) -> Result<Journal> {
             "use `rdna1-patch rollback` to put the original back",
         ));
     }
-    let _ = std::fs::remove_file(&j.temp);
+    for rollback in [false, true] {
+        let _ = fsutil::remove_own_file(&j.temp(rollback));
+    }
     locked.set(&mut j, State::Abandoned)?;
     Ok(j)
 }

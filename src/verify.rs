@@ -84,7 +84,12 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
             "rebuild with `rdna1-patch build miopen`",
         ),
         Ok(entries) => {
-            let bad = checksum::verify(&req.prefix, &entries, req.jobs);
+            let mut bad = prefix::incomplete(&prov, &entries);
+            bad.extend(
+                checksum::verify(&req.prefix, &entries, req.jobs)
+                    .iter()
+                    .map(ToString::to_string),
+            );
             if bad.is_empty() {
                 r.push(
                     "prefix",
@@ -99,11 +104,10 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
                     ),
                 );
             } else {
-                let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
                 r.push_fix(
                     "prefix",
                     Status::Fail,
-                    format!("{}: {}", req.prefix.display(), list.join("; ")),
+                    format!("{}: {}", req.prefix.display(), bad.join("; ")),
                     "reinstall the prefix with `rdna1-patch build miopen`",
                 );
             }

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::StateArg;
+use super::{StateArg, TorchArg};
 use crate::status::describe;
 use crate::txn::{self, Rolled};
 use crate::ui::Ui;
@@ -21,13 +21,21 @@ pub struct Args {
     /// reinstalled torch), without touching torch
     #[arg(long, value_name = "ID", conflicts_with = "to")]
     abandon: Option<u32>,
+    /// With nothing to roll back: the torch to check for a build that no
+    /// transaction here recorded
+    #[command(flatten)]
+    torch: TorchArg,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let ui = Ui::new();
     let state = args.state.open()?;
     if args.list {
-        let journals = state.journals()?;
+        let all = state.read()?;
+        for d in &all.damaged {
+            ui.warn(format!("{} is damaged: {}", d.path.display(), d.error));
+        }
+        let journals = all.list;
         if journals.is_empty() {
             println!("no transactions in {}", state.root().display());
         }
@@ -37,7 +45,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let locked = state.lock()?;
-    for note in txn::recover(&locked)? {
+    let recovery = txn::recover(&locked)?;
+    for note in &recovery.notes {
         ui.stage("Recovered", note);
     }
     if let Some(id) = args.abandon {
@@ -45,29 +54,54 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ui.stage(
             "Abandoned",
             format!(
-                "transaction {} ({} was left as it is)",
+                "transaction {} ({} was left as it is; the original stays in {})",
                 j.id,
-                j.torch.target.display()
+                j.torch.target.display(),
+                j.backup.display()
             ),
         );
         return Ok(ExitCode::SUCCESS);
     }
-    match txn::rollback(&locked, args.to)? {
-        Rolled::Nothing(last) => match last {
-            Some(j) => ui.stage(
-                "Rollback",
-                format!(
-                    "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
-                    j.id,
-                    j.state.name(),
-                    j.updated
+    let mut notes = Vec::new();
+    let rolled = txn::rollback(&locked, args.to, &mut notes);
+    for note in notes {
+        ui.stage("Closed", note);
+    }
+    match rolled? {
+        Rolled::Nothing(last) => {
+            // No record here does not mean torch is clean: the state dir
+            // that installed it may be gone, or another one was used.
+            if let Ok(torch) = crate::torch::locate(&args.torch.locator())
+                && txn::is_patched(&torch.target)
+            {
+                return Err(crate::error::hint(
+                    format!(
+                        "{} is an rdna1-patch build, but no transaction in {} installed it, so there is no original here to put back",
+                        torch.target.display(),
+                        state.root().display()
+                    ),
+                    format!(
+                        "if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch=={}` (from the index you installed it from) brings torch's own library back",
+                        torch.version
+                    ),
+                ));
+            }
+            match last {
+                Some(j) => ui.stage(
+                    "Rollback",
+                    format!(
+                        "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
+                        j.id,
+                        j.state.name(),
+                        j.updated
+                    ),
                 ),
-            ),
-            None => ui.stage(
-                "Rollback",
-                format!("nothing to roll back: no transactions in {}", state.root().display()),
-            ),
-        },
+                None => ui.stage(
+                    "Rollback",
+                    format!("nothing to roll back: no transactions in {}", state.root().display()),
+                ),
+            }
+        }
         Rolled::Done(done) => {
             for (j, already) in done {
                 let how = if already {
