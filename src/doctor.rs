@@ -241,7 +241,16 @@ fn rocm(req: &Request, r: &mut Report) {
 }
 
 fn gpus(req: &Request, r: &mut Report) {
-    let all = gpu::scan(&req.sysfs);
+    let scan = gpu::scan_all(&req.sysfs);
+    for p in &scan.problems {
+        r.push_fix(
+            "gpu",
+            Status::Warn,
+            format!("a KFD topology node was skipped: {p}"),
+            "in a container, pass the GPU's /dev/dri/renderD* and /dev/kfd through; otherwise report this with the file attached",
+        );
+    }
+    let all = scan.gpus;
     let real: Vec<String> = all.iter().map(|g| g.gfx()).collect();
     if all.is_empty() {
         r.push_fix(
@@ -330,7 +339,7 @@ fn disk(req: &Request, r: &mut Report) {
                 dir.display(),
                 req.need_gib
             );
-            if free >= req.need_gib << 30 {
+            if u128::from(free) >= u128::from(req.need_gib) << 30 {
                 r.push("disk", Status::Ok, detail);
             } else {
                 r.push_fix(

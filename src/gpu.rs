@@ -57,47 +57,104 @@ pub fn topology(sysfs: &Path) -> PathBuf {
 }
 
 /// Every GPU node, in node order. No KFD (no amdgpu driver, no GPU) gives
-/// an empty list.
+/// an empty list; nodes that cannot be read are left out (see [`scan_all`]).
 pub fn scan(sysfs: &Path) -> Vec<Gpu> {
-    let mut gpus = Vec::new();
+    scan_all(sysfs).gpus
+}
+
+/// The GPUs, and why any node was left out: a node whose properties cannot
+/// be read (a container's device cgroup answers EPERM for hidden GPUs) or
+/// hold values that are not numbers must not make a GPU vanish silently.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub gpus: Vec<Gpu>,
+    pub problems: Vec<String>,
+}
+
+/// sysfs files are a few hundred bytes; a FIFO or a huge file is not sysfs.
+const SYSFS_LIMIT: u64 = 64 << 10;
+
+pub fn scan_all(sysfs: &Path) -> Scan {
+    let mut out = Scan::default();
     let Ok(rd) = std::fs::read_dir(topology(sysfs)) else {
-        return gpus;
+        return out;
     };
-    for e in rd.flatten() {
-        let Some(node) = e.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
+    let mut nodes: Vec<(u32, PathBuf)> = rd
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+        .collect();
+    nodes.sort();
+    for (node, path) in nodes {
+        let text = match crate::fsutil::read_small(&path.join("properties"), SYSFS_LIMIT) {
+            Ok(t) => t,
+            Err(e) => {
+                out.problems.push(format!("node {node}: {e:#}"));
+                continue;
+            }
         };
-        let Ok(text) = std::fs::read_to_string(e.path().join("properties")) else {
-            continue;
-        };
-        let prop = |key: &str| {
-            text.lines()
-                .filter_map(|l| l.split_once(' '))
-                .find(|(k, _)| *k == key)
-                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let gfx = prop("gfx_target_version");
-        if gfx == 0 {
-            continue; // a CPU node
+        match parse_node(node, &text) {
+            Ok(Some(g)) => out.gpus.push(g),
+            Ok(None) => {}
+            Err(e) => out.problems.push(format!("node {node}: {e}")),
         }
-        let loc = prop("location_id");
-        gpus.push(Gpu {
-            node,
-            gfx_target_version: gfx,
-            vendor_id: prop("vendor_id"),
-            device_id: prop("device_id"),
-            pci: format!(
-                "{:04x}:{:02x}:{:02x}.{:x}",
-                prop("domain"),
-                (loc >> 8) & 0xff,
-                (loc >> 3) & 0x1f,
-                loc & 0x7
-            ),
-        });
     }
-    gpus.sort_by_key(|g| g.node);
-    gpus
+    out
+}
+
+/// One node's properties: `Ok(None)` for a CPU node (no SIMDs).
+fn parse_node(node: u32, text: &str) -> Result<Option<Gpu>, String> {
+    let mut props = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(' ') else {
+            continue;
+        };
+        props.insert(k, v.trim());
+    }
+    let prop = |key: &str| -> Result<u64, String> {
+        match props.get(key) {
+            None => Ok(0),
+            Some(v) => v.parse::<u64>().map_err(|_| {
+                format!(
+                    "{key} is `{}`, not a number this tool can read",
+                    v.escape_debug()
+                )
+            }),
+        }
+    };
+    let simds = prop("simd_count")?;
+    let mut gfx = prop("gfx_target_version")?;
+    let device_id = prop("device_id")?;
+    if simds == 0 && gfx == 0 {
+        return Ok(None); // a CPU node
+    }
+    if gfx == 0 {
+        // Older kernels do not export gfx_target_version: know RDNA1 by its PCI id.
+        gfx = rdna1_by_pci_id(device_id).unwrap_or(0);
+    }
+    let loc = prop("location_id")?;
+    Ok(Some(Gpu {
+        node,
+        gfx_target_version: gfx,
+        vendor_id: prop("vendor_id")?,
+        device_id,
+        pci: format!(
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            prop("domain")?,
+            (loc >> 8) & 0xff,
+            (loc >> 3) & 0x1f,
+            loc & 0x7
+        ),
+    }))
+}
+
+/// The gfx_target_version of a Navi 10/12/14 PCI device id.
+pub fn rdna1_by_pci_id(device_id: u64) -> Option<u64> {
+    match device_id {
+        0x7310 | 0x7312 | 0x7318..=0x731F => Some(100100),
+        0x7360 | 0x7362 => Some(100101),
+        0x7340 | 0x7341 | 0x7347 | 0x734F => Some(100102),
+        _ => None,
+    }
 }
 
 /// HSA_OVERRIDE_GFX_VERSION ("10.3.0") as a gfx name ("gfx1030").
@@ -117,7 +174,7 @@ pub fn amdgpu_params(sysfs: &Path) -> Vec<(&'static str, Option<String>)> {
         .map(|p| {
             (
                 *p,
-                std::fs::read_to_string(dir.join(p))
+                crate::fsutil::read_small(&dir.join(p), SYSFS_LIMIT)
                     .ok()
                     .map(|v| v.trim().to_owned()),
             )
@@ -168,6 +225,102 @@ mod tests {
     fn no_gpu_and_no_kfd_scan_empty() {
         assert!(scan(&recorded("no-gpu")).is_empty());
         assert!(scan(Path::new("/nonexistent")).is_empty());
+    }
+
+    /// Copy a recorded tree so that a test can spoil it.
+    fn spoiled(name: &str, node: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(recorded(name))
+            .arg(tmp.path().join("sys"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        edit(
+            &topology(&tmp.path().join("sys"))
+                .join(node)
+                .join("properties"),
+        );
+        tmp
+    }
+
+    #[test]
+    fn a_fifo_or_bad_values_are_named_not_hidden() {
+        let fifo = spoiled("rx5600xt-gfx1010", "1", |p| {
+            std::fs::remove_file(p).unwrap();
+            let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+            // SAFETY: a valid C string.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        });
+        let s = scan_all(&fifo.path().join("sys"));
+        assert!(s.gpus.is_empty());
+        assert_eq!(s.problems.len(), 1, "{:?}", s.problems);
+        assert!(s.problems[0].starts_with("node 1: "), "{:?}", s.problems);
+        assert!(
+            s.problems[0].ends_with("is a FIFO, not a regular file"),
+            "{:?}",
+            s.problems
+        );
+        for bad in ["-1", "99999999999999999999999", "\u{1}\u{2}"] {
+            let t = spoiled("rx5600xt-gfx1010", "1", |p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                let text = text.replace(
+                    "gfx_target_version 100100",
+                    &format!("gfx_target_version {bad}"),
+                );
+                std::fs::write(p, text).unwrap();
+            });
+            let s = scan_all(&t.path().join("sys"));
+            assert!(s.gpus.is_empty(), "{bad}");
+            assert_eq!(
+                s.problems,
+                [format!(
+                    "node 1: gfx_target_version is `{}`, not a number this tool can read",
+                    bad.escape_debug()
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_node_does_not_hide_the_next() {
+        let t = spoiled("rx5600xt-gfx1010", "1", |_| {});
+        let nodes = topology(&t.path().join("sys"));
+        copy(&nodes.join("1"), &nodes.join("2"));
+        // Node 1 unreadable the way a device cgroup makes it: no properties file to open.
+        std::fs::remove_file(nodes.join("1/properties")).unwrap();
+        std::fs::create_dir(nodes.join("1/properties")).unwrap();
+        let s = scan_all(&t.path().join("sys"));
+        assert_eq!(s.gpus.len(), 1);
+        assert_eq!(s.gpus[0].node, 2);
+        assert_eq!(s.problems.len(), 1);
+    }
+
+    #[test]
+    fn a_gpu_without_gfx_target_version_is_known_by_pci_id() {
+        let t = spoiled("rx5600xt-gfx1010", "1", |p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            let text: String = text
+                .lines()
+                .filter(|l| !l.starts_with("gfx_target_version"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(p, text).unwrap();
+        });
+        let gpus = scan(&t.path().join("sys"));
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].gfx(), "gfx1010");
+    }
+
+    fn copy(from: &Path, to: &Path) {
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     #[test]

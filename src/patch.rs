@@ -136,6 +136,23 @@ impl PatchFile {
                 ),
             };
             check_path_syntax(&self.name, &path)?;
+            use diffy::patch_set::FileMode;
+            if let Some(mode) = [fp.old_mode(), fp.new_mode()]
+                .into_iter()
+                .flatten()
+                .find(|m| matches!(m, FileMode::Symlink | FileMode::Gitlink))
+            {
+                bail!(
+                    "patch {}: {path} is a {} in the patch; only regular text files can be patched",
+                    self.name,
+                    if *mode == FileMode::Symlink {
+                        "symlink"
+                    } else {
+                        "submodule"
+                    }
+                );
+            }
+            let mode_change = fp.old_mode().is_some() && fp.new_mode().is_some();
             let patch = match fp.into_patch() {
                 PatchKind::Text(p) => p,
                 PatchKind::Binary(_) => bail!(
@@ -143,6 +160,17 @@ impl PatchFile {
                     self.name
                 ),
             };
+            if kind == Kind::Modify && patch.hunks().is_empty() {
+                bail!(
+                    "patch {}: the change to {path} has no hunks{}; it would record a marker for a change that is not there",
+                    self.name,
+                    if mode_change {
+                        " (only its mode changes, which is not supported)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             out.push(FileChange { path, kind, patch });
         }
         Ok(out)
@@ -670,6 +698,25 @@ mod tests {
                 format!("{err:#}").contains("outside the source tree"),
                 "{bad}: {err:#}"
             );
+        }
+    }
+
+    #[test]
+    fn a_mode_change_an_empty_change_or_a_symlink_is_refused() {
+        let cases = [
+            (
+                "diff --git a/a.sh b/a.sh\nold mode 100644\nnew mode 100755\n",
+                "patch p: the change to a.sh has no hunks (only its mode changes, which is not supported); it would record a marker for a change that is not there",
+            ),
+            (
+                "diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n",
+                "patch p: link is a symlink in the patch; only regular text files can be patched",
+            ),
+        ];
+        for (diff, want) in cases {
+            let text = format!("Subject: x\n\nMarker: [RDNA1 PATCH] x\n---\n{diff}");
+            let err = PatchFile::parse("p", text).unwrap_err();
+            assert_eq!(format!("{err:#}"), want);
         }
     }
 

@@ -43,6 +43,9 @@ pub struct Options {
     pub dry_run: bool,
     pub clean: bool,
     pub update: bool,
+    /// Build with local edits in the checkout instead of stopping.
+    pub keep_local: bool,
+    pub net_timeout: std::time::Duration,
 }
 
 /// What a build would do, worked out without touching anything.
@@ -122,6 +125,7 @@ impl Plan<'_> {
             src: &self.dirs.src,
             lock_file: &self.lock_file,
             update: self.opts.update,
+            net_timeout: self.opts.net_timeout,
         }
     }
 
@@ -175,6 +179,9 @@ impl Plan<'_> {
 
     fn execute(&self, ui: &Ui) -> Result<()> {
         let stop = self.opts.stop_after;
+        if stop >= Stage::Install {
+            prefix::preflight(&self.prefix)?;
+        }
         // Report a missing tool before the long fetch, not after it.
         let tools = if stop >= Stage::Configure {
             let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
@@ -201,6 +208,18 @@ impl Plan<'_> {
             None
         };
 
+        let record = PatchRecord::load(&self.patch_record());
+        let edited = self.local_edits(&record)?;
+        if !edited.is_empty() && self.opts.update {
+            return Err(hint(
+                format!(
+                    "--update may check out another commit over local edits in {}: {}",
+                    self.dirs.src.display(),
+                    edited.join(", ")
+                ),
+                "build once without --update to see what they are; keep them in a patch (`rdna1-patch patches refresh`) or drop them first; nothing was changed",
+            ));
+        }
         let checkout = source::fetch(&self.source_request(), ui)?;
         ui.stage(
             "Source",
@@ -220,7 +239,7 @@ impl Plan<'_> {
             return Ok(());
         }
 
-        let touched = self.patch(&checkout, ui)?;
+        let (touched, local) = self.patch(&checkout, record, edited, ui)?;
         if stop == Stage::Patch {
             return Ok(());
         }
@@ -287,7 +306,8 @@ impl Plan<'_> {
             return Ok(());
         }
 
-        let provenance = self.provenance(&checkout.commit, &tools);
+        let mut provenance = self.provenance(&checkout.commit, &tools);
+        provenance.local_edits = local;
         let stamp_path = self.install_stamp();
         if built.steps == 0
             && prefix::Stamp::load(&stamp_path)
@@ -332,19 +352,65 @@ impl Plan<'_> {
         self.dirs.state.join("install.toml")
     }
 
-    /// Apply the series on top of the pristine checkout; returns the files it changes.
-    fn patch(&self, checkout: &source::Checkout, ui: &Ui) -> Result<BTreeSet<String>> {
-        let record = self.dirs.state.join("patched-files");
-        let before: BTreeSet<String> = std::fs::read_to_string(&record)
-            .map(|t| {
-                t.lines()
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+    fn patch_record(&self) -> PathBuf {
+        self.dirs.state.join("patched-files")
+    }
+
+    /// Files of the checkout that differ from the commit, less those the
+    /// patch stage wrote and that still hold what it wrote.
+    fn local_edits(&self, record: &PatchRecord) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for rel in source::changed_files(&self.dirs.src)? {
+            let disk = patch::read_optional(&self.dirs.src.join(&rel))
+                .ok()
+                .flatten();
+            if !record.is_ours(&rel, disk.as_deref()) {
+                out.push(rel);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Apply the series on top of the pristine checkout; returns the files
+    /// it changes, and the local edits kept (--keep-local). `edited` are the
+    /// files that differ from the commit and from what this stage wrote.
+    fn patch(
+        &self,
+        checkout: &source::Checkout,
+        mut record: PatchRecord,
+        edited: Vec<String>,
+        ui: &Ui,
+    ) -> Result<(BTreeSet<String>, Vec<String>)> {
+        let before = record.paths();
         let base = |rel: &str| checkout.pristine(rel);
-        let plan = patch::plan(&self.series, &checkout.path, &base, &before)?;
+        let mut plan = patch::plan(&self.series, &checkout.path, &base, &before)?;
+        // A file that already holds what the series makes is no edit of
+        // the user's: that is how `patches refresh` leaves the tree.
+        let local: Vec<String> = edited
+            .into_iter()
+            .filter(|f| !plan.touched.contains(f) || plan.writes.iter().any(|(p, _)| p == f))
+            .collect();
+        if !local.is_empty() {
+            if !self.opts.keep_local {
+                return Err(hint(
+                    format!(
+                        "the checkout {} has local edits that are not part of {} {} and its patch series: {}",
+                        self.dirs.src.display(),
+                        self.opts.component,
+                        self.component.tag,
+                        local.join(", ")
+                    ),
+                    format!(
+                        "nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C {0} checkout -- .` and `git -C {0} clean -fd`",
+                        self.dirs.src.display()
+                    ),
+                ));
+            }
+            ui.warn(format!(
+                "building with local edits (--keep-local): {}",
+                local.join(", ")
+            ));
+        }
         for (name, outcome) in &plan.outcomes {
             match outcome {
                 Outcome::Applied => ui.stage("Patch", name),
@@ -353,6 +419,15 @@ impl Plan<'_> {
                 }
             }
         }
+        plan.writes.retain(|(path, _)| {
+            let keep = local.contains(path);
+            if keep {
+                ui.warn(format!(
+                    "{path} has local edits, so the series' change to it is not written (--keep-local)"
+                ));
+            }
+            !keep
+        });
         if plan.writes.is_empty() {
             ui.note("source tree already patched; no file written");
         } else {
@@ -366,29 +441,30 @@ impl Plan<'_> {
                     .join(", ")
             ));
         }
-        // Record first: if we die mid-write the next run still knows which
-        // files to put back.
-        let all: BTreeSet<String> = before.union(&plan.touched).cloned().collect();
+        // Record first, old and new content both: if we die mid-write the
+        // next run still knows which files are ours to put back.
+        for (path, content) in &plan.writes {
+            record.add(path, content.as_deref());
+        }
+        let unrecorded: Vec<&String> = plan
+            .touched
+            .iter()
+            .filter(|p| !record.files.contains_key(*p))
+            .collect();
+        for path in unrecorded {
+            let disk = patch::read_optional(&checkout.path.join(path))?;
+            record.add(path, disk.as_deref());
+        }
         fsutil::create_dir_all(&self.dirs.state)?;
-        fsutil::write_atomic(
-            &record,
-            all.iter()
-                .map(|f| format!("{f}\n"))
-                .collect::<String>()
-                .as_bytes(),
-            None,
-        )?;
+        record.save(&self.patch_record())?;
         patch::execute(&plan, &checkout.path)?;
-        fsutil::write_atomic(
-            &record,
-            plan.touched
-                .iter()
-                .map(|f| format!("{f}\n"))
-                .collect::<String>()
-                .as_bytes(),
-            None,
-        )?;
-        Ok(plan.touched)
+        let mut done = PatchRecord::default();
+        for path in &plan.touched {
+            let disk = patch::read_optional(&checkout.path.join(path))?;
+            done.add(path, disk.as_deref());
+        }
+        done.save(&self.patch_record())?;
+        Ok((plan.touched, local))
     }
 
     fn provenance(&self, commit: &str, tools: &tools::Toolchain) -> Provenance {
@@ -428,6 +504,71 @@ impl Plan<'_> {
                 path: String::new(),
             },
             files: Vec::new(),
+            local_edits: Vec::new(),
         }
+    }
+}
+
+/// What the patch stage wrote: each file, with the SHA-256 of every content
+/// it may hold (two while a write is under way). A file whose content is
+/// none of them was edited by someone else.
+#[derive(Default)]
+struct PatchRecord {
+    files: std::collections::BTreeMap<String, BTreeSet<String>>,
+}
+
+impl PatchRecord {
+    /// `<sha256>  <path>` lines, as sha256sum writes them; a bare path (the
+    /// format before hashes were kept) vouches for any content.
+    fn load(path: &Path) -> PatchRecord {
+        let mut r = PatchRecord::default();
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            match line.split_once("  ") {
+                Some((hash, rel)) if hash.len() == 64 => {
+                    r.files
+                        .entry(rel.to_owned())
+                        .or_default()
+                        .insert(hash.to_owned());
+                }
+                _ => {
+                    r.files.entry(line.to_owned()).or_default();
+                }
+            }
+        }
+        r
+    }
+
+    fn add(&mut self, rel: &str, content: Option<&str>) {
+        let hashes = self.files.entry(rel.to_owned()).or_default();
+        if let Some(c) = content {
+            hashes.insert(prefix::sha256_hex(c.as_bytes()));
+        }
+    }
+
+    fn paths(&self) -> BTreeSet<String> {
+        self.files.keys().cloned().collect()
+    }
+
+    fn is_ours(&self, rel: &str, disk: Option<&str>) -> bool {
+        match (self.files.get(rel), disk) {
+            (None, _) => false,
+            (Some(h), _) if h.is_empty() => true,
+            (Some(_), None) => true,
+            (Some(h), Some(c)) => h.contains(&prefix::sha256_hex(c.as_bytes())),
+        }
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        let mut text = String::new();
+        for (rel, hashes) in &self.files {
+            if hashes.is_empty() {
+                text.push_str(&format!("{rel}\n"));
+            }
+            for h in hashes {
+                text.push_str(&format!("{h}  {rel}\n"));
+            }
+        }
+        fsutil::write_atomic(path, text.as_bytes(), None)
     }
 }

@@ -39,6 +39,10 @@ pub struct Provenance {
     /// to the prefix: MD5SUMS must list each of them and nothing else.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// Files of the checkout that differed from the commit plus the series
+    /// when it was built (`build --keep-local`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_edits: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +129,50 @@ pub fn ensure_writable(prefix: &Path) -> Result<()> {
         .tempfile_in(prefix)
         .map_err(|e| unwritable(&e))?;
     Ok(())
+}
+
+/// Before any long work: the prefix is a directory, or can be created as
+/// one, by this user. Nothing is created here.
+pub fn preflight(prefix: &Path) -> Result<()> {
+    let mut existing = prefix;
+    while std::fs::symlink_metadata(existing).is_err() {
+        match existing.parent() {
+            Some(p) => existing = p,
+            None => break,
+        }
+    }
+    let meta = std::fs::metadata(existing);
+    if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
+        return Err(hint(
+            format!(
+                "the install prefix {} cannot be a directory: {} is {}",
+                prefix.display(),
+                existing.display(),
+                match meta {
+                    Ok(_) => "a file".to_owned(),
+                    Err(e) => format!("unreadable ({e})"),
+                }
+            ),
+            "choose another --prefix; nothing was fetched or built",
+        ));
+    }
+    tempfile::Builder::new()
+        .prefix(".rdna1-patch-probe")
+        .tempfile_in(existing)
+        .map(drop)
+        .map_err(|e| {
+            hint(
+                format!(
+                    "cannot write to the install prefix {}: {} is not writable ({e})",
+                    prefix.display(),
+                    existing.display()
+                ),
+                format!(
+                    "run with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {}",
+                    prefix.display()
+                ),
+            )
+        })
 }
 
 /// Where `cmake --install` should put files: DESTDIR for the staging area.

@@ -17,6 +17,9 @@ use crate::error::hint;
 static PROFILES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/profiles");
 static PATCHES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/patches");
 
+/// A profile is a few KB of TOML; reading anything much larger is a mistake.
+const PROFILE_LIMIT: u64 = 1 << 20;
+
 /// The profile used when `--profile` is not given.
 pub const DEFAULT_PROFILE: &str = "rocm-6.2.4";
 
@@ -122,13 +125,13 @@ impl SeriesDir {
                 )),
                 None => Ok(None),
             },
-            SeriesDir::Disk(dir) => match std::fs::read_to_string(dir.join(name)) {
-                Ok(s) => Ok(Some(s)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => {
-                    Err(e).with_context(|| format!("cannot read {}", dir.join(name).display()))
+            SeriesDir::Disk(dir) => {
+                let path = dir.join(name);
+                if std::fs::symlink_metadata(&path).is_err() {
+                    return Ok(None);
                 }
-            },
+                crate::fsutil::read_small(&path, 16 << 20).map(Some)
+            }
         }
     }
 
@@ -172,7 +175,7 @@ impl Profile {
     }
 
     pub fn from_file(path: &Path) -> Result<Profile> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::fsutil::read_small(path, PROFILE_LIMIT)
             .with_context(|| format!("cannot read profile {}", path.display()))?;
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         Profile::parse(&text, &path.display().to_string(), Origin::File(abs))
@@ -195,6 +198,21 @@ impl Profile {
     fn check(&self, label: &str) -> Result<()> {
         if self.components.is_empty() {
             bail!("invalid profile {label}: it defines no [components.*]");
+        }
+        // Both name directories of the work dir: they must stay single,
+        // plain path components inside it.
+        for (what, name) in std::iter::once(("name", &self.name))
+            .chain(self.components.keys().map(|k| ("component", k)))
+        {
+            if !is_plain_name(name) {
+                return Err(hint(
+                    format!(
+                        "invalid profile {label}: {what} `{}` is not a plain name",
+                        name.escape_debug()
+                    ),
+                    "use letters, digits, `.`, `_` and `-` only (it names a directory in the work dir), e.g. name = \"rocm-6.2.4-mine\"",
+                ));
+            }
         }
         for (name, c) in &self.components {
             if c.tag.trim().is_empty() || c.url.trim().is_empty() {
@@ -285,6 +303,16 @@ impl CmakeSettings {
         }
         defines
     }
+}
+
+/// A name that is one plain directory name: no `/`, no `..`, not hidden.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 fn builtin(name: &str) -> Option<&'static str> {

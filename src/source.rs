@@ -24,6 +24,8 @@ pub struct Request<'a> {
     pub lock_file: &'a Path,
     /// Fetch even when cached, and accept a tag that moved.
     pub update: bool,
+    /// How long a server may send nothing before the fetch gives up.
+    pub net_timeout: std::time::Duration,
 }
 
 /// A checked-out source tree at a known commit.
@@ -75,6 +77,32 @@ pub fn open(path: &Path) -> Result<Checkout> {
         fetched: false,
         repo,
     })
+}
+
+/// Files of a checkout that differ from its HEAD commit (changed, added,
+/// deleted or untracked and not ignored), relative to the root. Empty for a
+/// directory that is not a checkout yet.
+pub fn changed_files(src: &Path) -> Result<Vec<String>> {
+    if !src.join(".git").exists() {
+        return Ok(Vec::new());
+    }
+    let repo = open_existing(src)?;
+    if repo.head().is_err() {
+        return Ok(Vec::new());
+    }
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .with_context(|| format!("cannot compare {} with its commit", src.display()))?;
+    Ok(statuses
+        .iter()
+        .filter(|e| e.status() != git2::Status::CURRENT)
+        .filter_map(|e| e.path().ok().map(str::to_owned))
+        .collect())
 }
 
 pub fn short(commit: &str) -> &str {
@@ -139,7 +167,7 @@ pub fn fetch(req: &Request, ui: &Ui) -> Result<Checkout> {
     let local_tag = resolve_tag(&repo, &c.tag);
     let (oid, fetched) = match local_tag {
         Some(oid) if !req.update => (oid, false),
-        _ => (remote_fetch(&repo, c, ui)?, true),
+        _ => (remote_fetch(&repo, c, req.net_timeout, ui)?, true),
     };
     let commit = oid.to_string();
 
@@ -164,18 +192,22 @@ pub fn fetch(req: &Request, ui: &Ui) -> Result<Checkout> {
     })
 }
 
+fn open_existing(src: &Path) -> Result<Repository> {
+    Repository::open(src).map_err(|e| {
+        hint(
+            format!(
+                "the cached checkout {} is damaged: {}",
+                src.display(),
+                e.message()
+            ),
+            format!("remove {} and run again to fetch it anew", src.display()),
+        )
+    })
+}
+
 fn open_or_init(src: &Path) -> Result<Repository> {
     if src.join(".git").exists() {
-        return Repository::open(src).map_err(|e| {
-            hint(
-                format!(
-                    "the cached checkout {} is damaged: {}",
-                    src.display(),
-                    e.message()
-                ),
-                format!("remove {} and run again to fetch it anew", src.display()),
-            )
-        });
+        return open_existing(src);
     }
     fsutil::create_dir_all(src)?;
     Repository::init(src)
@@ -190,7 +222,24 @@ fn resolve_tag(repo: &Repository, tag: &str) -> Option<Oid> {
         .map(|c| c.id())
 }
 
-fn remote_fetch(repo: &Repository, c: &Component, ui: &Ui) -> Result<Oid> {
+/// libgit2 waits forever for a server that accepts and never answers,
+/// unless told otherwise; these are process-wide settings.
+fn set_timeouts(limit: std::time::Duration) -> Result<()> {
+    let ms = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: set once, before any fetch starts, from the only thread that fetches.
+    unsafe {
+        git2::opts::set_server_connect_timeout_in_milliseconds(ms)?;
+        git2::opts::set_server_timeout_in_milliseconds(ms)?;
+    }
+    Ok(())
+}
+
+fn remote_fetch(
+    repo: &Repository,
+    c: &Component,
+    net_timeout: std::time::Duration,
+    ui: &Ui,
+) -> Result<Oid> {
     let local = is_local(&c.url);
     ui.stage(
         "Fetching",
@@ -218,11 +267,29 @@ fn remote_fetch(repo: &Repository, c: &Component, ui: &Ui) -> Result<Oid> {
     if !local {
         opts.depth(1);
     }
+    set_timeouts(net_timeout)?;
     let refspec = format!("+refs/tags/{0}:refs/tags/{0}", c.tag);
     let mut remote = repo
         .remote_anonymous(&c.url)
         .with_context(|| format!("bad git URL {}", c.url))?;
+    let started = std::time::Instant::now();
     remote.fetch(&[&refspec], Some(&mut opts), None).map_err(|e| {
+        // Over TLS the timeout surfaces as EAGAIN from the socket.
+        let timed_out = e.message().contains("timed out")
+            || e.message().contains("Resource temporarily unavailable")
+            || started.elapsed() >= net_timeout;
+        if timed_out {
+            return hint(
+                format!(
+                    "cannot fetch {} from {}: the server sent nothing for {} s ({})",
+                    c.tag,
+                    c.url,
+                    net_timeout.as_secs(),
+                    e.message()
+                ),
+                "check the network, the URL and any proxy; --net-timeout SECS waits longer for a slow server",
+            );
+        }
         hint(
             format!("cannot fetch {} from {}: {}", c.tag, c.url, e.message()),
             "check the network and the URL; a cached checkout is reused without the network once it exists",

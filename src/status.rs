@@ -21,6 +21,8 @@ pub struct Report {
     /// Transactions a killed run left open.
     pub unfinished: Vec<Journal>,
     pub last: Option<Journal>,
+    /// Journal files that cannot be read or trusted.
+    pub damaged: Vec<crate::txn::Damaged>,
 }
 
 pub fn report(prefix: &Path, state: &StateDir) -> Result<Report> {
@@ -28,8 +30,10 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<Report> {
         Ok(p) => (Some(p), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
-    let journals = state.journals()?;
+    let all = state.read()?;
+    let journals = all.list;
     Ok(Report {
+        damaged: all.damaged,
         state_dir: state.root().to_owned(),
         prefix: prefix.to_owned(),
         build,
@@ -114,6 +118,13 @@ impl Report {
                 "unfinished: transaction {} stopped while {}: `rdna1-patch rollback` restores the original, `rdna1-patch install --into-torch` finishes or restarts it",
                 j.id,
                 j.state.name()
+            );
+        }
+        for d in &self.damaged {
+            println!(
+                "damaged:    {} ({}): install and rollback refuse to run until it is fixed or set aside",
+                d.path.display(),
+                d.error
             );
         }
         match &self.last {

@@ -26,31 +26,46 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         .process_group(0)
         .spawn()
         .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    // Readers send what they read, so a pipe that a grandchild keeps open
+    // cannot hold us past the limit.
     let reader = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = pipe.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
+            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+        });
+        rx
     };
     let out = reader(Box::new(child.stdout.take().expect("piped")));
     let err = reader(Box::new(child.stderr.take().expect("piped")));
+    let pgid = child.id() as i32;
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break Some(s);
         }
         if start.elapsed() >= limit {
             // SAFETY: kill(2) on the group we created; no memory involved.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // Whatever the child left running in its group goes with it; anything
+    // that left the group (setsid) gets until the limit to close its pipes.
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let collect = |rx: std::sync::mpsc::Receiver<String>| {
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(200));
+        rx.recv_timeout(left).unwrap_or_default()
+    };
     Ok(Output {
         status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout: collect(out),
+        stderr: collect(err),
         elapsed: start.elapsed(),
     })
 }

@@ -41,11 +41,20 @@ pub fn run(req: &Request) -> Result<Report> {
         std::fs::read(&library).with_context(|| format!("cannot read {}", library.display()));
     check_markers(&prov, &library, &bytes, &mut r);
     let built = bytes.ok().and_then(|b| elf::parse(&b).ok());
-    let journals = req.state.journals()?;
+    let all = req.state.read()?;
+    for d in &all.damaged {
+        r.push_fix(
+            "journal",
+            Status::Fail,
+            format!("{} is damaged: {}", d.path.display(), d.error),
+            "if you edited it, undo the edit; otherwise set it aside (mv FILE FILE.damaged) once torch is as you want it",
+        );
+    }
+    let journals = all.list;
     let torch = find_torch(req, &journals, &mut r);
     let install = torch
         .as_ref()
-        .and_then(|t| check_torch(t, &journals, &prov, built.as_ref(), &mut r));
+        .and_then(|t| check_torch(&req.state, t, &journals, &prov, built.as_ref(), &mut r));
     check_links(
         torch.as_ref().map_or(&library, |t| &t.target),
         torch.as_ref(),
@@ -112,6 +121,18 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
                 );
             }
         }
+    }
+    if !prov.local_edits.is_empty() {
+        r.push(
+            "source",
+            Status::Warn,
+            format!(
+                "built with local edits to {} {} (--keep-local): {}",
+                prov.source.tag,
+                crate::source::short(&prov.source.commit),
+                prov.local_edits.join(", ")
+            ),
+        );
     }
     let library = req.prefix.join(&prov.library.path);
     Some((prov, library))
@@ -197,6 +218,7 @@ fn find_torch(req: &Request, journals: &[Journal], r: &mut Report) -> Option<Tor
 }
 
 fn check_torch(
+    state: &StateDir,
     torch: &Torch,
     journals: &[Journal],
     prov: &Provenance,
@@ -230,15 +252,29 @@ fn check_torch(
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
         .cloned();
     let Some(j) = install else {
-        r.push_fix(
-            "torch",
-            Status::Fail,
-            format!(
-                "{} is torch's own: no installed transaction put the patched library there",
-                torch.library.display()
-            ),
-            "rdna1-patch install --into-torch",
-        );
+        if crate::txn::is_patched(&torch.target) {
+            r.push_fix(
+                "torch",
+                Status::Fail,
+                format!(
+                    "{} is an rdna1-patch build (it carries {} markers), but no transaction in {} installed it",
+                    torch.target.display(),
+                    crate::txn::MARKER_PREFIX,
+                    state.root().display()
+                ),
+                "pass the --state-dir of the install that put it there; if that state is lost, reinstall torch to get its own library back, then install again",
+            );
+        } else {
+            r.push_fix(
+                "torch",
+                Status::Fail,
+                format!(
+                    "{} is torch's own: no installed transaction put the patched library there",
+                    torch.library.display()
+                ),
+                "rdna1-patch install --into-torch",
+            );
+        }
         return None;
     };
     let md5 = checksum::md5_file(&torch.target).unwrap_or_else(|e| format!("{e:#}"));

@@ -49,6 +49,14 @@ pub struct Args {
     /// Fetch the tag again, and accept it if it moved
     #[arg(long)]
     update: bool,
+    /// Build with local edits in the cached checkout (they are named, and
+    /// recorded in the prefix's provenance)
+    #[arg(long)]
+    keep_local: bool,
+    /// Give up on a git server that sends nothing for this long
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    net_timeout: u64,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -73,6 +81,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         dry_run: args.dry_run,
         clean: args.clean,
         update: args.update,
+        keep_local: args.keep_local,
+        net_timeout: std::time::Duration::from_secs(args.net_timeout),
     };
     pipeline::run(&opts, &Ui::new())?;
     Ok(ExitCode::SUCCESS)
