@@ -189,7 +189,11 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             let _ = fsutil::remove_own_file(&staged);
-            return Err(e.context("torch was not changed"));
+            return Err(txn::out_of_space(
+                e,
+                locked.state.root(),
+                "torch was not changed",
+            ));
         }
     };
     let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);

@@ -26,14 +26,23 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         .process_group(0)
         .spawn()
         .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
-    // Readers send what they read, so a pipe that a grandchild keeps open
-    // cannot hold us past the limit.
+    // Readers send what they read as they read it, so a pipe that a
+    // grandchild keeps open cannot hold us past the limit, nor cost us what
+    // the child itself printed.
     let reader = |mut pipe: Box<dyn Read + Send>| {
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
         });
         rx
     };
@@ -56,11 +65,13 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     // that left the group (setsid) gets until the limit to close its pipes.
     // SAFETY: as above.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    let collect = |rx: std::sync::mpsc::Receiver<String>| {
-        let left = limit
-            .saturating_sub(start.elapsed())
-            .max(Duration::from_millis(200));
-        rx.recv_timeout(left).unwrap_or_default()
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        let deadline = start + limit.max(start.elapsed() + Duration::from_millis(200));
+        let mut buf = Vec::new();
+        while let Ok(chunk) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            buf.extend_from_slice(&chunk);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
     };
     Ok(Output {
         status,

@@ -372,14 +372,15 @@ impl StateDir {
         };
         for e in rd {
             let path = e?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // `0002.toml.damaged`, set aside by the user, keeps its number.
+            let file_id = name
+                .split_once(".toml")
+                .and_then(|(stem, _)| stem.parse::<u32>().ok());
+            out.last_id = out.last_id.max(file_id.unwrap_or(0));
             if path.extension().is_none_or(|x| x != "toml") {
                 continue;
             }
-            let file_id = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(|s| s.parse::<u32>().ok());
-            out.last_id = out.last_id.max(file_id.unwrap_or(0));
             let parsed = fsutil::read_small(&path, 1 << 20)
                 .and_then(|t| Ok(toml::from_str::<Journal>(&t)?))
                 .map_err(|e| format!("{e:#}"))
@@ -794,7 +795,7 @@ fn write_backup(target: &Path, backup: &Path, original: &FileRec) -> Result<()> 
 }
 
 /// Add what was left as it was, and, when the disk was full, where.
-fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::Error {
+pub fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::Error {
     if fsutil::is_disk_full(&e) {
         hint(
             format!("{e:#}; {unchanged} and the partial copy was removed"),

@@ -6,6 +6,7 @@ mod build;
 mod launcher;
 mod miopen;
 mod patches;
+mod reliability;
 mod support;
 mod torch;
 mod verify;
