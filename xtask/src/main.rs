@@ -7,6 +7,7 @@ use anyhow::{Context, Result, bail};
 
 mod bench;
 mod demo;
+mod killtest;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -14,9 +15,10 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("demo") => demo::run_demo(&root()),
         Some("bench") => bench::bench(&root(), &args[1..]),
+        Some("killtest") => killtest::killtest(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick]"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick]\n  killtest  kill -9 install/rollback at random instants, check nothing is stuck or partial [--runs N] [--size-mb M] [--seed S]"
             );
             return ExitCode::from(2);
         }
