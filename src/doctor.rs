@@ -157,7 +157,7 @@ fn cmake(r: &mut Report) {
             "sudo apt install cmake (3.16 or newer)",
         );
     };
-    let out = duct::cmd!(&path, "--version").read().unwrap_or_default();
+    let out = tools::version_output(&path).unwrap_or_default();
     let version = out
         .split_whitespace()
         .nth(2)

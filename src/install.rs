@@ -152,7 +152,6 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         ),
     );
     check_versions(&build, &torch, req.force, ui)?;
-    let original = elf::read(&torch.target).ok();
 
     let locked = req.state.lock()?;
     let recovery = txn::recover(&locked)?;
@@ -169,6 +168,9 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         ));
     }
     let _torch_lock = locked.lock_target(&torch.target)?;
+    // The SONAME to keep is torch's own: over our own install, that is the
+    // backed-up original's, not the file in place.
+    let original = elf::read(&txn::original_of(&locked, &torch.target)?).ok();
     let name = torch
         .target
         .file_name()

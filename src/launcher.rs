@@ -98,13 +98,9 @@ impl Launcher {
         if self.kind != Kind::Distcc {
             return None;
         }
-        duct::cmd!(&self.path, "-j")
-            .stderr_null()
-            .read()
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let mut cmd = std::process::Command::new(&self.path);
+        cmd.arg("-j");
+        crate::timed::helper(cmd).ok()?.stdout.trim().parse().ok()
     }
 
     pub fn describe(&self) -> String {

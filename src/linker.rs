@@ -15,20 +15,14 @@ pub struct Dep {
 
 /// Every library `path` would pull in, directly or not.
 pub fn resolve(path: &Path) -> Result<Vec<Dep>> {
-    let out = duct::cmd!("ldd", path)
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
+    let mut cmd = std::process::Command::new("ldd");
+    cmd.arg(path);
+    let out = crate::timed::helper(cmd)
         .context("cannot run ldd (Debian/Ubuntu: it is in the libc-bin package)")?;
     if !out.status.success() {
-        bail!(
-            "ldd {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("ldd {} failed: {}", path.display(), out.stderr.trim());
     }
-    Ok(parse(&String::from_utf8_lossy(&out.stdout)))
+    Ok(parse(&out.stdout))
 }
 
 fn parse(text: &str) -> Vec<Dep> {

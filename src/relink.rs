@@ -104,23 +104,16 @@ impl Relink {
 }
 
 fn patchelf(args: &[OsString]) -> Result<()> {
-    let out = duct::cmd("patchelf", args)
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .map_err(|e| {
-            hint(
-                format!("cannot run patchelf: {e}"),
-                "install patchelf (Debian/Ubuntu: sudo apt install patchelf), or pass --no-relink to install the library as built",
-            )
-        })?;
+    let mut cmd = std::process::Command::new("patchelf");
+    cmd.args(args);
+    let out = crate::timed::helper(cmd).map_err(|e| {
+        hint(
+            format!("cannot run patchelf: {e:#}"),
+            "install patchelf (Debian/Ubuntu: sudo apt install patchelf), or pass --no-relink to install the library as built",
+        )
+    })?;
     if !out.status.success() {
-        bail!(
-            "patchelf {:?} failed: {}",
-            args,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("patchelf {:?} failed: {}", args, out.stderr.trim());
     }
     Ok(())
 }

@@ -80,3 +80,41 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         elapsed: start.elapsed(),
     })
 }
+
+/// How long a helper program may take (python looking for torch, ldd,
+/// patchelf, a `--version`): they answer in well under a second, so one that
+/// has not answered in this long is hung, and waiting longer helps nobody.
+pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
+
+/// Run a helper program to the end within [`HELPER_LIMIT`]; a hang is an
+/// error that names the program.
+pub fn helper(cmd: Command) -> Result<Finished> {
+    let shown = format!(
+        "{} {}",
+        cmd.get_program().to_string_lossy(),
+        cmd.get_args()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = run(cmd, HELPER_LIMIT)?;
+    match out.status {
+        Some(status) => Ok(Finished {
+            status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        }),
+        None => anyhow::bail!(
+            "`{}` did not finish within {} s and was killed",
+            shown.chars().take(200).collect::<String>(),
+            HELPER_LIMIT.as_secs()
+        ),
+    }
+}
+
+/// A helper that ran to the end.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}

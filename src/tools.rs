@@ -122,8 +122,7 @@ pub fn preflight(
         ));
     }
     let cmake = cmake.expect("checked above");
-    let cmake_version = duct::cmd!(&cmake, "--version")
-        .read()
+    let cmake_version = version_output(&cmake)
         .with_context(|| format!("cannot run {} --version", cmake.display()))?
         .lines()
         .next()
@@ -176,6 +175,21 @@ pub fn rocm_version(rocm: &Path) -> Option<String> {
 /// "6.2.4" -> "6.2"
 pub fn major_minor(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// What `program --version` prints, within the helper time limit.
+pub fn version_output(program: &Path) -> Result<String> {
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg("--version");
+    let out = crate::timed::helper(cmd)?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} --version failed: {}",
+            program.display(),
+            out.stderr.trim()
+        );
+    }
+    Ok(out.stdout)
 }
 
 #[cfg(test)]

@@ -85,25 +85,22 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         Locator::Python(p) => p,
     };
     // As an OsStr, not a Path: duct runs a relative Path as ./python3.
-    let out = duct::cmd!(python.as_os_str(), "-c", FIND_SPEC)
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .map_err(|e| {
-            hint(
-                format!("cannot run {}: {e}", python.display()),
-                "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
-            )
-        })?;
+    let mut cmd = std::process::Command::new(python.as_os_str());
+    cmd.args(["-c", FIND_SPEC]);
+    let out = crate::timed::helper(cmd).map_err(|e| {
+        hint(
+            format!("cannot run {}: {e:#}", python.display()),
+            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+        )
+    })?;
     if !out.status.success() {
         anyhow::bail!(
             "{} could not look for torch: {}",
             python.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         );
     }
-    let found: Found = serde_json::from_slice(&out.stdout)
+    let found: Found = serde_json::from_str(&out.stdout)
         .with_context(|| format!("unexpected answer from {}", python.display()))?;
     found.torch.ok_or_else(|| {
         hint(

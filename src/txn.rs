@@ -642,6 +642,23 @@ pub enum Outcome {
     AlreadyInstalled(Journal),
 }
 
+/// The file holding torch's original library for `target`: the backup when
+/// an installed transaction's file is in place, else the target itself.
+pub fn original_of(locked: &Locked, target: &Path) -> Result<PathBuf> {
+    let journals = locked.journals()?;
+    let ours = journals
+        .list
+        .iter()
+        .rev()
+        .find(|j| j.state == State::Installed && j.torch.target == target);
+    if let Some(j) = ours
+        && checksum::md5_file(target).ok().as_ref() == Some(&j.new.md5)
+    {
+        return Ok(j.backup.clone());
+    }
+    Ok(target.to_owned())
+}
+
 /// Whether a file carries our markers: an rdna1-patch build.
 pub fn is_patched(path: &Path) -> bool {
     fsutil::file_contains(path, MARKER_PREFIX.as_bytes()).unwrap_or(false)

@@ -911,3 +911,20 @@ fn two_state_dirs_never_change_one_torch_at_once() {
     sb.rollback(&[]).ok();
     assert_eq!(md5(&torch.miopen()), before);
 }
+
+/// Found by `cargo xtask killtest`: a relinked install over an as-built one
+/// took the SONAME of the file in place (ours) instead of torch's original,
+/// so the same build went in as a third, different file.
+#[test]
+fn a_relinked_install_over_our_own_keeps_torchs_soname() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    let relinked = md5(&torch.miopen());
+    sb.install(&["--no-relink"]).ok();
+    sb.install(&[]).ok();
+    let elf = rdna1_patch::elf::read(&torch.miopen()).unwrap();
+    assert_eq!(elf.soname.as_deref(), Some("libMIOpen.so"));
+    assert_eq!(md5(&torch.miopen()), relinked);
+    sb.rollback(&[]).ok();
+}
