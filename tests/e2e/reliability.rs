@@ -111,15 +111,7 @@ fn a_kill_during_an_install_over_our_own_is_settled() {
             run.stderr
         );
         assert_eq!(std::fs::read(torch.miopen()).unwrap(), original, "{point}");
-        let status = sb
-            .run(&[
-                "status",
-                "--state-dir",
-                &sb.state(),
-                "--prefix",
-                sb.prefix.to_str().unwrap(),
-            ])
-            .ok();
+        let status = sb.status();
         assert!(
             !status.stdout.contains("unfinished"),
             "{point}: {}",
@@ -151,29 +143,13 @@ fn abandon_always_works_and_a_deleted_torch_blocks_nothing() {
     std::fs::write(a.miopen(), b"another torch build").unwrap();
     // Another torch is not held up by it.
     let run = sb.install(&["--torch-dir", &b_dir]).ok();
-    assert!(
-        run.stderr.contains("warning: transaction 1 on ") && run.stderr.contains("is left open"),
-        "{}",
-        run.stderr
-    );
+    run.says("warning: transaction 1 on ").says("is left open");
     // Torch A itself is refused, with the fix; and the fix works.
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("something else changed it"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("rollback --abandon 1"),
-        "{}",
-        run.stderr
-    );
+    run.says("something else changed it");
+    run.says("rollback --abandon 1");
     let run = sb.rollback(&["--abandon", "1"]).ok();
-    assert!(
-        run.stderr.contains("Abandoned transaction 1"),
-        "{}",
-        run.stderr
-    );
+    run.says("Abandoned transaction 1");
     assert_eq!(std::fs::read(a.miopen()).unwrap(), b"another torch build");
 
     // Killed mid-install again, then torch A deleted altogether.
@@ -182,16 +158,8 @@ fn abandon_always_works_and_a_deleted_torch_blocks_nothing() {
     crash(&sb, &strs(&install_args(&sb)), "install-backed-up");
     std::fs::remove_dir_all(&a2.dir).unwrap();
     let run = sb.rollback(&[]).ok();
-    assert!(
-        run.stderr.contains("is gone now, so it is closed"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("Restored transaction 2"),
-        "{}",
-        run.stderr
-    );
+    run.says("is gone now, so it is closed");
+    run.says("Restored transaction 2");
     let list = sb.rollback(&["--list"]).ok().stdout;
     assert!(!list.contains("backed-up"), "{list}");
 }
@@ -233,11 +201,7 @@ fn files_in_the_state_dir_that_are_not_ours_are_never_touched() {
     std::os::unix::fs::symlink(&elsewhere, state.join("staging")).unwrap();
     let before = md5(&torch.miopen());
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("staging is a symlink"),
-        "{}",
-        run.stderr
-    );
+    run.says("staging is a symlink");
     assert!(elsewhere.join("precious").is_file());
     assert_eq!(md5(&torch.miopen()), before);
     std::fs::remove_file(state.join("staging")).unwrap();
@@ -248,11 +212,7 @@ fn files_in_the_state_dir_that_are_not_ours_are_never_touched() {
     std::fs::remove_file(state.join("lock")).unwrap();
     std::os::unix::fs::symlink(&victim, state.join("lock")).unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("cannot open the lock file"),
-        "{}",
-        run.stderr
-    );
+    run.says("cannot open the lock file");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "important");
     std::fs::remove_file(state.join("lock")).unwrap();
     sb.install(&[]).ok();
@@ -281,11 +241,7 @@ fn an_edited_journal_never_names_a_file_to_delete_or_overwrite() {
     )
     .unwrap();
     let run = sb.rollback(&[]).ok();
-    assert!(
-        run.stderr.contains("interrupted after the swap"),
-        "{}",
-        run.stderr
-    );
+    run.says("interrupted after the swap");
     assert!(
         victim.is_file(),
         "the file named in the journal was deleted"
@@ -302,30 +258,14 @@ fn an_edited_journal_never_names_a_file_to_delete_or_overwrite() {
     )
     .unwrap();
     let run = sb.rollback(&[]).fails();
-    assert!(run.stderr.contains("cannot be trusted"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("is not a libMIOpen inside"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains(&format!("mv {}", j.display())),
-        "{}",
-        run.stderr
-    );
+    run.says("cannot be trusted");
+    run.says("is not a libMIOpen inside");
+    run.says(&format!("mv {}", j.display()));
     assert_eq!(std::fs::read(&victim).unwrap(), installed);
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), installed);
     // The read-only views still work, and say what is wrong.
-    let status = sb
-        .run(&[
-            "status",
-            "--state-dir",
-            &sb.state(),
-            "--prefix",
-            sb.prefix.to_str().unwrap(),
-        ])
-        .ok();
-    assert!(status.stdout.contains("damaged:    "), "{}", status.stdout);
+    let status = sb.status();
+    status.prints("damaged: ");
     std::fs::write(&j, text).unwrap();
     sb.rollback(&[]).ok();
 }
@@ -359,12 +299,8 @@ fn a_library_symlinked_out_of_torch_is_refused() {
     std::os::unix::fs::symlink(system.join("libMIOpen.so"), torch.miopen()).unwrap();
     let before = md5(&system.join("libMIOpen.so"));
     let run = sb.install(&[]).fails();
-    assert!(run.stderr.contains("outside torch at"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("cp --remove-destination"),
-        "{}",
-        run.stderr
-    );
+    run.says("outside torch at");
+    run.says("cp --remove-destination");
     assert_eq!(md5(&system.join("libMIOpen.so")), before);
 }
 
@@ -381,7 +317,7 @@ fn a_library_on_another_filesystem_inside_torch_is_swapped_there() {
     std::os::unix::fs::symlink("../real/libMIOpen.so", torch.miopen()).unwrap();
     let original = std::fs::read(real.join("libMIOpen.so")).unwrap();
     let run = sb.install(&[]).ok();
-    assert!(run.stderr.contains("Installed"), "{}", run.stderr);
+    run.says("Installed");
     let installed = std::fs::read(real.join("libMIOpen.so")).unwrap();
     assert!(contains_bytes(&installed, "[RDNA1 PATCH]"));
     assert!(torch.miopen().is_symlink());
@@ -423,18 +359,9 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
     std::fs::write(&lib, bytes).unwrap();
     std::fs::write(&sums, "").unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr
-            .contains("share/rdna1-patch/MD5SUMS lists no files"),
-        "{}",
-        run.stderr
-    );
+    run.says("share/rdna1-patch/MD5SUMS lists no files");
     let run = sb.verify(&[]).fails();
-    assert!(
-        run.stdout.contains("MD5SUMS lists no files"),
-        "{}",
-        run.stdout
-    );
+    run.prints("MD5SUMS lists no files");
     // Without the library's line.
     let without: String = full
         .lines()
@@ -443,12 +370,7 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
         .collect();
     std::fs::write(&sums, without).unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr
-            .contains("share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0"),
-        "{}",
-        run.stderr
-    );
+    run.says("share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0");
     assert_eq!(md5(&torch.miopen()), before);
 }
 
@@ -497,11 +419,7 @@ fn md5sums_naming_a_fifo_or_a_device_fails_at_once() {
     let torch = sb.torch(TorchKind::Rocm, HIP);
     let before = md5(&torch.miopen());
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("does not match its MD5SUMS"),
-        "{}",
-        run.stderr
-    );
+    run.says("does not match its MD5SUMS");
     assert_eq!(md5(&torch.miopen()), before);
 }
 
@@ -519,23 +437,14 @@ fn local_edits_in_the_checkout_are_named_and_kept() {
     let hip_edited = format!("{}// mine\n", std::fs::read_to_string(&hip).unwrap());
     std::fs::write(&hip, &hip_edited).unwrap();
     let run = sb.build(&[]).fails();
-    assert!(
-        run.stderr.contains("has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("--keep-local"), "{}", run.stderr);
+    run.says("has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp");
+    run.says("--keep-local");
     assert!(run.compiled().is_empty(), "{:?}", run.compiled());
     assert_eq!(std::fs::read_to_string(&hip).unwrap(), hip_edited);
     assert_eq!(std::fs::read_to_string(&cmake).unwrap(), edited);
     // --keep-local builds them, says so, and records them.
     let run = sb.build(&["--keep-local"]).ok();
-    assert!(
-        run.stderr
-            .contains("building with local edits (--keep-local)"),
-        "{}",
-        run.stderr
-    );
+    run.says("building with local edits (--keep-local)");
     assert_eq!(std::fs::read_to_string(&hip).unwrap(), hip_edited);
     let prov =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
@@ -544,11 +453,7 @@ fn local_edits_in_the_checkout_are_named_and_kept() {
         "{prov}"
     );
     let run = sb.verify(&[]).ok();
-    assert!(
-        run.stdout.contains("built with local edits"),
-        "{}",
-        run.stdout
-    );
+    run.prints("built with local edits");
 }
 
 #[test]
@@ -566,7 +471,7 @@ fn a_prefix_file_rewritten_with_the_same_size_and_mtime_is_reinstalled() {
     assert_eq!(std::fs::metadata(&header).unwrap().len(), meta.len());
     let run = sb.build(&[]).ok();
     assert!(!run.stderr.contains("is up to date"), "{}", run.stderr);
-    assert!(run.stderr.contains("checksums verified"), "{}", run.stderr);
+    run.says("checksums verified");
     let out = Command::new("md5sum")
         .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
         .current_dir(&sb.prefix)
@@ -627,7 +532,7 @@ fn a_git_server_that_never_answers_is_given_up_on() {
             "{scheme}: {}",
             run.stderr
         );
-        assert!(run.stderr.contains("--net-timeout SECS"), "{}", run.stderr);
+        run.says("--net-timeout SECS");
     }
 }
 
@@ -683,13 +588,8 @@ fn doctor_names_a_sysfs_node_it_cannot_read_instead_of_hanging() {
         "0",
     ]);
     assert!(start.elapsed() < Duration::from_secs(20));
-    assert!(
-        run.stdout
-            .contains("a KFD topology node was skipped: node 1: ")
-            && run.stdout.contains("is a FIFO, not a regular file"),
-        "{}",
-        run.stdout
-    );
+    run.prints("a KFD topology node was skipped: node 1: ")
+        .prints("is a FIFO, not a regular file");
     // A need that overflows GiB -> bytes is still a need, not "ok".
     let run = sb.run(&[
         "doctor",
@@ -716,21 +616,12 @@ fn a_lost_state_dir_does_not_make_a_patched_torch_look_clean() {
     sb.install(&[]).ok();
     std::fs::remove_dir_all(sb.state()).unwrap();
     let run = sb.rollback(&[]).fails();
-    assert!(
-        run.stderr.contains(&format!(
-            "{} is an rdna1-patch build, but no transaction in {} installed it",
-            torch.miopen().canonicalize().unwrap().display(),
-            sb.state()
-        )),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr
-            .contains("pip install --force-reinstall torch==2.5.1+rocm6.2"),
-        "{}",
-        run.stderr
-    );
+    run.says(&format!(
+        "{} is an rdna1-patch build, but no transaction in {} installed it",
+        torch.miopen().canonicalize().unwrap().display(),
+        sb.state()
+    ));
+    run.says("pip install --force-reinstall torch==2.5.1+rocm6.2");
     let run = sb.verify(&["--python", "python3"]).fails();
     let line = run
         .stdout
@@ -741,11 +632,7 @@ fn a_lost_state_dir_does_not_make_a_patched_torch_look_clean() {
     assert!(line.contains("is an rdna1-patch build"), "{line}");
     // A second state dir does not stack a new "original" on top of it.
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("is already an rdna1-patch build"),
-        "{}",
-        run.stderr
-    );
+    run.says("is already an rdna1-patch build");
 }
 
 #[test]
@@ -757,26 +644,12 @@ fn a_damaged_journal_is_named_with_a_fix() {
     let bad = journal(&sb, 2);
     std::fs::write(&bad, "state = [not toml").unwrap();
     let run = sb.rollback(&[]).fails();
-    assert!(
-        run.stderr
-            .contains("cannot be trusted, so rdna1-patch will not change torch"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr
-            .contains(&format!("`mv {0} {0}.damaged`", bad.display())),
-        "{}",
-        run.stderr
-    );
+    run.says("cannot be trusted, so rdna1-patch will not change torch");
+    run.says(&format!("`mv {0} {0}.damaged`", bad.display()));
     assert_eq!(md5(&torch.miopen()), installed);
     let list = sb.rollback(&["--list"]).ok();
-    assert!(
-        list.stderr.contains("0002.toml is damaged"),
-        "{}",
-        list.stderr
-    );
-    assert!(list.stdout.contains("installed"), "{}", list.stdout);
+    list.says("0002.toml is damaged");
+    list.prints("installed");
     std::fs::rename(&bad, bad.with_extension("toml.damaged")).unwrap();
     sb.rollback(&[]).ok();
     // A new transaction does not reuse the damaged one's number.
@@ -807,16 +680,8 @@ fn a_full_disk_leaves_no_partial_file_and_no_open_transaction() {
     let filler = free_bytes(&state) - room;
     std::fs::write(state.join("filler"), vec![0u8; filler as usize]).unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("the partial copy was removed"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("free space on the disk holding"),
-        "{}",
-        run.stderr
-    );
+    run.says("the partial copy was removed");
+    run.says("free space on the disk holding");
     assert_eq!(md5(&torch.miopen()), before);
     let partial: Vec<_> = std::fs::read_dir(state.join("backups"))
         .unwrap()
@@ -840,15 +705,11 @@ fn a_prefix_that_is_a_file_is_refused_before_the_build() {
     let file = sb.root.join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
     let run = sb.build(&["--prefix", file.to_str().unwrap()]).fails();
-    assert!(
-        run.stderr.contains(&format!(
-            "the install prefix {} cannot be a directory: {} is a file",
-            file.display(),
-            file.display()
-        )),
-        "{}",
-        run.stderr
-    );
+    run.says(&format!(
+        "the install prefix {} cannot be a directory: {} is a file",
+        file.display(),
+        file.display()
+    ));
     assert!(!run.stderr.contains("Fetching"), "{}", run.stderr);
     assert!(!sb.src().exists());
 }
@@ -864,12 +725,7 @@ fn a_huge_profile_is_refused_without_reading_it() {
     let start = Instant::now();
     let run = sb.build(&["--dry-run"]).fails();
     assert!(start.elapsed() < Duration::from_secs(5));
-    assert!(
-        run.stderr
-            .contains("is 314572800 bytes; it should be a small text file (at most 1024 KiB)"),
-        "{}",
-        run.stderr
-    );
+    run.says("is 314572800 bytes; it should be a small text file (at most 1024 KiB)");
 }
 
 #[test]
@@ -893,21 +749,13 @@ fn two_state_dirs_never_change_one_torch_at_once() {
     held.lock().unwrap();
     let before = md5(&torch.miopen());
     let run = install_other().fails();
-    assert!(
-        run.stderr.contains("another rdna1-patch run is changing"),
-        "{}",
-        run.stderr
-    );
+    run.says("another rdna1-patch run is changing");
     assert_eq!(md5(&torch.miopen()), before);
     drop(held);
     // One after the other: the second sees the first's build and stops.
     sb.install(&[]).ok();
     let run = install_other().fails();
-    assert!(
-        run.stderr.contains("is already an rdna1-patch build"),
-        "{}",
-        run.stderr
-    );
+    run.says("is already an rdna1-patch build");
     sb.rollback(&[]).ok();
     assert_eq!(md5(&torch.miopen()), before);
 }

@@ -64,6 +64,30 @@ impl Run {
         self
     }
 
+    /// stderr contains `needle`; the whole output is shown if not.
+    #[track_caller]
+    pub fn says(&self, needle: &str) -> &Run {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr lacks {needle:?}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// stdout contains `needle`; the whole output is shown if not.
+    #[track_caller]
+    pub fn prints(&self, needle: &str) -> &Run {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout lacks {needle:?}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
     /// Object files the build compiled, e.g. "handlehip.cpp.o".
     pub fn compiled(&self) -> Vec<String> {
         self.stderr
@@ -213,6 +237,13 @@ impl Sandbox {
 
     pub fn rollback(&self, extra: &[&str]) -> Run {
         self.run_with_state(&["rollback"], extra)
+    }
+
+    /// `status` of this sandbox's state dir and prefix, which must succeed.
+    pub fn status(&self) -> Run {
+        let prefix = self.prefix.display().to_string();
+        self.run_with_state(&["status", "--prefix", &prefix], &[])
+            .ok()
     }
 
     pub fn verify(&self, extra: &[&str]) -> Run {

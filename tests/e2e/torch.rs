@@ -63,15 +63,7 @@ fn install_then_rollback_restores_the_original_bytes() {
     let maps = String::from_utf8(out.stdout).unwrap();
     assert!(maps.contains(&lib.display().to_string()), "{maps}");
 
-    let status = sb
-        .run(&[
-            "status",
-            "--state-dir",
-            &sb.state(),
-            "--prefix",
-            sb.prefix.to_str().unwrap(),
-        ])
-        .ok();
+    let status = sb.status();
     assert!(
         status
             .stdout
@@ -379,17 +371,7 @@ fn a_crash_at_any_step_is_recovered_by_rollback() {
     let original = std::fs::read(torch.miopen()).unwrap();
     let original_md5 = md5(&torch.miopen());
     let state = sb.state();
-    let status = || {
-        sb.run(&[
-            "status",
-            "--state-dir",
-            &state,
-            "--prefix",
-            sb.prefix.to_str().unwrap(),
-        ])
-        .ok()
-        .stdout
-    };
+    let status = || sb.status().stdout;
     let crash = |args: &[&str], point: &str| {
         let mut cmd = sb.cmd();
         cmd.args(args).env("FAILPOINTS", format!("{point}=return"));
