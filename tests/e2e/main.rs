@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod detection;
 mod launcher;
 mod miopen;
 mod patches;
