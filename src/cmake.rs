@@ -166,8 +166,15 @@ pub fn unread_defines(src: &Path, defines: &BTreeMap<String, String>) -> Result<
     }
     Ok(defines
         .keys()
+        // Read by CMake itself, or by the hip package config the project
+        // finds (GPU_TARGETS becomes --offload-arch there), not by the
+        // project's own files.
         .filter(|k| {
-            !k.starts_with("CMAKE_") && !matches!(k.as_str(), "BUILD_SHARED_LIBS" | "BUILD_TESTING")
+            !k.starts_with("CMAKE_")
+                && !matches!(
+                    k.as_str(),
+                    "BUILD_SHARED_LIBS" | "BUILD_TESTING" | "GPU_TARGETS" | "AMDGPU_TARGETS"
+                )
         })
         .filter(|k| !words.contains(*k))
         .cloned()

@@ -46,3 +46,17 @@ fn builtin_series_applies_to_real_miopen_6_2_4() {
         ],
     );
 }
+
+#[test]
+#[ignore = "opt-in: needs RDNA1_PATCH_MIOPEN_631_SRC, a MIOpen tree at rocm-6.3.1 (b0800f61)"]
+fn builtin_series_applies_to_real_miopen_6_3_1() {
+    check(
+        "RDNA1_PATCH_MIOPEN_631_SRC",
+        "rocm-6.3.1",
+        &[
+            "0001-rdna1-detection.patch",
+            "0003-convolution-find-fast-mode.patch",
+            "0004-batchnorm-gfx101x.patch",
+        ],
+    );
+}
