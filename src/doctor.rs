@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::checks::{Report, Status};
+use crate::fatbin;
 use crate::gpu;
 use crate::profile::Profile;
 use crate::tools;
@@ -82,29 +83,34 @@ pub fn run(req: &Request) -> Report {
     rocm(req, &mut r);
     gpus(req, &mut r);
     disk(req, &mut r);
-    if let Some(loc) = &req.torch {
-        match torch::locate(loc) {
-            Ok(t) if tools::major_minor(&t.hip) == req.profile.rocm.torch_hip => r.push(
-                "torch",
-                Status::Ok,
-                format!("{} (hip {}) at {}", t.version, t.hip, t.dir.display()),
+    let torch = req.torch.as_ref().map(torch::locate);
+    match &torch {
+        None => {}
+        Some(Ok(t)) if tools::major_minor(&t.hip) == req.profile.rocm.torch_hip => r.push(
+            "torch",
+            Status::Ok,
+            format!("{} (hip {}) at {}", t.version, t.hip, t.dir.display()),
+        ),
+        Some(Ok(t)) => r.push_fix(
+            "torch",
+            Status::Warn,
+            format!(
+                "{} (hip {}) at {}, but profile {} is for torch built with ROCm {}",
+                t.version,
+                t.hip,
+                t.dir.display(),
+                req.profile.name,
+                req.profile.rocm.torch_hip
             ),
-            Ok(t) => r.push_fix(
-                "torch",
-                Status::Warn,
-                format!(
-                    "{} (hip {}) at {}, but profile {} is for torch built with ROCm {}",
-                    t.version,
-                    t.hip,
-                    t.dir.display(),
-                    req.profile.name,
-                    req.profile.rocm.torch_hip
-                ),
-                "use the profile for torch's ROCm, or the torch for the profile's",
-            ),
-            Err(e) => r.push("torch", Status::Warn, format!("{e:#}")),
-        }
+            "use the profile for torch's ROCm, or the torch for the profile's",
+        ),
+        Some(Err(e)) => r.push("torch", Status::Warn, format!("{e:#}")),
     }
+    let code = torch
+        .as_ref()
+        .and_then(|t| t.as_ref().ok())
+        .map(|t| torch_code(t, &mut r));
+    gfx_override(req, code.flatten().as_ref(), &mut r);
     r
 }
 
@@ -251,7 +257,6 @@ fn gpus(req: &Request, r: &mut Report) {
         );
     }
     let all = scan.gpus;
-    let real: Vec<String> = all.iter().map(|g| g.gfx()).collect();
     if all.is_empty() {
         r.push_fix(
             "gpu",
@@ -283,25 +288,6 @@ fn gpus(req: &Request, r: &mut Report) {
                 "gpu",
                 Status::Warn,
                 format!("{what}: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1"),
-            );
-        }
-    }
-    match &req.gfx_override {
-        None => r.push(
-            "override",
-            Status::Ok,
-            "HSA_OVERRIDE_GFX_VERSION is not set",
-        ),
-        Some(v) => {
-            let as_gfx = gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into());
-            r.push_fix(
-                "override",
-                Status::Warn,
-                format!(
-                    "HSA_OVERRIDE_GFX_VERSION={v}: ROCm reports {as_gfx} while the card is {}",
-                    if real.is_empty() { "unknown".to_owned() } else { real.join(", ") }
-                ),
-                "with the patched MIOpen, unset it: the override makes ROCm load kernels built for another chip",
             );
         }
     }
@@ -362,4 +348,63 @@ fn free_bytes(dir: &Path) -> Option<u64> {
         return None;
     }
     Some(s.f_bavail as u64 * s.f_frsize as u64)
+}
+
+/// Which GPUs torch's own GPU code is for: the offload bundles of
+/// torch/lib/libtorch_hip.so. `None` when that cannot be told.
+fn torch_code(t: &torch::Torch, r: &mut Report) -> Option<fatbin::CodeObjects> {
+    let lib = t.lib_dir.join("libtorch_hip.so");
+    match fatbin::read(&lib) {
+        Ok(Some(c)) if !c.archs.is_empty() => {
+            let list: Vec<&str> = c.archs.iter().map(String::as_str).collect();
+            r.push(
+                "torch-gpu",
+                Status::Ok,
+                format!(
+                    "{} has code for {}{}",
+                    lib.display(),
+                    list.join(", "),
+                    if c.has_gfx101x() { "" } else { " (no gfx101x)" }
+                ),
+            );
+            Some(c)
+        }
+        Ok(Some(c)) if c.compressed > 0 => {
+            r.push(
+                "torch-gpu",
+                Status::Skip,
+                format!(
+                    "{} holds {} compressed offload bundles, which this version does not read",
+                    lib.display(),
+                    c.compressed
+                ),
+            );
+            None
+        }
+        Ok(_) => {
+            r.push(
+                "torch-gpu",
+                Status::Skip,
+                format!(
+                    "{} carries no GPU code objects (.hip_fatbin)",
+                    lib.display()
+                ),
+            );
+            None
+        }
+        Err(e) => {
+            r.push("torch-gpu", Status::Skip, format!("{e:#}"));
+            None
+        }
+    }
+}
+
+fn gfx_override(req: &Request, code: Option<&fatbin::CodeObjects>, r: &mut Report) {
+    let cards: Vec<String> = gpu::scan(&req.sysfs).iter().map(gpu::Gpu::gfx).collect();
+    let a = fatbin::override_advice(code, req.gfx_override.as_deref(), &cards);
+    let status = if a.fine { Status::Ok } else { Status::Warn };
+    match a.fix {
+        Some(fix) => r.push_fix("override", status, a.detail, fix),
+        None => r.push("override", status, a.detail),
+    }
 }

@@ -152,6 +152,16 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         ),
     );
     check_versions(&build, &torch, req.force, ui)?;
+    // What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
+    if let Ok(Some(code)) = crate::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
+        && !code.archs.is_empty()
+    {
+        let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
+        let a = crate::fatbin::override_advice(Some(&code), value.as_deref(), &[]);
+        if !a.fine {
+            ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
+        }
+    }
 
     let locked = req.state.lock()?;
     let recovery = txn::recover(&locked)?;

@@ -13,6 +13,7 @@ pub mod commands;
 pub mod doctor;
 pub mod elf;
 pub mod error;
+pub mod fatbin;
 pub mod fsutil;
 pub mod gpu;
 pub mod install;

@@ -284,3 +284,110 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .fails();
     assert!(run.stdout.contains("FAIL  disk"), "{}", run.stdout);
 }
+
+/// A library with real GPU code objects for `archs`, built by clang in HIP
+/// mode as torch's libtorch_hip.so is (without HIP headers: the host side
+/// only needs the launch entry point declared).
+fn fat_library(dir: &std::path::Path, archs: &[&str]) -> std::path::PathBuf {
+    let src = dir.join("k.hip");
+    std::fs::write(
+        &src,
+        "typedef struct { unsigned x, y, z; } dim3_t;\n\
+         extern \"C\" int hipLaunchKernel(const void*, dim3_t, dim3_t, void**, unsigned long, void*);\n\
+         __attribute__((global)) void k(int* p) { *p = 1; }\n",
+    )
+    .unwrap();
+    let out = dir.join(format!("libtorch_hip-{}.so", archs.join("-")));
+    let mut c = std::process::Command::new("clang++");
+    c.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fPIC", "-shared"]);
+    for a in archs {
+        c.arg(format!("--offload-arch={a}"));
+    }
+    let run = c.arg(&src).arg("-o").arg(&out).output().expect(
+        "this test needs clang with the AMDGPU target, lld and clang-offload-bundler (Debian: clang lld clang-tools-14)",
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+#[test]
+fn doctors_override_advice_follows_the_code_objects_in_torch() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let gpu = sysfs("rx5600xt-gfx1010");
+    let doctor = |with_override: bool| -> String {
+        let mut c = sb.cmd();
+        c.args([
+            "doctor",
+            "--need-space",
+            "0",
+            "--python",
+            "python3",
+            "--sysfs-root",
+            &gpu,
+        ]);
+        if with_override {
+            c.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+        } else {
+            c.env_remove("HSA_OVERRIDE_GFX_VERSION");
+        }
+        String::from_utf8(c.output().unwrap().stdout).unwrap()
+    };
+    let line = |out: &str, name: &str| -> String {
+        out.lines()
+            .find(|l| {
+                l.get(6..)
+                    .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+            })
+            .unwrap_or_else(|| panic!("no {name} line:\n{out}"))
+            .to_owned()
+    };
+    // A pytorch.org-style wheel: code for gfx900 and gfx1030, none for gfx101x.
+    let lib = torch.lib.join("libtorch_hip.so");
+    std::fs::copy(fat_library(&sb.root, &["gfx900", "gfx1030"]), &lib).unwrap();
+    let out = doctor(true);
+    assert!(
+        line(&out, "torch-gpu").ends_with("has code for gfx1030, gfx900 (no gfx101x)"),
+        "{out}"
+    );
+    let o = line(&out, "override");
+    assert!(o.starts_with("ok    override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): required, torch has no gfx101x code. MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing"), "{o}");
+    let out = doctor(false);
+    let o = line(&out, "override");
+    assert!(
+        o.starts_with(
+            "warn  override  HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code"
+        ),
+        "{o}"
+    );
+    assert!(
+        out.contains("fix: export HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        "{out}"
+    );
+
+    // A torch built for gfx101x (as TheRock's): the override must go.
+    std::fs::copy(fat_library(&sb.root, &["gfx1010", "gfx1030"]), &lib).unwrap();
+    let out = doctor(true);
+    assert!(
+        line(&out, "torch-gpu").ends_with("has code for gfx1010, gfx1030"),
+        "{out}"
+    );
+    let o = line(&out, "override");
+    assert!(
+        o.starts_with("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030"),
+        "{o}"
+    );
+    assert!(
+        out.contains("fix: unset HSA_OVERRIDE_GFX_VERSION"),
+        "{out}"
+    );
+    let out = doctor(false);
+    assert_eq!(
+        line(&out, "override"),
+        "ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
+    );
+}
