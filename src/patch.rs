@@ -111,6 +111,24 @@ impl PatchFile {
         Ok(p)
     }
 
+    /// Per file it changes: the path, how (create, modify, delete) and its
+    /// hunks' `@@` headers.
+    pub fn summary(&self) -> Result<Vec<FileSummary>> {
+        Ok(self
+            .changes()?
+            .into_iter()
+            .map(|c| FileSummary {
+                kind: match c.kind {
+                    Kind::Create => "create",
+                    Kind::Modify => "modify",
+                    Kind::Delete => "delete",
+                },
+                hunks: c.patch.hunks().iter().map(hunk_header).collect(),
+                path: c.path,
+            })
+            .collect())
+    }
+
     /// The text before the first diff: subject, description, Marker line.
     pub fn header(&self) -> &str {
         let end = diff_start(&self.text).unwrap_or(self.text.len());
@@ -210,6 +228,61 @@ fn parse_header(text: &str) -> (String, Option<String>) {
         .map(|m| m.trim().to_owned())
         .filter(|m| !m.is_empty());
     (subject, marker)
+}
+
+/// One file of a patch, for reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileSummary {
+    pub path: String,
+    pub kind: &'static str,
+    pub hunks: Vec<String>,
+}
+
+/// How one patch of a series fares against a tree, for `patches check`.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckedPatch {
+    pub name: String,
+    /// "ok", "already-applied", "failed", or "not-tried" after a failure.
+    pub status: &'static str,
+    pub marker: Option<String>,
+    pub files: Vec<FileSummary>,
+    /// Why it does not apply: the patch, file and hunk, as the error says.
+    pub error: Option<String>,
+}
+
+/// Apply the series in memory on `base`, patch by patch, and say how each
+/// fares; after the first that fails, the rest are not tried (they may
+/// build on it). Nothing is written.
+pub fn check(
+    series: &Series,
+    base: &dyn Fn(&str) -> Result<Option<String>>,
+) -> Result<Vec<CheckedPatch>> {
+    let mut ws = Workspace::new(base);
+    let mut out = Vec::new();
+    let mut failed = false;
+    for p in &series.patches {
+        let (status, error) = if failed {
+            ("not-tried", None)
+        } else {
+            match ws.apply(p) {
+                Ok(Outcome::Applied) => ("ok", None),
+                Ok(Outcome::AlreadyApplied) => ("already-applied", None),
+                Err(e) if e.is::<ApplyError>() => {
+                    failed = true;
+                    ("failed", Some(format!("{e:#}")))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        out.push(CheckedPatch {
+            name: p.name.clone(),
+            status,
+            marker: p.marker.clone(),
+            files: p.summary()?,
+            error,
+        });
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,6 +26,9 @@ pub enum Command {
         source: PathBuf,
         #[arg(long, default_value = "miopen")]
         component: String,
+        /// Print the result as JSON: per patch its status, files and hunks
+        #[arg(long)]
+        json: bool,
     },
     /// Rewrite one patch from an edited tree, like `quilt refresh`
     Refresh {
@@ -75,11 +78,36 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
             profile,
             source,
             component,
+            json,
         } => {
             let p = profile.load()?;
             let c = p.component(&component)?;
             let series = Series::load(&p.series_dir(c)?)?;
             let base = patch::disk_base(&source);
+            if json {
+                let checked = patch::check(&series, &base)?;
+                let unread =
+                    cmake::unread_defines(&source, &c.cmake.effective_defines(&p.rocm.path, &[]))?;
+                let ok = checked.iter().all(|c| c.status != "failed");
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "schema_version": 1,
+                        "profile": p.name,
+                        "component": component,
+                        "tag": c.tag,
+                        "source": source,
+                        "ok": ok,
+                        "patches": checked,
+                        "unread_defines": unread,
+                    }))?
+                );
+                return Ok(if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
             let plan = patch::plan(&series, &source, &base, &Default::default())?;
             for (name, outcome) in &plan.outcomes {
                 match outcome {

@@ -74,6 +74,48 @@ fn check_says_whether_a_tree_takes_the_series() {
     .unwrap();
     let run = check(&sb).fails();
     assert!(run.stderr.contains("patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@)"), "{}", run.stderr);
+    // The same as JSON, for scripting a port: per patch its status, files and hunks.
+    let json = sb
+        .run(&[
+            "patches",
+            "check",
+            "--json",
+            "--profile",
+            sb.profile.to_str().unwrap(),
+            "--source",
+            tree.to_str().unwrap(),
+        ])
+        .fails();
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["ok"], false);
+    let statuses: Vec<(&str, &str)> = v["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("0001-rdna1-detection.patch", "ok"),
+            ("0002-handlehip-host-alloc.patch", "ok"),
+            ("0003-find-fast-mode.patch", "failed"),
+        ]
+    );
+    let p3 = &v["patches"][2];
+    assert_eq!(p3["files"][0]["path"], "src/convolution_api.cpp");
+    assert_eq!(p3["files"][0]["kind"], "modify");
+    assert_eq!(p3["files"][0]["hunks"][0], "@@ -2,13 +2,28 @@");
+    assert!(
+        p3["error"]
+            .as_str()
+            .unwrap()
+            .contains("hunk #1 (@@ -2,13 +2,28 @@)"),
+        "{p3}"
+    );
+    assert_eq!(v["patches"][0]["files"][0]["kind"], "create");
+    assert_eq!(crate::support::snapshot(&tree).len(), before.len());
 
     // A tree that already has a patch reports it as applied, not as a failure.
     std::fs::write(&f, text).unwrap();

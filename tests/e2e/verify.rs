@@ -381,10 +381,7 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
         o.starts_with("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030"),
         "{o}"
     );
-    assert!(
-        out.contains("fix: unset HSA_OVERRIDE_GFX_VERSION"),
-        "{out}"
-    );
+    assert!(out.contains("fix: unset HSA_OVERRIDE_GFX_VERSION"), "{out}");
     let out = doctor(false);
     assert_eq!(
         line(&out, "override"),
