@@ -25,19 +25,36 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// MD5 of a file's contents (following symlinks, as md5sum does), lowercase hex.
 pub fn md5_file(path: &Path) -> Result<String> {
+    Ok(md5_file_scanning(path, b"")?.0)
+}
+
+/// MD5 of a file and whether it contains `needle`, in one read (a library
+/// can be a gigabyte; reading it twice is what this avoids).
+pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
     let mut f: File = crate::fsutil::open_regular(path)?;
     let mut hasher = Md5::new();
-    let mut buf = vec![0u8; READ_BUF];
+    let finder = memchr::memmem::Finder::new(needle);
+    let keep = needle.len().saturating_sub(1);
+    let mut found = needle.is_empty();
+    // The tail of the previous block, so a needle across two blocks is seen.
+    let mut buf = vec![0u8; READ_BUF + keep];
+    let mut carried = 0;
     loop {
         let n = f
-            .read(&mut buf)
+            .read(&mut buf[carried..])
             .with_context(|| format!("cannot read {}", path.display()))?;
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
+        hasher.update(&buf[carried..carried + n]);
+        let filled = carried + n;
+        if !found {
+            found = finder.find(&buf[..filled]).is_some();
+        }
+        carried = keep.min(filled);
+        buf.copy_within(filled - carried..filled, 0);
     }
-    Ok(hex(&hasher.finalize()))
+    Ok((hex(&hasher.finalize()), found))
 }
 
 pub fn md5_bytes(data: &[u8]) -> String {
@@ -253,6 +270,20 @@ mod tests {
     fn known_md5() {
         assert_eq!(md5_bytes(b""), "d41d8cd98f00b204e9800998ecf8427e");
         assert_eq!(md5_bytes(b"abc"), "900150983cd24fb0d6963f7d28e17f72");
+    }
+
+    #[test]
+    fn hashes_and_finds_a_needle_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        let mut data = vec![7u8; READ_BUF - 3];
+        data.extend_from_slice(b"[RDNA1 PATCH] x");
+        std::fs::write(&f, &data).unwrap();
+        let (md5, found) = md5_file_scanning(&f, b"[RDNA1 PATCH]").unwrap();
+        assert_eq!(md5, md5_bytes(&data));
+        assert!(found);
+        assert!(!md5_file_scanning(&f, b"[RDNA2 PATCH]").unwrap().1);
+        assert_eq!(md5_file(&f).unwrap(), md5_bytes(&data));
     }
 
     #[test]

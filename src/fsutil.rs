@@ -204,33 +204,6 @@ pub fn try_lock_dir(dir: &Path) -> Result<Option<std::fs::File>> {
     }
 }
 
-/// Whether a regular file contains `needle`, read in blocks (a library can
-/// be a gigabyte).
-pub fn file_contains(path: &Path, needle: &[u8]) -> Result<bool> {
-    use std::io::Read;
-    let mut file = open_regular(path)?;
-    let finder = memchr::memmem::Finder::new(needle);
-    let keep = needle.len().saturating_sub(1);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut filled = 0;
-    loop {
-        let n = file
-            .read(&mut buf[filled..])
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        if n == 0 {
-            return Ok(false);
-        }
-        filled += n;
-        if finder.find(&buf[..filled]).is_some() {
-            return Ok(true);
-        }
-        // Keep the tail, in case the needle straddles two blocks.
-        let tail = filled.saturating_sub(keep);
-        buf.copy_within(tail..filled, 0);
-        filled -= tail;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,16 +236,5 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep");
         assert!(!remove_own_file(&link).unwrap());
         assert!(remove_own_file(dir.path()).is_err());
-    }
-
-    #[test]
-    fn finds_a_needle_across_blocks() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("f");
-        let mut data = vec![0u8; (1 << 20) - 3];
-        data.extend_from_slice(b"[RDNA1 PATCH] x");
-        std::fs::write(&f, &data).unwrap();
-        assert!(file_contains(&f, b"[RDNA1 PATCH]").unwrap());
-        assert!(!file_contains(&f, b"[RDNA2 PATCH]").unwrap());
     }
 }

@@ -661,14 +661,14 @@ pub fn original_of(locked: &Locked, target: &Path) -> Result<PathBuf> {
 
 /// Whether a file carries our markers: an rdna1-patch build.
 pub fn is_patched(path: &Path) -> bool {
-    fsutil::file_contains(path, MARKER_PREFIX.as_bytes()).unwrap_or(false)
+    checksum::md5_file_scanning(path, MARKER_PREFIX.as_bytes()).is_ok_and(|(_, found)| found)
 }
 
 pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     let torch = swap.torch;
     let target = &torch.target;
     let journals = locked.journals()?;
-    let current = checksum::md5_file(target)?;
+    let (current, patched) = checksum::md5_file_scanning(target, MARKER_PREFIX.as_bytes())?;
     let new_md5 = checksum::md5_file(swap.staged)?;
     let ours = journals
         .list
@@ -681,7 +681,7 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
         return Ok(Outcome::AlreadyInstalled(j.clone()));
     }
     let inherits = ours.filter(|j| j.new.md5 == current);
-    if inherits.is_none() && is_patched(target) {
+    if inherits.is_none() && patched {
         return Err(hint(
             format!(
                 "{} is already an rdna1-patch build (it carries {MARKER_PREFIX} markers), but no transaction in {} put it there, so there is no original to go back to",
