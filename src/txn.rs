@@ -900,8 +900,11 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
     // Lock every torch concerned, and check every backup, before changing anything.
     let mut held = Vec::new();
     for j in &chosen {
-        if !held.iter().any(|(d, _)| d == &j.torch.target) {
-            held.push((j.torch.target.clone(), locked.lock_target(&j.torch.target)?));
+        // One lock per directory: a second flock on it from this process
+        // would conflict with the first.
+        let dir = j.torch.target.parent().map(Path::to_owned);
+        if !held.iter().any(|(d, _)| *d == dir) {
+            held.push((dir, locked.lock_target(&j.torch.target)?));
         }
         if found(j, &journals) != Found::Original {
             check_backup(j)?;
