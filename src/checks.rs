@@ -75,9 +75,9 @@ impl Report {
 
     pub fn print(&self) {
         for c in &self.checks {
-            println!("{:<4}  {:<9} {}", c.status.label(), c.name, c.detail);
+            crate::outln!("{:<4}  {:<9} {}", c.status.label(), c.name, c.detail);
             if let Some(fix) = &c.fix {
-                println!("{:<4}  {:<9} fix: {fix}", "", "");
+                crate::outln!("{:<4}  {:<9} fix: {fix}", "", "");
             }
         }
     }

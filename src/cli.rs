@@ -11,6 +11,7 @@ use crate::commands;
     name = "rdna1-patch",
     version,
     about = "Build a patched MIOpen for AMD RDNA1 GPUs (gfx1010/1011/1012) and swap it into PyTorch, reversibly",
+    after_help = crate::error::EXIT_STATUS_HELP,
     propagate_version = true
 )]
 pub struct Cli {
@@ -57,7 +58,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            crate::error::report(&err);
             ExitCode::from(crate::error::exit_code(&err))
         }
     }

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::checksum::hex;
-use crate::error::{Interrupted, hint};
+use crate::error::{Hint, Interrupted, hint};
 use crate::fsutil;
 use crate::interrupt;
 use crate::tools::{Generator, Toolchain};
@@ -59,6 +59,9 @@ pub struct Run {
     pub success: bool,
     pub code: Option<i32>,
     pub tail: VecDeque<String>,
+    /// The first step Ninja reported as `FAILED:`, with the output it gave;
+    /// with parallel jobs it may be long gone from the tail.
+    pub first_failure: Vec<String>,
 }
 
 /// Run `cmd` with stdout and stderr merged into the log, calling `on_line`
@@ -83,6 +86,8 @@ pub fn run_logged(
     let pid = reader.pids().first().copied().unwrap_or(0);
     let guard = interrupt::ChildGroup::new(pid);
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
+    let mut first_failure: Vec<String> = Vec::new();
+    let mut in_failure = false;
     let mut buf = Vec::new();
     let mut input = BufReader::new(&reader);
     loop {
@@ -100,6 +105,14 @@ pub fn run_logged(
             tail.pop_front();
         }
         tail.push_back(line.to_owned());
+        if first_failure.is_empty() && line.starts_with("FAILED: ") {
+            in_failure = true;
+        } else if in_failure && (is_ninja_status(line) || line.starts_with("ninja: ")) {
+            in_failure = false;
+        }
+        if in_failure && first_failure.len() < TAIL_LINES {
+            first_failure.push(line.to_owned());
+        }
         on_line(line);
     }
     let output = reader
@@ -109,7 +122,7 @@ pub fn run_logged(
     drop(guard);
     if interrupt::interrupted() {
         log.line("interrupted");
-        return Err(anyhow::Error::new(Interrupted).context(hint(
+        return Err(anyhow::Error::new(Interrupted).context(Hint::new(
             format!("{shown} was stopped"),
             "the work dir is kept as it was; run the same command again to resume",
         )));
@@ -119,21 +132,39 @@ pub fn run_logged(
         success: status.is_some_and(|s| s.success()),
         code: status.and_then(|s| s.code()),
         tail,
+        first_failure,
     };
     log.line(&format!("exit: {:?}", run.code));
     Ok(run)
 }
 
-/// The error for a failed step: what failed, its last lines, the full log.
+/// `[rdna1-patch 12/512] ...` (our NINJA_STATUS) or `[12/512] ...` (Ninja's
+/// default): a Ninja status line.
+fn is_ninja_status(line: &str) -> bool {
+    line.strip_prefix('[')
+        .map(|r| r.strip_prefix("rdna1-patch ").unwrap_or(r))
+        .and_then(|r| r.split_once(']'))
+        .is_some_and(|(n, _)| {
+            n.split_once('/')
+                .is_some_and(|(a, b)| a.parse::<u64>().is_ok() && b.parse::<u64>().is_ok())
+        })
+}
+
+/// The error for a failed step: what failed, the first failing build step
+/// (or else the last lines), and the full log.
 pub fn step_failed(what: &str, run: &Run, log: &Log) -> anyhow::Error {
-    let tail: Vec<&str> = run.tail.iter().map(String::as_str).collect();
-    hint(
+    let code = run.code.map_or("none".into(), |c| c.to_string());
+    let shown = if run.first_failure.is_empty() {
+        let tail: Vec<&str> = run.tail.iter().map(String::as_str).collect();
+        format!("last {} lines of output:\n{}", tail.len(), tail.join("\n"))
+    } else {
         format!(
-            "{what} failed (exit code {}); last {} lines of output:\n{}",
-            run.code.map_or("none".into(), |c| c.to_string()),
-            tail.len(),
-            tail.join("\n")
-        ),
+            "the first step that failed:\n{}",
+            run.first_failure.join("\n")
+        )
+    };
+    hint(
+        format!("{what} failed (exit code {code}); {shown}"),
         format!("the full log is {}", log.path.display()),
     )
 }

@@ -1,11 +1,14 @@
-//! Errors the user can act on.
+//! Errors the user can act on, and how the top level reports them.
 //!
-//! Everything else travels as `anyhow::Error`; these types exist so that the
-//! top level can print a "help:" line and pick an exit code.
+//! Everything travels as `anyhow::Error`. A [`Hint`] somewhere in the chain
+//! carries what to do about it; the top level prints the chain once, on one
+//! `error:` line, and the hint as its own last `help:` line, as cargo does.
+//! Exit codes are part of the contract (README, `--help`).
 
 use std::fmt;
 
-/// An error with a suggestion of what to do about it.
+/// An error with a suggestion of what to do about it. Its Display is the
+/// message alone: the help is printed once, last, by [`report`].
 #[derive(Debug)]
 pub struct Hint {
     pub message: String,
@@ -14,7 +17,7 @@ pub struct Hint {
 
 impl fmt::Display for Hint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}\nhelp: {}", self.message, self.help)
+        f.write_str(&self.message)
     }
 }
 
@@ -22,13 +25,20 @@ impl std::error::Error for Hint {}
 
 /// Build an `anyhow::Error` carrying a message and what to do next.
 pub fn hint(message: impl Into<String>, help: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Hint {
-        message: message.into(),
-        help: help.into(),
-    })
+    anyhow::Error::new(Hint::new(message, help))
 }
 
-/// The user pressed Ctrl-C (or sent SIGINT/SIGTERM); exit 130 like a shell would.
+impl Hint {
+    /// As a context layer over another error: `err.context(Hint::new(..))`.
+    pub fn new(message: impl Into<String>, help: impl Into<String>) -> Hint {
+        Hint {
+            message: message.into(),
+            help: help.into(),
+        }
+    }
+}
+
+/// The user pressed Ctrl-C (or sent SIGINT); exit 130 like a shell would.
 #[derive(Debug)]
 pub struct Interrupted;
 
@@ -40,11 +50,63 @@ impl fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// Exit codes: 1 for a failure, 2 for bad usage (clap's own), 130 for an interrupt.
+/// Exit status: everything went as asked.
+pub const OK: u8 = 0;
+/// A check found a problem (`verify`, `doctor`, `patches check`).
+pub const CHECK_FAILED: u8 = 1;
+/// Bad usage, or the tool could not do its job.
+pub const FAILED: u8 = 2;
+/// Interrupted by Ctrl-C.
+pub const INTERRUPTED: u8 = 130;
+
+/// The documented exit statuses, for `--help`.
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 130 interrupted (Ctrl-C).";
+
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if err.chain().any(|e| e.is::<Interrupted>()) {
-        130
+        INTERRUPTED
     } else {
-        1
+        FAILED
+    }
+}
+
+/// The text the top level prints for `err`: the chain on one line, then
+/// the first hint's help on its own line.
+pub fn render(err: &anyhow::Error) -> String {
+    let mut text = format!("error: {err:#}");
+    // anyhow finds a Hint as the root or as any context layer.
+    if let Some(h) = err.downcast_ref::<Hint>() {
+        text.push_str("\nhelp: ");
+        text.push_str(&h.help);
+    }
+    text
+}
+
+/// Print `err` the one way errors are printed.
+pub fn report(err: &anyhow::Error) {
+    crate::errln!("{}", render(err));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_line_comes_last_once_even_under_context() {
+        let err = anyhow::Error::new(Interrupted).context(Hint::new(
+            "ninja was stopped",
+            "the work dir is kept as it was; run the same command again to resume",
+        ));
+        assert_eq!(
+            render(&err),
+            "error: ninja was stopped: interrupted\nhelp: the work dir is kept as it was; run the same command again to resume"
+        );
+        assert_eq!(exit_code(&err), INTERRUPTED);
+        let err = hint("no prefix", "pass --prefix").context("cannot install");
+        assert_eq!(
+            render(&err),
+            "error: cannot install: no prefix\nhelp: pass --prefix"
+        );
+        assert_eq!(exit_code(&err), FAILED);
     }
 }

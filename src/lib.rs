@@ -20,6 +20,7 @@ pub mod install;
 pub mod interrupt;
 pub mod launcher;
 pub mod linker;
+pub mod output;
 pub mod patch;
 pub mod pipeline;
 pub mod prefix;

@@ -133,19 +133,20 @@ impl Plan<'_> {
         let c = self.component;
         let commit = source::planned_commit(&self.source_request())?
             .unwrap_or_else(|| "(resolved on first fetch)".into());
-        println!(
+        crate::outln!(
             "profile:   {} ({})",
-            self.opts.profile.name, self.opts.profile.origin
+            self.opts.profile.name,
+            self.opts.profile.origin
         );
-        println!("source:    {} tag {} commit {}", c.url, c.tag, commit);
-        println!("checkout:  {}", self.dirs.src.display());
-        println!(
+        crate::outln!("source:    {} tag {} commit {}", c.url, c.tag, commit);
+        crate::outln!("checkout:  {}", self.dirs.src.display());
+        crate::outln!(
             "patches:   {} ({})",
             self.series.patches.len(),
             self.series.origin
         );
         for p in &self.series.patches {
-            println!("  {}  {}", p.name, p.subject);
+            crate::outln!("  {}  {}", p.name, p.subject);
         }
         let args: Vec<String> = [
             "-S".to_owned(),
@@ -159,21 +160,21 @@ impl Plan<'_> {
         .into_iter()
         .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
         .collect();
-        println!(
+        crate::outln!(
             "launcher:  {}",
             self.launcher
                 .as_ref()
                 .map_or("none".to_owned(), |l| l.describe())
         );
-        println!("configure: cmake {}", args.join(" "));
-        println!(
+        crate::outln!("configure: cmake {}", args.join(" "));
+        crate::outln!(
             "build:     cmake --build {} --parallel {}",
             self.dirs.build.display(),
             self.jobs
         );
-        println!("install:   {}", self.prefix.display());
-        println!("stop after: {:?}", self.opts.stop_after);
-        println!("(dry run: nothing was changed)");
+        crate::outln!("install:   {}", self.prefix.display());
+        crate::outln!("stop after: {:?}", self.opts.stop_after);
+        crate::outln!("(dry run: nothing was changed)");
         Ok(())
     }
 

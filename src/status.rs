@@ -72,7 +72,7 @@ impl Report {
     pub fn print(&self) {
         match &self.build {
             Some(p) => {
-                println!(
+                crate::outln!(
                     "build:      {} {} {} ({}), profile {}, ROCm {}, installed {}",
                     self.prefix.display(),
                     p.component,
@@ -82,9 +82,9 @@ impl Report {
                     p.rocm.found.as_deref().unwrap_or(&p.rocm.version),
                     p.date
                 );
-                println!("            library {}", p.library.path);
+                crate::outln!("            library {}", p.library.path);
                 for patch in &p.patches {
-                    println!(
+                    crate::outln!(
                         "            patch {}{}",
                         patch.name,
                         patch
@@ -95,17 +95,17 @@ impl Report {
                     );
                 }
             }
-            None => println!(
+            None => crate::outln!(
                 "build:      none in {} ({})",
                 self.prefix.display(),
                 self.build_error.as_deref().unwrap_or("")
             ),
         }
         if self.installed.is_empty() {
-            println!("installed:  nowhere");
+            crate::outln!("installed:  nowhere");
         }
         for j in &self.installed {
-            println!(
+            crate::outln!(
                 "installed:  {} (transaction {}, {}), MD5 {}",
                 j.torch.target.display(),
                 j.id,
@@ -114,22 +114,22 @@ impl Report {
             );
         }
         for j in &self.unfinished {
-            println!(
+            crate::outln!(
                 "unfinished: transaction {} stopped while {}: `rdna1-patch rollback` restores the original, `rdna1-patch install --into-torch` finishes or restarts it",
                 j.id,
                 j.state.name()
             );
         }
         for d in &self.damaged {
-            println!(
+            crate::outln!(
                 "damaged:    {} ({}): install and rollback refuse to run until it is fixed or set aside",
                 d.path.display(),
                 d.error
             );
         }
         match &self.last {
-            Some(j) => println!("last:     {}", describe(j)),
-            None => println!(
+            Some(j) => crate::outln!("last:     {}", describe(j)),
+            None => crate::outln!(
                 "last:       no transactions in {}",
                 self.state_dir.display()
             ),

@@ -29,15 +29,15 @@ impl Ui {
 
     /// One line per stage, right-aligned the way cargo prints "Compiling".
     pub fn stage(&self, stage: &str, msg: impl std::fmt::Display) {
-        eprintln!("{stage:>10} {msg}");
+        crate::errln!("{stage:>10} {msg}");
     }
 
     pub fn warn(&self, msg: impl std::fmt::Display) {
-        eprintln!("warning: {msg}");
+        crate::errln!("warning: {msg}");
     }
 
     pub fn note(&self, msg: impl std::fmt::Display) {
-        eprintln!("{:>10} {msg}", "");
+        crate::errln!("{:>10} {msg}", "");
     }
 
     /// A bar over `len` steps (0 when unknown yet).
@@ -82,7 +82,7 @@ impl Progress {
     /// A step: on a terminal it moves the bar, otherwise it is printed as a line.
     pub fn step(&self, pos: u64, len: u64, msg: &str) {
         if self.plain {
-            eprintln!("{:>10} [{pos}/{len}] {msg}", "");
+            crate::errln!("{:>10} [{pos}/{len}] {msg}", "");
         } else {
             self.update(pos, len, msg);
         }

@@ -61,14 +61,14 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
             for p in profiles {
                 for (name, c) in &p.components {
                     let series = Series::load(&p.series_dir(c)?)?;
-                    println!("{} {name} {} ({}):", p.name, c.tag, series.origin);
+                    crate::outln!("{} {name} {} ({}):", p.name, c.tag, series.origin);
                     if series.patches.is_empty() {
-                        println!("  (no patches)");
+                        crate::outln!("  (no patches)");
                     }
                     for pf in &series.patches {
-                        println!("  {}  {}", pf.name, pf.subject);
-                        println!("      files: {}", pf.files.join(", "));
-                        println!("      marker: {}", pf.marker.as_deref().unwrap_or("(none)"));
+                        crate::outln!("  {}  {}", pf.name, pf.subject);
+                        crate::outln!("      files: {}", pf.files.join(", "));
+                        crate::outln!("      marker: {}", pf.marker.as_deref().unwrap_or("(none)"));
                     }
                 }
             }
@@ -89,7 +89,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                 let unread =
                     cmake::unread_defines(&source, &c.cmake.effective_defines(&p.rocm.path, &[]))?;
                 let ok = checked.iter().all(|c| c.status != "failed");
-                println!(
+                crate::outln!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
                         "schema_version": 1,
@@ -108,21 +108,31 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                     ExitCode::FAILURE
                 });
             }
-            let plan = patch::plan(&series, &source, &base, &Default::default())?;
+            let plan = match patch::plan(&series, &source, &base, &Default::default()) {
+                Ok(plan) => plan,
+                // The check's answer, not a failure of the tool.
+                Err(e) if e.chain().any(|c| c.is::<patch::ApplyError>()) => {
+                    crate::error::report(&e);
+                    return Ok(ExitCode::from(crate::error::CHECK_FAILED));
+                }
+                Err(e) => return Err(e),
+            };
             for (name, outcome) in &plan.outcomes {
                 match outcome {
-                    Outcome::Applied => println!("ok       {name}"),
-                    Outcome::AlreadyApplied => println!("applied  {name} (already in the tree)"),
+                    Outcome::Applied => crate::outln!("ok       {name}"),
+                    Outcome::AlreadyApplied => {
+                        crate::outln!("applied  {name} (already in the tree)")
+                    }
                 }
             }
             let rocm = &p.rocm.path;
             for name in cmake::unread_defines(&source, &c.cmake.effective_defines(rocm, &[]))? {
-                println!(
+                crate::outln!(
                     "warning  define {name} is not read by any CMake file in {}",
                     source.display()
                 );
             }
-            println!(
+            crate::outln!(
                 "{} patches apply cleanly to {}",
                 plan.outcomes.len(),
                 source.display()
@@ -149,7 +159,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
             let text = patch::refresh(&series, &name, &source, &base, &add)?;
             let target = disk.join(&name);
             if std::fs::read_to_string(&target).ok().as_deref() == Some(text.as_str()) {
-                println!("{name} is up to date");
+                crate::outln!("{name} is up to date");
             } else {
                 fsutil::write_atomic(&target, text.as_bytes(), None)
                     .map_err(|e| hint(format!("{e:#}"), "the patch file was left as it was"))?;
@@ -157,7 +167,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                     .get(&name)
                     .map(|(_, p)| p.files.join(", "))
                     .unwrap_or_default();
-                println!("refreshed {} ({files})", target.display());
+                crate::outln!("refreshed {} ({files})", target.display());
             }
             Ok(ExitCode::SUCCESS)
         }

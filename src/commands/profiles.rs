@@ -25,7 +25,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                 } else {
                     ""
                 };
-                println!("{name}{default}\t{}", p.description);
+                crate::outln!("{name}{default}\t{}", p.description);
             }
         }
         Command::Show { name } => {

@@ -37,10 +37,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         let journals = all.list;
         if journals.is_empty() {
-            println!("no transactions in {}", state.root().display());
+            crate::outln!("no transactions in {}", state.root().display());
         }
         for j in &journals {
-            println!("{}", describe(j));
+            crate::outln!("{}", describe(j));
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -19,7 +19,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     let report = status::report(&args.prefix.resolve()?, &args.state.open()?)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         report.print();
     }

@@ -284,6 +284,8 @@ fn a_failing_compile_shows_the_log_tail_and_installs_nothing() {
         .build(&["-D", "CMAKE_CXX_FLAGS=-DMIOPEN_MINI_BREAK_BUILD"])
         .fails();
     assert!(run.stderr.contains("the build failed"), "{}", run.stderr);
+    // The failing step itself, however much output other jobs added after it.
+    run.says("; the first step that failed:\nFAILED: ");
     assert!(
         run.stderr.contains("this fixture build fails on purpose"),
         "{}",
@@ -479,6 +481,16 @@ fn ctrl_c_stops_the_compilers_and_the_build_resumes() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
+    // The error, then its help as the very last line, each once.
+    let last: Vec<&str> = stderr.lines().rev().take(2).collect();
+    assert_eq!(
+        last[0], "help: the work dir is kept as it was; run the same command again to resume",
+        "{stderr}"
+    );
+    assert!(
+        last[1].starts_with("error: ") && last[1].ends_with(" was stopped: interrupted"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("run the same command again to resume"),
         "{stderr}"

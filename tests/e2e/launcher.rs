@@ -54,7 +54,7 @@ fn a_launcher_asked_for_and_missing_stops_before_configure() {
     if crate::support::on_path("sccache") {
         return; // installed here: nothing to refuse
     }
-    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("the compiler launcher sccache is not installed"),
         "{stderr}"

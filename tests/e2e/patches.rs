@@ -72,7 +72,7 @@ fn check_says_whether_a_tree_takes_the_series() {
         ),
     )
     .unwrap();
-    let run = check(&sb).fails();
+    let run = check(&sb).check_fails();
     assert!(run.stderr.contains("patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@)"), "{}", run.stderr);
     // The same as JSON, for scripting a port: per patch its status, files and hunks.
     let json = sb
@@ -85,7 +85,7 @@ fn check_says_whether_a_tree_takes_the_series() {
             "--source",
             tree.to_str().unwrap(),
         ])
-        .fails();
+        .check_fails();
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["ok"], false);
@@ -224,4 +224,24 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
         ])
         .fails();
     assert!(run.stderr.contains("rocm-6.2.4"), "{}", run.stderr);
+}
+
+/// `rdna1-patch patches list | head -c1`: a stdout closed early ends the run
+/// quietly, with status 0, as ripgrep does.
+#[test]
+fn a_closed_stdout_ends_the_listing_quietly() {
+    let sb = Sandbox::new();
+    let mut child = sb
+        .cmd()
+        .args(["patches", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before the first line is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "");
 }

@@ -360,7 +360,7 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
     std::fs::write(&sums, "").unwrap();
     let run = sb.install(&[]).fails();
     run.says("share/rdna1-patch/MD5SUMS lists no files");
-    let run = sb.verify(&[]).fails();
+    let run = sb.verify(&[]).check_fails();
     run.prints("MD5SUMS lists no files");
     // Without the library's line.
     let without: String = full
@@ -392,7 +392,7 @@ fn md5sums_naming_a_fifo_or_a_device_fails_at_once() {
     )
     .unwrap();
     let start = Instant::now();
-    let run = sb.verify(&[]).fails();
+    let run = sb.verify(&[]).check_fails();
     assert!(
         start.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -622,7 +622,7 @@ fn a_lost_state_dir_does_not_make_a_patched_torch_look_clean() {
         sb.state()
     ));
     run.says("pip install --force-reinstall torch==2.5.1+rocm6.2");
-    let run = sb.verify(&["--python", "python3"]).fails();
+    let run = sb.verify(&["--python", "python3"]).check_fails();
     let line = run
         .stdout
         .lines()

@@ -53,7 +53,32 @@ impl Run {
         self
     }
 
+    /// The command could not do its job: exit 2, and the error printed the
+    /// one way errors are, its help (if any) as the last line.
+    #[track_caller]
     pub fn fails(self) -> Run {
+        assert_eq!(
+            self.code,
+            Some(2),
+            "expected exit 2\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        let errors = lines.iter().filter(|l| l.starts_with("error: ")).count();
+        assert_eq!(errors, 1, "one error line expected:\n{}", self.stderr);
+        let helps = lines.iter().filter(|l| l.starts_with("help: ")).count();
+        assert!(
+            helps == 0 || (helps == 1 && lines.last().is_some_and(|l| l.starts_with("help: "))),
+            "the help line must come last, once:\n{}",
+            self.stderr
+        );
+        self
+    }
+
+    /// A check found a problem: exit 1.
+    #[track_caller]
+    pub fn check_fails(self) -> Run {
         assert_eq!(
             self.code,
             Some(1),

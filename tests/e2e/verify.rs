@@ -46,7 +46,7 @@ fn verify_proves_the_patched_library_is_loaded_after_install() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Rocm, HIP);
     // Before the install: torch's own library is found, and named.
-    let run = sb.verify(&["--python", "python3"]).fails();
+    let run = sb.verify(&["--python", "python3"]).check_fails();
     assert!(line(&run, "torch").starts_with("FAIL"), "{}", run.stdout);
     assert!(
         line(&run, "torch").contains("is torch's own"),
@@ -79,7 +79,7 @@ fn a_changed_file_in_the_prefix_is_named() {
     let sb = Sandbox::built();
     std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "/* edited */\n").unwrap();
     std::fs::remove_file(sb.prefix.join("lib/libMIOpen.so")).unwrap();
-    let run = sb.verify(&[]).fails();
+    let run = sb.verify(&[]).check_fails();
     let l = line(&run, "prefix");
     assert!(l.starts_with("FAIL"), "{}", run.stdout);
     assert!(l.contains("include/miopen/miopen.h: MD5"), "{l}");
@@ -96,7 +96,7 @@ fn a_missing_marker_fails_by_name() {
         "Marker: [RDNA1 PATCH] convolution_api: faster find",
     );
     sb.build(&[]).ok();
-    let run = sb.verify(&[]).fails();
+    let run = sb.verify(&[]).check_fails();
     let l = line(&run, "patches");
     assert!(l.starts_with("FAIL"), "{}", run.stdout);
     assert!(
@@ -113,7 +113,7 @@ fn a_second_hip_runtime_is_caught_in_links_and_at_runtime() {
     sb.torch(TorchKind::Rocm, HIP);
     let run = sb.install(&["--no-relink"]).ok();
     assert!(run.stderr.contains("second copy"), "{}", run.stderr);
-    let run = sb.verify(&["--runtime"]).fails();
+    let run = sb.verify(&["--runtime"]).check_fails();
     let links = line(&run, "links");
     assert!(links.starts_with("FAIL"), "{}", run.stdout);
     assert!(
@@ -189,7 +189,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
             "--sysfs-root",
             &sysfs("no-gpu"),
         ])
-        .fails();
+        .check_fails();
     for needle in [
         "FAIL  rocm      no ROCm at /nonexistent/rocm",
         "FAIL  hipcc",
@@ -281,7 +281,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     let args = doctor(&gpu, "100000000");
     let run = sb
         .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-        .fails();
+        .check_fails();
     assert!(run.stdout.contains("FAIL  disk"), "{}", run.stdout);
 }
 
