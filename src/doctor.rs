@@ -26,7 +26,19 @@ const MIN_CMAKE: (u32, u32) = (3, 16);
 
 pub fn run(req: &Request) -> Report {
     let mut r = Report::default();
-    cmake(&mut r);
+    build_tools(&mut r);
+    launchers(&mut r);
+    rocm(req, &mut r);
+    gpus(req, &mut r);
+    disk(req, &mut r);
+    let code = torch_checks(req, &mut r);
+    gfx_override(req, code.as_ref(), &mut r);
+    r
+}
+
+/// cmake, a generator, a C++ compiler, patchelf, git.
+fn build_tools(r: &mut Report) {
+    cmake(r);
     match (tools::find("ninja"), tools::find("make")) {
         (Some(n), _) => r.push("ninja", Status::Ok, n.display().to_string()),
         (None, Some(m)) => r.push_fix(
@@ -79,10 +91,10 @@ pub fn run(req: &Request) -> Report {
             "not needed: sources are fetched with the built-in libgit2 {major}.{minor}.{patch}"
         ),
     );
-    launchers(&mut r);
-    rocm(req, &mut r);
-    gpus(req, &mut r);
-    disk(req, &mut r);
+}
+
+/// The torch of `--python`, and the GPU code its libtorch_hip.so carries.
+fn torch_checks(req: &Request, r: &mut Report) -> Option<fatbin::CodeObjects> {
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
@@ -109,9 +121,8 @@ pub fn run(req: &Request) -> Report {
     let code = torch
         .as_ref()
         .and_then(|t| t.as_ref().ok())
-        .map(|t| torch_code(t, &mut r));
-    gfx_override(req, code.flatten().as_ref(), &mut r);
-    r
+        .map(|t| torch_code(t, r));
+    code.flatten()
 }
 
 fn launchers(r: &mut Report) {

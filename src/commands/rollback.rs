@@ -31,18 +31,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let ui = Ui::new();
     let state = args.state.open()?;
     if args.list {
-        let all = state.read()?;
-        for d in &all.damaged {
-            ui.warn(format!("{} is damaged: {}", d.path.display(), d.error));
-        }
-        let journals = all.list;
-        if journals.is_empty() {
-            crate::outln!("no transactions in {}", state.root().display());
-        }
-        for j in &journals {
-            crate::outln!("{}", describe(j));
-        }
-        return Ok(ExitCode::SUCCESS);
+        return list(&state, &ui);
     }
     let locked = state.lock()?;
     let recovery = txn::recover(&locked)?;
@@ -68,40 +57,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ui.stage("Closed", note);
     }
     match rolled? {
-        Rolled::Nothing(last) => {
-            // No record here does not mean torch is clean: the state dir
-            // that installed it may be gone, or another one was used.
-            if let Ok(torch) = crate::torch::locate(&args.torch.locator())
-                && txn::is_patched(&torch.target)
-            {
-                return Err(crate::error::hint(
-                    format!(
-                        "{} is an rdna1-patch build, but no transaction in {} installed it, so there is no original here to put back",
-                        torch.target.display(),
-                        state.root().display()
-                    ),
-                    format!(
-                        "if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch=={}` (from the index you installed it from) brings torch's own library back",
-                        torch.version
-                    ),
-                ));
-            }
-            match last {
-                Some(j) => ui.stage(
-                    "Rollback",
-                    format!(
-                        "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
-                        j.id,
-                        j.state.name(),
-                        j.updated
-                    ),
-                ),
-                None => ui.stage(
-                    "Rollback",
-                    format!("nothing to roll back: no transactions in {}", state.root().display()),
-                ),
-            }
-        }
+        Rolled::Nothing(last) => nothing(&state, &args.torch, last.as_deref(), &ui)?,
         Rolled::Done(done) => {
             for (j, already) in done {
                 let how = if already {
@@ -122,4 +78,58 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--list`: every transaction, and the journals that cannot be read.
+fn list(state: &txn::StateDir, ui: &Ui) -> Result<ExitCode> {
+    let all = state.read()?;
+    for d in &all.damaged {
+        ui.warn(format!("{} is damaged: {}", d.path.display(), d.error));
+    }
+    if all.list.is_empty() {
+        crate::outln!("no transactions in {}", state.root().display());
+    }
+    for j in &all.list {
+        crate::outln!("{}", describe(j));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Nothing installed here. That does not mean torch is clean: the state dir
+/// that installed it may be gone, or another one was used.
+fn nothing(
+    state: &txn::StateDir,
+    torch: &TorchArg,
+    last: Option<&txn::Journal>,
+    ui: &Ui,
+) -> Result<()> {
+    if let Ok(torch) = crate::torch::locate(&torch.locator())
+        && txn::is_patched(&torch.target)
+    {
+        return Err(crate::error::hint(
+            format!(
+                "{} is an rdna1-patch build, but no transaction in {} installed it, so there is no original here to put back",
+                torch.target.display(),
+                state.root().display()
+            ),
+            format!(
+                "if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch=={}` (from the index you installed it from) brings torch's own library back",
+                torch.version
+            ),
+        ));
+    }
+    let what = match last {
+        Some(j) => format!(
+            "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
+            j.id,
+            j.state.name(),
+            j.updated
+        ),
+        None => format!(
+            "nothing to roll back: no transactions in {}",
+            state.root().display()
+        ),
+    };
+    ui.stage("Rollback", what);
+    Ok(())
 }
