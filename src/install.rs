@@ -152,52 +152,18 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         ),
     );
     check_versions(&build, &torch, req.force, ui)?;
-    // What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
-    if let Ok(Some(code)) = crate::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
-        && !code.archs.is_empty()
-    {
-        let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
-        let a = crate::fatbin::override_advice(Some(&code), value.as_deref(), &[]);
-        if !a.fine {
-            ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
-        }
-    }
+    warn_about_override(&torch, ui);
 
     let locked = req.state.lock()?;
-    let recovery = txn::recover(&locked)?;
-    for note in &recovery.notes {
-        ui.stage("Recovered", note);
-    }
-    recovery.check_target(&torch.target)?;
-    for (j, what) in &recovery.unsettled {
-        ui.warn(format!(
-            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
-            j.id,
-            j.torch.target.display(),
-            j.id
-        ));
-    }
+    settle(&locked, &torch, ui)?;
     let _torch_lock = locked.lock_target(&torch.target)?;
-    // The SONAME to keep is torch's own: over our own install, that is the
-    // backed-up original's, not the file in place.
-    let original = elf::read(&txn::original_of(&locked, &torch.target)?).ok();
     let name = torch
         .target
         .file_name()
         .context("torch's library has no file name")?
         .to_string_lossy();
     let staged = locked.state.staged_path(&name);
-    let staging = fsutil::copy_synced(&build.library, &staged, 0o755).and_then(|()| {
-        if !req.relink {
-            ui.note("--no-relink: installing the library as built");
-            return Ok(None);
-        }
-        let r = relink::plan(&build.elf, original.as_ref(), &torch.lib_dir)?;
-        r.apply(&staged)?;
-        ui.stage("Relink", r.describe());
-        Ok(Some(r))
-    });
-    let relink = match staging {
+    let relink = match stage(req, &locked, &build, &torch, &staged, ui) {
         Ok(r) => r,
         Err(e) => {
             let _ = fsutil::remove_own_file(&staged);
@@ -225,7 +191,67 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
     };
     let outcome = txn::install(&locked, &swap);
     let _ = fsutil::remove_own_file(&staged);
-    match outcome? {
+    report(&outcome?, &torch, ui);
+    Ok(())
+}
+
+/// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
+fn warn_about_override(torch: &Torch, ui: &Ui) {
+    if let Ok(Some(code)) = crate::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
+        && !code.archs.is_empty()
+    {
+        let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
+        let a = crate::fatbin::override_advice(Some(&code), value.as_deref(), &[]);
+        if !a.fine {
+            ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
+        }
+    }
+}
+
+/// Settle what killed runs left; refuse a torch whose transaction is open.
+fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
+    let recovery = txn::recover(locked)?;
+    for note in &recovery.notes {
+        ui.stage("Recovered", note);
+    }
+    recovery.check_target(&torch.target)?;
+    for (j, what) in &recovery.unsettled {
+        ui.warn(format!(
+            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
+            j.id,
+            j.torch.target.display(),
+            j.id
+        ));
+    }
+    Ok(())
+}
+
+/// Copy the build into the staging dir and fit it to torch (unless
+/// --no-relink); the relink made, if any.
+fn stage(
+    req: &Request,
+    locked: &txn::Locked,
+    build: &Build,
+    torch: &Torch,
+    staged: &Path,
+    ui: &Ui,
+) -> Result<Option<Relink>> {
+    fsutil::copy_synced(&build.library, staged, 0o755)?;
+    if !req.relink {
+        ui.note("--no-relink: installing the library as built");
+        return Ok(None);
+    }
+    // The SONAME to keep is torch's own: over our own install, that is the
+    // backed-up original's, not the file in place.
+    let original = elf::read(&txn::original_of(locked, &torch.target)?).ok();
+    let r = relink::plan(&build.elf, original.as_ref(), &torch.lib_dir)?;
+    r.apply(staged)?;
+    ui.stage("Relink", r.describe());
+    Ok(Some(r))
+}
+
+fn report(outcome: &Outcome, torch: &Torch, ui: &Ui) {
+    match outcome {
         Outcome::Installed(j) => {
             ui.stage(
                 "Installed",
@@ -252,7 +278,6 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
             ),
         ),
     }
-    Ok(())
 }
 
 fn describe_target(torch: &Torch) -> String {

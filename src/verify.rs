@@ -225,6 +225,22 @@ fn check_torch(
     built: Option<&elf::Library>,
     r: &mut Report,
 ) -> Option<Journal> {
+    check_versions(torch, prov, r);
+    let install = journals
+        .iter()
+        .rev()
+        .find(|j| j.state == State::Installed && j.torch.target == torch.target)
+        .cloned();
+    let Some(j) = install else {
+        untracked(state, torch, r);
+        return None;
+    };
+    check_installed(torch, &j, built, r);
+    Some(j)
+}
+
+/// torch's HIP major.minor against the build's ROCm.
+fn check_versions(torch: &Torch, prov: &Provenance, r: &mut Report) {
     let ours = tools::major_minor(prov.rocm.found.as_deref().unwrap_or(&prov.rocm.version));
     if tools::major_minor(&torch.hip) == ours {
         r.push(
@@ -246,37 +262,38 @@ fn check_torch(
             "build with the profile for torch's ROCm, or install the torch for the build's",
         );
     }
-    let install = journals
-        .iter()
-        .rev()
-        .find(|j| j.state == State::Installed && j.torch.target == torch.target)
-        .cloned();
-    let Some(j) = install else {
-        if crate::txn::is_patched(&torch.target) {
-            r.push_fix(
-                "torch",
-                Status::Fail,
-                format!(
-                    "{} is an rdna1-patch build (it carries {} markers), but no transaction in {} installed it",
-                    torch.target.display(),
-                    crate::txn::MARKER_PREFIX,
-                    state.root().display()
-                ),
-                "pass the --state-dir of the install that put it there; if that state is lost, reinstall torch to get its own library back, then install again",
-            );
-        } else {
-            r.push_fix(
-                "torch",
-                Status::Fail,
-                format!(
-                    "{} is torch's own: no installed transaction put the patched library there",
-                    torch.library.display()
-                ),
-                "rdna1-patch install --into-torch",
-            );
-        }
-        return None;
-    };
+}
+
+/// torch holds no library of ours by the journals: its own, or one a lost
+/// or other state dir installed.
+fn untracked(state: &StateDir, torch: &Torch, r: &mut Report) {
+    if crate::txn::is_patched(&torch.target) {
+        r.push_fix(
+            "torch",
+            Status::Fail,
+            format!(
+                "{} is an rdna1-patch build (it carries {} markers), but no transaction in {} installed it",
+                torch.target.display(),
+                crate::txn::MARKER_PREFIX,
+                state.root().display()
+            ),
+            "pass the --state-dir of the install that put it there; if that state is lost, reinstall torch to get its own library back, then install again",
+        );
+    } else {
+        r.push_fix(
+            "torch",
+            Status::Fail,
+            format!(
+                "{} is torch's own: no installed transaction put the patched library there",
+                torch.library.display()
+            ),
+            "rdna1-patch install --into-torch",
+        );
+    }
+}
+
+/// torch holds what transaction `j` installed, by MD5 and build-id.
+fn check_installed(torch: &Torch, j: &Journal, built: Option<&elf::Library>, r: &mut Report) {
     let md5 = checksum::md5_file(&torch.target).unwrap_or_else(|e| format!("{e:#}"));
     let id = elf::read(&torch.target).ok().and_then(|e| e.build_id);
     let want_id = built.and_then(|b| b.build_id.clone());
@@ -317,7 +334,6 @@ fn check_torch(
             ),
         );
     }
-    Some(j)
 }
 
 fn check_links(library: &Path, torch: Option<&Torch>, r: &mut Report) {
