@@ -185,26 +185,7 @@ impl Plan<'_> {
         }
         // Report a missing tool before the long fetch, not after it.
         let tools = if stop >= Stage::Configure {
-            let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
-            if t.generator_fallback {
-                ui.warn(format!(
-                    "{} is not installed; using {} instead",
-                    self.generator.cmake_name(),
-                    t.generator.cmake_name()
-                ));
-            }
-            match &t.rocm.version {
-                Some(v) if tools::major_minor(v) != tools::major_minor(&self.opts.profile.rocm.version) => {
-                    ui.warn(format!(
-                        "ROCm at {} is {v}, the profile targets {}; the library may not match your torch",
-                        self.rocm.display(),
-                        self.opts.profile.rocm.version
-                    ))
-                }
-                None => ui.warn(format!("cannot tell the ROCm version at {}", self.rocm.display())),
-                _ => {}
-            }
-            Some(t)
+            Some(self.toolchain(ui)?)
         } else {
             None
         };
@@ -245,51 +226,11 @@ impl Plan<'_> {
             return Ok(());
         }
         let tools = tools.expect("preflight ran for configure");
-
         if self.opts.clean {
-            for gone in [&self.dirs.build, &self.install_stamp()] {
-                if gone.is_dir() {
-                    std::fs::remove_dir_all(gone)
-                } else {
-                    std::fs::remove_file(gone).or_else(|e| {
-                        if e.kind() == std::io::ErrorKind::NotFound {
-                            Ok(())
-                        } else {
-                            Err(e)
-                        }
-                    })
-                }
-                .with_context(|| format!("cannot remove {}", gone.display()))?;
-            }
-            ui.stage("Clean", format!("removed {}", self.dirs.build.display()));
+            self.clean(ui)?;
         }
         let mut log = Log::create(&self.dirs.logs, "build")?;
-        let configure = Configure {
-            src: &self.dirs.src,
-            build: &self.dirs.build,
-            prefix: &self.prefix,
-            defines: &self.defines,
-            patched_cmake_files: cmake::cmake_files(&touched, &self.dirs.src)?,
-        };
-        if configure.is_current(&tools) {
-            ui.stage("Configure", "up to date");
-        } else {
-            for name in cmake::unread_defines(&self.dirs.src, &self.defines)? {
-                ui.warn(format!(
-                    "define {name} is not read by any CMake file of {} at {}; it has no effect (check its spelling, or whether this release has the option)",
-                    self.opts.component, self.component.tag
-                ));
-            }
-            ui.stage(
-                "Configure",
-                format!(
-                    "{} (cmake {})",
-                    self.dirs.build.display(),
-                    tools.cmake_version
-                ),
-            );
-            configure.run(&tools, &mut log, ui)?;
-        }
+        self.configure(&tools, &touched, &mut log, ui)?;
         if stop == Stage::Configure {
             return Ok(());
         }
@@ -306,11 +247,105 @@ impl Plan<'_> {
         if stop == Stage::Build {
             return Ok(());
         }
+        self.install(&checkout, &tools, local, built.steps, &mut log, ui)
+    }
 
-        let mut provenance = self.provenance(&checkout.commit, &tools);
+    /// The tools configure and build need, with warnings about what differs
+    /// from the profile.
+    fn toolchain(&self, ui: &Ui) -> Result<tools::Toolchain> {
+        let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
+        if t.generator_fallback {
+            ui.warn(format!(
+                "{} is not installed; using {} instead",
+                self.generator.cmake_name(),
+                t.generator.cmake_name()
+            ));
+        }
+        match &t.rocm.version {
+            Some(v) if tools::major_minor(v) != tools::major_minor(&self.opts.profile.rocm.version) => {
+                ui.warn(format!(
+                    "ROCm at {} is {v}, the profile targets {}; the library may not match your torch",
+                    self.rocm.display(),
+                    self.opts.profile.rocm.version
+                ))
+            }
+            None => ui.warn(format!("cannot tell the ROCm version at {}", self.rocm.display())),
+            _ => {}
+        }
+        Ok(t)
+    }
+
+    /// `--clean`: a fresh build dir, and no install stamp.
+    fn clean(&self, ui: &Ui) -> Result<()> {
+        for gone in [&self.dirs.build, &self.install_stamp()] {
+            if gone.is_dir() {
+                std::fs::remove_dir_all(gone)
+            } else {
+                std::fs::remove_file(gone).or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
+            }
+            .with_context(|| format!("cannot remove {}", gone.display()))?;
+        }
+        ui.stage("Clean", format!("removed {}", self.dirs.build.display()));
+        Ok(())
+    }
+
+    /// Configure when the defines or the patched CMake files changed.
+    fn configure(
+        &self,
+        tools: &tools::Toolchain,
+        touched: &BTreeSet<String>,
+        log: &mut Log,
+        ui: &Ui,
+    ) -> Result<()> {
+        let configure = Configure {
+            src: &self.dirs.src,
+            build: &self.dirs.build,
+            prefix: &self.prefix,
+            defines: &self.defines,
+            patched_cmake_files: cmake::cmake_files(touched, &self.dirs.src)?,
+        };
+        if configure.is_current(tools) {
+            ui.stage("Configure", "up to date");
+        } else {
+            for name in cmake::unread_defines(&self.dirs.src, &self.defines)? {
+                ui.warn(format!(
+                    "define {name} is not read by any CMake file of {} at {}; it has no effect (check its spelling, or whether this release has the option)",
+                    self.opts.component, self.component.tag
+                ));
+            }
+            ui.stage(
+                "Configure",
+                format!(
+                    "{} (cmake {})",
+                    self.dirs.build.display(),
+                    tools.cmake_version
+                ),
+            );
+            configure.run(tools, log, ui)?;
+        }
+        Ok(())
+    }
+
+    /// Stage 5, unless the prefix already holds exactly this build.
+    fn install(
+        &self,
+        checkout: &source::Checkout,
+        tools: &tools::Toolchain,
+        local: Vec<String>,
+        steps: usize,
+        log: &mut Log,
+        ui: &Ui,
+    ) -> Result<()> {
+        let mut provenance = self.provenance(&checkout.commit, tools);
         provenance.local_edits = local;
         let stamp_path = self.install_stamp();
-        if built.steps == 0
+        if steps == 0
             && prefix::Stamp::load(&stamp_path)
                 .is_some_and(|s| s.matches(&self.prefix, &provenance))
         {
@@ -322,7 +357,7 @@ impl Plan<'_> {
         }
         ui.stage("Install", self.prefix.display());
         let staging = prefix::begin(&self.prefix)?;
-        let manifest = cmake::install(&self.dirs.build, &staging, &tools, &mut log)?;
+        let manifest = cmake::install(&self.dirs.build, &staging, tools, log)?;
         let installed = prefix::commit(
             &self.prefix,
             &staging,
