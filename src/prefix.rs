@@ -208,6 +208,59 @@ pub fn commit(
     jobs: usize,
 ) -> Result<Installed> {
     let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
+    let rels = installed_paths(prefix, staging, manifest)?;
+    provenance.library.path = rels
+        .iter()
+        .find(|r| {
+            Path::new(r)
+                .file_name()
+                .is_some_and(|n| *n == *provenance.library.soname)
+        })
+        .cloned()
+        .unwrap_or_default();
+    provenance.files = rels.clone();
+    let prov_text = format!(
+        "# What rdna1-patch built and installed here.\n{}",
+        toml::to_string(&provenance)?
+    );
+    fsutil::create_dir_all(&staged_root.join(RECORD_DIR))?;
+    fsutil::write_atomic(
+        &staged_root.join(PROVENANCE),
+        prov_text.as_bytes(),
+        Some(0o644),
+    )?;
+
+    let mut listed = rels;
+    listed.push(PROVENANCE.to_owned());
+    let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
+    let mut entries = Vec::new();
+    for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {
+        entries.push(Entry {
+            md5: md5?,
+            path: rel.clone(),
+        });
+    }
+    let removed = move_into_place(prefix, &staged_root, &entries)?;
+    std::fs::remove_dir_all(staging)
+        .with_context(|| format!("cannot remove {}", staging.display()))?;
+
+    let bad = checksum::verify(prefix, &entries, jobs);
+    if !bad.is_empty() {
+        let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
+        bail!(
+            "re-reading the installed files does not give the checksums just written:\n  {}",
+            list.join("\n  ")
+        );
+    }
+    Ok(Installed {
+        files: entries.len(),
+        removed,
+    })
+}
+
+/// The files CMake installed, relative to the prefix, sorted; anything
+/// outside the prefix or in our records dir is an error.
+fn installed_paths(prefix: &Path, staging: &Path, manifest: &[PathBuf]) -> Result<Vec<String>> {
     let mut rels = Vec::new();
     for path in manifest {
         let final_path = path
@@ -232,42 +285,13 @@ pub fn commit(
     }
     rels.sort();
     rels.dedup();
+    Ok(rels)
+}
 
-    provenance.library.path = rels
-        .iter()
-        .find(|r| {
-            Path::new(r)
-                .file_name()
-                .is_some_and(|n| *n == *provenance.library.soname)
-        })
-        .cloned()
-        .unwrap_or_default();
-    provenance.files = rels.clone();
-    let prov_text = format!(
-        "# What rdna1-patch built and installed here.\n{}",
-        toml::to_string(&provenance)?
-    );
-    let records = staged_root.join(RECORD_DIR);
-    fsutil::create_dir_all(&records)?;
-    fsutil::write_atomic(
-        &staged_root.join(PROVENANCE),
-        prov_text.as_bytes(),
-        Some(0o644),
-    )?;
-
-    let mut listed = rels.clone();
-    listed.push(PROVENANCE.to_owned());
-    let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
-    let mut entries = Vec::new();
-    for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {
-        entries.push(Entry {
-            md5: md5?,
-            path: rel.clone(),
-        });
-    }
-    let md5sums = checksum::format_md5sums(&entries);
+/// Rename the staged files into the prefix, MD5SUMS last, and remove what
+/// the previous install listed and this one does not. Returns the removed.
+fn move_into_place(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Result<Vec<String>> {
     let previous = read_md5sums(prefix).unwrap_or_default();
-
     // From here on the prefix changes: first make it visibly incomplete.
     let md5_path = prefix.join(MD5SUMS);
     match std::fs::remove_file(&md5_path) {
@@ -275,36 +299,32 @@ pub fn commit(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot remove {}", md5_path.display())),
     }
-    for rel in &listed {
-        let (from, to) = (staged_root.join(rel), prefix.join(rel));
+    for e in entries {
+        let (from, to) = (staged_root.join(&e.path), prefix.join(&e.path));
         if let Some(dir) = to.parent() {
             fsutil::create_dir_all(dir)?;
         }
         std::fs::rename(&from, &to)
             .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))?;
     }
+    // The old MD5SUMS is an editable file: only a plain path inside the
+    // prefix is ever removed, and never through a symlink out of it.
+    let real_prefix = prefix.canonicalize().unwrap_or_else(|_| prefix.to_owned());
     let mut removed = Vec::new();
     for old in previous {
-        if !listed.contains(&old.path) && std::fs::remove_file(prefix.join(&old.path)).is_ok() {
+        if !entries.iter().any(|e| e.path == old.path)
+            && checksum::is_inside(&real_prefix, &old.path)
+            && fsutil::remove_own_file(&prefix.join(&old.path)).unwrap_or(false)
+        {
             removed.push(old.path);
         }
     }
-    fsutil::write_atomic(&md5_path, md5sums.as_bytes(), Some(0o644))?;
-    std::fs::remove_dir_all(staging)
-        .with_context(|| format!("cannot remove {}", staging.display()))?;
-
-    let bad = checksum::verify(prefix, &entries, jobs);
-    if !bad.is_empty() {
-        let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
-        bail!(
-            "re-reading the installed files does not give the checksums just written:\n  {}",
-            list.join("\n  ")
-        );
-    }
-    Ok(Installed {
-        files: entries.len(),
-        removed,
-    })
+    fsutil::write_atomic(
+        &md5_path,
+        checksum::format_md5sums(entries).as_bytes(),
+        Some(0o644),
+    )?;
+    Ok(removed)
 }
 
 /// What is wrong with a prefix's records beyond the checksums themselves:

@@ -776,3 +776,25 @@ fn a_relinked_install_over_our_own_keeps_torchs_soname() {
     assert_eq!(md5(&torch.miopen()), relinked);
     sb.rollback(&[]).ok();
 }
+
+/// A reinstall removes what the previous MD5SUMS listed and the new build
+/// does not; an edited MD5SUMS must not make that reach outside the prefix.
+#[test]
+fn a_reinstall_never_removes_a_file_outside_the_prefix() {
+    let sb = Sandbox::new();
+    sb.build(&[]).ok();
+    let victim = sb.root.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    std::os::unix::fs::symlink(&victim, sb.prefix.join("link-out")).unwrap();
+    let sums = sb.prefix.join("share/rdna1-patch/MD5SUMS");
+    let text = std::fs::read_to_string(&sums).unwrap();
+    let zero = "d41d8cd98f00b204e9800998ecf8427e";
+    std::fs::write(
+        &sums,
+        format!("{text}{zero}  ../victim\n{zero}  link-out/x\n"),
+    )
+    .unwrap();
+    let run = sb.build(&[]).ok();
+    run.says("checksums verified");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+}
