@@ -697,6 +697,40 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     let dir = target.parent().unwrap_or(Path::new("/"));
     ensure_writable(dir)?;
 
+    let mut j = new_journal(locked, swap, &journals, current, new_md5, inherits)?;
+    locked.save(&mut j)?;
+    crash_point!("install-begun");
+
+    if j.inherits.is_none()
+        && let Err(e) = write_backup(target, &j.backup, &j.original)
+    {
+        locked.set(&mut j, State::Aborted)?;
+        return Err(out_of_space(
+            e,
+            locked.state.root(),
+            "torch was not changed",
+        ));
+    }
+    locked.set(&mut j, State::BackedUp)?;
+    crash_point!("install-backed-up");
+    swap_in(locked, swap, &mut j)?;
+    locked.set(&mut j, State::Installed)?;
+    supersede(locked, &j)?;
+    Ok(Outcome::Installed(j))
+}
+
+/// The journal of a new install. Over our own earlier install, the
+/// original (and its backup) is that transaction's.
+fn new_journal(
+    locked: &Locked,
+    swap: &Swap,
+    journals: &Journals,
+    current: String,
+    new_md5: String,
+    inherits: Option<&Journal>,
+) -> Result<Journal> {
+    let torch = swap.torch;
+    let target = &torch.target;
     let id = journals
         .last_id
         .max(journals.list.last().map_or(0, |j| j.id))
@@ -714,7 +748,7 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
             (original, backup, None)
         }
     };
-    let mut j = Journal {
+    Ok(Journal {
         id,
         state: State::Begun,
         created: now(),
@@ -727,41 +761,32 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
         },
         build: swap.build.clone(),
         original: original.clone(),
-        backup: backup.clone(),
+        backup,
         new: FileRec {
-            md5: new_md5.clone(),
+            md5: new_md5,
             size: std::fs::metadata(swap.staged)?.len(),
             mode: original.mode,
         },
         inherits,
-    };
-    locked.save(&mut j)?;
-    crash_point!("install-begun");
+    })
+}
 
-    if inherits.is_none()
-        && let Err(e) = write_backup(target, &backup, &original)
-    {
-        locked.set(&mut j, State::Aborted)?;
-        return Err(out_of_space(
-            e,
-            locked.state.root(),
-            "torch was not changed",
-        ));
-    }
-    locked.set(&mut j, State::BackedUp)?;
-    crash_point!("install-backed-up");
-
+/// Write the new file next to the target, check it there, and rename it
+/// over the target; the journal says which step it got to.
+fn swap_in(locked: &Locked, swap: &Swap, j: &mut Journal) -> Result<()> {
+    let target = &swap.torch.target;
+    let dir = target.parent().unwrap_or(Path::new("/"));
     let temp = j.temp(false);
-    let written = fsutil::copy_synced(swap.staged, &temp, original.mode).and_then(|()| {
+    let written = fsutil::copy_synced(swap.staged, &temp, j.original.mode).and_then(|()| {
         crash_point!("install-temp-written");
         (swap.check)(&temp)
     });
     if let Err(e) = written {
         let _ = fsutil::remove_own_file(&temp);
-        locked.set(&mut j, State::Aborted)?;
+        locked.set(j, State::Aborted)?;
         return Err(out_of_space(e, dir, "torch was not changed"));
     }
-    locked.set(&mut j, State::Swapping)?;
+    locked.set(j, State::Swapping)?;
     crash_point!("install-swapping");
 
     // The temp file is in the target's own directory, so this rename never
@@ -772,15 +797,14 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     crash_point!("install-renamed");
 
     let after = checksum::md5_file(target)?;
-    if after != new_md5 {
+    if after != j.new.md5 {
         bail!(
-            "{} reads back as MD5 {after} after the swap, not {new_md5}; run `rdna1-patch rollback` to restore the original",
-            target.display()
+            "{} reads back as MD5 {after} after the swap, not {}; run `rdna1-patch rollback` to restore the original",
+            target.display(),
+            j.new.md5
         );
     }
-    locked.set(&mut j, State::Installed)?;
-    supersede(locked, &j)?;
-    Ok(Outcome::Installed(j))
+    Ok(())
 }
 
 /// Copy the original to its backup (unless an identical backup is there)
