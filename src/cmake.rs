@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -17,6 +17,7 @@ use crate::checksum::hex;
 use crate::error::{Hint, Interrupted, hint};
 use crate::fsutil;
 use crate::interrupt;
+use crate::proc;
 use crate::tools::{Generator, Toolchain};
 use crate::ui::{self, Ui};
 
@@ -67,39 +68,16 @@ pub struct Run {
 /// Run `cmd` with stdout and stderr merged into the log, calling `on_line`
 /// for each line of output.
 pub fn run_logged(
-    cmd: duct::Expression,
+    cmd: Command,
     shown: &str,
     log: &mut Log,
     mut on_line: impl FnMut(&str),
 ) -> Result<Run> {
     log.line(&format!("$ {shown}"));
-    let reader = cmd
-        .stderr_to_stdout()
-        .stdin_null()
-        .unchecked()
-        .before_spawn(|c| {
-            c.process_group(0);
-            Ok(())
-        })
-        .reader()
-        .with_context(|| format!("cannot run {shown}"))?;
-    let pid = reader.pids().first().copied().unwrap_or(0);
-    let guard = interrupt::ChildGroup::new(pid);
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
     let mut first_failure: Vec<String> = Vec::new();
     let mut in_failure = false;
-    let mut buf = Vec::new();
-    let mut input = BufReader::new(&reader);
-    loop {
-        buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("cannot read the output of {shown}"))?;
-        if n == 0 {
-            break;
-        }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end_matches(['\n', '\r']);
+    let streamed = proc::stream(cmd, |line| {
         log.line(line);
         if tail.len() == TAIL_LINES {
             tail.pop_front();
@@ -114,12 +92,8 @@ pub fn run_logged(
             first_failure.push(line.to_owned());
         }
         on_line(line);
-    }
-    let output = reader
-        .try_wait()
-        .with_context(|| format!("cannot wait for {shown}"))?
-        .cloned();
-    drop(guard);
+    })
+    .with_context(|| format!("cannot run {shown}"))?;
     if interrupt::interrupted() {
         log.line("interrupted");
         return Err(anyhow::Error::new(Interrupted).context(Hint::new(
@@ -127,7 +101,7 @@ pub fn run_logged(
             "the work dir is kept as it was; run the same command again to resume",
         )));
     }
-    let status = output.map(|o| o.status);
+    let status = streamed.status;
     let run = Run {
         success: status.is_some_and(|s| s.success()),
         code: status.and_then(|s| s.code()),
@@ -136,6 +110,12 @@ pub fn run_logged(
     };
     log.line(&format!("exit: {:?}", run.code));
     Ok(run)
+}
+
+fn cmake_cmd(tools: &Toolchain, args: &[String]) -> Command {
+    let mut c = Command::new(&tools.cmake);
+    c.args(args);
+    c
 }
 
 /// `[rdna1-patch 12/512] ...` (our NINJA_STATUS) or `[12/512] ...` (Ninja's
@@ -298,7 +278,7 @@ impl Configure<'_> {
         let _ = std::fs::remove_file(self.stamp_file());
         let shown = format!("cmake {}", args.join(" "));
         ui.note(&shown);
-        let run = run_logged(duct::cmd(&tools.cmake, &args), &shown, log, |_| {})?;
+        let run = run_logged(cmake_cmd(tools, &args), &shown, log, |_| {})?;
         if !run.success {
             // Keep the define list so the next run still unsets stale ones.
             let _ = self.write_stamp(String::new(), previous);
@@ -365,7 +345,8 @@ pub fn build(
     progress.set_prefix("Building");
     let mut steps = 0usize;
     let generator = tools.generator;
-    let cmd = duct::cmd(&tools.cmake, &args).env("NINJA_STATUS", NINJA_STATUS);
+    let mut cmd = cmake_cmd(tools, &args);
+    cmd.env("NINJA_STATUS", NINJA_STATUS);
     let run = run_logged(cmd, &shown, log, |line| {
         if let Some((pos, len, msg)) = parse_progress(generator, line) {
             steps += 1;
@@ -406,7 +387,8 @@ pub fn install(
 ) -> Result<Vec<PathBuf>> {
     let args = vec!["--install".to_owned(), build_dir.display().to_string()];
     let shown = format!("DESTDIR={} cmake {}", destdir.display(), args.join(" "));
-    let cmd = duct::cmd(&tools.cmake, &args).env("DESTDIR", destdir);
+    let mut cmd = cmake_cmd(tools, &args);
+    cmd.env("DESTDIR", destdir);
     let run = run_logged(cmd, &shown, log, |_| {})?;
     if !run.success {
         return Err(step_failed("cmake --install", &run, log));

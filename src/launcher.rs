@@ -100,7 +100,7 @@ impl Launcher {
         }
         let mut cmd = std::process::Command::new(&self.path);
         cmd.arg("-j");
-        crate::timed::helper(cmd).ok()?.stdout.trim().parse().ok()
+        crate::proc::helper(cmd).ok()?.stdout.trim().parse().ok()
     }
 
     pub fn describe(&self) -> String {

@@ -17,7 +17,7 @@ pub struct Dep {
 pub fn resolve(path: &Path) -> Result<Vec<Dep>> {
     let mut cmd = std::process::Command::new("ldd");
     cmd.arg(path);
-    let out = crate::timed::helper(cmd)
+    let out = crate::proc::helper(cmd)
         .context("cannot run ldd (Debian/Ubuntu: it is in the libc-bin package)")?;
     if !out.status.success() {
         bail!("ldd {} failed: {}", path.display(), out.stderr.trim());

@@ -106,7 +106,7 @@ impl Relink {
 fn patchelf(args: &[OsString]) -> Result<()> {
     let mut cmd = std::process::Command::new("patchelf");
     cmd.args(args);
-    let out = crate::timed::helper(cmd).map_err(|e| {
+    let out = crate::proc::helper(cmd).map_err(|e| {
         hint(
             format!("cannot run patchelf: {e:#}"),
             "install patchelf (Debian/Ubuntu: sudo apt install patchelf), or pass --no-relink to install the library as built",

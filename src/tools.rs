@@ -181,7 +181,7 @@ pub fn major_minor(version: &str) -> String {
 pub fn version_output(program: &Path) -> Result<String> {
     let mut cmd = std::process::Command::new(program);
     cmd.arg("--version");
-    let out = crate::timed::helper(cmd)?;
+    let out = crate::proc::helper(cmd)?;
     if !out.status.success() {
         anyhow::bail!(
             "{} --version failed: {}",

@@ -84,10 +84,9 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         }
         Locator::Python(p) => p,
     };
-    // As an OsStr, not a Path: duct runs a relative Path as ./python3.
     let mut cmd = std::process::Command::new(python.as_os_str());
     cmd.args(["-c", FIND_SPEC]);
-    let out = crate::timed::helper(cmd).map_err(|e| {
+    let out = crate::proc::helper(cmd).map_err(|e| {
         hint(
             format!("cannot run {}: {e:#}", python.display()),
             "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",

@@ -13,7 +13,7 @@ use crate::elf;
 use crate::gpu;
 use crate::linker;
 use crate::prefix::{self, Provenance};
-use crate::timed;
+use crate::proc;
 use crate::tools;
 use crate::torch::{self, Locator, Torch};
 use crate::txn::{Journal, State, StateDir};
@@ -420,7 +420,7 @@ fn python(req: &Request, torch: &Torch, script: &str) -> Command {
     c
 }
 
-fn failed_run(out: &timed::Output, what: &str, limit: Duration) -> String {
+fn failed_run(out: &proc::Output, what: &str, limit: Duration) -> String {
     match out.status {
         None => format!(
             "{what} did not finish: killed after {:.1} s (limit {} s)",
@@ -435,7 +435,7 @@ fn failed_run(out: &timed::Output, what: &str, limit: Duration) -> String {
 }
 
 fn check_runtime(req: &Request, torch: &Torch, install: Option<&Journal>, r: &mut Report) {
-    let out = match timed::run(python(req, torch, MAPS), req.timeout) {
+    let out = match proc::run(python(req, torch, MAPS), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
     };
@@ -553,7 +553,7 @@ fn smoke(req: &Request, torch: Option<&Torch>, r: &mut Report) {
     let Some(torch) = torch else {
         return r.push("smoke", Status::Skip, "no torch to run it with");
     };
-    let out = match timed::run(python(req, torch, SMOKE), req.timeout) {
+    let out = match proc::run(python(req, torch, SMOKE), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("smoke", Status::Fail, format!("{e:#}")),
     };

@@ -1,0 +1,233 @@
+//! The one way this tool starts programs, each in its own process group:
+//! [`run`] captures a child with a hard time limit (MIOpen is known to hang
+//! in Find on RDNA1, and a hang must end as a clear failure, not a frozen
+//! terminal); [`helper`] is that for short helper programs; [`stream`] hands
+//! a long child's merged output over line by line (to a log and a progress
+//! bar) and forwards Ctrl-C to its whole group. A program that is not
+//! installed is named, with how to install it.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+pub struct Output {
+    /// None when the time limit killed it.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Run `cmd` in its own process group; past `limit`, SIGKILL the group.
+pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| spawn_error(&cmd, e))?;
+    // Readers send what they read as they read it, so a pipe that a
+    // grandchild keeps open cannot hold us past the limit, nor cost us what
+    // the child itself printed.
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        rx
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped")));
+    let err = reader(Box::new(child.stderr.take().expect("piped")));
+    let pgid = child.id() as i32;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if start.elapsed() >= limit {
+            // SAFETY: kill(2) on the group we created; no memory involved.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever the child left running in its group goes with it; anything
+    // that left the group (setsid) gets until the limit to close its pipes.
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        let deadline = start + limit.max(start.elapsed() + Duration::from_millis(200));
+        let mut buf = Vec::new();
+        while let Ok(chunk) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            buf.extend_from_slice(&chunk);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    Ok(Output {
+        status,
+        stdout: collect(out),
+        stderr: collect(err),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// How long a helper program may take (python looking for torch, ldd,
+/// patchelf, a `--version`): they answer in well under a second, so one that
+/// has not answered in this long is hung, and waiting longer helps nobody.
+pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
+
+/// Run a helper program to the end within [`HELPER_LIMIT`]; a hang is an
+/// error that names the program.
+pub fn helper(cmd: Command) -> Result<Finished> {
+    let shown = format!(
+        "{} {}",
+        cmd.get_program().to_string_lossy(),
+        cmd.get_args()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = run(cmd, HELPER_LIMIT)?;
+    match out.status {
+        Some(status) => Ok(Finished {
+            status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        }),
+        None => anyhow::bail!(
+            "`{}` did not finish within {} s and was killed",
+            shown.chars().take(200).collect::<String>(),
+            HELPER_LIMIT.as_secs()
+        ),
+    }
+}
+
+/// A helper that ran to the end.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Debian/Ubuntu packages of the programs this tool runs.
+const PACKAGES: &[(&str, &str)] = &[
+    ("cmake", "cmake"),
+    ("ninja", "ninja-build"),
+    ("patchelf", "patchelf"),
+    ("ldd", "libc-bin"),
+    ("python3", "python3"),
+    ("distcc", "distcc"),
+    ("ccache", "ccache"),
+    ("sccache", "sccache"),
+];
+
+/// Why a child could not start; a missing program is named with its package.
+fn spawn_error(cmd: &Command, e: std::io::Error) -> anyhow::Error {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        let name = Path::new(&program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let fix = match PACKAGES.iter().find(|(p, _)| *p == name) {
+            Some((_, pkg)) => {
+                format!("install it (Debian/Ubuntu: sudo apt install {pkg}) and run this again")
+            }
+            None => format!("install {name}, or check the path, and run this again"),
+        };
+        return crate::error::hint(format!("{program} is not installed (not found)"), fix);
+    }
+    anyhow::Error::new(e).context(format!("cannot run {program}"))
+}
+
+/// What a streamed child did.
+pub struct Streamed {
+    pub status: Option<ExitStatus>,
+}
+
+/// Run `cmd` with stdout and stderr merged into one pipe, handing each line
+/// to `on_line` as it comes, in its own process group that Ctrl-C reaches
+/// as a whole (see `interrupt`).
+pub fn stream(mut cmd: Command, mut on_line: impl FnMut(&str)) -> Result<Streamed> {
+    use std::io::BufRead;
+    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
+    let writer2 = writer.try_clone().context("cannot create a pipe")?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer2)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| spawn_error(&cmd, e))?;
+    // Our copies of the writing end must go, or the read never ends.
+    drop(cmd);
+    let guard = crate::interrupt::ChildGroup::new(child.id());
+    let mut input = std::io::BufReader::new(reader);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .context("cannot read a child's output")?;
+        if n == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        on_line(line.trim_end_matches(['\n', '\r']));
+    }
+    let status = child.wait().context("cannot wait for a child")?;
+    drop(guard);
+    Ok(Streamed {
+        status: Some(status),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_program_is_named_with_its_package() {
+        let err = helper(Command::new("patchelf-not-here")).err().unwrap();
+        assert_eq!(
+            crate::error::render(&err),
+            "error: patchelf-not-here is not installed (not found)\nhelp: install patchelf-not-here, or check the path, and run this again"
+        );
+        let mut c = Command::new("/nonexistent/dir/ninja");
+        c.arg("--version");
+        let err = stream(c, |_| {}).err().unwrap();
+        assert!(
+            crate::error::render(&err).ends_with(
+                "help: install it (Debian/Ubuntu: sudo apt install ninja-build) and run this again"
+            ),
+            "{}",
+            crate::error::render(&err)
+        );
+    }
+
+    #[test]
+    fn a_streamed_child_gives_stdout_and_stderr_line_by_line() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo one; echo two >&2; exit 3"]);
+        let mut lines = Vec::new();
+        let s = stream(c, |l| lines.push(l.to_owned())).unwrap();
+        assert_eq!(lines, ["one", "two"]);
+        assert_eq!(s.status.and_then(|s| s.code()), Some(3));
+    }
+}
