@@ -61,6 +61,8 @@ struct Plan<'a> {
     generator: Generator,
     jobs: usize,
     launcher: Option<crate::launcher::Launcher>,
+    /// Set when the profile's compiler was replaced by the one hipconfig names.
+    compiler_note: Option<String>,
 }
 
 impl Options {
@@ -73,6 +75,7 @@ impl Options {
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher = crate::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let compiler_note = self.find_hip_clang(&rocm, &mut defines);
         // The profile's and the user's own launcher defines win.
         for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
             defines.entry(k).or_insert(v);
@@ -105,7 +108,44 @@ impl Options {
                 .unwrap_or_else(crate::checksum::default_jobs)
                 .max(1),
             launcher,
+            compiler_note,
         })
+    }
+
+    /// The profile names AMD's layout (`{rocm}/llvm/bin/amdclang++`); a
+    /// distribution puts HIP's clang elsewhere. When the profile's compiler
+    /// is not there and `-D` did not name one, use the clang
+    /// `hipconfig --hipclangpath` names, and say so.
+    fn find_hip_clang(
+        &self,
+        rocm: &Path,
+        defines: &mut std::collections::BTreeMap<String, String>,
+    ) -> Option<String> {
+        let given = |k: &str| self.defines.iter().any(|(d, _)| d == k);
+        let cxx = defines.get("CMAKE_CXX_COMPILER")?;
+        if given("CMAKE_CXX_COMPILER") || Path::new(cxx).exists() {
+            return None;
+        }
+        let dir = tools::hip_clang_dir(rocm)?;
+        let was = cxx.clone();
+        defines.insert(
+            "CMAKE_CXX_COMPILER".into(),
+            dir.join("clang++").display().to_string(),
+        );
+        if !given("CMAKE_C_COMPILER")
+            && defines
+                .get("CMAKE_C_COMPILER")
+                .is_some_and(|c| !Path::new(c).exists())
+        {
+            defines.insert(
+                "CMAKE_C_COMPILER".into(),
+                dir.join("clang").display().to_string(),
+            );
+        }
+        Some(format!(
+            "{was} is not there; using HIP's clang in {} (hipconfig --hipclangpath)",
+            dir.display()
+        ))
     }
 }
 
@@ -160,6 +200,9 @@ impl Plan<'_> {
         .into_iter()
         .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
         .collect();
+        if let Some(note) = &self.compiler_note {
+            crate::outln!("compiler:  {note}");
+        }
         crate::outln!(
             "launcher:  {}",
             self.launcher
@@ -180,6 +223,9 @@ impl Plan<'_> {
 
     fn execute(&self, ui: &Ui) -> Result<()> {
         let stop = self.opts.stop_after;
+        if let Some(note) = &self.compiler_note {
+            ui.stage("Compiler", note);
+        }
         if stop >= Stage::Install {
             prefix::preflight(&self.prefix)?;
         }

@@ -177,6 +177,23 @@ pub fn major_minor(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
+/// The directory of HIP's clang, as ROCm's own `hipconfig --hipclangpath`
+/// names it (AMD's packages: <rocm>/llvm/bin; Debian: /usr/lib/llvm-N/bin).
+/// `<rocm>/bin/hipconfig` first, then the one on PATH.
+pub fn hip_clang_dir(rocm: &Path) -> Option<PathBuf> {
+    let own = rocm.join("bin/hipconfig");
+    let hipconfig = if own.is_file() {
+        own
+    } else {
+        find("hipconfig")?
+    };
+    let mut cmd = std::process::Command::new(&hipconfig);
+    cmd.arg("--hipclangpath");
+    let out = crate::proc::helper(cmd).ok()?;
+    let dir = PathBuf::from(out.stdout.trim());
+    (out.status.success() && dir.join("clang++").is_file()).then_some(dir)
+}
+
 /// What `program --version` prints, within the helper time limit.
 pub fn version_output(program: &Path) -> Result<String> {
     let mut cmd = std::process::Command::new(program);

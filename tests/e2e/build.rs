@@ -519,3 +519,67 @@ fn ctrl_c_stops_the_compilers_and_the_build_resumes() {
     );
     assert!(sb.prefix.join("lib/libMIOpen.so.1.0.0").is_file());
 }
+
+/// A distribution's ROCm has no <rocm>/llvm/bin/amdclang++: the clang that
+/// `hipconfig --hipclangpath` names is used, and the plan says so.
+#[test]
+fn a_distribution_rocm_gets_its_clang_from_hipconfig() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let clang = sb.root.join("llvm-21/bin");
+    std::fs::create_dir_all(&clang).unwrap();
+    std::fs::create_dir_all(sb.rocm.join("bin")).unwrap();
+    let script = |path: std::path::PathBuf, body: String| {
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // Stand-ins for clang that hand the work to the system's gcc.
+    script(clang.join("clang++"), "exec g++ \"$@\"".into());
+    script(clang.join("clang"), "exec gcc \"$@\"".into());
+    script(
+        sb.rocm.join("bin/hipconfig"),
+        format!(
+            "[ \"$1\" = --hipclangpath ] && printf %s '{}'",
+            clang.display()
+        ),
+    );
+    sb.write_profile(|t| {
+        t.replace(
+            "[components.miopen.cmake.defines]\n",
+            "[components.miopen.cmake.defines]\nCMAKE_CXX_COMPILER = \"{rocm}/llvm/bin/amdclang++\"\nCMAKE_C_COMPILER = \"{rocm}/llvm/bin/amdclang\"\n",
+        )
+    });
+    let note = format!(
+        "{}/llvm/bin/amdclang++ is not there; using HIP's clang in {} (hipconfig --hipclangpath)",
+        sb.rocm.display(),
+        clang.display()
+    );
+    sb.build(&["--dry-run"])
+        .ok()
+        .prints(&format!("compiler:  {note}"));
+    // No ccache: it takes a compiler named clang++ for clang and adds
+    // clang's -fcolor-diagnostics, which the gcc behind the stand-in rejects.
+    let run = sb.build(&["--launcher", "none"]).ok();
+    run.says(&format!("  Compiler {note}"));
+    let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
+    assert!(
+        cache.contains(&format!(
+            "CMAKE_CXX_COMPILER:STRING={}/clang++",
+            clang.display()
+        )) || cache.contains(&format!(
+            "CMAKE_CXX_COMPILER:FILEPATH={}/clang++",
+            clang.display()
+        )),
+        "{}",
+        cache
+            .lines()
+            .filter(|l| l.starts_with("CMAKE_CXX_COMPILER"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // -D names the compiler: no search.
+    let run = sb
+        .build(&["--dry-run", "-D", "CMAKE_CXX_COMPILER=/usr/bin/g++"])
+        .ok();
+    assert!(!run.stdout.contains("compiler:  "), "{}", run.stdout);
+}
