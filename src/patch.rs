@@ -28,6 +28,8 @@ pub struct Series {
 #[derive(Debug, Clone)]
 pub struct PatchFile {
     pub name: String,
+    /// The series it came from, for provenance and messages.
+    pub origin: String,
     pub text: String,
     pub subject: String,
     /// The string this patch compiles into the library, from its `Marker:` line.
@@ -81,9 +83,30 @@ impl Series {
                     n + 1
                 )
             })?;
-            patches.push(PatchFile::parse(name, text)?);
+            let mut p = PatchFile::parse(name, text)?;
+            p.origin = origin.clone();
+            patches.push(p);
         }
         Ok(Series { origin, patches })
+    }
+
+    /// Apply `extra` after this series (a user's own patches, say for a
+    /// distribution's newer compiler); names must not collide.
+    pub fn append(&mut self, extra: Series) -> Result<()> {
+        for p in &extra.patches {
+            if self.get(&p.name).is_some() {
+                return Err(hint(
+                    format!(
+                        "{} has a patch named {}, like {}",
+                        extra.origin, p.name, self.origin
+                    ),
+                    "rename the extra patch (and its line in the extra series file)",
+                ));
+            }
+        }
+        self.origin = format!("{}, then {}", self.origin, extra.origin);
+        self.patches.extend(extra.patches);
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<(usize, &PatchFile)> {
@@ -101,6 +124,7 @@ impl PatchFile {
         let (subject, marker) = parse_header(&text);
         let mut p = PatchFile {
             name: name.to_owned(),
+            origin: String::new(),
             text,
             subject,
             marker,

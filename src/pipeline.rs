@@ -45,6 +45,8 @@ pub struct Options {
     pub update: bool,
     /// Build with local edits in the checkout instead of stopping.
     pub keep_local: bool,
+    /// A series of the user's own, applied after the profile's.
+    pub extra_patches: Option<PathBuf>,
     pub net_timeout: std::time::Duration,
 }
 
@@ -68,7 +70,23 @@ struct Plan<'a> {
 impl Options {
     fn plan(&self) -> Result<Plan<'_>> {
         let component = self.profile.component(&self.component)?;
-        let series = Series::load(&self.profile.series_dir(component)?)?;
+        let mut series = Series::load(&self.profile.series_dir(component)?)?;
+        let extra = self
+            .extra_patches
+            .clone()
+            .or_else(|| self.profile.extra_series_dir(component));
+        if let Some(dir) = extra {
+            if !dir.is_dir() {
+                return Err(hint(
+                    format!(
+                        "the extra patch series {} is not a directory",
+                        dir.display()
+                    ),
+                    "give --extra-patches (or the profile's extra_patches) a directory with a `series` file and its patches",
+                ));
+            }
+            series.append(Series::load(&crate::profile::SeriesDir::Disk(dir))?)?;
+        }
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;
@@ -573,6 +591,7 @@ impl Plan<'_> {
                 .iter()
                 .map(|pf| prefix::ProvPatch {
                     name: pf.name.clone(),
+                    series: pf.origin.clone(),
                     sha256: prefix::sha256_hex(pf.text.as_bytes()),
                     marker: pf.marker.clone(),
                 })

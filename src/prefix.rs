@@ -68,6 +68,9 @@ pub struct ProvSource {
 #[serde(deny_unknown_fields)]
 pub struct ProvPatch {
     pub name: String,
+    /// The series it came from (the profile's, or an extra one).
+    #[serde(default)]
+    pub series: String,
     pub sha256: String,
     pub marker: Option<String>,
 }

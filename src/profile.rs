@@ -61,6 +61,10 @@ pub struct Component {
     /// The patch series directory, below `patches/` (embedded profiles) or
     /// relative to the profile file (profiles loaded from disk).
     pub patches: String,
+    /// A series of the user's own, applied after `patches` (relative to the
+    /// profile file); `--extra-patches` overrides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_patches: Option<String>,
     /// SONAME of the library the component installs, e.g. "libMIOpen.so.1".
     pub soname: String,
     pub cmake: CmakeSettings,
@@ -247,6 +251,15 @@ impl Profile {
                         .join(", ")
                 ),
             )
+        })
+    }
+
+    /// The component's extra series directory, from the profile.
+    pub fn extra_series_dir(&self, component: &Component) -> Option<PathBuf> {
+        let dir = component.extra_patches.as_ref()?;
+        Some(match &self.origin {
+            Origin::File(file) => file.parent().unwrap_or(Path::new(".")).join(dir),
+            Origin::Embedded => PathBuf::from(dir),
         })
     }
 

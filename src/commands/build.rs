@@ -49,6 +49,10 @@ pub struct Args {
     /// Fetch the tag again, and accept it if it moved
     #[arg(long)]
     update: bool,
+    /// A patch series of your own, applied after the profile's (a `series`
+    /// file and git-style patches, e.g. fixes for a newer Boost or GCC)
+    #[arg(long, value_name = "DIR")]
+    extra_patches: Option<PathBuf>,
     /// Build with local edits in the cached checkout (they are named, and
     /// recorded in the prefix's provenance)
     #[arg(long)]
@@ -82,6 +86,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         clean: args.clean,
         update: args.update,
         keep_local: args.keep_local,
+        extra_patches: args.extra_patches,
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
     };
     pipeline::run(&opts, &Ui::new())?;

@@ -583,3 +583,56 @@ fn a_distribution_rocm_gets_its_clang_from_hipconfig() {
         .ok();
     assert!(!run.stdout.contains("compiler:  "), "{}", run.stdout);
 }
+
+/// A user's own series (say, fixes for a distribution's newer Boost) goes
+/// after the profile's, into provenance; one that does not apply stops the
+/// build the usual way, with nothing written.
+#[test]
+fn an_extra_series_goes_after_the_profiles_and_into_provenance() {
+    let sb = Sandbox::new();
+    let extra = sb.root.join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let rel = "include/miopen/miopen.h";
+    let before = std::fs::read_to_string(sb.origin.join(rel)).unwrap();
+    let after = format!("{before}// compat: a distribution's newer toolchain\n");
+    let diff = rdna1_patch::patch::render_diff(rel, Some(&before), Some(&after));
+    std::fs::write(
+        extra.join("9001-compat.patch"),
+        format!("Subject: [PATCH] compat\n\nFor a newer toolchain.\n---\n{diff}"),
+    )
+    .unwrap();
+    std::fs::write(extra.join("series"), "9001-compat.patch\n").unwrap();
+    let run = sb.build(&["--extra-patches", extra.to_str().unwrap()]).ok();
+    run.says("     Patch 9001-compat.patch");
+    assert_eq!(std::fs::read_to_string(sb.src().join(rel)).unwrap(), after);
+    let prov =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(
+        prov.contains(&format!(
+            "name = \"9001-compat.patch\"\nseries = \"{}\"",
+            extra.display()
+        )),
+        "{prov}"
+    );
+    // The same from the profile's extra_patches key, relative to the file.
+    sb.write_profile(|t| t.replace("soname = ", "extra_patches = \"extra\"\nsoname = "));
+    sb.build(&["--dry-run"]).ok().prints(&format!(
+        "patches:   4 ({}, then {})",
+        sb.series.display(),
+        extra.display()
+    ));
+    // A hunk that no longer fits: the usual error, and nothing written.
+    std::fs::write(
+        extra.join("9001-compat.patch"),
+        format!(
+            "Subject: [PATCH] compat\n\n---\n{}",
+            rdna1_patch::patch::render_diff(rel, Some("not\nthis\n"), Some("at\nall\n"))
+        ),
+    )
+    .unwrap();
+    let snapshot = crate::support::snapshot(&sb.src());
+    sb.build(&[])
+        .fails()
+        .says("patch 9001-compat.patch does not apply: include/miopen/miopen.h: hunk #1");
+    assert_eq!(crate::support::snapshot(&sb.src()), snapshot);
+}
