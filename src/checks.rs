@@ -73,13 +73,21 @@ impl Report {
         self.checks.iter().find(|c| c.name == name)
     }
 
-    pub fn print(&self) {
+    /// One line per check, and a `fix:` line under each that has one.
+    pub fn text(&self) -> String {
+        let mut lines = Vec::new();
         for c in &self.checks {
-            crate::outln!("{:<4}  {:<9} {}", c.status.label(), c.name, c.detail);
+            lines.push(format!(
+                "{:<4}  {:<9} {}",
+                c.status.label(),
+                c.name,
+                c.detail
+            ));
             if let Some(fix) = &c.fix {
-                crate::outln!("{:<4}  {:<9} fix: {fix}", "", "");
+                lines.push(format!("{:<4}  {:<9} fix: {fix}", "", ""));
             }
         }
+        lines.join("\n")
     }
 
     pub fn json(&self) -> String {

@@ -58,7 +58,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            crate::error::report(&err);
+            crate::output::error(&err);
             ExitCode::from(crate::error::exit_code(&err))
         }
     }

@@ -341,7 +341,7 @@ pub fn build(
         jobs.to_string(),
     ];
     let shown = format!("cmake {}", args.join(" "));
-    let progress = ui.progress(0, ui::STEPS);
+    let progress = ui.progress(0, ui::Units::Steps);
     progress.set_prefix("Building");
     let mut steps = 0usize;
     let generator = tools.generator;

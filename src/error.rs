@@ -71,7 +71,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 }
 
 /// The text the top level prints for `err`: the chain on one line, then
-/// the first hint's help on its own line.
+/// the first hint's help on its own line (`output::error` prints it).
 pub fn render(err: &anyhow::Error) -> String {
     let mut text = format!("error: {err:#}");
     // anyhow finds a Hint as the root or as any context layer.
@@ -80,11 +80,6 @@ pub fn render(err: &anyhow::Error) -> String {
         text.push_str(&h.help);
     }
     text
-}
-
-/// Print `err` the one way errors are printed.
-pub fn report(err: &anyhow::Error) {
-    crate::errln!("{}", render(err));
 }
 
 #[cfg(test)]

@@ -22,8 +22,13 @@ pub fn out(args: fmt::Arguments<'_>) {
     }
 }
 
+/// An error, the one way errors are printed (`error::render`).
+pub fn error(err: &anyhow::Error) {
+    err_line(format_args!("{}", crate::error::render(err)));
+}
+
 /// One line to stderr.
-pub fn err(args: fmt::Arguments<'_>) {
+pub fn err_line(args: fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{args}");
 }
 
@@ -38,10 +43,10 @@ macro_rules! outln {
     };
 }
 
-/// Like `eprintln!`, through [`err`].
+/// Like `eprintln!`, through [`err_line`].
 #[macro_export]
 macro_rules! errln {
     ($($arg:tt)*) => {
-        $crate::output::err(format_args!($($arg)*))
+        $crate::output::err_line(format_args!($($arg)*))
     };
 }

@@ -168,11 +168,12 @@ impl Options {
 }
 
 pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
-    let plan = opts.plan()?;
-    if opts.dry_run {
-        return plan.print();
-    }
-    plan.execute(ui)
+    opts.plan()?.execute(ui)
+}
+
+/// The plan `--dry-run` prints; nothing is changed.
+pub fn dry_run(opts: &Options) -> Result<String> {
+    opts.plan()?.describe()
 }
 
 impl Plan<'_> {
@@ -187,24 +188,28 @@ impl Plan<'_> {
         }
     }
 
-    fn print(&self) -> Result<()> {
+    /// What `--dry-run` shows: every stage as it would run.
+    fn describe(&self) -> Result<String> {
+        let mut lines = Vec::new();
         let c = self.component;
         let commit = source::planned_commit(&self.source_request())?
             .unwrap_or_else(|| "(resolved on first fetch)".into());
-        crate::outln!(
+        lines.push(format!(
             "profile:   {} ({})",
-            self.opts.profile.name,
-            self.opts.profile.origin
-        );
-        crate::outln!("source:    {} tag {} commit {}", c.url, c.tag, commit);
-        crate::outln!("checkout:  {}", self.dirs.src.display());
-        crate::outln!(
+            self.opts.profile.name, self.opts.profile.origin
+        ));
+        lines.push(format!(
+            "source:    {} tag {} commit {}",
+            c.url, c.tag, commit
+        ));
+        lines.push(format!("checkout:  {}", self.dirs.src.display()));
+        lines.push(format!(
             "patches:   {} ({})",
             self.series.patches.len(),
             self.series.origin
-        );
+        ));
         for p in &self.series.patches {
-            crate::outln!("  {}  {}", p.name, p.subject);
+            lines.push(format!("  {}  {}", p.name, p.subject));
         }
         let args: Vec<String> = [
             "-S".to_owned(),
@@ -219,24 +224,24 @@ impl Plan<'_> {
         .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
         .collect();
         if let Some(note) = &self.compiler_note {
-            crate::outln!("compiler:  {note}");
+            lines.push(format!("compiler:  {note}"));
         }
-        crate::outln!(
+        lines.push(format!(
             "launcher:  {}",
             self.launcher
                 .as_ref()
                 .map_or("none".to_owned(), |l| l.describe())
-        );
-        crate::outln!("configure: cmake {}", args.join(" "));
-        crate::outln!(
+        ));
+        lines.push(format!("configure: cmake {}", args.join(" ")));
+        lines.push(format!(
             "build:     cmake --build {} --parallel {}",
             self.dirs.build.display(),
             self.jobs
-        );
-        crate::outln!("install:   {}", self.prefix.display());
-        crate::outln!("stop after: {:?}", self.opts.stop_after);
-        crate::outln!("(dry run: nothing was changed)");
-        Ok(())
+        ));
+        lines.push(format!("install:   {}", self.prefix.display()));
+        lines.push(format!("stop after: {:?}", self.opts.stop_after));
+        lines.push("(dry run: nothing was changed)".to_owned());
+        Ok(lines.join("\n"))
     }
 
     fn execute(&self, ui: &Ui) -> Result<()> {

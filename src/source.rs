@@ -250,7 +250,7 @@ fn remote_fetch(
             if local { "" } else { " (shallow)" }
         ),
     );
-    let progress = ui.progress(0, ui::BYTES);
+    let progress = ui.progress(0, ui::Units::Bytes);
     progress.set_prefix("Fetching");
     let mut callbacks = RemoteCallbacks::new();
     callbacks.transfer_progress(|p| {
@@ -366,7 +366,7 @@ fn checkout(repo: &Repository, oid: Oid, ui: &Ui) -> Result<()> {
     if head_at == Some(oid) {
         return Ok(());
     }
-    let progress = ui.progress(0, ui::STEPS);
+    let progress = ui.progress(0, ui::Units::Steps);
     progress.set_prefix("Checkout");
     let commit = repo.find_commit(oid)?;
     let mut cb = CheckoutBuilder::new();

@@ -69,10 +69,12 @@ pub fn describe(j: &Journal) -> String {
 }
 
 impl Report {
-    pub fn print(&self) {
+    /// The report as `status` prints it.
+    pub fn text(&self) -> String {
+        let mut lines = Vec::new();
         match &self.build {
             Some(p) => {
-                crate::outln!(
+                lines.push(format!(
                     "build:      {} {} {} ({}), profile {}, ROCm {}, installed {}",
                     self.prefix.display(),
                     p.component,
@@ -81,10 +83,10 @@ impl Report {
                     p.profile,
                     p.rocm.found.as_deref().unwrap_or(&p.rocm.version),
                     p.date
-                );
-                crate::outln!("            library {}", p.library.path);
+                ));
+                lines.push(format!("            library {}", p.library.path));
                 for patch in &p.patches {
-                    crate::outln!(
+                    lines.push(format!(
                         "            patch {}{}",
                         patch.name,
                         patch
@@ -92,47 +94,48 @@ impl Report {
                             .as_deref()
                             .map(|m| format!("  ({m})"))
                             .unwrap_or_default()
-                    );
+                    ));
                 }
             }
-            None => crate::outln!(
+            None => lines.push(format!(
                 "build:      none in {} ({})",
                 self.prefix.display(),
                 self.build_error.as_deref().unwrap_or("")
-            ),
+            )),
         }
         if self.installed.is_empty() {
-            crate::outln!("installed:  nowhere");
+            lines.push("installed:  nowhere".to_owned());
         }
         for j in &self.installed {
-            crate::outln!(
+            lines.push(format!(
                 "installed:  {} (transaction {}, {}), MD5 {}",
                 j.torch.target.display(),
                 j.id,
                 j.created,
                 j.new.md5
-            );
+            ));
         }
         for j in &self.unfinished {
-            crate::outln!(
+            lines.push(format!(
                 "unfinished: transaction {} stopped while {}: `rdna1-patch rollback` restores the original, `rdna1-patch install --into-torch` finishes or restarts it",
                 j.id,
                 j.state.name()
-            );
+            ));
         }
         for d in &self.damaged {
-            crate::outln!(
+            lines.push(format!(
                 "damaged:    {} ({}): install and rollback refuse to run until it is fixed or set aside",
                 d.path.display(),
                 d.error
-            );
+            ));
         }
         match &self.last {
-            Some(j) => crate::outln!("last:     {}", describe(j)),
-            None => crate::outln!(
+            Some(j) => lines.push(format!("last:     {}", describe(j))),
+            None => lines.push(format!(
                 "last:       no transactions in {}",
                 self.state_dir.display()
-            ),
+            )),
         }
+        lines.join("\n")
     }
 }

@@ -1,100 +1,61 @@
-//! Terminal output: stage headers, warnings and progress.
-//!
-//! Progress goes to stderr. On a terminal it is one indicatif bar; otherwise
-//! (CI logs, pipes, tests) each step becomes a plain line, so logs stay
-//! readable and nothing is redrawn.
+//! How library code reports progress: stage lines, warnings, notes and
+//! progress over steps or bytes, sent to a [`Reporter`]. The library never
+//! prints: the CLI's reporter (commands/term.rs) draws them on a terminal,
+//! a test or another front end can collect them instead.
 
-use std::io::IsTerminal;
-use std::time::Duration;
+use std::fmt::Display;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
-#[derive(Debug, Clone, Copy)]
-pub struct Ui {
-    tty: bool,
+/// What a long operation has to say while it runs.
+pub trait Reporter {
+    /// One line per stage ("Fetching", "Patch", "Installed", ...).
+    fn stage(&self, stage: &str, msg: &str);
+    fn warn(&self, msg: &str);
+    /// A line under the previous stage.
+    fn note(&self, msg: &str);
+    /// Progress over `len` units (0 while unknown) of `kind`.
+    fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress>;
 }
 
-impl Default for Ui {
-    fn default() -> Self {
-        Ui::new()
-    }
+/// What a progress bar counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    Steps,
+    Bytes,
 }
 
-impl Ui {
-    pub fn new() -> Ui {
-        Ui {
-            tty: std::io::stderr().is_terminal(),
-        }
-    }
-
-    /// One line per stage, right-aligned the way cargo prints "Compiling".
-    pub fn stage(&self, stage: &str, msg: impl std::fmt::Display) {
-        crate::errln!("{stage:>10} {msg}");
-    }
-
-    pub fn warn(&self, msg: impl std::fmt::Display) {
-        crate::errln!("warning: {msg}");
-    }
-
-    pub fn note(&self, msg: impl std::fmt::Display) {
-        crate::errln!("{:>10} {msg}", "");
-    }
-
-    /// A bar over `len` steps (0 when unknown yet).
-    pub fn progress(&self, len: u64, template: &str) -> Progress {
-        if !self.tty {
-            return Progress {
-                bar: ProgressBar::hidden(),
-                plain: true,
-            };
-        }
-        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(template)
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar, plain: false }
-    }
+pub trait Progress {
+    fn set_prefix(&self, prefix: &'static str);
+    /// Move to `pos` of `len` (drawn, not logged).
+    fn update(&self, pos: u64, len: u64, msg: &str);
+    /// A step worth a line when nothing is drawn.
+    fn step(&self, pos: u64, len: u64, msg: &str);
+    fn finish(&self);
 }
 
-/// Templates for the two kinds of progress we show.
-pub const STEPS: &str = "{prefix:>10} [{bar:30}] {pos}/{len} eta {eta} {wide_msg}";
-pub const BYTES: &str = "{prefix:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}";
-
-pub struct Progress {
-    bar: ProgressBar,
-    plain: bool,
+/// The handle library code takes: a reporter, with `Display` arguments.
+#[derive(Clone, Copy)]
+pub struct Ui<'a> {
+    reporter: &'a dyn Reporter,
 }
 
-impl Progress {
-    pub fn set_prefix(&self, prefix: &'static str) {
-        self.bar.set_prefix(prefix);
+impl<'a> Ui<'a> {
+    pub fn new(reporter: &'a dyn Reporter) -> Ui<'a> {
+        Ui { reporter }
     }
 
-    pub fn update(&self, pos: u64, len: u64, msg: &str) {
-        self.bar.set_length(len);
-        self.bar.set_position(pos);
-        self.bar.set_message(msg.to_owned());
+    pub fn stage(&self, stage: &str, msg: impl Display) {
+        self.reporter.stage(stage, &msg.to_string());
     }
 
-    /// A step: on a terminal it moves the bar, otherwise it is printed as a line.
-    pub fn step(&self, pos: u64, len: u64, msg: &str) {
-        if self.plain {
-            crate::errln!("{:>10} [{pos}/{len}] {msg}", "");
-        } else {
-            self.update(pos, len, msg);
-        }
+    pub fn warn(&self, msg: impl Display) {
+        self.reporter.warn(&msg.to_string());
     }
 
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
+    pub fn note(&self, msg: impl Display) {
+        self.reporter.note(&msg.to_string());
     }
-}
 
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.bar.finish_and_clear();
+    pub fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress> {
+        self.reporter.progress(len, kind)
     }
 }

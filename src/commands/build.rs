@@ -89,6 +89,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         extra_patches: args.extra_patches,
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
     };
-    pipeline::run(&opts, &Ui::new())?;
+    if opts.dry_run {
+        crate::outln!("{}", pipeline::dry_run(&opts)?);
+    } else {
+        pipeline::run(&opts, &Ui::new(&super::term::Term::new()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }

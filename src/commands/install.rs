@@ -49,6 +49,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
     };
-    install::run(&req, &Ui::new())?;
+    install::run(&req, &Ui::new(&super::term::Term::new()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@ pub mod patches;
 pub mod profiles;
 pub mod rollback;
 pub mod status;
+pub mod term;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -100,7 +101,7 @@ pub fn print_report(report: &crate::checks::Report, args: &ReportArgs) -> Result
     if args.json {
         crate::outln!("{}", report.json());
     } else {
-        report.print();
+        crate::outln!("{}", report.text());
     }
     Ok(if report.failed() {
         ExitCode::FAILURE

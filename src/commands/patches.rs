@@ -124,7 +124,7 @@ fn check(profile: &ProfileArg, source: &Path, component: &str, json: bool) -> Re
         Ok(plan) => plan,
         // The check's answer, not a failure of the tool.
         Err(e) if e.chain().any(|c| c.is::<patch::ApplyError>()) => {
-            crate::error::report(&e);
+            crate::output::error(&e);
             return Ok(ExitCode::from(crate::error::CHECK_FAILED));
         }
         Err(e) => return Err(e),

@@ -28,7 +28,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let ui = Ui::new();
+    let term = super::term::Term::new();
+    let ui = Ui::new(&term);
     let state = args.state.open()?;
     if args.list {
         return list(&state, &ui);

@@ -21,7 +21,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        report.print();
+        crate::outln!("{}", report.text());
     }
     Ok(ExitCode::SUCCESS)
 }
