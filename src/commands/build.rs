@@ -4,10 +4,10 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use super::ProfileArg;
-use crate::pipeline::{self, Stage};
-use crate::tools::Generator;
+use crate::build::pipeline::{self, Stage};
+use crate::build::tools::Generator;
+use crate::build::workdir::WorkDir;
 use crate::ui::Ui;
-use crate::workdir::WorkDir;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -36,7 +36,7 @@ pub struct Args {
     generator: Option<String>,
     /// Compiler launcher [default: the profile's, else ccache when installed]
     #[arg(long, value_enum)]
-    launcher: Option<crate::launcher::Kind>,
+    launcher: Option<crate::build::launcher::Kind>,
     /// Stop after this stage
     #[arg(long, value_enum, default_value = "install")]
     stop_after: Stage,

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{ProfileArg, ReportArgs, TorchArg};
-use crate::doctor::{self, Request};
-use crate::workdir::WorkDir;
+use crate::build::workdir::WorkDir;
+use crate::inspect::doctor::{self, Request};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

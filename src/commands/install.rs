@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use super::{PrefixArg, StateArg, TorchArg};
-use crate::install::{self, Request};
+use crate::swap::into_torch::{self, Request};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -49,6 +49,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
     };
-    install::run(&req, &Ui::new(&super::term::Term::new()))?;
+    into_torch::run(&req, &Ui::new(&super::term::Term::new()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::profile::{DEFAULT_PROFILE, Profile};
+use crate::build::profile::{DEFAULT_PROFILE, Profile};
 
 /// `--profile NAME|FILE`, shared by the verbs that need one.
 #[derive(clap::Args, Debug, Clone)]
@@ -43,8 +43,8 @@ pub struct TorchArg {
 }
 
 impl TorchArg {
-    pub fn locator(&self) -> crate::torch::Locator {
-        crate::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
+    pub fn locator(&self) -> crate::swap::torch::Locator {
+        crate::swap::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
     }
 
     pub fn given(&self) -> bool {
@@ -61,8 +61,8 @@ pub struct StateArg {
 }
 
 impl StateArg {
-    pub fn open(&self) -> Result<crate::txn::StateDir> {
-        crate::txn::StateDir::new(self.state_dir.as_deref())
+    pub fn open(&self) -> Result<crate::swap::txn::StateDir> {
+        crate::swap::txn::StateDir::new(self.state_dir.as_deref())
     }
 }
 
@@ -97,7 +97,10 @@ pub struct ReportArgs {
 }
 
 /// Print a check report (or its JSON); exit 1 if any check failed.
-pub fn print_report(report: &crate::checks::Report, args: &ReportArgs) -> Result<ExitCode> {
+pub fn print_report(
+    report: &crate::inspect::checks::Report,
+    args: &ReportArgs,
+) -> Result<ExitCode> {
     if args.json {
         crate::outln!("{}", report.json());
     } else {

@@ -4,10 +4,11 @@ use std::process::ExitCode;
 use anyhow::{Result, anyhow};
 
 use super::ProfileArg;
+use crate::build::patch::{self, Outcome, Series};
+use crate::build::profile::{self, Profile};
+use crate::build::{cmake, source};
 use crate::error::hint;
-use crate::patch::{self, Outcome, Series};
-use crate::profile::{self, Profile};
-use crate::{cmake, fsutil, source};
+use crate::fsutil;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, anyhow};
 
-use crate::profile::{self, DEFAULT_PROFILE, Profile};
+use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {

@@ -3,8 +3,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{StateArg, TorchArg};
-use crate::status::describe;
-use crate::txn::{self, Rolled};
+use crate::inspect::status::describe;
+use crate::swap::txn::{self, Rolled};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -104,7 +104,7 @@ fn nothing(
     last: Option<&txn::Journal>,
     ui: &Ui,
 ) -> Result<()> {
-    if let Ok(torch) = crate::torch::locate(&torch.locator())
+    if let Ok(torch) = crate::swap::torch::locate(&torch.locator())
         && txn::is_patched(&torch.target)
     {
         return Err(crate::error::hint(

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{PrefixArg, StateArg};
-use crate::status;
+use crate::inspect::status;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

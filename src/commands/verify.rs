@@ -4,7 +4,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{PrefixArg, ReportArgs, StateArg, TorchArg};
-use crate::verify::{self, Request};
+use crate::inspect::verify::{self, Request};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rdna1_patch::checksum::md5_file;
-use rdna1_patch::txn::{State, StateDir};
+use rdna1_patch::swap::txn::{State, StateDir};
 use rdna1_testkit::{FakeTorch, Fixture, TorchKind};
 
 use crate::run;

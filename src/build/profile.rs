@@ -83,7 +83,7 @@ pub struct CmakeSettings {
     pub defines: BTreeMap<String, String>,
     /// ccache, sccache, distcc or none; unset: ccache when installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launcher: Option<crate::launcher::Kind>,
+    pub launcher: Option<crate::build::launcher::Kind>,
 }
 
 fn default_generator() -> String {
@@ -366,7 +366,7 @@ mod tests {
             for c in p.components.values() {
                 let dir = p.series_dir(c).unwrap();
                 // Loading parses every patch and rejects paths outside the tree.
-                let series = crate::patch::Series::load(&dir).unwrap();
+                let series = crate::build::patch::Series::load(&dir).unwrap();
                 assert!(!series.patches.is_empty(), "{dir} has no patches");
                 for patch in &series.patches {
                     let marker = patch.marker.as_deref().unwrap_or_default();

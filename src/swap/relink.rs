@@ -24,7 +24,7 @@ pub const ORIGIN: &str = "$ORIGIN";
 
 /// Plan the edits for `lib` going into `lib_dir` in place of `original`.
 pub fn plan(lib: &Library, original: Option<&Library>, lib_dir: &Path) -> Result<Relink> {
-    let bundled = crate::linker::bundled_names(lib_dir)?;
+    let bundled = crate::swap::linker::bundled_names(lib_dir)?;
     let mut replace_needed = Vec::new();
     for needed in &lib.needed {
         if bundled.contains(needed) {

@@ -13,12 +13,12 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
+use crate::build::tools::{Generator, Toolchain};
 use crate::checksum::hex;
 use crate::error::{Hint, Interrupted, hint};
 use crate::fsutil;
 use crate::interrupt;
 use crate::proc;
-use crate::tools::{Generator, Toolchain};
 use crate::ui::{self, Ui};
 
 /// How many lines of a failed step's output to show.
@@ -316,7 +316,7 @@ pub fn cmake_files(
     touched
         .iter()
         .filter(|f| f.ends_with("CMakeLists.txt") || f.ends_with(".cmake"))
-        .map(|f| Ok((f.clone(), crate::patch::read_optional(&src.join(f))?)))
+        .map(|f| Ok((f.clone(), crate::build::patch::read_optional(&src.join(f))?)))
         .collect()
 }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::checksum;
 use crate::error::hint;
 use crate::fsutil;
-use crate::torch::Torch;
+use crate::swap::torch::Torch;
 
 /// A crash point for the tests (cargo feature `failpoints`):
 /// `FAILPOINTS=<name>=return` aborts the process there, as kill -9 would,
@@ -141,7 +141,7 @@ pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
 impl Journal {
     /// The name torch loads the library by.
     fn library(&self) -> PathBuf {
-        self.torch.dir.join("lib").join(crate::torch::LIBRARY)
+        self.torch.dir.join("lib").join(crate::swap::torch::LIBRARY)
     }
 
     /// The temp file an install (or, with `rollback`, a rollback) writes

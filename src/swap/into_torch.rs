@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::build::prefix::{self, Provenance};
+use crate::build::tools;
 use crate::checksum;
 use crate::elf::{self, Library};
 use crate::error::hint;
 use crate::fsutil;
-use crate::linker;
-use crate::prefix::{self, Provenance};
-use crate::relink::{self, Relink};
-use crate::tools;
-use crate::torch::{self, Locator, Torch};
-use crate::txn::{self, BuildRec, Outcome, StateDir, Swap};
+use crate::swap::linker;
+use crate::swap::relink::{self, Relink};
+use crate::swap::torch::{self, Locator, Torch};
+use crate::swap::txn::{self, BuildRec, Outcome, StateDir, Swap};
 use crate::ui::Ui;
 
 pub struct Request {
@@ -135,7 +135,7 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
             "{} ({} {} at {}, ROCm {}), MD5SUMS ok",
             build.library.display(),
             build.provenance.source.tag,
-            crate::source::short(&build.provenance.source.commit),
+            crate::build::source::short(&build.provenance.source.commit),
             build.provenance.profile,
             build.rocm()
         ),
@@ -197,11 +197,11 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
-    if let Ok(Some(code)) = crate::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
+    if let Ok(Some(code)) = crate::inspect::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
         && !code.archs.is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
-        let a = crate::fatbin::override_advice(Some(&code), value.as_deref(), &[]);
+        let a = crate::inspect::fatbin::override_advice(Some(&code), value.as_deref(), &[]);
         if !a.fine {
             ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
         }

@@ -12,9 +12,9 @@ use anyhow::{Context, Result, anyhow};
 use git2::{AutotagOption, FetchOptions, Oid, RemoteCallbacks, Repository, build::CheckoutBuilder};
 use serde::{Deserialize, Serialize};
 
+use crate::build::profile::Component;
 use crate::error::hint;
 use crate::fsutil;
-use crate::profile::Component;
 use crate::ui::{self, Ui};
 
 pub struct Request<'a> {

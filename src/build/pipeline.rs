@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::cmake::{self, Configure, Log};
+use crate::build::cmake::{self, Configure, Log};
+use crate::build::patch::{self, Outcome, Series};
+use crate::build::prefix::{self, Provenance};
+use crate::build::profile::Profile;
+use crate::build::source::{self, short};
+use crate::build::tools::{self, Generator};
+use crate::build::workdir::{ComponentDirs, WorkDir};
 use crate::error::hint;
 use crate::fsutil;
-use crate::patch::{self, Outcome, Series};
-use crate::prefix::{self, Provenance};
-use crate::profile::Profile;
-use crate::source::{self, short};
-use crate::tools::{self, Generator};
 use crate::ui::Ui;
-use crate::workdir::{ComponentDirs, WorkDir};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Stage {
@@ -38,7 +38,7 @@ pub struct Options {
     pub defines: Vec<(String, String)>,
     pub jobs: Option<usize>,
     pub generator: Option<Generator>,
-    pub launcher: Option<crate::launcher::Kind>,
+    pub launcher: Option<crate::build::launcher::Kind>,
     pub stop_after: Stage,
     pub dry_run: bool,
     pub clean: bool,
@@ -53,7 +53,7 @@ pub struct Options {
 /// What a build would do, worked out without touching anything.
 struct Plan<'a> {
     opts: &'a Options,
-    component: &'a crate::profile::Component,
+    component: &'a crate::build::profile::Component,
     series: Series,
     dirs: ComponentDirs,
     lock_file: PathBuf,
@@ -62,7 +62,7 @@ struct Plan<'a> {
     defines: std::collections::BTreeMap<String, String>,
     generator: Generator,
     jobs: usize,
-    launcher: Option<crate::launcher::Launcher>,
+    launcher: Option<crate::build::launcher::Launcher>,
     /// Set when the profile's compiler was replaced by the one hipconfig names.
     compiler_note: Option<String>,
 }
@@ -85,13 +85,13 @@ impl Options {
                     "give --extra-patches (or the profile's extra_patches) a directory with a `series` file and its patches",
                 ));
             }
-            series.append(Series::load(&crate::profile::SeriesDir::Disk(dir))?)?;
+            series.append(Series::load(&crate::build::profile::SeriesDir::Disk(dir))?)?;
         }
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
-        let launcher = crate::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
+        let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
         // The profile's and the user's own launcher defines win.

@@ -13,9 +13,9 @@ use std::path::{Component as PathComponent, Path};
 use anyhow::{Context, Result, anyhow, bail};
 use diffy::patch_set::{FileOperation, ParseOptions, PatchKind, PatchSet};
 
+use crate::build::profile::SeriesDir;
 use crate::error::hint;
 use crate::fsutil;
-use crate::profile::SeriesDir;
 
 /// A patch series as the `series` file orders it.
 #[derive(Debug, Clone)]

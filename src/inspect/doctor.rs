@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::checks::{Report, Status};
-use crate::fatbin;
-use crate::gpu;
-use crate::profile::Profile;
-use crate::tools;
-use crate::torch::{self, Locator};
+use crate::build::profile::Profile;
+use crate::build::tools;
+use crate::inspect::checks::{Report, Status};
+use crate::inspect::fatbin;
+use crate::inspect::gpu;
+use crate::swap::torch::{self, Locator};
 
 pub struct Request {
     pub profile: Profile,
@@ -144,7 +144,8 @@ fn launchers(r: &mut Report) {
             format!("found {}", found.join(", ")),
         );
     }
-    if let Ok(Some(l)) = crate::launcher::resolve(Some(crate::launcher::Kind::Distcc)) {
+    if let Ok(Some(l)) = crate::build::launcher::resolve(Some(crate::build::launcher::Kind::Distcc))
+    {
         match std::env::var("DISTCC_HOSTS") {
             Ok(hosts) => r.push(
                 "distcc",

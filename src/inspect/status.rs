@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::prefix::Provenance;
-use crate::txn::{Journal, State, StateDir};
+use crate::build::prefix::Provenance;
+use crate::swap::txn::{Journal, State, StateDir};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -22,7 +22,7 @@ pub struct Report {
     pub unfinished: Vec<Journal>,
     pub last: Option<Journal>,
     /// Journal files that cannot be read or trusted.
-    pub damaged: Vec<crate::txn::Damaged>,
+    pub damaged: Vec<crate::swap::txn::Damaged>,
 }
 
 pub fn report(prefix: &Path, state: &StateDir) -> Result<Report> {
@@ -63,7 +63,7 @@ pub fn describe(j: &Journal) -> String {
         j.torch.dir.display(),
         j.torch.version,
         j.torch.hip,
-        crate::source::short(&j.build.commit),
+        crate::build::source::short(&j.build.commit),
         j.build.rocm
     )
 }
@@ -79,7 +79,7 @@ impl Report {
                     self.prefix.display(),
                     p.component,
                     p.source.tag,
-                    crate::source::short(&p.source.commit),
+                    crate::build::source::short(&p.source.commit),
                     p.profile,
                     p.rocm.found.as_deref().unwrap_or(&p.rocm.version),
                     p.date

@@ -7,16 +7,16 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use crate::checks::{Report, Status};
+use crate::build::prefix::{self, Provenance};
+use crate::build::tools;
 use crate::checksum;
 use crate::elf;
-use crate::gpu;
-use crate::linker;
-use crate::prefix::{self, Provenance};
+use crate::inspect::checks::{Report, Status};
+use crate::inspect::gpu;
 use crate::proc;
-use crate::tools;
-use crate::torch::{self, Locator, Torch};
-use crate::txn::{Journal, State, StateDir};
+use crate::swap::linker;
+use crate::swap::torch::{self, Locator, Torch};
+use crate::swap::txn::{Journal, State, StateDir};
 
 pub struct Request {
     pub prefix: PathBuf,
@@ -109,7 +109,7 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
                         entries.len(),
                         prov.component,
                         prov.source.tag,
-                        crate::source::short(&prov.source.commit)
+                        crate::build::source::short(&prov.source.commit)
                     ),
                 );
             } else {
@@ -129,7 +129,7 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
             format!(
                 "built with local edits to {} {} (--keep-local): {}",
                 prov.source.tag,
-                crate::source::short(&prov.source.commit),
+                crate::build::source::short(&prov.source.commit),
                 prov.local_edits.join(", ")
             ),
         );
@@ -267,14 +267,14 @@ fn check_versions(torch: &Torch, prov: &Provenance, r: &mut Report) {
 /// torch holds no library of ours by the journals: its own, or one a lost
 /// or other state dir installed.
 fn untracked(state: &StateDir, torch: &Torch, r: &mut Report) {
-    if crate::txn::is_patched(&torch.target) {
+    if crate::swap::txn::is_patched(&torch.target) {
         r.push_fix(
             "torch",
             Status::Fail,
             format!(
                 "{} is an rdna1-patch build (it carries {} markers), but no transaction in {} installed it",
                 torch.target.display(),
-                crate::txn::MARKER_PREFIX,
+                crate::swap::txn::MARKER_PREFIX,
                 state.root().display()
             ),
             "pass the --state-dir of the install that put it there; if that state is lost, reinstall torch to get its own library back, then install again",

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::build::tools;
 use crate::error::hint;
-use crate::tools;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
