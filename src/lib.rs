@@ -1,9 +1,8 @@
 //! rdna1-patch: build a patched MIOpen for RDNA1 GPUs and swap it into PyTorch.
 //!
-//! The modules follow the pipeline, one stage each:
-//! profile -> source -> patch -> cmake -> prefix -> torch -> txn, with
-//! `pipeline` tying the build stages together, `install` the checks before a
-//! swap, and `commands` holding the thin CLI front ends.
+//! The folders follow the flow: `build` (profile -> source -> patch -> cmake
+//! -> prefix), `swap` (torch -> relink -> txn), `inspect` (verify, doctor,
+//! status), and `commands`, the thin CLI front ends.
 
 // One step per function: clippy.toml sets the limit at 80 lines.
 #![warn(clippy::too_many_lines)]
