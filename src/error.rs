@@ -50,8 +50,6 @@ impl fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// Exit status: everything went as asked.
-pub const OK: u8 = 0;
 /// A check found a problem (`verify`, `doctor`, `patches check`).
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage, or the tool could not do its job.

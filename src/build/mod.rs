@@ -1,12 +1,12 @@
 //! `build`: profile -> source -> patch -> cmake -> prefix, tied together by
 //! `pipeline`; `launcher`, `tools` and `workdir` serve the stages.
 
-pub mod cmake;
-pub mod launcher;
+pub(crate) mod cmake;
+pub(crate) mod launcher;
 pub mod patch;
-pub mod pipeline;
-pub mod prefix;
+pub(crate) mod pipeline;
+pub(crate) mod prefix;
 pub mod profile;
-pub mod source;
-pub mod tools;
-pub mod workdir;
+pub(crate) mod source;
+pub(crate) mod tools;
+pub(crate) mod workdir;

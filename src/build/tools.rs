@@ -39,13 +39,11 @@ pub struct Toolchain {
     pub generator: Generator,
     /// Set when Ninja was asked for but is missing and Make is used instead.
     pub generator_fallback: bool,
-    pub cxx: PathBuf,
     pub rocm: Rocm,
 }
 
 #[derive(Debug, Clone)]
 pub struct Rocm {
-    pub path: PathBuf,
     /// e.g. "6.2.4", read from the install itself.
     pub version: Option<String>,
 }
@@ -89,19 +87,14 @@ pub fn preflight(
             .or_else(|| ["c++", "g++", "clang++"].iter().find_map(|c| find(c)))
             .ok_or_else(|| "c++".to_owned()),
     };
-    let cxx = match cxx {
-        Ok(p) => p,
-        Err(name) => {
-            missing.push(format!(
-                "a C++ compiler: `{name}` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)"
-            ));
-            PathBuf::new()
-        }
-    };
+    if let Err(name) = cxx {
+        missing.push(format!(
+            "a C++ compiler: `{name}` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)"
+        ));
+    }
 
     let rocm = if rocm_path.is_dir() {
         Some(Rocm {
-            path: rocm_path.to_owned(),
             version: rocm_version(rocm_path),
         })
     } else {
@@ -134,7 +127,6 @@ pub fn preflight(
         cmake_version,
         generator,
         generator_fallback,
-        cxx,
         rocm: rocm.expect("checked above"),
     })
 }

@@ -1,14 +1,14 @@
 //! One module per verb: parse arguments, call the library, nothing more.
 
-pub mod build;
-pub mod doctor;
-pub mod install;
-pub mod patches;
-pub mod profiles;
-pub mod rollback;
-pub mod status;
-pub mod term;
-pub mod verify;
+pub(crate) mod build;
+pub(crate) mod doctor;
+pub(crate) mod install;
+pub(crate) mod patches;
+pub(crate) mod profiles;
+pub(crate) mod rollback;
+pub(crate) mod status;
+pub(crate) mod term;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -69,10 +69,6 @@ impl Report {
         self.checks.iter().any(|c| c.status == Status::Fail)
     }
 
-    pub fn get(&self, name: &str) -> Option<&Check> {
-        self.checks.iter().find(|c| c.name == name)
-    }
-
     /// One line per check, and a `fix:` line under each that has one.
     pub fn text(&self) -> String {
         let mut lines = Vec::new();

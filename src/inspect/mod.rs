@@ -2,9 +2,9 @@
 //! links, the runtime), `doctor` (this machine), `status`, with `gpu` (KFD
 //! topology), `fatbin` (GPU code objects) and `checks` (the report shape).
 
-pub mod checks;
-pub mod doctor;
-pub mod fatbin;
-pub mod gpu;
-pub mod status;
-pub mod verify;
+pub(crate) mod checks;
+pub(crate) mod doctor;
+pub(crate) mod fatbin;
+pub(crate) mod gpu;
+pub(crate) mod status;
+pub(crate) mod verify;

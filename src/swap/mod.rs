@@ -2,8 +2,8 @@
 //! `linker` asks the loader, `txn` journals the swap, and `into_torch` is
 //! the operation (`install --into-torch`).
 
-pub mod into_torch;
-pub mod linker;
-pub mod relink;
-pub mod torch;
+pub(crate) mod into_torch;
+pub(crate) mod linker;
+pub(crate) mod relink;
+pub(crate) mod torch;
 pub mod txn;
