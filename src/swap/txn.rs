@@ -540,8 +540,9 @@ impl Recovery {
 
 /// Settle transactions a killed run left open, from what is on disk.
 pub fn recover(locked: &Locked) -> Result<Recovery> {
-    let all = locked.journals()?.list;
     let mut out = Recovery::default();
+    repair_chains(locked, &mut out.notes)?;
+    let all = locked.journals()?.list;
     for j in all.iter().filter(|j| j.state.unfinished()) {
         let mut j = j.clone();
         for rollback in [false, true] {
@@ -610,6 +611,44 @@ pub fn recover(locked: &Locked) -> Result<Recovery> {
         out.notes.push(note);
     }
     Ok(out)
+}
+
+/// Finish the bookkeeping between two transactions that a kill cut short.
+fn repair_chains(locked: &Locked, notes: &mut Vec<String>) -> Result<()> {
+    // A run killed between "installed" and marking the transaction it went
+    // over as replaced: finish that step.
+    let all = locked.journals()?.list;
+    for j in all.iter().filter(|j| j.state == State::Installed) {
+        if let Some(p) = j.inherits.and_then(|prev| {
+            all.iter()
+                .find(|p| p.id == prev && p.state == State::Installed)
+        }) {
+            supersede(locked, j)?;
+            notes.push(format!(
+                "transaction {} went over transaction {} before a run was stopped; {} is now replaced",
+                j.id, p.id, p.id
+            ));
+        }
+    }
+    // And one killed between rolling back a transaction and marking the
+    // one it had replaced: that one's original is back too.
+    for j in all.iter().filter(|j| j.state == State::RolledBack) {
+        if let Some(mut p) = j
+            .inherits
+            .and_then(|prev| {
+                all.iter()
+                    .find(|p| p.id == prev && p.state == State::Replaced)
+            })
+            .cloned()
+        {
+            locked.set(&mut p, State::RolledBack)?;
+            notes.push(format!(
+                "transaction {} was rolled back before a run was stopped; transaction {} it had replaced is rolled back too",
+                j.id, p.id
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Mark the transaction `j` inherited from as replaced by it.
@@ -715,6 +754,7 @@ pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     crash_point!("install-backed-up");
     swap_in(locked, swap, &mut j)?;
     locked.set(&mut j, State::Installed)?;
+    crash_point!("install-installed");
     supersede(locked, &j)?;
     Ok(Outcome::Installed(j))
 }
@@ -950,7 +990,9 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
         // Its original is the one the transaction it replaced kept.
         if let Some(mut p) = inherited.and_then(|prev| {
             all.iter()
-                .find(|p| p.id == prev && p.state == State::Replaced)
+                // Installed too: a run killed before it marked `prev`
+                // replaced; either way `prev`'s original is back now.
+                .find(|p| p.id == prev && matches!(p.state, State::Replaced | State::Installed))
                 .cloned()
         }) {
             locked.set(&mut p, State::RolledBack)?;

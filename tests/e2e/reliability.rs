@@ -798,3 +798,25 @@ fn a_reinstall_never_removes_a_file_outside_the_prefix() {
     run.says("checksums verified");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
 }
+
+/// Found by `cargo xtask killtest`: a kill between "installed" and marking
+/// the transaction an install went over as replaced left that one
+/// "installed" after a rollback brought torch's original back.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --features failpoints (cargo xtask ci does)"
+)]
+fn a_kill_right_after_an_install_over_our_own_leaves_one_installed() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    sb.install(&[]).ok();
+    let mut again = install_args(&sb);
+    again.push("--no-relink".to_owned());
+    crash(&sb, &strs(&again), "install-installed");
+    let run = sb.rollback(&[]).ok();
+    run.says("went over transaction 1 before a run was stopped; 1 is now replaced");
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    sb.status().prints("installed:  nowhere");
+}
