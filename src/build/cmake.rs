@@ -379,7 +379,7 @@ fn parse_progress(generator: Generator, line: &str) -> Option<(u64, u64, &str)> 
 }
 
 /// `cmake --install` into a staging DESTDIR; returns the manifest CMake wrote.
-pub fn install(
+pub fn install_to_staging(
     build_dir: &Path,
     destdir: &Path,
     tools: &Toolchain,

@@ -426,7 +426,7 @@ impl Plan<'_> {
         }
         ui.stage("Install", self.prefix.display());
         let staging = prefix::begin(&self.prefix)?;
-        let manifest = cmake::install(&self.dirs.build, &staging, tools, log)?;
+        let manifest = cmake::install_to_staging(&self.dirs.build, &staging, tools, log)?;
         let installed = prefix::commit(
             &self.prefix,
             &staging,

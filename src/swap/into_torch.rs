@@ -189,7 +189,7 @@ pub fn run(req: &Request, ui: &Ui) -> Result<()> {
         staged: &staged,
         check: &check,
     };
-    let outcome = txn::install(&locked, &swap);
+    let outcome = txn::swap(&locked, &swap);
     let _ = fsutil::remove_own_file(&staged);
     report(&outcome?, &torch, ui);
     Ok(())

@@ -703,7 +703,10 @@ pub fn is_patched(path: &Path) -> bool {
     checksum::md5_file_scanning(path, MARKER_PREFIX.as_bytes()).is_ok_and(|(_, found)| found)
 }
 
-pub fn install(locked: &Locked, swap: &Swap) -> Result<Outcome> {
+/// The swap as a transaction: journal, back up the original (unless an
+/// earlier install of ours kept it), write and check the new file next to
+/// the target, rename it over the target, read it back.
+pub fn swap(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     let torch = swap.torch;
     let target = &torch.target;
     let journals = locked.journals()?;
