@@ -173,6 +173,16 @@ pub fn create_own_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether this process can create a file in `dir`: a temp file is made
+/// there and removed at once. Permission bits, read-only mounts and ACLs
+/// are all answered by the kernel, as the real write will be.
+pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    tempfile::Builder::new()
+        .prefix(".rdna1-patch-probe")
+        .tempfile_in(dir)
+        .map(drop)
+}
+
 /// Whether an error is the disk (or a quota, or a file size limit) being full.
 pub fn is_disk_full(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {

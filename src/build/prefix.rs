@@ -127,11 +127,7 @@ pub fn ensure_writable(prefix: &Path) -> Result<()> {
         )
     };
     std::fs::create_dir_all(prefix).map_err(|e| unwritable(&e))?;
-    tempfile::Builder::new()
-        .prefix(".rdna1-patch-probe")
-        .tempfile_in(prefix)
-        .map_err(|e| unwritable(&e))?;
-    Ok(())
+    fsutil::probe_writable(prefix).map_err(|e| unwritable(&e))
 }
 
 /// Before any long work: the prefix is a directory, or can be created as
@@ -159,11 +155,7 @@ pub fn preflight(prefix: &Path) -> Result<()> {
             "choose another --prefix; nothing was fetched or built",
         ));
     }
-    tempfile::Builder::new()
-        .prefix(".rdna1-patch-probe")
-        .tempfile_in(existing)
-        .map(drop)
-        .map_err(|e| {
+    fsutil::probe_writable(existing).map_err(|e| {
             hint(
                 format!(
                     "cannot write to the install prefix {}: {} is not writable ({e})",

@@ -29,10 +29,10 @@ pub fn run(req: &Request) -> Report {
     build_tools(&mut r);
     launchers(&mut r);
     rocm(req, &mut r);
-    gpus(req, &mut r);
+    let cards = gpus(req, &mut r);
     disk(req, &mut r);
     let code = torch_checks(req, &mut r);
-    gfx_override(req, code.as_ref(), &mut r);
+    gfx_override(req, &cards, code.as_ref(), &mut r);
     r
 }
 
@@ -258,7 +258,8 @@ fn rocm(req: &Request, r: &mut Report) {
     }
 }
 
-fn gpus(req: &Request, r: &mut Report) {
+/// The GPU checks; returns the cards' gfx names, read once from sysfs.
+fn gpus(req: &Request, r: &mut Report) -> Vec<String> {
     let scan = gpu::scan_all(&req.sysfs);
     for p in &scan.problems {
         r.push_fix(
@@ -317,6 +318,7 @@ fn gpus(req: &Request, r: &mut Report) {
             .collect();
         r.push("amdgpu", Status::Ok, shown.join(" "));
     }
+    all.iter().map(gpu::Gpu::gfx).collect()
 }
 
 fn disk(req: &Request, r: &mut Report) {
@@ -411,9 +413,13 @@ fn torch_code(t: &torch::Torch, r: &mut Report) -> Option<fatbin::CodeObjects> {
     }
 }
 
-fn gfx_override(req: &Request, code: Option<&fatbin::CodeObjects>, r: &mut Report) {
-    let cards: Vec<String> = gpu::scan(&req.sysfs).iter().map(gpu::Gpu::gfx).collect();
-    let a = fatbin::override_advice(code, req.gfx_override.as_deref(), &cards);
+fn gfx_override(
+    req: &Request,
+    cards: &[String],
+    code: Option<&fatbin::CodeObjects>,
+    r: &mut Report,
+) {
+    let a = fatbin::override_advice(code, req.gfx_override.as_deref(), cards);
     let status = if a.fine { Status::Ok } else { Status::Warn };
     match a.fix {
         Some(fix) => r.push_fix("override", status, a.detail, fix),

@@ -150,6 +150,13 @@ impl Journal {
         temp_path(&self.torch.target, self.id, rollback)
     }
 
+    /// Remove what a killed install or rollback of this transaction left.
+    fn remove_temps(&self) {
+        for rollback in [false, true] {
+            let _ = fsutil::remove_own_file(&self.temp(rollback));
+        }
+    }
+
     /// The journal's paths are ones this tool could have written: the backup
     /// is this state dir's copy of the original, and the target is a
     /// libMIOpen inside the torch the journal names.
@@ -545,9 +552,7 @@ pub fn recover(locked: &Locked) -> Result<Recovery> {
     let all = locked.journals()?.list;
     for j in all.iter().filter(|j| j.state.unfinished()) {
         let mut j = j.clone();
-        for rollback in [false, true] {
-            let _ = fsutil::remove_own_file(&j.temp(rollback));
-        }
+        j.remove_temps();
         let was = j.state;
         let note = match (was, found(&j, &all)) {
             (_, Found::Gone) => {
@@ -894,11 +899,7 @@ pub fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::
 }
 
 fn ensure_writable(dir: &Path) -> Result<()> {
-    tempfile::Builder::new()
-        .prefix(".rdna1-patch-probe")
-        .tempfile_in(dir)
-        .map(drop)
-        .map_err(|e| {
+    fsutil::probe_writable(dir).map_err(|e| {
             hint(
                 format!("cannot write to {}: {e}; nothing was changed", dir.display()),
                 "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own",
@@ -1135,9 +1136,7 @@ pub fn abandon(locked: &Locked, id: u32) -> Result<Journal> {
             "use `rdna1-patch rollback` to put the original back",
         ));
     }
-    for rollback in [false, true] {
-        let _ = fsutil::remove_own_file(&j.temp(rollback));
-    }
+    j.remove_temps();
     locked.set(&mut j, State::Abandoned)?;
     Ok(j)
 }
