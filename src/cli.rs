@@ -35,10 +35,10 @@ enum Command {
     Doctor(commands::doctor::Args),
     /// Work on patch series: list, check against a tree, refresh from a tree
     #[command(subcommand)]
-    Patches(commands::patches::Command),
+    Patches(commands::patches::PatchesCommand),
     /// Show the built-in profiles
     #[command(subcommand)]
-    Profiles(commands::profiles::Command),
+    Profiles(commands::profiles::ProfilesCommand),
 }
 
 pub fn main() -> ExitCode {

@@ -181,6 +181,9 @@ pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
         .prefix(".rdna1-patch-probe")
         .tempfile_in(dir)
         .map(drop)
+        // tempfile names its random probe file in the error; the user needs
+        // only the reason.
+        .map_err(|e| std::io::Error::from(e.kind()))
 }
 
 /// Whether an error is the disk (or a quota, or a file size limit) being full.

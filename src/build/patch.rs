@@ -40,7 +40,7 @@ pub struct PatchFile {
 
 /// What happened to one patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ApplyOutcome {
     Applied,
     /// Its reverse applies: the tree already has it.
     AlreadyApplied,
@@ -289,8 +289,8 @@ pub fn check(
             ("not-tried", None)
         } else {
             match ws.apply(p) {
-                Ok(Outcome::Applied) => ("ok", None),
-                Ok(Outcome::AlreadyApplied) => ("already-applied", None),
+                Ok(ApplyOutcome::Applied) => ("ok", None),
+                Ok(ApplyOutcome::AlreadyApplied) => ("already-applied", None),
                 Err(e) if e.is::<ApplyError>() => {
                     failed = true;
                     ("failed", Some(format!("{e:#}")))
@@ -424,15 +424,15 @@ impl<'b> Workspace<'b> {
 
     /// Apply a patch, or notice it is already applied, or fail naming the
     /// first hunk that does not fit. Nothing changes on failure.
-    pub fn apply(&mut self, patch: &PatchFile) -> Result<Outcome> {
+    pub fn apply(&mut self, patch: &PatchFile) -> Result<ApplyOutcome> {
         let changes = patch.changes()?;
         match self.try_apply(patch, &changes, false)? {
             Ok(staged) => {
                 self.files.extend(staged);
-                Ok(Outcome::Applied)
+                Ok(ApplyOutcome::Applied)
             }
             Err(forward) => match self.try_apply(patch, &changes, true)? {
-                Ok(_) => Ok(Outcome::AlreadyApplied),
+                Ok(_) => Ok(ApplyOutcome::AlreadyApplied),
                 Err(_) => Err(forward.into()),
             },
         }
@@ -540,8 +540,8 @@ fn hunk_header(h: &diffy::Hunk<'_, str>) -> String {
 
 /// What applying a series to a tree would do.
 #[derive(Debug)]
-pub struct Plan {
-    pub outcomes: Vec<(String, Outcome)>,
+pub struct SeriesPlan {
+    pub outcomes: Vec<(String, ApplyOutcome)>,
     /// Files to write (`Some`) or delete (`None`), relative to the root.
     pub writes: Vec<(String, Option<String>)>,
     /// Every file the series changes.
@@ -556,7 +556,7 @@ pub fn plan(
     root: &Path,
     base: &dyn Fn(&str) -> Result<Option<String>>,
     also: &BTreeSet<String>,
-) -> Result<Plan> {
+) -> Result<SeriesPlan> {
     for p in &series.patches {
         for f in &p.files {
             check_no_symlink(&p.name, root, f)?;
@@ -584,7 +584,7 @@ pub fn plan(
             writes.push((path.clone(), wanted));
         }
     }
-    Ok(Plan {
+    Ok(SeriesPlan {
         outcomes,
         writes,
         touched,
@@ -592,7 +592,7 @@ pub fn plan(
 }
 
 /// Carry out a plan. Each file is replaced atomically.
-pub fn execute(plan: &Plan, root: &Path) -> Result<()> {
+pub fn execute(plan: &SeriesPlan, root: &Path) -> Result<()> {
     for (path, content) in &plan.writes {
         let full = root.join(path);
         match content {
@@ -762,14 +762,14 @@ mod tests {
         let shifted = format!("zero\nzero\n{ORIG}");
         let base = base_of(&[("a.txt", &shifted)]);
         let mut ws = Workspace::new(&base);
-        assert_eq!(ws.apply(&p).unwrap(), Outcome::Applied);
+        assert_eq!(ws.apply(&p).unwrap(), ApplyOutcome::Applied);
         assert!(
             ws.get("a.txt")
                 .unwrap()
                 .unwrap()
                 .contains("zero\nzero\none\ntwo\nTHREE")
         );
-        assert_eq!(ws.apply(&p).unwrap(), Outcome::AlreadyApplied);
+        assert_eq!(ws.apply(&p).unwrap(), ApplyOutcome::AlreadyApplied);
     }
 
     #[test]

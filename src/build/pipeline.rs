@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::build::cmake::{self, Configure, Log};
-use crate::build::patch::{self, Outcome, Series};
+use crate::build::patch::{self, ApplyOutcome, Series};
 use crate::build::prefix::{self, Provenance};
 use crate::build::profile::Profile;
 use crate::build::source::{self, short};
@@ -51,7 +51,7 @@ pub struct Options {
 }
 
 /// What a build would do, worked out without touching anything.
-struct Plan<'a> {
+struct BuildPlan<'a> {
     opts: &'a Options,
     component: &'a crate::build::profile::Component,
     series: Series,
@@ -68,7 +68,7 @@ struct Plan<'a> {
 }
 
 impl Options {
-    fn plan(&self) -> Result<Plan<'_>> {
+    fn plan(&self) -> Result<BuildPlan<'_>> {
         let component = self.profile.component(&self.component)?;
         let mut series = Series::load(&self.profile.series_dir(component)?)?;
         let extra = self
@@ -110,7 +110,7 @@ impl Options {
                 )
             })?,
         };
-        Ok(Plan {
+        Ok(BuildPlan {
             opts: self,
             component,
             series,
@@ -176,9 +176,9 @@ pub fn dry_run(opts: &Options) -> Result<String> {
     opts.plan()?.describe()
 }
 
-impl Plan<'_> {
-    fn source_request(&self) -> source::Request<'_> {
-        source::Request {
+impl BuildPlan<'_> {
+    fn source_request(&self) -> source::FetchRequest<'_> {
+        source::FetchRequest {
             name: &self.opts.component,
             component: self.component,
             src: &self.dirs.src,
@@ -518,8 +518,8 @@ impl Plan<'_> {
         }
         for (name, outcome) in &plan.outcomes {
             match outcome {
-                Outcome::Applied => ui.stage("Patch", name),
-                Outcome::AlreadyApplied => {
+                ApplyOutcome::Applied => ui.stage("Patch", name),
+                ApplyOutcome::AlreadyApplied => {
                     ui.stage("Patch", format!("{name} (already in the source, skipped)"))
                 }
             }

@@ -17,7 +17,7 @@ use crate::error::hint;
 use crate::fsutil;
 use crate::ui::{self, Ui};
 
-pub struct Request<'a> {
+pub struct FetchRequest<'a> {
     pub name: &'a str,
     pub component: &'a Component,
     pub src: &'a Path,
@@ -134,7 +134,7 @@ fn read_lock(path: &Path) -> Result<LockFile> {
 }
 
 /// The commit a build will use, as far as it is known without the network.
-pub fn planned_commit(req: &Request) -> Result<Option<String>> {
+pub fn planned_commit(req: &FetchRequest) -> Result<Option<String>> {
     if let Some(c) = &req.component.commit {
         return Ok(Some(c.clone()));
     }
@@ -161,7 +161,7 @@ pub fn is_local(url: &str) -> bool {
     }
 }
 
-pub fn fetch(req: &Request, ui: &Ui) -> Result<Checkout> {
+pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     let c = req.component;
     let repo = open_or_init(req.src)?;
     let local_tag = resolve_tag(&repo, &c.tag);
@@ -313,7 +313,7 @@ fn remote_fetch(
     Ok(oid)
 }
 
-fn check_lock(req: &Request, commit: &str, ui: &Ui) -> Result<()> {
+fn check_lock(req: &FetchRequest, commit: &str, ui: &Ui) -> Result<()> {
     let c = req.component;
     let mut lock = read_lock(req.lock_file)?;
     let wanted = LockEntry {

@@ -39,11 +39,11 @@ pub struct Toolchain {
     pub generator: Generator,
     /// Set when Ninja was asked for but is missing and Make is used instead.
     pub generator_fallback: bool,
-    pub rocm: Rocm,
+    pub rocm: RocmInstall,
 }
 
 #[derive(Debug, Clone)]
-pub struct Rocm {
+pub struct RocmInstall {
     /// e.g. "6.2.4", read from the install itself.
     pub version: Option<String>,
 }
@@ -94,7 +94,7 @@ pub fn preflight(
     }
 
     let rocm = if rocm_path.is_dir() {
-        Some(Rocm {
+        Some(RocmInstall {
             version: rocm_version(rocm_path),
         })
     } else {

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use super::{ProfileArg, ReportArgs, TorchArg};
 use crate::build::workdir::WorkDir;
-use crate::inspect::doctor::{self, Request};
+use crate::inspect::doctor::{self, DoctorRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let req = Request {
+    let req = DoctorRequest {
         profile: args.profile.load()?,
         rocm: args.rocm,
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),

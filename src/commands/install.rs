@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use super::{PrefixArg, StateArg, TorchArg};
-use crate::swap::into_torch::{self, Request};
+use crate::swap::into_torch::{self, InstallRequest};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "`rdna1-patch install --into-torch --python ~/venv/bin/python`; `rdna1-patch build` already installed the prefix",
         ));
     }
-    let req = Request {
+    let req = InstallRequest {
         prefix: args.prefix.resolve()?,
         torch: args.torch.locator(),
         state: args.state.open()?,

@@ -98,7 +98,7 @@ pub struct ReportArgs {
 
 /// Print a check report (or its JSON); exit 1 if any check failed.
 pub fn print_report(
-    report: &crate::inspect::checks::Report,
+    report: &crate::inspect::checks::CheckReport,
     args: &ReportArgs,
 ) -> Result<ExitCode> {
     if args.json {

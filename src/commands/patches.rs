@@ -4,14 +4,14 @@ use std::process::ExitCode;
 use anyhow::{Result, anyhow};
 
 use super::ProfileArg;
-use crate::build::patch::{self, Outcome, Series};
+use crate::build::patch::{self, ApplyOutcome, Series};
 use crate::build::profile::{self, Profile};
 use crate::build::{cmake, source};
 use crate::error::hint;
 use crate::fsutil;
 
 #[derive(clap::Subcommand, Debug)]
-pub enum Command {
+pub enum PatchesCommand {
     /// List the patch series of every built-in profile, or of one
     List {
         /// A built-in profile name, or a profile TOML file [default: all built-in]
@@ -49,16 +49,16 @@ pub enum Command {
     },
 }
 
-pub fn run(cmd: Command) -> Result<ExitCode> {
+pub fn run(cmd: PatchesCommand) -> Result<ExitCode> {
     match cmd {
-        Command::List { profile } => list(profile),
-        Command::Check {
+        PatchesCommand::List { profile } => list(profile),
+        PatchesCommand::Check {
             profile,
             source,
             component,
             json,
         } => check(&profile, &source, &component, json),
-        Command::Refresh {
+        PatchesCommand::Refresh {
             name,
             source,
             profile,
@@ -132,8 +132,8 @@ fn check(profile: &ProfileArg, source: &Path, component: &str, json: bool) -> Re
     };
     for (name, outcome) in &plan.outcomes {
         match outcome {
-            Outcome::Applied => crate::outln!("ok       {name}"),
-            Outcome::AlreadyApplied => {
+            ApplyOutcome::Applied => crate::outln!("ok       {name}"),
+            ApplyOutcome::AlreadyApplied => {
                 crate::outln!("applied  {name} (already in the tree)")
             }
         }

@@ -5,7 +5,7 @@ use anyhow::{Result, anyhow};
 use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
 
 #[derive(clap::Subcommand, Debug)]
-pub enum Command {
+pub enum ProfilesCommand {
     /// List the built-in profiles
     List,
     /// Print a built-in profile's TOML
@@ -15,9 +15,9 @@ pub enum Command {
     },
 }
 
-pub fn run(cmd: Command) -> Result<ExitCode> {
+pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
     match cmd {
-        Command::List => {
+        ProfilesCommand::List => {
             for name in profile::builtin_names() {
                 let p = Profile::load(&name)?;
                 let default = if name == DEFAULT_PROFILE {
@@ -28,7 +28,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                 crate::outln!("{name}{default}\t{}", p.description);
             }
         }
-        Command::Show { name } => {
+        ProfilesCommand::Show { name } => {
             let text = profile::builtin_text(&name)
                 .ok_or_else(|| anyhow!("no built-in profile `{name}`"))?;
             print!("{text}");

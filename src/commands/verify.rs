@@ -4,7 +4,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{PrefixArg, ReportArgs, StateArg, TorchArg};
-use crate::inspect::verify::{self, Request};
+use crate::inspect::verify::{self, VerifyRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let req = Request {
+    let req = VerifyRequest {
         prefix: args.prefix.resolve()?,
         torch: args.torch.given().then(|| args.torch.locator()),
         python: args

@@ -35,11 +35,11 @@ pub struct Check {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
+pub struct CheckReport {
     pub checks: Vec<Check>,
 }
 
-impl Report {
+impl CheckReport {
     pub fn push(&mut self, name: &'static str, status: Status, detail: impl Into<String>) {
         self.checks.push(Check {
             name,

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use crate::build::profile::Profile;
 use crate::build::tools;
-use crate::inspect::checks::{Report, Status};
+use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::fatbin;
 use crate::inspect::gpu;
 use crate::swap::torch::{self, Locator};
 
-pub struct Request {
+pub struct DoctorRequest {
     pub profile: Profile,
     pub rocm: Option<PathBuf>,
     pub work_dir: PathBuf,
@@ -24,8 +24,8 @@ pub struct Request {
 
 const MIN_CMAKE: (u32, u32) = (3, 16);
 
-pub fn run(req: &Request) -> Report {
-    let mut r = Report::default();
+pub fn run(req: &DoctorRequest) -> CheckReport {
+    let mut r = CheckReport::default();
     build_tools(&mut r);
     launchers(&mut r);
     rocm(req, &mut r);
@@ -37,7 +37,7 @@ pub fn run(req: &Request) -> Report {
 }
 
 /// cmake, a generator, a C++ compiler, patchelf, git.
-fn build_tools(r: &mut Report) {
+fn build_tools(r: &mut CheckReport) {
     cmake(r);
     match (tools::find("ninja"), tools::find("make")) {
         (Some(n), _) => r.push("ninja", Status::Ok, n.display().to_string()),
@@ -94,7 +94,7 @@ fn build_tools(r: &mut Report) {
 }
 
 /// The torch of `--python`, and the GPU code its libtorch_hip.so carries.
-fn torch_checks(req: &Request, r: &mut Report) -> Option<fatbin::CodeObjects> {
+fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
@@ -125,7 +125,7 @@ fn torch_checks(req: &Request, r: &mut Report) -> Option<fatbin::CodeObjects> {
     code.flatten()
 }
 
-fn launchers(r: &mut Report) {
+fn launchers(r: &mut CheckReport) {
     let found: Vec<String> = ["ccache", "sccache", "distcc"]
         .iter()
         .filter_map(|p| tools::find(p).map(|_| p.to_string()))
@@ -166,7 +166,7 @@ fn launchers(r: &mut Report) {
     }
 }
 
-fn cmake(r: &mut Report) {
+fn cmake(r: &mut CheckReport) {
     let Some(path) = tools::find("cmake") else {
         return r.push_fix(
             "cmake",
@@ -199,7 +199,7 @@ fn cmake(r: &mut Report) {
     }
 }
 
-fn rocm(req: &Request, r: &mut Report) {
+fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
     let path = req.rocm.clone().unwrap_or(req.profile.rocm.path.clone());
     let want = &req.profile.rocm.version;
     if !path.is_dir() {
@@ -259,7 +259,7 @@ fn rocm(req: &Request, r: &mut Report) {
 }
 
 /// The GPU checks; returns the cards' gfx names, read once from sysfs.
-fn gpus(req: &Request, r: &mut Report) -> Vec<String> {
+fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
     let scan = gpu::scan_all(&req.sysfs);
     for p in &scan.problems {
         r.push_fix(
@@ -321,7 +321,7 @@ fn gpus(req: &Request, r: &mut Report) -> Vec<String> {
     all.iter().map(gpu::Gpu::gfx).collect()
 }
 
-fn disk(req: &Request, r: &mut Report) {
+fn disk(req: &DoctorRequest, r: &mut CheckReport) {
     let mut dir: &Path = &req.work_dir;
     while !dir.exists() {
         dir = dir.parent().unwrap_or(Path::new("/"));
@@ -366,7 +366,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 
 /// Which GPUs torch's own GPU code is for: the offload bundles of
 /// torch/lib/libtorch_hip.so. `None` when that cannot be told.
-fn torch_code(t: &torch::Torch, r: &mut Report) -> Option<fatbin::CodeObjects> {
+fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
     let lib = t.lib_dir.join("libtorch_hip.so");
     match fatbin::read(&lib) {
         Ok(Some(c)) if !c.archs.is_empty() => {
@@ -414,10 +414,10 @@ fn torch_code(t: &torch::Torch, r: &mut Report) -> Option<fatbin::CodeObjects> {
 }
 
 fn gfx_override(
-    req: &Request,
+    req: &DoctorRequest,
     cards: &[String],
     code: Option<&fatbin::CodeObjects>,
-    r: &mut Report,
+    r: &mut CheckReport,
 ) {
     let a = fatbin::override_advice(code, req.gfx_override.as_deref(), cards);
     let status = if a.fine { Status::Ok } else { Status::Warn };

@@ -10,7 +10,7 @@ use crate::build::prefix::Provenance;
 use crate::swap::txn::{Journal, State, StateDir};
 
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct StatusReport {
     pub state_dir: PathBuf,
     pub prefix: PathBuf,
     /// None with `build_error` saying why.
@@ -25,14 +25,14 @@ pub struct Report {
     pub damaged: Vec<crate::swap::txn::Damaged>,
 }
 
-pub fn report(prefix: &Path, state: &StateDir) -> Result<Report> {
+pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     let (build, build_error) = match Provenance::read(prefix) {
         Ok(p) => (Some(p), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
     let all = state.read()?;
     let journals = all.list;
-    Ok(Report {
+    Ok(StatusReport {
         damaged: all.damaged,
         state_dir: state.root().to_owned(),
         prefix: prefix.to_owned(),
@@ -68,7 +68,7 @@ pub fn describe(j: &Journal) -> String {
     )
 }
 
-impl Report {
+impl StatusReport {
     /// The report as `status` prints it.
     pub fn text(&self) -> String {
         let mut lines = Vec::new();

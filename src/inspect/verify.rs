@@ -11,14 +11,14 @@ use crate::build::prefix::{self, Provenance};
 use crate::build::tools;
 use crate::checksum;
 use crate::elf;
-use crate::inspect::checks::{Report, Status};
+use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::gpu;
 use crate::proc;
 use crate::swap::linker;
 use crate::swap::torch::{self, Locator, Torch};
 use crate::swap::txn::{Journal, State, StateDir};
 
-pub struct Request {
+pub struct VerifyRequest {
     pub prefix: PathBuf,
     /// Given with --python/--torch-dir; otherwise the last install's torch.
     pub torch: Option<Locator>,
@@ -31,8 +31,8 @@ pub struct Request {
     pub jobs: usize,
 }
 
-pub fn run(req: &Request) -> Result<Report> {
-    let mut r = Report::default();
+pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
+    let mut r = CheckReport::default();
     let Some((prov, library)) = check_prefix(req, &mut r) else {
         return Ok(r);
     };
@@ -72,7 +72,7 @@ pub fn run(req: &Request) -> Result<Report> {
     Ok(r)
 }
 
-fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> {
+fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance, PathBuf)> {
     let prov = match Provenance::read(&req.prefix) {
         Ok(p) => p,
         Err(e) => {
@@ -138,7 +138,7 @@ fn check_prefix(req: &Request, r: &mut Report) -> Option<(Provenance, PathBuf)> 
     Some((prov, library))
 }
 
-fn check_markers(prov: &Provenance, library: &Path, bytes: &Result<Vec<u8>>, r: &mut Report) {
+fn check_markers(prov: &Provenance, library: &Path, bytes: &Result<Vec<u8>>, r: &mut CheckReport) {
     let declared: Vec<(&str, &str)> = prov
         .patches
         .iter()
@@ -193,7 +193,7 @@ fn check_markers(prov: &Provenance, library: &Path, bytes: &Result<Vec<u8>>, r: 
     }
 }
 
-fn find_torch(req: &Request, journals: &[Journal], r: &mut Report) -> Option<Torch> {
+fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) -> Option<Torch> {
     let loc = match &req.torch {
         Some(l) => l.clone(),
         None => match journals.iter().rev().find(|j| j.state == State::Installed) {
@@ -223,7 +223,7 @@ fn check_torch(
     journals: &[Journal],
     prov: &Provenance,
     built: Option<&elf::Library>,
-    r: &mut Report,
+    r: &mut CheckReport,
 ) -> Option<Journal> {
     check_versions(torch, prov, r);
     let install = journals
@@ -240,7 +240,7 @@ fn check_torch(
 }
 
 /// torch's HIP major.minor against the build's ROCm.
-fn check_versions(torch: &Torch, prov: &Provenance, r: &mut Report) {
+fn check_versions(torch: &Torch, prov: &Provenance, r: &mut CheckReport) {
     let ours = tools::major_minor(prov.rocm.found.as_deref().unwrap_or(&prov.rocm.version));
     if tools::major_minor(&torch.hip) == ours {
         r.push(
@@ -266,7 +266,7 @@ fn check_versions(torch: &Torch, prov: &Provenance, r: &mut Report) {
 
 /// torch holds no library of ours by the journals: its own, or one a lost
 /// or other state dir installed.
-fn untracked(state: &StateDir, torch: &Torch, r: &mut Report) {
+fn untracked(state: &StateDir, torch: &Torch, r: &mut CheckReport) {
     if crate::swap::txn::is_patched(&torch.target) {
         r.push_fix(
             "torch",
@@ -293,7 +293,7 @@ fn untracked(state: &StateDir, torch: &Torch, r: &mut Report) {
 }
 
 /// torch holds what transaction `j` installed, by MD5 and build-id.
-fn check_installed(torch: &Torch, j: &Journal, built: Option<&elf::Library>, r: &mut Report) {
+fn check_installed(torch: &Torch, j: &Journal, built: Option<&elf::Library>, r: &mut CheckReport) {
     let md5 = checksum::md5_file(&torch.target).unwrap_or_else(|e| format!("{e:#}"));
     let id = elf::read(&torch.target).ok().and_then(|e| e.build_id);
     let want_id = built.and_then(|b| b.build_id.clone());
@@ -336,7 +336,7 @@ fn check_installed(torch: &Torch, j: &Journal, built: Option<&elf::Library>, r: 
     }
 }
 
-fn check_links(library: &Path, torch: Option<&Torch>, r: &mut Report) {
+fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckReport) {
     let deps = match linker::resolve(library) {
         Ok(d) => d,
         Err(e) => return r.push("links", Status::Fail, format!("{e:#}")),
@@ -409,7 +409,7 @@ struct Maps {
 
 /// A python that imports exactly `torch`: its parent dir goes first on
 /// PYTHONPATH.
-fn python(req: &Request, torch: &Torch, script: &str) -> Command {
+fn python(req: &VerifyRequest, torch: &Torch, script: &str) -> Command {
     let mut c = Command::new(&req.python);
     let mut path = std::ffi::OsString::from(torch.dir.parent().unwrap_or(Path::new("/")));
     if let Some(old) = std::env::var_os("PYTHONPATH") {
@@ -434,7 +434,12 @@ fn failed_run(out: &proc::Output, what: &str, limit: Duration) -> String {
     }
 }
 
-fn check_runtime(req: &Request, torch: &Torch, install: Option<&Journal>, r: &mut Report) {
+fn check_runtime(
+    req: &VerifyRequest,
+    torch: &Torch,
+    install: Option<&Journal>,
+    r: &mut CheckReport,
+) {
     let out = match proc::run(python(req, torch, MAPS), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
@@ -535,7 +540,7 @@ struct Smoke {
     seconds: f64,
 }
 
-fn smoke(req: &Request, torch: Option<&Torch>, r: &mut Report) {
+fn smoke(req: &VerifyRequest, torch: Option<&Torch>, r: &mut CheckReport) {
     let gpus: Vec<gpu::Gpu> = gpu::scan(&req.sysfs)
         .into_iter()
         .filter(|g| g.is_amd())

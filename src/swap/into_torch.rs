@@ -15,10 +15,10 @@ use crate::fsutil;
 use crate::swap::linker;
 use crate::swap::relink::{self, Relink};
 use crate::swap::torch::{self, Locator, Torch};
-use crate::swap::txn::{self, BuildRec, Outcome, StateDir, Swap};
+use crate::swap::txn::{self, BuildRec, StateDir, Swap, SwapOutcome};
 use crate::ui::Ui;
 
-pub struct Request {
+pub struct InstallRequest {
     pub prefix: PathBuf,
     pub torch: Locator,
     pub state: StateDir,
@@ -127,7 +127,7 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
     Ok(())
 }
 
-pub fn run(req: &Request, ui: &Ui) -> Result<()> {
+pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let build = check_build(&req.prefix, req.jobs)?;
     ui.stage(
         "Build",
@@ -229,7 +229,7 @@ fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
 /// Copy the build into the staging dir and fit it to torch (unless
 /// --no-relink); the relink made, if any.
 fn stage(
-    req: &Request,
+    req: &InstallRequest,
     locked: &txn::Locked,
     build: &Build,
     torch: &Torch,
@@ -250,9 +250,9 @@ fn stage(
     Ok(Some(r))
 }
 
-fn report(outcome: &Outcome, torch: &Torch, ui: &Ui) {
+fn report(outcome: &SwapOutcome, torch: &Torch, ui: &Ui) {
     match outcome {
-        Outcome::Installed(j) => {
+        SwapOutcome::Installed(j) => {
             ui.stage(
                 "Installed",
                 format!(
@@ -268,7 +268,7 @@ fn report(outcome: &Outcome, torch: &Torch, ui: &Ui) {
                 j.backup.display()
             ));
         }
-        Outcome::AlreadyInstalled(j) => ui.stage(
+        SwapOutcome::AlreadyInstalled(j) => ui.stage(
             "Installed",
             format!(
                 "{} already holds this build (transaction {}, {}); nothing to do",

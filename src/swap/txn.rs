@@ -680,7 +680,7 @@ pub struct Swap<'a> {
     pub check: &'a dyn Fn(&Path) -> Result<()>,
 }
 
-pub enum Outcome {
+pub enum SwapOutcome {
     Installed(Journal),
     /// The same library is already there, from this transaction.
     AlreadyInstalled(Journal),
@@ -711,7 +711,7 @@ pub fn is_patched(path: &Path) -> bool {
 /// The swap as a transaction: journal, back up the original (unless an
 /// earlier install of ours kept it), write and check the new file next to
 /// the target, rename it over the target, read it back.
-pub fn swap(locked: &Locked, swap: &Swap) -> Result<Outcome> {
+pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     let torch = swap.torch;
     let target = &torch.target;
     let journals = locked.journals()?;
@@ -725,7 +725,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     if current == new_md5
         && let Some(j) = ours.filter(|j| j.new.md5 == new_md5)
     {
-        return Ok(Outcome::AlreadyInstalled(j.clone()));
+        return Ok(SwapOutcome::AlreadyInstalled(j.clone()));
     }
     let inherits = ours.filter(|j| j.new.md5 == current);
     if inherits.is_none() && patched {
@@ -764,7 +764,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<Outcome> {
     locked.set(&mut j, State::Installed)?;
     crash_point!("install-installed");
     supersede(locked, &j)?;
-    Ok(Outcome::Installed(j))
+    Ok(SwapOutcome::Installed(j))
 }
 
 /// The journal of a new install. Over our own earlier install, the

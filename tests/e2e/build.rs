@@ -6,7 +6,7 @@ use crate::support::{Sandbox, contains_bytes, git, snapshot};
 fn build_installs_a_prefix_that_md5sum_accepts() {
     let sb = Sandbox::new();
     let run = sb.build(&[]).ok();
-    assert!(run.stderr.contains("Installed 5 files"), "{}", run.stderr);
+    run.says("Installed 5 files");
 
     let check = Command::new("md5sum")
         .args(["-c", "share/rdna1-patch/MD5SUMS"])
@@ -66,20 +66,12 @@ fn second_build_fetches_nothing_writes_nothing_compiles_nothing() {
     std::fs::rename(&sb.origin, sb.root.join("origin-gone")).unwrap();
 
     let run = sb.build(&[]).ok();
-    assert!(
-        run.stderr.contains("(cached, no network)"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("no file written"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("Configure up to date"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("Build up to date"), "{}", run.stderr);
+    run.says("(cached, no network)");
+    run.says("no file written");
+    run.says("Configure up to date");
+    run.says("Build up to date");
     assert!(run.compiled().is_empty(), "{}", run.stderr);
-    assert!(run.stderr.contains("is up to date"), "{}", run.stderr);
+    run.says("is up to date");
     assert_eq!(
         snapshot(&sb.src()),
         src_before,
@@ -189,12 +181,8 @@ fn patches_that_escape_the_tree_are_rejected() {
     )
     .unwrap();
     let run = sb.build(&["--stop-after", "patch"]).fails();
-    assert!(run.stderr.contains("0004-evil.patch"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("outside the source tree"),
-        "{}",
-        run.stderr
-    );
+    run.says("0004-evil.patch");
+    run.says("outside the source tree");
     assert!(!sb.work.join("mini/miopen/outside.txt").exists());
     // Rejected before the fetch even starts.
     assert!(!sb.src().exists());
@@ -218,7 +206,7 @@ fn patches_that_escape_the_tree_are_rejected() {
     )
     .unwrap();
     let run = sb.build(&["--stop-after", "patch"]).fails();
-    assert!(run.stderr.contains("is a symlink"), "{}", run.stderr);
+    run.says("is a symlink");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     assert!(!sb.src().join("src/include/miopen/rdna1.hpp").exists());
 }
@@ -233,9 +221,17 @@ fn a_bad_profile_is_named_with_line_and_column() {
         )
     });
     let run = sb.build(&[]).fails();
-    assert!(run.stderr.contains("mini.toml"), "{}", run.stderr);
-    assert!(run.stderr.contains("line 21, column 1"), "{}", run.stderr);
-    assert!(run.stderr.contains("build_typo"), "{}", run.stderr);
+    run.error_is(
+        "error: invalid profile [..]/mini.toml: TOML parse error at line 21, column 1
+   |
+21 | build_typo = \"Debug\"
+   | ^^^^^^^^^^
+unknown field `build_typo`, expected one of `generator`, `build_type`, `defines`, `launcher`
+help: fix the profile; `rdna1-patch profiles show` prints a valid one to start from",
+    );
+    run.says("mini.toml");
+    run.says("line 21, column 1");
+    run.says("build_typo");
     assert!(!sb.work.exists());
 
     let run = sb.run(&["build", "--profile", "no-such-profile"]).fails();
@@ -245,7 +241,7 @@ fn a_bad_profile_is_named_with_line_and_column() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("rocm-6.2.4"), "{}", run.stderr);
+    run.says("rocm-6.2.4");
 }
 
 #[test]
@@ -259,11 +255,7 @@ fn a_define_the_project_never_reads_is_warned_about() {
             "MIOPEN_USE_HIPBLASLT=OFF",
         ])
         .ok();
-    assert!(
-        run.stderr.contains("warning: define MIOPEN_USE_HIPBLASLT is not read by any CMake file of miopen at rocm-6.2.4"),
-        "{}",
-        run.stderr
-    );
+    run.says("warning: define MIOPEN_USE_HIPBLASLT is not read by any CMake file of miopen at rocm-6.2.4");
     assert!(
         !run.stderr.contains("define MIOPEN_USE_MLIR"),
         "{}",
@@ -283,15 +275,11 @@ fn a_failing_compile_shows_the_log_tail_and_installs_nothing() {
     let run = sb
         .build(&["-D", "CMAKE_CXX_FLAGS=-DMIOPEN_MINI_BREAK_BUILD"])
         .fails();
-    assert!(run.stderr.contains("the build failed"), "{}", run.stderr);
+    run.says("the build failed");
     // The failing step itself, however much output other jobs added after it.
     run.says("; the first step that failed:\nFAILED: ");
-    assert!(
-        run.stderr.contains("this fixture build fails on purpose"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("the full log is"), "{}", run.stderr);
+    run.says("this fixture build fails on purpose");
+    run.says("the full log is");
     assert!(!sb.prefix.exists(), "nothing may be installed");
 }
 
@@ -306,6 +294,12 @@ fn an_unwritable_prefix_is_a_clear_error() {
     let args = sb.build_args(&["--prefix", prefix.to_str().unwrap()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = sb.run_unprivileged(&args).fails();
+    run.error_is(&format!(
+        "error: cannot write to the install prefix {0}: {1} is not writable (permission denied)
+help: run with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {0}",
+        prefix.display(),
+        locked.display()
+    ));
     let stderr = run.stderr;
     assert!(
         stderr.contains(&format!(
@@ -342,12 +336,13 @@ fn a_moved_tag_stops_the_build_unless_updated() {
     // A cached checkout is used as is; a fresh fetch sees the move.
     std::fs::remove_dir_all(sb.src()).unwrap();
     let run = sb.build(&["--stop-after", "fetch"]).fails();
-    assert!(
-        run.stderr.contains(&format!("now resolves to {moved}")),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("--update"), "{}", run.stderr);
+    run.error_is(&format!(
+        "error: tag rocm-6.2.4 of {} now resolves to {moved}, but [..]/work/mini/sources.lock recorded {first} on the first fetch
+help: a moved tag can mean a compromised or rewritten upstream; inspect it, then pass --update to accept the new commit",
+        sb.origin.display()
+    ));
+    run.says(&format!("now resolves to {moved}"));
+    run.says("--update");
     assert!(
         std::fs::read_to_string(sb.work.join("mini/sources.lock"))
             .unwrap()
@@ -355,7 +350,7 @@ fn a_moved_tag_stops_the_build_unless_updated() {
     );
 
     let run = sb.build(&["--stop-after", "fetch", "--update"]).ok();
-    assert!(run.stderr.contains("accepting moved tag"), "{}", run.stderr);
+    run.says("accepting moved tag");
     assert!(
         std::fs::read_to_string(sb.work.join("mini/sources.lock"))
             .unwrap()
@@ -374,11 +369,7 @@ fn a_pinned_commit_must_match() {
         )
     });
     let run = sb.build(&["--stop-after", "fetch"]).fails();
-    assert!(
-        run.stderr.contains("pins commit 0123456789abcdef"),
-        "{}",
-        run.stderr
-    );
+    run.says("pins commit 0123456789abcdef");
 }
 
 #[test]
@@ -417,18 +408,14 @@ fn missing_tools_are_reported_before_any_fetch() {
     args[at + 1] = no_rocm.display().to_string();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = sb.run(&args).fails();
-    assert!(
-        run.stderr.contains("/nonexistent/amdclang++"),
-        "{}",
-        run.stderr
-    );
+    run.says("/nonexistent/amdclang++");
     assert!(
         run.stderr
             .contains(&format!("ROCm at {}", no_rocm.display())),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("--rocm DIR"), "{}", run.stderr);
+    run.says("--rocm DIR");
     assert!(!sb.src().exists(), "nothing fetched");
 }
 
@@ -442,7 +429,7 @@ fn make_generator_builds_too() {
     assert!(cache.contains("CMAKE_GENERATOR:INTERNAL=Unix Makefiles"));
     // Switching generators on a kept build dir is refused with the fix.
     let run = sb.build(&["--generator", "ninja"]).fails();
-    assert!(run.stderr.contains("--clean"), "{}", run.stderr);
+    run.says("--clean");
     sb.build(&["--generator", "ninja", "--clean"]).ok();
 }
 
@@ -479,21 +466,12 @@ fn ctrl_c_stops_the_compilers_and_the_build_resumes() {
     // Signal only our process, as `kill -INT` would: it must pass it on.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let run = crate::support::Run::from(out);
+    assert_eq!(run.code, Some(130), "{}", run.stderr);
     // The error, then its help as the very last line, each once.
-    let last: Vec<&str> = stderr.lines().rev().take(2).collect();
-    assert_eq!(
-        last[0], "help: the work dir is kept as it was; run the same command again to resume",
-        "{stderr}"
-    );
-    assert!(
-        last[1].starts_with("error: ") && last[1].ends_with(" was stopped: interrupted"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("run the same command again to resume"),
-        "{stderr}"
+    run.error_is(
+        "error: [..] was stopped: interrupted
+help: the work dir is kept as it was; run the same command again to resume",
     );
     for pid in std::fs::read_to_string(&pids).unwrap().lines() {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -507,11 +485,7 @@ fn ctrl_c_stops_the_compilers_and_the_build_resumes() {
     // dropped define is unset in CMake's cache, not silently kept.
     let launched = std::fs::read_to_string(&pids).unwrap();
     let run = sb.build(&["--launcher", "none"]).ok();
-    assert!(
-        run.stderr.contains("-UCMAKE_CXX_COMPILER_LAUNCHER"),
-        "{}",
-        run.stderr
-    );
+    run.says("-UCMAKE_CXX_COMPILER_LAUNCHER");
     assert_eq!(
         std::fs::read_to_string(&pids).unwrap(),
         launched,

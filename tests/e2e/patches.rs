@@ -45,16 +45,8 @@ fn check_says_whether_a_tree_takes_the_series() {
         ])
     };
     let run = check(&sb).ok();
-    assert!(
-        run.stdout.contains("ok       0003-find-fast-mode.patch"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("3 patches apply cleanly"),
-        "{}",
-        run.stdout
-    );
+    run.prints("ok       0003-find-fast-mode.patch");
+    run.prints("3 patches apply cleanly");
     assert_eq!(
         crate::support::snapshot(&tree),
         before,
@@ -73,7 +65,8 @@ fn check_says_whether_a_tree_takes_the_series() {
     )
     .unwrap();
     let run = check(&sb).check_fails();
-    assert!(run.stderr.contains("patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@)"), "{}", run.stderr);
+    run.error_is("error: patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)");
+    run.says("patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@)");
     // The same as JSON, for scripting a port: per patch its status, files and hunks.
     let json = sb
         .run(&[
@@ -167,7 +160,7 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
         .ok()
     };
     let run = refresh();
-    assert!(run.stdout.contains("refreshed"), "{}", run.stdout);
+    run.prints("refreshed");
     let patch = std::fs::read_to_string(sb.series.join("0002-handlehip-host-alloc.patch")).unwrap();
     assert!(
         patch.starts_with("From: rdna1-patch fixture"),
@@ -184,9 +177,9 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
 
     // Refreshing again changes nothing; the new series builds.
     let run = refresh();
-    assert!(run.stdout.contains("is up to date"), "{}", run.stdout);
+    run.prints("is up to date");
     let run = sb.build(&["--stop-after", "patch"]).ok();
-    assert!(run.stderr.contains("no file written"), "{}", run.stderr);
+    run.says("no file written");
 
     // A fresh checkout of the tag takes the refreshed series.
     let fresh = sb.root.join("fresh");
@@ -223,7 +216,7 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
             src.to_str().unwrap(),
         ])
         .fails();
-    assert!(run.stderr.contains("rocm-6.2.4"), "{}", run.stderr);
+    run.says("rocm-6.2.4");
 }
 
 /// `rdna1-patch patches list | head -c1`: a stdout closed early ends the run

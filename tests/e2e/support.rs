@@ -34,7 +34,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(out: Output) -> Run {
+    pub fn from(out: Output) -> Run {
         Run {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -84,6 +84,28 @@ impl Run {
             Some(1),
             "expected exit 1\nstdout:\n{}\nstderr:\n{}",
             self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// The error a user reads, exactly: stderr's `error:` line and every line
+    /// after it equal `expected`, where `[..]` in a line matches any text
+    /// (cargo-test-support's wildcard). Progress lines before the error are
+    /// not compared.
+    #[track_caller]
+    pub fn error_is(&self, expected: &str) -> &Run {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        let start = lines.iter().position(|l| l.starts_with("error: "));
+        let got = start.map(|s| &lines[s..]).unwrap_or(&[]);
+        let want: Vec<&str> = expected.trim_end().lines().collect();
+        let same =
+            got.len() == want.len() && got.iter().zip(&want).all(|(g, w)| line_matches(w, g));
+        assert!(
+            same,
+            "the error differs\nexpected:\n{}\ngot:\n{}\nwhole stderr:\n{}",
+            want.join("\n"),
+            got.join("\n"),
             self.stderr
         );
         self
@@ -315,4 +337,35 @@ pub fn contains_bytes(haystack: &[u8], needle: &str) -> bool {
 pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// `pattern` with each `[..]` matching any text, against one whole line.
+pub fn line_matches(pattern: &str, line: &str) -> bool {
+    let mut parts = pattern.split("[..]");
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = line.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+#[test]
+fn wildcard_lines() {
+    assert!(line_matches("error: a [..] b", "error: a x y b"));
+    assert!(line_matches("[..]", "anything"));
+    assert!(line_matches("exact", "exact"));
+    assert!(!line_matches("exact", "exact but longer"));
+    assert!(!line_matches("a [..] c", "a b d"));
+    assert!(line_matches("a [..] b [..]", "a 1 b 2"));
+    assert!(!line_matches("a[..]b[..]c", "a b"));
 }

@@ -28,7 +28,7 @@ fn install_then_rollback_restores_the_original_bytes() {
     assert!(built.contains("/rocm/lib/libamdhip64.so.6"), "{built}");
 
     let run = sb.install(&[]).ok();
-    assert!(run.stderr.contains("Installed"), "{}", run.stderr);
+    run.says("Installed");
     let installed = std::fs::read(&lib).unwrap();
     assert_ne!(installed, original);
     assert!(crate::support::contains_bytes(&installed, "[RDNA1 PATCH]"));
@@ -73,18 +73,10 @@ fn install_then_rollback_restores_the_original_bytes() {
     );
 
     let run = sb.rollback(&[]).ok();
-    assert!(
-        run.stderr.contains("copied back from the backup"),
-        "{}",
-        run.stderr
-    );
+    run.says("copied back from the backup");
     assert_eq!(std::fs::read(&lib).unwrap(), original);
     let run = sb.rollback(&[]).ok();
-    assert!(
-        run.stderr.contains("nothing to roll back"),
-        "{}",
-        run.stderr
-    );
+    run.says("nothing to roll back");
     assert_eq!(std::fs::read(&lib).unwrap(), original);
     assert_eq!(md5(&lib), rdna1_patch::checksum::md5_bytes(&original));
 }
@@ -98,11 +90,7 @@ fn installing_twice_keeps_the_first_original() {
     let first = md5(&torch.miopen());
     // Same build again: nothing to do.
     let again = sb.install(&[]).ok();
-    assert!(
-        again.stderr.contains("already holds this build"),
-        "{}",
-        again.stderr
-    );
+    again.says("already holds this build");
     // A different library (as built, not relinked) over our own install.
     sb.install(&["--no-relink"]).ok();
     assert_ne!(md5(&torch.miopen()), first);
@@ -117,8 +105,8 @@ fn installing_twice_keeps_the_first_original() {
     );
     // One rollback returns to torch's own library, not to the first install.
     let run = sb.rollback(&[]).ok();
-    assert!(run.stderr.contains("transaction 2"), "{}", run.stderr);
-    assert!(run.stderr.contains("transaction 1"), "{}", run.stderr);
+    run.says("transaction 2");
+    run.says("transaction 1");
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
     let list = sb.rollback(&["--list"]).ok().stdout;
     assert_eq!(list.matches("rolled-back").count(), 2, "{list}");
@@ -159,20 +147,18 @@ fn a_rocm_version_mismatch_is_refused_unless_forced() {
     let torch = sb.torch(TorchKind::Rocm, "6.1.40091-a8dbc0c19");
     let before = md5(&torch.miopen());
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19"),
-        "{}",
-        run.stderr
+    run.error_is(
+        "error: the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs
+help: build with a profile for ROCm 6.1 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway",
     );
-    assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    run.says(
+        "the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19",
+    );
+    run.says("--force");
     assert_eq!(md5(&torch.miopen()), before);
     assert!(!Path::new(&sb.state()).join("transactions").exists());
     let run = sb.install(&["--force"]).ok();
-    assert!(
-        run.stderr.contains("warning: the build is for ROCm 6.2.4"),
-        "{}",
-        run.stderr
-    );
+    run.says("warning: the build is for ROCm 6.2.4");
     assert_ne!(md5(&torch.miopen()), before);
 }
 
@@ -181,27 +167,20 @@ fn a_cpu_torch_is_refused_by_name() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Cpu, HIP);
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains(&format!(
+    run.error_is(&format!(
+        "error: torch 2.5.1+rocm6.2 at {} is a CPU-only build: torch.version.hip is None and torch/lib has no libMIOpen.so
+help: install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
+        torch.dir.display()
+    ));
+    run.says(&format!(
             "torch 2.5.1+rocm6.2 at {} is a CPU-only build: torch.version.hip is None and torch/lib has no libMIOpen.so",
             torch.dir.display()
-        )),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("help: install a ROCm build of torch"),
-        "{}",
-        run.stderr
-    );
+        ));
+    run.says("help: install a ROCm build of torch");
     // A python without torch at all.
     std::fs::remove_dir_all(&torch.dir).unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("has no torch installed"),
-        "{}",
-        run.stderr
-    );
+    run.says("has no torch installed");
 }
 
 #[test]
@@ -231,7 +210,7 @@ fn a_read_only_torch_lib_is_a_clear_error_and_changes_nothing() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
+    run.says("nothing was changed");
     assert_eq!(crate::support::snapshot(&torch.dir), before);
     let list = sb.rollback(&["--list"]).ok().stdout;
     assert!(list.contains("no transactions"), "{list}");
@@ -255,12 +234,8 @@ fn a_tampered_backup_is_never_restored() {
     std::fs::remove_file(&backup).unwrap();
     std::fs::write(&backup, bytes).unwrap();
     let run = sb.rollback(&[]).fails();
-    assert!(
-        run.stderr.contains("is not the file transaction 1 saved"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
+    run.says("is not the file transaction 1 saved");
+    run.says("nothing was changed");
     assert!(
         run.stderr
             .contains("pip install --force-reinstall torch==2.5.1+rocm6.2"),
@@ -281,22 +256,10 @@ fn a_second_run_is_blocked_by_the_lock() {
     let lock = std::fs::File::create(state.join("lock")).unwrap();
     lock.lock().unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("another rdna1-patch run"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("is changing torch right now"),
-        "{}",
-        run.stderr
-    );
+    run.says("another rdna1-patch run");
+    run.says("is changing torch right now");
     let run = sb.rollback(&[]).fails();
-    assert!(
-        run.stderr.contains("another rdna1-patch run"),
-        "{}",
-        run.stderr
-    );
+    run.says("another rdna1-patch run");
     assert_eq!(md5(&torch.miopen()), before);
     drop(lock);
     sb.install(&[]).ok();
@@ -309,16 +272,8 @@ fn a_prefix_that_fails_its_checksums_is_refused() {
     let before = md5(&torch.miopen());
     std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "tampered").unwrap();
     let run = sb.install(&[]).fails();
-    assert!(
-        run.stderr.contains("does not match its MD5SUMS"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("include/miopen/miopen.h: MD5"),
-        "{}",
-        run.stderr
-    );
+    run.says("does not match its MD5SUMS");
+    run.says("include/miopen/miopen.h: MD5");
     assert_eq!(md5(&torch.miopen()), before);
 }
 
@@ -431,12 +386,8 @@ fn a_crash_at_any_step_is_recovered_by_rollback() {
     // An install killed after the swap is finished by the next install.
     crash(&install_args, "install-renamed");
     let run = sb.install(&[]).ok();
-    assert!(run.stderr.contains("it is now installed"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("already holds this build"),
-        "{}",
-        run.stderr
-    );
+    run.says("it is now installed");
+    run.says("already holds this build");
     sb.rollback(&[]).ok();
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
 
