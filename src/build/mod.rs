@@ -1,5 +1,6 @@
 //! `build`: profile -> source -> patch -> cmake -> prefix, tied together by
-//! `pipeline`; `launcher`, `tools` and `workdir` serve the stages.
+//! `pipeline`; `launcher`, `tools` and `workdir` serve the stages, and
+//! `series` holds the `patches` verbs.
 
 pub(crate) mod cmake;
 pub(crate) mod launcher;
@@ -7,6 +8,7 @@ pub mod patch;
 pub(crate) mod pipeline;
 pub(crate) mod prefix;
 pub mod profile;
+pub(crate) mod series;
 pub(crate) mod source;
 pub(crate) mod tools;
 pub(crate) mod workdir;

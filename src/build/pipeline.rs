@@ -70,23 +70,8 @@ struct BuildPlan<'a> {
 impl Options {
     fn plan(&self) -> Result<BuildPlan<'_>> {
         let component = self.profile.component(&self.component)?;
-        let mut series = Series::load(&self.profile.series_dir(component)?)?;
-        let extra = self
-            .extra_patches
-            .clone()
-            .or_else(|| self.profile.extra_series_dir(component));
-        if let Some(dir) = extra {
-            if !dir.is_dir() {
-                return Err(hint(
-                    format!(
-                        "the extra patch series {} is not a directory",
-                        dir.display()
-                    ),
-                    "give --extra-patches (or the profile's extra_patches) a directory with a `series` file and its patches",
-                ));
-            }
-            series.append(Series::load(&crate::build::profile::SeriesDir::Disk(dir))?)?;
-        }
+        let series =
+            crate::build::series::load(&self.profile, component, self.extra_patches.as_deref())?;
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;

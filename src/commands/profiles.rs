@@ -31,7 +31,7 @@ pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
         ProfilesCommand::Show { name } => {
             let text = profile::builtin_text(&name)
                 .ok_or_else(|| anyhow!("no built-in profile `{name}`"))?;
-            print!("{text}");
+            crate::outln!("{}", text.trim_end_matches('\n'));
         }
     }
     Ok(ExitCode::SUCCESS)

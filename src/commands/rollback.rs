@@ -3,8 +3,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{StateArg, TorchArg};
-use crate::inspect::status::describe;
-use crate::swap::txn::{self, Rolled};
+use crate::swap::out_of_torch::{self, RollbackRequest};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -28,109 +27,20 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let term = super::term::Term::new();
-    let ui = Ui::new(&term);
     let state = args.state.open()?;
-    if args.list {
-        return list(&state, &ui);
-    }
-    let locked = state.lock()?;
-    let recovery = txn::recover(&locked)?;
-    for note in &recovery.notes {
-        ui.stage("Recovered", note);
-    }
-    if let Some(id) = args.abandon {
-        let j = txn::abandon(&locked, id)?;
-        ui.stage(
-            "Abandoned",
-            format!(
-                "transaction {} ({} was left as it is; the original stays in {})",
-                j.id,
-                j.torch.target.display(),
-                j.backup.display()
-            ),
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut notes = Vec::new();
-    let rolled = txn::rollback(&locked, args.to, &mut notes);
-    for note in notes {
-        ui.stage("Closed", note);
-    }
-    match rolled? {
-        Rolled::Nothing(last) => nothing(&state, &args.torch, last.as_deref(), &ui)?,
-        Rolled::Done(done) => {
-            for (j, already) in done {
-                let how = if already {
-                    "the original was already in place"
-                } else {
-                    "copied back from the backup"
-                };
-                ui.stage(
-                    "Restored",
-                    format!(
-                        "transaction {}: {} is the original again (MD5 {}), {how}",
-                        j.id,
-                        j.torch.target.display(),
-                        j.original.md5
-                    ),
-                );
-            }
+    let req = if args.list {
+        RollbackRequest::List
+    } else if let Some(id) = args.abandon {
+        RollbackRequest::Abandon(id)
+    } else {
+        RollbackRequest::Undo {
+            to: args.to,
+            torch: args.torch.locator(),
         }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `--list`: every transaction, and the journals that cannot be read.
-fn list(state: &txn::StateDir, ui: &Ui) -> Result<ExitCode> {
-    let all = state.read()?;
-    for d in &all.damaged {
-        ui.warn(format!("{} is damaged: {}", d.path.display(), d.error));
-    }
-    if all.list.is_empty() {
-        crate::outln!("no transactions in {}", state.root().display());
-    }
-    for j in &all.list {
-        crate::outln!("{}", describe(j));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Nothing installed here. That does not mean torch is clean: the state dir
-/// that installed it may be gone, or another one was used.
-fn nothing(
-    state: &txn::StateDir,
-    torch: &TorchArg,
-    last: Option<&txn::Journal>,
-    ui: &Ui,
-) -> Result<()> {
-    if let Ok(torch) = crate::swap::torch::locate(&torch.locator())
-        && txn::is_patched(&torch.target)
-    {
-        return Err(crate::error::hint(
-            format!(
-                "{} is an rdna1-patch build, but no transaction in {} installed it, so there is no original here to put back",
-                torch.target.display(),
-                state.root().display()
-            ),
-            format!(
-                "if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch=={}` (from the index you installed it from) brings torch's own library back",
-                torch.version
-            ),
-        ));
-    }
-    let what = match last {
-        Some(j) => format!(
-            "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
-            j.id,
-            j.state.name(),
-            j.updated
-        ),
-        None => format!(
-            "nothing to roll back: no transactions in {}",
-            state.root().display()
-        ),
     };
-    ui.stage("Rollback", what);
-    Ok(())
+    let term = super::term::Term::new();
+    for line in out_of_torch::run(&state, &req, &Ui::new(&term))? {
+        crate::outln!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,164 @@
+//! What the `patches` verbs do with a profile's series: list it, check it
+//! against a tree, refresh one patch from an edited tree. Results come back
+//! as text (or JSON) for the CLI to print.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
+
+use crate::build::patch::{self, ApplyOutcome, Series};
+use crate::build::profile::{Component, Profile, SeriesDir};
+use crate::build::{cmake, source};
+use crate::error::hint;
+use crate::fsutil;
+
+/// The series a build applies: the profile's, then the extra one
+/// (`--extra-patches`, else the profile's `extra_patches`), all or nothing.
+pub fn load(profile: &Profile, component: &Component, extra: Option<&Path>) -> Result<Series> {
+    let mut series = Series::load(&profile.series_dir(component)?)?;
+    let extra = extra
+        .map(Path::to_path_buf)
+        .or_else(|| profile.extra_series_dir(component));
+    if let Some(dir) = extra {
+        if !dir.is_dir() {
+            return Err(hint(
+                format!(
+                    "the extra patch series {} is not a directory",
+                    dir.display()
+                ),
+                "give --extra-patches (or the profile's extra_patches) a directory with a `series` file and its patches",
+            ));
+        }
+        series.append(Series::load(&SeriesDir::Disk(dir))?)?;
+    }
+    Ok(series)
+}
+
+/// `patches list`: each profile's series, patch by patch.
+pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for p in profiles {
+        for (name, c) in &p.components {
+            let series = Series::load(&p.series_dir(c)?)?;
+            out.push(format!("{} {name} {} ({}):", p.name, c.tag, series.origin));
+            if series.patches.is_empty() {
+                out.push("  (no patches)".to_owned());
+            }
+            for pf in &series.patches {
+                out.push(format!("  {}  {}", pf.name, pf.subject));
+                out.push(format!("      files: {}", pf.files.join(", ")));
+                out.push(format!(
+                    "      marker: {}",
+                    pf.marker.as_deref().unwrap_or("(none)")
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What `patches check` was asked.
+pub struct CheckRequest<'a> {
+    pub profile: &'a Profile,
+    pub component: &'a str,
+    pub source: &'a Path,
+    pub extra: Option<&'a Path>,
+    pub json: bool,
+}
+
+/// The answer of `patches check`: whether the series applies, and the
+/// report. A series that does not apply is an answer (`ok` false), not an
+/// error of the tool.
+pub struct Checked {
+    pub ok: bool,
+    pub report: String,
+}
+
+pub fn check(req: &CheckRequest) -> Result<Checked> {
+    let p = req.profile;
+    let c = p.component(req.component)?;
+    let series = load(p, c, req.extra)?;
+    let base = patch::disk_base(req.source);
+    let unread = cmake::unread_defines(req.source, &c.cmake.effective_defines(&p.rocm.path, &[]))?;
+    if req.json {
+        let checked = patch::check(&series, &base)?;
+        let ok = checked.iter().all(|c| c.status != "failed");
+        let report = serde_json::to_string_pretty(&serde_json::json!({
+            "schema_version": 1,
+            "profile": p.name,
+            "component": req.component,
+            "tag": c.tag,
+            "source": req.source,
+            "ok": ok,
+            "patches": checked,
+            "unread_defines": unread,
+        }))?;
+        return Ok(Checked { ok, report });
+    }
+    let plan = match patch::plan(&series, req.source, &base, &Default::default()) {
+        Ok(plan) => plan,
+        Err(e) if e.chain().any(|c| c.is::<patch::ApplyError>()) => {
+            return Ok(Checked {
+                ok: false,
+                report: crate::error::render(&e),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let mut lines: Vec<String> = plan
+        .outcomes
+        .iter()
+        .map(|(name, outcome)| match outcome {
+            ApplyOutcome::Applied => format!("ok       {name}"),
+            ApplyOutcome::AlreadyApplied => format!("applied  {name} (already in the tree)"),
+        })
+        .collect();
+    for name in unread {
+        lines.push(format!(
+            "warning  define {name} is not read by any CMake file in {}",
+            req.source.display()
+        ));
+    }
+    lines.push(format!(
+        "{} patches apply cleanly to {}",
+        plan.outcomes.len(),
+        req.source.display()
+    ));
+    Ok(Checked {
+        ok: true,
+        report: lines.join("\n"),
+    })
+}
+
+/// `patches refresh`: rewrite patch `name` of the profile file's series
+/// from the edited tree `source`. Returns the line to show.
+pub fn refresh(
+    name: &str,
+    source: &Path,
+    profile: &Path,
+    component: &str,
+    add: &[String],
+) -> Result<String> {
+    let p = Profile::from_file(profile)?;
+    let c = p.component(component)?;
+    let dir = p.series_dir(c)?;
+    let disk: PathBuf = dir
+        .disk_path()
+        .ok_or_else(|| anyhow!("the series of {} is not on disk", profile.display()))?
+        .to_owned();
+    let series = Series::load(&dir)?;
+    let checkout = source::open(source)?;
+    let base = |rel: &str| checkout.pristine(rel);
+    let text = patch::refresh(&series, name, source, &base, add)?;
+    let target = disk.join(name);
+    if std::fs::read_to_string(&target).ok().as_deref() == Some(text.as_str()) {
+        return Ok(format!("{name} is up to date"));
+    }
+    fsutil::write_atomic(&target, text.as_bytes(), None)
+        .map_err(|e| hint(format!("{e:#}"), "the patch file was left as it was"))?;
+    let files = Series::load(&dir)?
+        .get(name)
+        .map(|(_, p)| p.files.join(", "))
+        .unwrap_or_default();
+    Ok(format!("refreshed {} ({files})", target.display()))
+}

@@ -1,0 +1,136 @@
+//! The rollback operation (`rollback`, `--list`, `--abandon`): settle what a
+//! kill left, then undo installed transactions newest first, over `txn`.
+
+use anyhow::Result;
+
+use crate::inspect::status::describe;
+use crate::swap::torch::Locator;
+use crate::swap::txn::{self, Rolled, StateDir};
+use crate::ui::Ui;
+
+/// What `rollback` was asked to do.
+pub enum RollbackRequest {
+    /// Every transaction and its state; nothing changes.
+    List,
+    /// Close one transaction without touching torch.
+    Abandon(u32),
+    /// Undo installed transactions from the newest down to `to` (or the
+    /// newest alone). `torch` is looked at only when nothing is installed,
+    /// to tell a clean torch from one another state dir patched.
+    Undo { to: Option<u32>, torch: Locator },
+}
+
+/// Carry out `req`; what `--list` shows is returned, one line a
+/// transaction, for the caller to print.
+pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<String>> {
+    let (to, torch) = match req {
+        RollbackRequest::List => return list(state, ui),
+        RollbackRequest::Abandon(_) => (None, None),
+        RollbackRequest::Undo { to, torch } => (*to, Some(torch)),
+    };
+    let locked = state.lock()?;
+    let recovery = txn::recover(&locked)?;
+    for note in &recovery.notes {
+        ui.stage("Recovered", note);
+    }
+    if let RollbackRequest::Abandon(id) = req {
+        let j = txn::abandon(&locked, *id)?;
+        ui.stage(
+            "Abandoned",
+            format!(
+                "transaction {} ({} was left as it is; the original stays in {})",
+                j.id,
+                j.torch.target.display(),
+                j.backup.display()
+            ),
+        );
+        return Ok(Vec::new());
+    }
+    let mut notes = Vec::new();
+    let rolled = txn::rollback(&locked, to, &mut notes);
+    for note in notes {
+        ui.stage("Closed", note);
+    }
+    match rolled? {
+        Rolled::Nothing(last) => nothing(state, torch, last.as_deref(), ui)?,
+        Rolled::Done(done) => {
+            for (j, already) in done {
+                restored(&j, already, ui);
+            }
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn restored(j: &txn::Journal, already: bool, ui: &Ui) {
+    let how = if already {
+        "the original was already in place"
+    } else {
+        "copied back from the backup"
+    };
+    ui.stage(
+        "Restored",
+        format!(
+            "transaction {}: {} is the original again (MD5 {}), {how}",
+            j.id,
+            j.torch.target.display(),
+            j.original.md5
+        ),
+    );
+}
+
+/// `--list`: every transaction; the journals that cannot be read are warned
+/// about.
+fn list(state: &StateDir, ui: &Ui) -> Result<Vec<String>> {
+    let all = state.read()?;
+    for d in &all.damaged {
+        ui.warn(format!("{} is damaged: {}", d.path.display(), d.error));
+    }
+    if all.list.is_empty() {
+        return Ok(vec![format!(
+            "no transactions in {}",
+            state.root().display()
+        )]);
+    }
+    Ok(all.list.iter().map(describe).collect())
+}
+
+/// Nothing installed here. That does not mean torch is clean: the state dir
+/// that installed it may be gone, or another one was used.
+fn nothing(
+    state: &StateDir,
+    torch: Option<&Locator>,
+    last: Option<&txn::Journal>,
+    ui: &Ui,
+) -> Result<()> {
+    if let Some(torch) = torch
+        && let Ok(torch) = crate::swap::torch::locate(torch)
+        && txn::is_patched(&torch.target)
+    {
+        return Err(crate::error::hint(
+            format!(
+                "{} is an rdna1-patch build, but no transaction in {} installed it, so there is no original here to put back",
+                torch.target.display(),
+                state.root().display()
+            ),
+            format!(
+                "if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch=={}` (from the index you installed it from) brings torch's own library back",
+                torch.version
+            ),
+        ));
+    }
+    let what = match last {
+        Some(j) => format!(
+            "nothing to roll back: no transaction is installed (the last, {}, is {} since {})",
+            j.id,
+            j.state.name(),
+            j.updated
+        ),
+        None => format!(
+            "nothing to roll back: no transactions in {}",
+            state.root().display()
+        ),
+    };
+    ui.stage("Rollback", what);
+    Ok(())
+}
