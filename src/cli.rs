@@ -44,6 +44,7 @@ enum Command {
 pub fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
+    crate::interrupt::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Build(args) => commands::build::run(args),
@@ -54,6 +55,12 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Patches(cmd) => commands::patches::run(cmd),
         Command::Profiles(cmd) => commands::profiles::run(cmd),
+    };
+    // A command that reports errors as data (doctor, verify) still ends
+    // with the signal's status when a signal stopped one of its programs.
+    let result = match (result, crate::interrupt::interrupted()) {
+        (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),
+        (result, _) => result,
     };
     match result {
         Ok(code) => code,

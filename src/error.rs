@@ -38,13 +38,19 @@ impl Hint {
     }
 }
 
-/// The user pressed Ctrl-C (or sent SIGINT); exit 130 like a shell would.
+/// A signal stopped the run: Ctrl-C (SIGINT), SIGTERM or SIGHUP. The exit
+/// status is 128 + the signal, as a shell reports it (130, 143, 129).
 #[derive(Debug)]
-pub struct Interrupted;
+pub struct Interrupted(pub i32);
 
 impl fmt::Display for Interrupted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("interrupted")
+        match self.0 {
+            libc::SIGINT => f.write_str("interrupted"),
+            libc::SIGTERM => f.write_str("terminated (SIGTERM)"),
+            libc::SIGHUP => f.write_str("the terminal hung up (SIGHUP)"),
+            sig => write!(f, "signal {sig}"),
+        }
     }
 }
 
@@ -54,17 +60,16 @@ impl std::error::Error for Interrupted {}
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage, or the tool could not do its job.
 pub const FAILED: u8 = 2;
-/// Interrupted by Ctrl-C.
+/// Interrupted by Ctrl-C; SIGTERM gives 143, SIGHUP 129.
 pub const INTERRUPTED: u8 = 130;
 
 /// The documented exit statuses, for `--help`.
-pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 130 interrupted (Ctrl-C).";
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).";
 
 pub fn exit_code(err: &anyhow::Error) -> u8 {
-    if err.chain().any(|e| e.is::<Interrupted>()) {
-        INTERRUPTED
-    } else {
-        FAILED
+    match err.chain().find_map(|e| e.downcast_ref::<Interrupted>()) {
+        Some(Interrupted(sig)) => u8::try_from(128 + sig).unwrap_or(INTERRUPTED),
+        None => FAILED,
     }
 }
 
@@ -86,7 +91,7 @@ mod tests {
 
     #[test]
     fn the_help_line_comes_last_once_even_under_context() {
-        let err = anyhow::Error::new(Interrupted).context(Hint::new(
+        let err = anyhow::Error::new(Interrupted(libc::SIGINT)).context(Hint::new(
             "ninja was stopped",
             "the work dir is kept as it was; run the same command again to resume",
         ));

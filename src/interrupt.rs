@@ -1,37 +1,50 @@
-//! Ctrl-C handling for long child processes.
+//! Ctrl-C, SIGTERM and SIGHUP.
 //!
 //! Builds run in their own process group so that one signal reaches ninja and
-//! every compiler below it, even when only our pid was signalled (`kill -INT`).
-//! A signal handler is process-wide by nature, so the current child group is
-//! the one piece of global state in the crate, kept behind this module.
+//! every compiler below it, even when only our pid was signalled (`kill
+//! -TERM`): the signal is passed on, the build returns, and the error says
+//! what stopped it. With no child running the run ends at once, with a
+//! message: nothing we do between child runs is left half-done by exiting
+//! (files are replaced by rename, the torch swap is journaled). A signal
+//! handler is process-wide by nature, so the current child group is the one
+//! piece of global state in the crate, kept behind this module.
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The signal that arrived, 0 if none.
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Once = Once::new();
 
-fn install() {
+/// Watch for the signals; called once, first thing in `main`.
+pub fn install() {
     INSTALL.call_once(|| {
-        let _ = ctrlc::set_handler(|| {
-            INTERRUPTED.store(true, Ordering::SeqCst);
-            let group = CHILD_GROUP.load(Ordering::SeqCst);
-            if group > 0 {
-                // SAFETY: killpg only sends a signal; a stale group id at worst fails with ESRCH.
-                unsafe {
-                    libc::killpg(group, libc::SIGINT);
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                SIGNAL.store(sig, Ordering::SeqCst);
+                let group = CHILD_GROUP.load(Ordering::SeqCst);
+                if group > 0 {
+                    // SAFETY: killpg only sends a signal; a stale group id at worst fails with ESRCH.
+                    unsafe {
+                        libc::killpg(group, sig);
+                    }
+                } else {
+                    let err = stopped("rdna1-patch", sig);
+                    crate::output::error(&err);
+                    std::process::exit(i32::from(crate::error::exit_code(&err)));
                 }
-            } else {
-                // No child to stop: nothing we do between child runs is left
-                // half-done by exiting (files are replaced by rename).
-                std::process::exit(130);
             }
         });
     });
 }
 
-/// While this guard lives, Ctrl-C is forwarded to process group `pgid`.
+/// While this guard lives, a signal is passed on to process group `pgid`.
 pub struct ChildGroup(());
 
 impl ChildGroup {
@@ -48,7 +61,19 @@ impl Drop for ChildGroup {
     }
 }
 
-/// Whether a Ctrl-C arrived while a child group was running.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+/// The signal that stopped a child group, if one did.
+pub fn interrupted() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// The error for `what` (a program, or rdna1-patch itself between steps)
+/// stopped by `sig`.
+pub fn stopped(what: &str, sig: i32) -> anyhow::Error {
+    anyhow::Error::new(crate::error::Interrupted(sig)).context(crate::error::Hint::new(
+        format!("{what} was stopped"),
+        "nothing was left half-done; run the same command again to finish",
+    ))
 }

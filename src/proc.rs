@@ -55,6 +55,8 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     let out = reader(Box::new(child.stdout.take().expect("piped")));
     let err = reader(Box::new(child.stderr.take().expect("piped")));
     let pgid = child.id() as i32;
+    // A signal reaches the child's group; we then return its error below.
+    let guard = crate::interrupt::ChildGroup::new(child.id());
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break Some(s);
@@ -71,6 +73,13 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     // that left the group (setsid) gets until the limit to close its pipes.
     // SAFETY: as above.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    drop(guard);
+    if let Some(sig) = crate::interrupt::interrupted() {
+        return Err(crate::interrupt::stopped(
+            &cmd.get_program().to_string_lossy(),
+            sig,
+        ));
+    }
     let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
         let deadline = start + limit.max(start.elapsed() + Duration::from_millis(200));
         let mut buf = Vec::new();

@@ -94,9 +94,10 @@ pub fn run_logged(
         on_line(line);
     })
     .with_context(|| format!("cannot run {shown}"))?;
-    if interrupt::interrupted() {
-        log.line("interrupted");
-        return Err(anyhow::Error::new(Interrupted).context(Hint::new(
+    if let Some(sig) = interrupt::interrupted() {
+        let why = Interrupted(sig);
+        log.line(&why.to_string());
+        return Err(anyhow::Error::new(why).context(Hint::new(
             format!("{shown} was stopped"),
             "the work dir is kept as it was; run the same command again to resume",
         )));
