@@ -2,14 +2,22 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
+
+/// `--version`: the package version and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("RDNA1_PATCH_COMMIT"),
+    ")"
+);
 
 #[derive(Parser)]
 #[command(
     name = "rdna1-patch",
-    version,
+    version = VERSION,
     about = "Build a patched MIOpen for AMD RDNA1 GPUs (gfx1010/1011/1012) and swap it into PyTorch, reversibly",
     after_help = crate::error::EXIT_STATUS_HELP,
     propagate_version = true
@@ -17,28 +25,98 @@ use crate::commands;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print only warnings and errors
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Also print the build's own output, and each step as a line
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    /// Colour: auto (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE
+    /// forces it), always, never
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
+    color: Color,
 }
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+const BUILD_EXAMPLES: &str = "Examples:
+  rdna1-patch build --dry-run                 # what would run, changing nothing
+  rdna1-patch build                           # rocm-6.2.4 into ~/.local/share/rdna1-patch/rocm-6.2.4
+  rdna1-patch build --profile rocm-6.3.1 -D GPU_TARGETS=gfx1010
+  sudo rdna1-patch build --prefix /opt/rocm-miopen-rdna1
+  rdna1-patch build --stop-after install      # after a failed install: the build is kept, only install runs";
+const INSTALL_EXAMPLES: &str = "Examples:
+  rdna1-patch install --into-torch                           # the torch of python3 on PATH
+  rdna1-patch install --into-torch --python ~/venv/bin/python
+  rdna1-patch install --into-torch --profile rocm-6.3.1 --force";
+const ROLLBACK_EXAMPLES: &str = "Examples:
+  rdna1-patch rollback            # undo the newest install
+  rdna1-patch rollback --list     # every transaction and its state
+  rdna1-patch rollback --to 1     # undo everything down to transaction 1";
+const STATUS_EXAMPLES: &str = "Examples:
+  rdna1-patch status
+  rdna1-patch status --json | jq .transactions";
+const VERIFY_EXAMPLES: &str = "Examples:
+  rdna1-patch verify                          # prefix, markers, torch's library, links
+  rdna1-patch verify --runtime --python ~/venv/bin/python
+  rdna1-patch verify --json";
+const DOCTOR_EXAMPLES: &str = "Examples:
+  rdna1-patch doctor
+  rdna1-patch doctor --rocm /usr --python ~/venv/bin/python";
+const PATCHES_EXAMPLES: &str = "Examples:
+  rdna1-patch patches list
+  rdna1-patch patches check --source ~/src/MIOpen --profile rocm-6.3.1
+  rdna1-patch patches refresh 0004-batchnorm-gfx101x.patch --source ~/src/MIOpen --profile my/rocm-6.2.4.toml";
+const PROFILES_EXAMPLES: &str = "Examples:
+  rdna1-patch profiles list
+  rdna1-patch profiles export rocm-6.2.4 ~/my-profiles   # a profile file with its series, to edit";
+const CLEAN_EXAMPLES: &str = "Examples:
+  rdna1-patch clean --dry-run     # what would go, and how much
+  rdna1-patch clean";
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  rdna1-patch completions bash > ~/.local/share/bash-completion/completions/rdna1-patch
+  rdna1-patch completions zsh > ~/.zfunc/_rdna1-patch
+  rdna1-patch completions fish > ~/.config/fish/completions/rdna1-patch.fish";
 
 #[derive(Subcommand)]
 enum Command {
     /// Fetch, patch, configure, build and install a component (today: miopen)
+    #[command(after_help = BUILD_EXAMPLES)]
     Build(commands::build::Args),
     /// Swap the built library into torch (journaled; `rollback` undoes it)
+    #[command(after_help = INSTALL_EXAMPLES)]
     Install(commands::install::Args),
     /// Put torch's original library back
+    #[command(after_help = ROLLBACK_EXAMPLES)]
     Rollback(commands::rollback::Args),
     /// What is built, what is installed where, and open transactions
+    #[command(after_help = STATUS_EXAMPLES)]
     Status(commands::status::Args),
     /// Prove what is installed, loaded and linked (exit 1 if any check fails)
+    #[command(after_help = VERIFY_EXAMPLES)]
     Verify(commands::verify::Args),
-    /// Check this machine before a build: tools, ROCm, GPU, disk
+    /// Check this machine before a build: tools, ROCm, GPU, disk, torch
+    #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor(commands::doctor::Args),
     /// Work on patch series: list, check against a tree, refresh from a tree
-    #[command(subcommand)]
+    #[command(subcommand, after_help = PATCHES_EXAMPLES)]
     Patches(commands::patches::PatchesCommand),
-    /// Show the built-in profiles
-    #[command(subcommand)]
+    /// Show the built-in profiles, or export one to edit
+    #[command(subcommand, after_help = PROFILES_EXAMPLES)]
     Profiles(commands::profiles::ProfilesCommand),
+    /// Free space: old logs, backups no rollback can need, old work dirs
+    #[command(after_help = CLEAN_EXAMPLES)]
+    Clean(commands::clean::Args),
+    /// Print a shell completion script
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff): `rdna1-patch man | man -l -`
+    Man,
 }
 
 pub fn main() -> ExitCode {
@@ -46,6 +124,15 @@ pub fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     crate::interrupt::install();
     let cli = Cli::parse();
+    crate::output::configure(crate::output::Settings {
+        quiet: cli.quiet,
+        verbose: cli.verbose,
+        color: crate::output::use_color(match cli.color {
+            Color::Auto => "auto",
+            Color::Always => "always",
+            Color::Never => "never",
+        }),
+    });
     let result = match cli.command {
         Command::Build(args) => commands::build::run(args),
         Command::Install(args) => commands::install::run(args),
@@ -55,6 +142,9 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Patches(cmd) => commands::patches::run(cmd),
         Command::Profiles(cmd) => commands::profiles::run(cmd),
+        Command::Clean(args) => commands::clean::run(args),
+        Command::Completions { shell } => completions(shell),
+        Command::Man => man(),
     };
     // A command that reports errors as data (doctor, verify) still ends
     // with the signal's status when a signal stopped one of its programs.
@@ -69,4 +159,18 @@ pub fn main() -> ExitCode {
             ExitCode::from(crate::error::exit_code(&err))
         }
     }
+}
+
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "rdna1-patch", &mut out);
+    crate::outln!("{}", String::from_utf8_lossy(&out).trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn man() -> anyhow::Result<ExitCode> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+    crate::outln!("{}", String::from_utf8_lossy(&out).trim_end());
+    Ok(ExitCode::SUCCESS)
 }

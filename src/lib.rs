@@ -9,6 +9,7 @@
 
 pub mod build;
 pub mod checksum;
+pub(crate) mod clean;
 pub mod cli;
 pub(crate) mod commands;
 pub mod elf;

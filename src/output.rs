@@ -8,7 +8,58 @@
 //! ignored: the work a message reports on goes on.
 
 use std::fmt;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
+
+use anstyle::{AnsiColor, Style};
+
+/// How much to say, and whether in colour: the global `-q`, `-v` and
+/// `--color`, set once by the CLI before any output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settings {
+    pub quiet: bool,
+    pub verbose: bool,
+    pub color: bool,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+pub fn configure(settings: Settings) {
+    let _ = SETTINGS.set(settings);
+}
+
+pub fn settings() -> Settings {
+    SETTINGS.get().copied().unwrap_or_default()
+}
+
+/// `--color` (auto, always, never) with the conventions of
+/// no-color.org and bixense.com/clicolors: NO_COLOR turns colour off,
+/// CLICOLOR_FORCE on, for `auto` only; else colour on a terminal.
+pub fn use_color(choice: &str) -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0");
+    match choice {
+        "always" => true,
+        "never" => false,
+        _ if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) => false,
+        _ if set("CLICOLOR_FORCE") => true,
+        _ => std::io::stderr().is_terminal(),
+    }
+}
+
+/// The styles of the line heads: cargo's colours.
+pub const ERROR: Style = AnsiColor::Red.on_default().bold();
+pub const WARNING: Style = AnsiColor::Yellow.on_default().bold();
+pub const HELP: Style = AnsiColor::Cyan.on_default().bold();
+pub const STAGE: Style = AnsiColor::Green.on_default().bold();
+
+/// `text` in `style` when colour is on.
+pub fn paint(style: Style, text: &str) -> String {
+    if settings().color {
+        format!("{style}{text}{style:#}")
+    } else {
+        text.to_owned()
+    }
+}
 
 /// One line to stdout.
 pub fn out(args: fmt::Arguments<'_>) {
@@ -24,7 +75,17 @@ pub fn out(args: fmt::Arguments<'_>) {
 
 /// An error, the one way errors are printed (`error::render`).
 pub fn error(err: &anyhow::Error) {
-    err_line(format_args!("{}", crate::error::render(err)));
+    let text = crate::error::render(err);
+    for line in text.lines() {
+        let line = if let Some(rest) = line.strip_prefix("error:") {
+            format!("{}{rest}", paint(ERROR, "error:"))
+        } else if let Some(rest) = line.strip_prefix("help:") {
+            format!("{}{rest}", paint(HELP, "help:"))
+        } else {
+            line.to_owned()
+        };
+        err_line(format_args!("{line}"));
+    }
 }
 
 /// One line to stderr.

@@ -12,6 +12,8 @@ pub trait Reporter {
     fn warn(&self, msg: &str);
     /// A line under the previous stage.
     fn note(&self, msg: &str);
+    /// What only `-v` shows: a program's own output as it runs.
+    fn detail(&self, _msg: &str) {}
     /// Progress over `len` units (0 while unknown) of `kind`.
     fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress>;
 }
@@ -53,6 +55,10 @@ impl<'a> Ui<'a> {
 
     pub fn note(&self, msg: impl Display) {
         self.reporter.note(&msg.to_string());
+    }
+
+    pub fn detail(&self, msg: impl Display) {
+        self.reporter.detail(&msg.to_string());
     }
 
     pub fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress> {

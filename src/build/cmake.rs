@@ -352,6 +352,8 @@ pub fn build(
         if let Some((pos, len, msg)) = parse_progress(generator, line) {
             steps += 1;
             progress.step(pos, len, msg);
+        } else {
+            ui.detail(line);
         }
     })?;
     progress.finish();

@@ -74,7 +74,10 @@ impl Options {
             crate::build::series::load(&self.profile, component, self.extra_patches.as_deref())?;
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
-        let prefix = absolute(self.prefix.as_deref().unwrap_or(&self.profile.prefix))?;
+        let prefix = match &self.prefix {
+            Some(p) => absolute(p)?,
+            None => absolute(&self.profile.install_prefix()?)?,
+        };
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
@@ -153,7 +156,42 @@ impl Options {
 }
 
 pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
-    opts.plan()?.execute(ui)
+    let start = std::time::Instant::now();
+    let plan = opts.plan()?;
+    // One build per profile and work dir at a time; `clean` takes it too.
+    let dir = opts.work_dir.profile_dir(&opts.profile.name);
+    crate::fsutil::create_dir_all(&dir)?;
+    let Some(_lock) = crate::fsutil::try_lock_dir(&dir)? else {
+        return Err(hint(
+            format!(
+                "another rdna1-patch run is using {} right now",
+                dir.display()
+            ),
+            "wait for it to finish, or give this build its own --work-dir; nothing was changed",
+        ));
+    };
+    plan.execute(ui)?;
+    ui.stage(
+        "Finished",
+        format!(
+            "{} {} in {}",
+            opts.component,
+            plan.component.tag,
+            took(start.elapsed())
+        ),
+    );
+    Ok(())
+}
+
+/// A duration as cargo prints it: 0.42s, 12.3s, 4m 08s, 1h 02m.
+pub fn took(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..10 => format!("{:.2}s", d.as_secs_f64()),
+        10..60 => format!("{:.1}s", d.as_secs_f64()),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
 }
 
 /// The plan `--dry-run` prints; nothing is changed.
@@ -289,13 +327,19 @@ impl BuildPlan<'_> {
             return Ok(());
         }
 
+        let started = std::time::Instant::now();
         let built = cmake::build(&self.dirs.build, self.jobs, &tools, &mut log, ui)?;
         ui.stage(
             "Build",
             if built.steps == 0 {
                 "up to date".to_owned()
             } else {
-                format!("{} steps, log {}", built.steps, log.path.display())
+                format!(
+                    "{} steps in {}, log {}",
+                    built.steps,
+                    took(started.elapsed()),
+                    log.path.display()
+                )
             },
         );
         if stop == Stage::Build {
@@ -560,7 +604,7 @@ impl BuildPlan<'_> {
     fn provenance(&self, commit: &str, tools: &tools::Toolchain) -> Provenance {
         let p = &self.opts.profile;
         Provenance {
-            tool: format!("rdna1-patch {}", env!("CARGO_PKG_VERSION")),
+            tool: format!("rdna1-patch {}", crate::cli::VERSION),
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             profile: p.name.clone(),
             component: self.opts.component.clone(),

@@ -29,8 +29,10 @@ pub struct Profile {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// Where `build` installs; `--prefix` overrides.
-    pub prefix: PathBuf,
+    /// Where `build` installs; `--prefix` overrides. Unset (the built-in
+    /// profiles), it is a directory the user owns: see [`Profile::install_prefix`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<PathBuf>,
     pub rocm: Rocm,
     pub components: BTreeMap<String, Component>,
     /// Where this profile came from, for messages and for finding its patches.
@@ -157,7 +159,39 @@ impl std::fmt::Display for SeriesDir {
     }
 }
 
+/// The names of the built-in series (`miopen/rocm-6.2.4`, ...).
+pub fn builtin_series() -> Vec<String> {
+    let mut out = Vec::new();
+    for component in PATCHES.dirs() {
+        for series in component.dirs() {
+            if series.get_file(series.path().join("series")).is_some() {
+                out.push(series.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Where builds go when neither `--prefix` nor the profile says:
+/// `$XDG_DATA_HOME/rdna1-patch/<profile>` (~/.local/share/...), a
+/// directory the user owns, so a build never fails at its last step for
+/// want of root. torch gets a copy of the library, so the prefix need not
+/// be system-wide.
+pub fn default_prefix(profile: &str) -> Result<PathBuf> {
+    directories::ProjectDirs::from("", "", "rdna1-patch")
+        .map(|d| d.data_dir().join(profile))
+        .context("cannot find a data directory ($HOME is not set); pass --prefix")
+}
+
 impl Profile {
+    /// Where `build` installs this profile, unless `--prefix` says.
+    pub fn install_prefix(&self) -> Result<PathBuf> {
+        match &self.prefix {
+            Some(p) => Ok(p.clone()),
+            None => default_prefix(&self.name),
+        }
+    }
+
     /// Load a profile by built-in name, or from a file when the argument is a path.
     pub fn load(spec: &str) -> Result<Profile> {
         let looks_like_path = spec.contains('/') || spec.ends_with(".toml");
@@ -279,18 +313,27 @@ impl Profile {
             Origin::File(file) => {
                 let base = file.parent().unwrap_or(Path::new("."));
                 let dir = base.join(&component.patches);
-                if !dir.is_dir() {
-                    return Err(hint(
-                        format!(
-                            "profile {} names the patch series `{}`, but {} is not a directory",
-                            file.display(),
-                            component.patches,
-                            dir.display()
-                        ),
-                        "the `patches` path of a profile file is relative to the file itself",
-                    ));
+                if dir.is_dir() {
+                    return Ok(SeriesDir::Disk(dir));
                 }
-                Ok(SeriesDir::Disk(dir))
+                // A profile file copied from `profiles show` names a built-in
+                // series; with no directory of that name beside it, that is
+                // the one meant.
+                if let Some(embedded) = PATCHES.get_dir(&component.patches) {
+                    return Ok(SeriesDir::Embedded(embedded, component.patches.clone()));
+                }
+                Err(hint(
+                    format!(
+                        "profile {} names the patch series `{}`, but {} is not a directory, and no built-in series has that name",
+                        file.display(),
+                        component.patches,
+                        dir.display()
+                    ),
+                    format!(
+                        "the `patches` path of a profile file is relative to the file itself; built-in series: {}",
+                        builtin_series().join(", ")
+                    ),
+                ))
             }
         }
     }
@@ -351,6 +394,43 @@ pub fn builtin_names() -> Vec<String> {
 /// The text of a built-in profile, for `profiles show`.
 pub fn builtin_text(name: &str) -> Option<&'static str> {
     builtin(name)
+}
+
+/// `profiles export NAME DIR`: the built-in profile as DIR/NAME.toml with
+/// its series beside it, laid out so the file works as `--profile
+/// DIR/NAME.toml` and its patches can be edited. Nothing that exists is
+/// overwritten: the whole export is refused before anything is written.
+pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let text = builtin(name).ok_or_else(|| {
+        hint(
+            format!("no built-in profile named `{name}`"),
+            format!("built-in profiles: {}", builtin_names().join(", ")),
+        )
+    })?;
+    let profile = Profile::parse(text, name, Origin::Embedded)?;
+    let mut files: Vec<(PathBuf, &[u8])> =
+        vec![(dir.join(format!("{name}.toml")), text.as_bytes())];
+    for c in profile.components.values() {
+        let series = PATCHES
+            .get_dir(&c.patches)
+            .with_context(|| format!("patches/{} is not in this binary", c.patches))?;
+        for f in series.files() {
+            files.push((dir.join(f.path()), f.contents()));
+        }
+    }
+    if let Some((existing, _)) = files.iter().find(|(p, _)| p.exists()) {
+        return Err(hint(
+            format!("{} already exists", existing.display()),
+            "export into an empty directory, or move the old profile away; nothing was written",
+        ));
+    }
+    for (path, bytes) in &files {
+        if let Some(parent) = path.parent() {
+            crate::fsutil::create_dir_all(parent)?;
+        }
+        crate::fsutil::write_atomic(path, bytes, None)?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
 }
 
 #[cfg(test)]

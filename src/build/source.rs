@@ -194,6 +194,9 @@ pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
 
 fn open_existing(src: &Path) -> Result<Repository> {
     Repository::open(src).map_err(|e| {
+        if e.code() == git2::ErrorCode::Owner {
+            return not_yours(src);
+        }
         hint(
             format!(
                 "the cached checkout {} is damaged: {}",
@@ -203,6 +206,23 @@ fn open_existing(src: &Path) -> Result<Repository> {
             format!("remove {} and run again to fetch it anew", src.display()),
         )
     })
+}
+
+/// libgit2 refuses a repository another user owns (git's safe.directory
+/// rule). The checkout is fine; the user is not its owner.
+fn not_yours(src: &Path) -> anyhow::Error {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(src).map(|m| m.uid()).ok();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    hint(
+        format!(
+            "the cached checkout {} belongs to {}, not to the user running this (uid {me}); git will not use another user's repository",
+            src.display(),
+            owner.map_or("another user".to_owned(), |u| format!("uid {u}")),
+        ),
+        "run rdna1-patch as the user who built it (the default prefix is one that user can write), or give this run its own --work-dir; the checkout is fine, do not delete it",
+    )
 }
 
 fn open_or_init(src: &Path) -> Result<Repository> {

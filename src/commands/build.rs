@@ -19,7 +19,8 @@ pub struct Args {
     /// Cache for sources, build dirs and logs [default: $XDG_CACHE_HOME/rdna1-patch]
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
-    /// Install here instead of the profile's prefix
+    /// Install here [default: the profile's prefix, else
+    /// $XDG_DATA_HOME/rdna1-patch/<profile>, e.g. ~/.local/share/rdna1-patch/rocm-6.2.4]
     #[arg(long, value_name = "DIR")]
     prefix: Option<PathBuf>,
     /// The ROCm install to build against, instead of the profile's
@@ -30,7 +31,8 @@ pub struct Args {
     define: Vec<String>,
     /// Parallel build jobs [default: number of cores]
     #[arg(long, short = 'j')]
-    jobs: Option<usize>,
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
     /// The generator, instead of the profile's
     #[arg(long, value_parser = ["ninja", "make"])]
     generator: Option<String>,
@@ -78,7 +80,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         prefix: args.prefix,
         rocm: args.rocm,
         defines,
-        jobs: args.jobs,
+        jobs: args.jobs.map(|j| j as usize),
         generator: args.generator.as_deref().and_then(Generator::parse),
         launcher: args.launcher,
         stop_after: args.stop_after,

@@ -1,6 +1,7 @@
 //! One module per verb: parse arguments, call the library, nothing more.
 
 pub(crate) mod build;
+pub(crate) mod clean;
 pub(crate) mod doctor;
 pub(crate) mod install;
 pub(crate) mod patches;
@@ -71,7 +72,8 @@ impl StateArg {
 pub struct PrefixArg {
     #[command(flatten)]
     pub profile: ProfileArg,
-    /// The install prefix of the build, instead of the profile's
+    /// The install prefix of the build [default: the profile's, else
+    /// $XDG_DATA_HOME/rdna1-patch/<profile>]
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
 }
@@ -80,7 +82,7 @@ impl PrefixArg {
     pub fn resolve(&self) -> Result<PathBuf> {
         match &self.prefix {
             Some(p) => Ok(std::path::absolute(p)?),
-            None => Ok(self.profile.load()?.prefix),
+            None => self.profile.load()?.install_prefix(),
         }
     }
 }

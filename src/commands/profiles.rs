@@ -13,6 +13,12 @@ pub enum ProfilesCommand {
         #[arg(default_value = DEFAULT_PROFILE)]
         name: String,
     },
+    /// Write a built-in profile and its patch series into a directory, to
+    /// edit and use with `--profile DIR/NAME.toml`
+    Export {
+        name: String,
+        dir: std::path::PathBuf,
+    },
 }
 
 pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
@@ -32,6 +38,14 @@ pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
             let text = profile::builtin_text(&name)
                 .ok_or_else(|| anyhow!("no built-in profile `{name}`"))?;
             crate::outln!("{}", text.trim_end_matches('\n'));
+        }
+        ProfilesCommand::Export { name, dir } => {
+            let files = profile::export(&name, &dir)?;
+            crate::outln!(
+                "wrote {} files; build with: rdna1-patch build --profile {}",
+                files.len(),
+                files[0].display()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

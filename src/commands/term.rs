@@ -1,19 +1,23 @@
 //! The terminal reporter: stage headers, warnings and progress on stderr.
 //!
 //! On a terminal progress is one indicatif bar; otherwise (CI logs, pipes,
-//! tests) each step becomes a plain line, so logs stay readable and nothing
-//! is redrawn.
+//! tests), and with `-v`, each step becomes a plain line, so logs stay
+//! readable and nothing is redrawn. `-q` keeps warnings and errors only;
+//! `-v` adds the build's own output.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::output::{STAGE, WARNING, paint, settings};
 use crate::ui::{Progress, Reporter, Units};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Term {
     tty: bool,
+    quiet: bool,
+    verbose: bool,
 }
 
 impl Default for Term {
@@ -24,54 +28,82 @@ impl Default for Term {
 
 impl Term {
     pub fn new() -> Term {
+        let s = settings();
         Term {
             tty: std::io::stderr().is_terminal(),
+            quiet: s.quiet,
+            verbose: s.verbose,
         }
     }
 }
 
 const STEPS: &str = "{prefix:>10} [{bar:30}] {pos}/{len} eta {eta} {wide_msg}";
+/// Until the number of steps is known: no bar claiming 0/0.
+const SPINNER: &str = "{prefix:>10} {spinner} {elapsed} {wide_msg}";
 const BYTES: &str = "{prefix:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}";
 
 impl Reporter for Term {
     /// Right-aligned the way cargo prints "Compiling".
     fn stage(&self, stage: &str, msg: &str) {
-        crate::errln!("{stage:>10} {msg}");
+        if !self.quiet {
+            crate::errln!("{} {msg}", paint(STAGE, &format!("{stage:>10}")));
+        }
     }
 
     fn warn(&self, msg: &str) {
-        crate::errln!("warning: {msg}");
+        crate::errln!("{} {msg}", paint(WARNING, "warning:"));
     }
 
     fn note(&self, msg: &str) {
-        crate::errln!("{:>10} {msg}", "");
+        if !self.quiet {
+            crate::errln!("{:>10} {msg}", "");
+        }
+    }
+
+    fn detail(&self, msg: &str) {
+        if self.verbose {
+            crate::errln!("{msg}");
+        }
     }
 
     fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress> {
-        if !self.tty {
+        let lines = !self.quiet && (!self.tty || self.verbose);
+        if self.quiet || lines {
             return Box::new(Bar {
                 bar: ProgressBar::hidden(),
-                plain: true,
+                lines,
+                kind,
             });
         }
-        let template = match kind {
-            Units::Steps => STEPS,
-            Units::Bytes => BYTES,
-        };
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(template)
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
+        set_style(&bar, len, kind);
         bar.enable_steady_tick(Duration::from_millis(200));
-        Box::new(Bar { bar, plain: false })
+        Box::new(Bar {
+            bar,
+            lines: false,
+            kind,
+        })
     }
+}
+
+fn set_style(bar: &ProgressBar, len: u64, kind: Units) {
+    let template = match (kind, len) {
+        (_, 0) => SPINNER,
+        (Units::Steps, _) => STEPS,
+        (Units::Bytes, _) => BYTES,
+    };
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
 }
 
 struct Bar {
     bar: ProgressBar,
-    plain: bool,
+    /// Each step as a line, nothing drawn.
+    lines: bool,
+    kind: Units,
 }
 
 impl Progress for Bar {
@@ -80,13 +112,16 @@ impl Progress for Bar {
     }
 
     fn update(&self, pos: u64, len: u64, msg: &str) {
+        if self.bar.length() == Some(0) && len > 0 {
+            set_style(&self.bar, len, self.kind);
+        }
         self.bar.set_length(len);
         self.bar.set_position(pos);
         self.bar.set_message(msg.to_owned());
     }
 
     fn step(&self, pos: u64, len: u64, msg: &str) {
-        if self.plain {
+        if self.lines {
             crate::errln!("{:>10} [{pos}/{len}] {msg}", "");
         } else {
             self.update(pos, len, msg);

@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod conventions;
 mod detection;
 mod launcher;
 mod miopen;

@@ -1,0 +1,343 @@
+//! What a user expects of a command-line tool: a prefix they own, profiles
+//! that work as files, the usual global flags, completions and a man page,
+//! a way to clean up.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{BIN, HIP, Run, Sandbox, TorchKind};
+
+const NOBODY: u32 = 65534;
+
+fn chown_nobody(path: &Path) {
+    let ok = Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown {}", path.display());
+}
+
+/// The sandbox's command line, run as `nobody` (as root in CI) or as the
+/// caller when that is not root already.
+fn as_user(sb: &Sandbox, home: &Path, args: &[String]) -> Run {
+    let mut c = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args([
+            &format!("--reuid={NOBODY}"),
+            &format!("--regid={NOBODY}"),
+            "--clear-groups",
+            BIN,
+        ]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let cmd = sb.cmd();
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.current_dir(&sb.root)
+        .env("HOME", home)
+        .env_remove("XDG_DATA_HOME")
+        .args(args);
+    Run::from(c.output().unwrap())
+}
+
+#[test]
+fn a_user_builds_into_a_prefix_they_own_and_another_user_is_told_whose_checkout_it_is() {
+    let sb = Sandbox::new();
+    sb.write_profile(|t| {
+        t.lines()
+            .filter(|l| !l.starts_with("prefix ="))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let home = sb.root.join("home");
+    std::fs::create_dir(&home).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        chown_nobody(&sb.root);
+    }
+    let args = sb.build_args(&[]);
+    let run = as_user(&sb, &home, &args).ok();
+    let prefix = home.join(".local/share/rdna1-patch/mini");
+    let library = prefix.join("lib/libMIOpen.so.1.0.0");
+    assert!(library.is_file(), "{}", run.stderr);
+    run.says(&format!("Install {}", prefix.display()));
+    run.says("Finished miopen rocm-6.2.4 in ");
+    run.says("steps in ");
+    // The dry run names the same prefix.
+    let mut dry = args.clone();
+    dry.push("--dry-run".into());
+    as_user(&sb, &home, &dry)
+        .ok()
+        .prints(&format!("install:   {}", prefix.display()));
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    assert_eq!(std::fs::metadata(&library).unwrap().uid(), NOBODY);
+    // Root reusing that user's work dir: an ownership problem, said as one,
+    // and the checkout is left alone.
+    let run = sb.build(&["--prefix", sb.prefix.to_str().unwrap()]).fails();
+    run.error_is(&format!(
+        "error: the cached checkout {} belongs to uid {NOBODY}, not to the user running this (uid 0); git will not use another user's repository
+help: run rdna1-patch as the user who built it (the default prefix is one that user can write), or give this run its own --work-dir; the checkout is fine, do not delete it",
+        sb.src().display()
+    ));
+    assert!(sb.src().join(".git").is_dir());
+}
+
+/// README's "Profiles as files" commands, run as written: a profile copied
+/// with `profiles show` or `profiles export` works as a file.
+#[test]
+fn the_readme_profile_examples_run() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("### Profiles as files")
+        .nth(1)
+        .expect("README has a `### Profiles as files` section");
+    let section = section.split("\n## ").next().unwrap();
+    let commands: Vec<&str> = section
+        .split("```console")
+        .skip(1)
+        .flat_map(|block| block.split("```").next().unwrap().lines())
+        .filter_map(|l| l.strip_prefix("$ "))
+        .collect();
+    assert!(commands.len() >= 4, "{commands:?}");
+    let sb = Sandbox::new();
+    let dir = sb.root.join("readme");
+    std::fs::create_dir(&dir).unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    for cmd in &commands {
+        let mut c = Command::new("sh");
+        c.args(["-ec", cmd]).current_dir(&dir).env("PATH", &path);
+        let run = Run::from(c.output().unwrap());
+        assert_eq!(
+            run.code,
+            Some(0),
+            "`{cmd}` failed\nstdout:\n{}\nstderr:\n{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+    // What they did: the copied profile found its built-in series, and the
+    // exported one reads its own copy.
+    let shown = Run::from(
+        Command::new(BIN)
+            .args(["build", "--profile", "my.toml", "--dry-run"])
+            .current_dir(&dir)
+            .output()
+            .unwrap(),
+    )
+    .ok();
+    shown.prints("patches:   3 (built-in patches/miopen/rocm-6.2.4)");
+    let exported = Run::from(
+        Command::new(BIN)
+            .args(["patches", "list", "--profile", "mine/rocm-6.2.4.toml"])
+            .current_dir(&dir)
+            .output()
+            .unwrap(),
+    )
+    .ok();
+    exported.prints(&format!(
+        "({})",
+        dir.join("mine/miopen/rocm-6.2.4").display()
+    ));
+    // Exporting over it again is refused, and writes nothing.
+    let again = Run::from(
+        Command::new(BIN)
+            .args(["profiles", "export", "rocm-6.2.4", "mine"])
+            .current_dir(&dir)
+            .output()
+            .unwrap(),
+    )
+    .fails();
+    again.error_is(
+        "error: mine/rocm-6.2.4.toml already exists
+help: export into an empty directory, or move the old profile away; nothing was written",
+    );
+}
+
+#[test]
+fn completions_and_the_man_page_work() {
+    let sb = Sandbox::new();
+    let script = sb.run(&["completions", "bash"]).ok().stdout;
+    let file = sb.root.join("completion.bash");
+    std::fs::write(&file, &script).unwrap();
+    // Sourced by a real bash, it completes our verbs.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {}; f=$(complete -p rdna1-patch | sed -E 's/.*-F ([^ ]+).*/\\1/'); COMP_WORDS=(rdna1-patch ro); COMP_CWORD=1; $f rdna1-patch ro rdna1-patch; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        words.lines().any(|w| w == "rollback"),
+        "completion of `ro`: {words:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shell in ["zsh", "fish"] {
+        sb.run(&["completions", shell]).ok().prints("rdna1-patch");
+    }
+    let page = sb.run(&["man"]).ok().stdout;
+    let file = sb.root.join("rdna1-patch.1");
+    std::fs::write(&file, &page).unwrap();
+    let out = Command::new("man")
+        .arg("-l")
+        .arg(&file)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .env("PAGER", "cat")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "NAME",
+        "rdna1-patch",
+        "SUBCOMMANDS",
+        "rollback",
+        "Exit status: 0 done",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle} not in the rendered page:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn global_flags_version_and_jobs() {
+    let sb = Sandbox::new();
+    let version = sb.run(&["--version"]).ok().stdout;
+    let (_, rest) = version.split_once(" (").expect("a commit in --version");
+    assert!(
+        rest.len() > 12 && rest[..12].chars().all(|c| c.is_ascii_hexdigit()),
+        "{version}"
+    );
+    sb.run(&["build", "-j", "0"])
+        .fails()
+        .says("invalid value '0' for '--jobs <JOBS>'");
+    sb.run(&["status", "--verbose", "--quiet"]).fails();
+    // -q: warnings and errors only.
+    let run = sb.build(&["-q", "--stop-after", "fetch"]).ok();
+    assert_eq!(run.stderr, "", "-q printed progress");
+    // -v: the build's own output, here what a compiler launcher prints.
+    let launcher = sb.root.join("chatty-cc.sh");
+    std::fs::write(
+        &launcher,
+        "#!/bin/sh\necho launcher-says-hello\nexec \"$@\"\n",
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&launcher)
+        .status()
+        .unwrap();
+    let define = format!("CMAKE_CXX_COMPILER_LAUNCHER={}", launcher.display());
+    let run = sb.build(&["-v", "-D", &define]).ok();
+    run.says("launcher-says-hello");
+    let run = sb.build(&["--clean", "-D", &define]).ok();
+    assert!(
+        !run.stderr.contains("launcher-says-hello"),
+        "{}",
+        run.stderr
+    );
+    // Colour: off when not a terminal, on when forced, NO_COLOR wins over auto.
+    let esc = |run: &Run| run.stderr.contains('\x1b');
+    assert!(!esc(&sb.build(&[]).ok()));
+    assert!(esc(&sb.build(&["--color", "always"]).ok()));
+    let forced = Run::from(
+        sb.cmd()
+            .args(sb.build_args(&[]))
+            .env("CLICOLOR_FORCE", "1")
+            .output()
+            .unwrap(),
+    );
+    assert!(esc(&forced.ok()));
+    let both = Run::from(
+        sb.cmd()
+            .args(sb.build_args(&[]))
+            .env("CLICOLOR_FORCE", "1")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap(),
+    );
+    assert!(!esc(&both.ok()));
+}
+
+#[test]
+fn clean_frees_logs_and_finished_backups_and_keeps_what_a_rollback_needs() {
+    let sb = Sandbox::built();
+    // Logs from a few runs.
+    for _ in 0..3 {
+        sb.build(&["--stop-after", "configure"]).ok();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    let logs = sb.work.join("mini/miopen/logs");
+    let count = || {
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().unwrap().is_file())
+            .count()
+    };
+    assert!(count() >= 3);
+    // A finished transaction (its backup is now free) and an installed one.
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    sb.rollback(&[]).ok();
+    let backups = Path::new(&sb.state()).join("backups");
+    assert_eq!(std::fs::read_dir(&backups).unwrap().count(), 1);
+    let state = sb.state();
+    let clean = |extra: &[&str]| {
+        let mut args = vec![
+            "clean",
+            "--keep-logs",
+            "1",
+            "--work-dir",
+            sb.work.to_str().unwrap(),
+            "--state-dir",
+            &state,
+        ];
+        args.extend(extra);
+        sb.run(&args).ok()
+    };
+    let before = crate::support::snapshot(&sb.root);
+    let dry = clean(&["--dry-run"]);
+    dry.prints("would remove backup ");
+    dry.prints("would remove log ");
+    dry.prints("; nothing was changed");
+    assert!(
+        before == crate::support::snapshot(&sb.root),
+        "a dry run changed files"
+    );
+    clean(&[]).prints("removed backup ");
+    assert_eq!(count(), 1);
+    assert_eq!(std::fs::read_dir(&backups).unwrap().count(), 0);
+    // An installed transaction's backup stays, and rollback still works.
+    sb.install(&[]).ok();
+    let run = clean(&[]);
+    run.prints("removed 0 B in 0 item(s)");
+    assert_eq!(std::fs::read_dir(&backups).unwrap().count(), 1);
+    sb.rollback(&[]).ok();
+    let _ = torch;
+    // --builds: the checkout and build dir go; the prefix stays.
+    clean(&["--builds"]).prints("removed build dir ");
+    assert!(!sb.src().exists());
+    assert!(sb.prefix.join("lib/libMIOpen.so.1").exists());
+}
