@@ -49,7 +49,7 @@ const BUILD_EXAMPLES: &str = "Examples:
   rdna1-patch build                           # rocm-6.2.4 into ~/.local/share/rdna1-patch/rocm-6.2.4
   rdna1-patch build --profile rocm-6.3.1 -D GPU_TARGETS=gfx1010
   sudo rdna1-patch build --prefix /opt/rocm-miopen-rdna1
-  rdna1-patch build --stop-after install      # after a failed install: the build is kept, only install runs";
+  rdna1-patch build                           # again after a failed install: only the install runs";
 const INSTALL_EXAMPLES: &str = "Examples:
   rdna1-patch install --into-torch                           # the torch of python3 on PATH
   rdna1-patch install --into-torch --python ~/venv/bin/python
@@ -133,6 +133,7 @@ pub fn main() -> ExitCode {
             Color::Never => "never",
         }),
     });
+    let json = cli.command.json();
     let result = match cli.command {
         Command::Build(args) => commands::build::run(args),
         Command::Install(args) => commands::install::run(args),
@@ -155,8 +156,28 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
+            let code = crate::error::exit_code(&err);
+            if json {
+                crate::outln!("{}", crate::error::json(&err, code));
+            }
             crate::output::error(&err);
-            ExitCode::from(crate::error::exit_code(&err))
+            ExitCode::from(code)
+        }
+    }
+}
+
+impl Command {
+    /// Whether the verb was asked for JSON: then a failure is a JSON
+    /// document on stdout too, not only the message on stderr.
+    fn json(&self) -> bool {
+        match self {
+            Command::Status(a) => a.json,
+            Command::Rollback(a) => a.json,
+            Command::Verify(a) => a.report.json,
+            Command::Doctor(a) => a.report.json,
+            Command::Patches(c) => c.json(),
+            Command::Profiles(c) => c.json(),
+            _ => false,
         }
     }
 }

@@ -73,6 +73,22 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// The JSON document a `--json` run prints when it fails: the message, its
+/// causes outermost first, the help, and the exit status.
+pub fn json(err: &anyhow::Error, code: u8) -> String {
+    let doc = serde_json::json!({
+        "schema_version": crate::output::SCHEMA_VERSION,
+        "ok": false,
+        "error": {
+            "message": format!("{err:#}"),
+            "causes": err.chain().map(|e| e.to_string()).collect::<Vec<_>>(),
+            "help": err.downcast_ref::<Hint>().map(|h| h.help.clone()),
+            "exit_code": code,
+        },
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
 /// The text the top level prints for `err`: the chain on one line, then
 /// the first hint's help on its own line (`output::error` prints it).
 pub fn render(err: &anyhow::Error) -> String {

@@ -396,6 +396,22 @@ pub fn builtin_text(name: &str) -> Option<&'static str> {
     builtin(name)
 }
 
+/// `profiles list --json`: each built-in profile as it parses.
+pub fn list_json() -> Result<serde_json::Value> {
+    let mut out = Vec::new();
+    for name in builtin_names() {
+        let p = Profile::load(&name)?;
+        let mut v = serde_json::to_value(&p)?;
+        v["default"] = serde_json::Value::Bool(name == DEFAULT_PROFILE);
+        v["install_prefix"] = serde_json::to_value(p.install_prefix()?)?;
+        out.push(v);
+    }
+    Ok(serde_json::json!({
+        "schema_version": crate::output::SCHEMA_VERSION,
+        "profiles": out,
+    }))
+}
+
 /// `profiles export NAME DIR`: the built-in profile as DIR/NAME.toml with
 /// its series beside it, laid out so the file works as `--profile
 /// DIR/NAME.toml` and its patches can be edited. Nothing that exists is

@@ -57,6 +57,39 @@ pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// `patches list --json`.
+pub fn list_json(profiles: &[Profile]) -> Result<serde_json::Value> {
+    let mut out = Vec::new();
+    for p in profiles {
+        for (name, c) in &p.components {
+            let series = Series::load(&p.series_dir(c)?)?;
+            let patches: Vec<_> = series
+                .patches
+                .iter()
+                .map(|pf| {
+                    serde_json::json!({
+                        "name": pf.name,
+                        "subject": pf.subject,
+                        "files": pf.files,
+                        "marker": pf.marker,
+                    })
+                })
+                .collect();
+            out.push(serde_json::json!({
+                "profile": p.name,
+                "component": name,
+                "tag": c.tag,
+                "series": series.origin.to_string(),
+                "patches": patches,
+            }));
+        }
+    }
+    Ok(serde_json::json!({
+        "schema_version": crate::output::SCHEMA_VERSION,
+        "series": out,
+    }))
+}
+
 /// What `patches check` was asked.
 pub struct CheckRequest<'a> {
     pub profile: &'a Profile,
@@ -84,7 +117,7 @@ pub fn check(req: &CheckRequest) -> Result<Checked> {
         let checked = patch::check(&series, &base)?;
         let ok = checked.iter().all(|c| c.status != "failed");
         let report = serde_json::to_string_pretty(&serde_json::json!({
-            "schema_version": 1,
+            "schema_version": crate::output::SCHEMA_VERSION,
             "profile": p.name,
             "component": req.component,
             "tag": c.tag,

@@ -23,7 +23,7 @@ pub struct Args {
     /// $XDG_DATA_HOME/rdna1-patch/<profile>, e.g. ~/.local/share/rdna1-patch/rocm-6.2.4]
     #[arg(long, value_name = "DIR")]
     prefix: Option<PathBuf>,
-    /// The ROCm install to build against, instead of the profile's
+    /// The ROCm install to build against [default: $ROCM_PATH, else the profile's]
     #[arg(long, value_name = "DIR")]
     rocm: Option<PathBuf>,
     /// An extra or overriding CMake define
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         component: args.component,
         work_dir: WorkDir::new(args.work_dir.as_deref())?,
         prefix: args.prefix,
-        rocm: args.rocm,
+        rocm: args.rocm.or_else(super::rocm_path_env),
         defines,
         jobs: args.jobs.map(|j| j as usize),
         generator: args.generator.as_deref().and_then(Generator::parse),

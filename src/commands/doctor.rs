@@ -11,7 +11,7 @@ use crate::inspect::doctor::{self, DoctorRequest};
 pub struct Args {
     #[command(flatten)]
     profile: ProfileArg,
-    /// The ROCm install to check, instead of the profile's
+    /// The ROCm install to check [default: $ROCM_PATH, else the profile's]
     #[arg(long, value_name = "DIR")]
     rocm: Option<PathBuf>,
     /// Where builds would go [default: $XDG_CACHE_HOME/rdna1-patch]
@@ -23,16 +23,17 @@ pub struct Args {
     #[arg(long, default_value_t = 20, value_name = "GIB")]
     need_space: u64,
     #[command(flatten)]
-    report: ReportArgs,
+    pub(crate) report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let req = DoctorRequest {
         profile: args.profile.load()?,
-        rocm: args.rocm,
+        rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
         sysfs: args.report.sysfs_root.clone(),
-        torch: args.torch.given().then(|| args.torch.locator()),
+        // The torch `install` would use: --python, --torch-dir, else python3.
+        torch: Some(args.torch.locator()),
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),
         need_gib: args.need_space,
     };

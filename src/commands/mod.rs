@@ -53,6 +53,14 @@ impl TorchArg {
     }
 }
 
+/// `$ROCM_PATH`, the variable ROCm's own tools read, when set and not empty:
+/// the default for `--rocm`, ahead of the profile's path.
+pub fn rocm_path_env() -> Option<PathBuf> {
+    std::env::var_os("ROCM_PATH")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
 /// `--state-dir`, where transactions and backups are kept.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StateArg {

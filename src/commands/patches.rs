@@ -14,6 +14,9 @@ pub enum PatchesCommand {
         /// A built-in profile name, or a profile TOML file [default: all built-in]
         #[arg(long, value_name = "NAME|FILE")]
         profile: Option<String>,
+        /// Print the series as JSON
+        #[arg(long)]
+        json: bool,
     },
     /// Check that the series applies to a source tree (exit 0 if it does, 1 if not)
     Check {
@@ -52,7 +55,7 @@ pub enum PatchesCommand {
 
 pub fn run(cmd: PatchesCommand) -> Result<ExitCode> {
     match cmd {
-        PatchesCommand::List { profile } => {
+        PatchesCommand::List { profile, json } => {
             let profiles = match profile {
                 Some(p) => vec![Profile::load(&p)?],
                 None => profile::builtin_names()
@@ -60,8 +63,13 @@ pub fn run(cmd: PatchesCommand) -> Result<ExitCode> {
                     .map(|n| Profile::load(n))
                     .collect::<Result<_>>()?,
             };
-            for line in series::list(&profiles)? {
-                crate::outln!("{line}");
+            if json {
+                let doc = series::list_json(&profiles)?;
+                crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                for line in series::list(&profiles)? {
+                    crate::outln!("{line}");
+                }
             }
         }
         PatchesCommand::Check {
@@ -99,4 +107,13 @@ pub fn run(cmd: PatchesCommand) -> Result<ExitCode> {
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+impl PatchesCommand {
+    pub(crate) fn json(&self) -> bool {
+        match self {
+            PatchesCommand::List { json, .. } | PatchesCommand::Check { json, .. } => *json,
+            PatchesCommand::Refresh { .. } => false,
+        }
+    }
 }

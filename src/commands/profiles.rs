@@ -7,7 +7,11 @@ use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
 #[derive(clap::Subcommand, Debug)]
 pub enum ProfilesCommand {
     /// List the built-in profiles
-    List,
+    List {
+        /// Print them as JSON, each with its ROCm, source and series
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a built-in profile's TOML
     Show {
         #[arg(default_value = DEFAULT_PROFILE)]
@@ -23,7 +27,11 @@ pub enum ProfilesCommand {
 
 pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
     match cmd {
-        ProfilesCommand::List => {
+        ProfilesCommand::List { json: true } => {
+            let doc = profile::list_json()?;
+            crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+        ProfilesCommand::List { json: false } => {
             for name in profile::builtin_names() {
                 let p = Profile::load(&name)?;
                 let default = if name == DEFAULT_PROFILE {
@@ -49,4 +57,10 @@ pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+impl ProfilesCommand {
+    pub(crate) fn json(&self) -> bool {
+        matches!(self, ProfilesCommand::List { json: true })
+    }
 }

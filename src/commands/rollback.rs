@@ -13,6 +13,9 @@ pub struct Args {
     /// Show every transaction and its state, change nothing
     #[arg(long, conflicts_with_all = ["to", "abandon"])]
     list: bool,
+    /// With --list: print the transactions as JSON
+    #[arg(long, requires = "list")]
+    pub(crate) json: bool,
     /// Undo every installed transaction from the newest down to this one
     #[arg(long, value_name = "ID")]
     to: Option<u32>,
@@ -28,6 +31,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let state = args.state.open()?;
+    if args.json {
+        let doc = crate::inspect::status::transactions_json(&state)?;
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let req = if args.list {
         RollbackRequest::List
     } else if let Some(id) = args.abandon {

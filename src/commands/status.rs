@@ -13,13 +13,13 @@ pub struct Args {
     state: StateArg,
     /// Print the report as JSON
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let report = status::report(&args.prefix.resolve()?, &args.state.open()?)?;
     if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
         crate::outln!("{}", report.text());
     }

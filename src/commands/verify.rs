@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
     #[command(flatten)]
-    report: ReportArgs,
+    pub(crate) report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {

@@ -65,6 +65,20 @@ impl CheckReport {
         });
     }
 
+    /// A check that ended in an error: its chain as the detail, and its
+    /// hint's help, if it has one, as the fix (never "help:" inside the
+    /// detail).
+    pub fn push_error(&mut self, name: &'static str, status: Status, err: &anyhow::Error) {
+        self.checks.push(Check {
+            name,
+            status,
+            detail: format!("{err:#}"),
+            fix: err
+                .downcast_ref::<crate::error::Hint>()
+                .map(|h| h.help.clone()),
+        });
+    }
+
     pub fn failed(&self) -> bool {
         self.checks.iter().any(|c| c.status == Status::Fail)
     }
@@ -88,6 +102,7 @@ impl CheckReport {
 
     pub fn json(&self) -> String {
         let summary = serde_json::json!({
+            "schema_version": crate::output::SCHEMA_VERSION,
             "ok": !self.failed(),
             "checks": self.checks,
         });

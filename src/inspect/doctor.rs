@@ -27,6 +27,7 @@ const MIN_CMAKE: (u32, u32) = (3, 16);
 pub fn run(req: &DoctorRequest) -> CheckReport {
     let mut r = CheckReport::default();
     build_tools(&mut r);
+    compiler(req, &mut r);
     launchers(&mut r);
     rocm(req, &mut r);
     let cards = gpus(req, &mut r);
@@ -36,7 +37,7 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     r
 }
 
-/// cmake, a generator, a C++ compiler, patchelf, git.
+/// cmake, a generator, patchelf, git.
 fn build_tools(r: &mut CheckReport) {
     cmake(r);
     match (tools::find("ninja"), tools::find("make")) {
@@ -57,23 +58,6 @@ fn build_tools(r: &mut CheckReport) {
             "sudo apt install ninja-build",
         ),
     }
-    let cxx = std::env::var_os("CXX")
-        .map(PathBuf::from)
-        .and_then(|c| tools::find(&c.to_string_lossy()))
-        .or_else(|| {
-            ["c++", "g++", "clang++"]
-                .iter()
-                .find_map(|c| tools::find(c))
-        });
-    match cxx {
-        Some(c) => r.push("compiler", Status::Ok, c.display().to_string()),
-        None => r.push_fix(
-            "compiler",
-            Status::Fail,
-            "no C++ compiler (c++, g++, clang++ or $CXX)",
-            "sudo apt install g++",
-        ),
-    }
     match tools::find("patchelf") {
         Some(p) => r.push("patchelf", Status::Ok, p.display().to_string()),
         None => r.push_fix(
@@ -91,6 +75,61 @@ fn build_tools(r: &mut CheckReport) {
             "not needed: sources are fetched with the built-in libgit2 {major}.{minor}.{patch}"
         ),
     );
+}
+
+/// The C++ compiler `build` will use: the profile's (ROCm's clang), or the
+/// clang `hipconfig --hipclangpath` names when that is not there, as the
+/// build itself decides; a host compiler cannot build MIOpen's HIP code.
+fn compiler(req: &DoctorRequest, r: &mut CheckReport) {
+    let rocm = req
+        .rocm
+        .clone()
+        .unwrap_or_else(|| req.profile.rocm.path.clone());
+    let defines = req
+        .profile
+        .components
+        .values()
+        .next()
+        .map(|c| c.cmake.effective_defines(&rocm, &[]))
+        .unwrap_or_default();
+    let Some(cxx) = defines.get("CMAKE_CXX_COMPILER") else {
+        match ["c++", "g++", "clang++"]
+            .iter()
+            .find_map(|c| tools::find(c))
+        {
+            Some(c) => r.push("compiler", Status::Ok, c.display().to_string()),
+            None => r.push_fix(
+                "compiler",
+                Status::Fail,
+                "no C++ compiler (c++, g++ or clang++)",
+                "sudo apt install g++",
+            ),
+        }
+        return;
+    };
+    if Path::new(cxx).is_file() {
+        r.push("compiler", Status::Ok, format!("{cxx} (the profile's)"));
+        return;
+    }
+    match tools::hip_clang_dir(&rocm) {
+        Some(dir) => r.push(
+            "compiler",
+            Status::Ok,
+            format!(
+                "{} ({cxx} is not there; hipconfig --hipclangpath names this one, and build will use it)",
+                dir.join("clang++").display()
+            ),
+        ),
+        None => r.push_fix(
+            "compiler",
+            Status::Fail,
+            format!("{cxx} is not there, and no hipconfig names HIP's clang"),
+            format!(
+                "install ROCm's compiler (rocm-llvm, or hipcc and clang on a distribution) under {}, or give --rocm DIR / ROCM_PATH, or -D CMAKE_CXX_COMPILER=PATH to build",
+                rocm.display()
+            ),
+        ),
+    }
 }
 
 /// The torch of `--python`, and the GPU code its libtorch_hip.so carries.
@@ -116,7 +155,7 @@ fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::Code
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         ),
-        Some(Err(e)) => r.push("torch", Status::Warn, format!("{e:#}")),
+        Some(Err(e)) => r.push_error("torch", Status::Warn, &e),
     }
     let code = torch
         .as_ref()
@@ -407,7 +446,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjec
             None
         }
         Err(e) => {
-            r.push("torch-gpu", Status::Skip, format!("{e:#}"));
+            r.push_error("torch-gpu", Status::Skip, &e);
             None
         }
     }

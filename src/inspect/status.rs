@@ -4,12 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::build::prefix::Provenance;
 use crate::swap::txn::{Journal, State, StateDir};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct StatusReport {
     pub state_dir: PathBuf,
     pub prefix: PathBuf,
@@ -53,6 +52,53 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     })
 }
 
+/// A transaction as the JSON documents show it: what a user or a script
+/// needs, not the journal's bookkeeping (no `inherits`), modes in octal.
+pub fn transaction_json(j: &Journal) -> serde_json::Value {
+    let file = |f: &crate::swap::txn::FileRec| {
+        serde_json::json!({
+            "md5": f.md5,
+            "size": f.size,
+            "mode": format!("{:04o}", f.mode & 0o7777),
+        })
+    };
+    serde_json::json!({
+        "id": j.id,
+        "state": j.state.name(),
+        "created": j.created,
+        "updated": j.updated,
+        "torch": {
+            "dir": j.torch.dir,
+            "version": j.torch.version,
+            "hip": j.torch.hip,
+            "library": j.torch.target,
+        },
+        "build": {
+            "prefix": j.build.prefix,
+            "library": j.build.library,
+            "profile": j.build.profile,
+            "rocm": j.build.rocm,
+            "commit": j.build.commit,
+            "build_id": j.build.build_id,
+            "relinked": !j.build.relink.is_empty(),
+        },
+        "original": file(&j.original),
+        "installed": file(&j.new),
+        "backup": j.backup,
+    })
+}
+
+/// Every transaction and the damaged journals: `rollback --list --json`.
+pub fn transactions_json(state: &StateDir) -> Result<serde_json::Value> {
+    let all = state.read()?;
+    Ok(serde_json::json!({
+        "schema_version": crate::output::SCHEMA_VERSION,
+        "state_dir": state.root(),
+        "transactions": all.list.iter().map(transaction_json).collect::<Vec<_>>(),
+        "damaged": all.damaged,
+    }))
+}
+
 /// One line for a transaction, as `status` and `rollback --list` show it.
 pub fn describe(j: &Journal) -> String {
     format!(
@@ -69,6 +115,22 @@ pub fn describe(j: &Journal) -> String {
 }
 
 impl StatusReport {
+    /// `status --json`.
+    pub fn json(&self) -> serde_json::Value {
+        let list = |js: &[Journal]| js.iter().map(transaction_json).collect::<Vec<_>>();
+        serde_json::json!({
+            "schema_version": crate::output::SCHEMA_VERSION,
+            "state_dir": self.state_dir,
+            "prefix": self.prefix,
+            "build": self.build,
+            "build_error": self.build_error,
+            "installed": list(&self.installed),
+            "unfinished": list(&self.unfinished),
+            "last": self.last.as_ref().map(transaction_json),
+            "damaged": self.damaged,
+        })
+    }
+
     /// The report as `status` prints it.
     pub fn text(&self) -> String {
         let mut lines = Vec::new();

@@ -211,7 +211,7 @@ fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) ->
     match torch::locate(&loc) {
         Ok(t) => Some(t),
         Err(e) => {
-            r.push("torch", Status::Fail, format!("{e:#}"));
+            r.push_error("torch", Status::Fail, &e);
             None
         }
     }

@@ -341,3 +341,87 @@ fn clean_frees_logs_and_finished_backups_and_keeps_what_a_rollback_needs() {
     assert!(!sb.src().exists());
     assert!(sb.prefix.join("lib/libMIOpen.so.1").exists());
 }
+
+/// Every `--json` document has a schema_version; a failure under `--json`
+/// is a JSON error object on stdout with the exit status in it.
+#[test]
+fn the_json_contract() {
+    let sb = Sandbox::built();
+    sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    let state = sb.state();
+    let prefix = sb.prefix.display().to_string();
+    let parse = |run: &Run| -> serde_json::Value {
+        serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", run.stdout))
+    };
+    let docs = [
+        sb.run(&[
+            "status",
+            "--json",
+            "--prefix",
+            &prefix,
+            "--state-dir",
+            &state,
+        ])
+        .ok(),
+        sb.run(&["rollback", "--list", "--json", "--state-dir", &state])
+            .ok(),
+        sb.run(&["patches", "list", "--json"]).ok(),
+        sb.run(&["profiles", "list", "--json"]).ok(),
+    ];
+    for run in &docs {
+        assert_eq!(parse(run)["schema_version"], 1, "{}", run.stdout);
+    }
+    // status: the transaction as a user reads it, modes in octal, no
+    // journal bookkeeping.
+    let status = parse(&docs[0]);
+    let t = &status["installed"][0];
+    assert_eq!(t["state"], "installed");
+    assert!(
+        t["original"]["mode"].as_str().unwrap().starts_with('0'),
+        "{t}"
+    );
+    assert!(t.get("inherits").is_none(), "{t}");
+    assert_eq!(parse(&docs[1])["transactions"][0]["id"], 1);
+    assert_eq!(parse(&docs[3])["profiles"][0]["name"], "rocm-6.2.4");
+    // A failure: the error object, exit 2, and the message on stderr too.
+    let run = sb.run(&["status", "--json", "--profile", "no-such-profile"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    let err = parse(&run);
+    assert_eq!(err["ok"], false);
+    assert_eq!(err["error"]["exit_code"], 2);
+    assert_eq!(
+        err["error"]["message"],
+        "no built-in profile named `no-such-profile`"
+    );
+    assert!(
+        err["error"]["help"]
+            .as_str()
+            .unwrap()
+            .contains("rocm-6.2.4")
+    );
+    run.says("error: no built-in profile named `no-such-profile`");
+    // doctor: a failed probe's help is the check's fix, not text in its detail.
+    let doctor = sb
+        .run(&[
+            "doctor",
+            "--json",
+            "--python",
+            "/nonexistent/python3",
+            "--need-space",
+            "0",
+        ])
+        .stdout;
+    let doc: serde_json::Value = serde_json::from_str(&doctor).unwrap();
+    let torch = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "torch")
+        .expect("doctor checks torch");
+    assert!(
+        !torch["detail"].as_str().unwrap().contains("help:"),
+        "{torch}"
+    );
+}

@@ -91,7 +91,9 @@ fn distcc_sends_compiles_through_a_local_daemon() {
         .stderr(Stdio::from(log))
         .stdout(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| {
+            panic!("cannot start distccd ({e}): this test needs distcc (`apt-get install distcc`, as .ci/run does)")
+        });
     struct Stop(std::process::Child);
     impl Drop for Stop {
         fn drop(&mut self) {

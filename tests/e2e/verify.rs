@@ -205,14 +205,32 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .filter(|l| l.starts_with("FAIL"))
         .collect();
     assert_eq!(
-        fails.len(),
-        2,
-        "only ROCm and hipcc block a build here: {fails:?}"
+        fails,
+        [
+            "FAIL  compiler  /nonexistent/rocm/llvm/bin/amdclang++ is not there, and no hipconfig names HIP's clang",
+            "FAIL  rocm      no ROCm at /nonexistent/rocm (profile rocm-6.2.4 wants ROCm 6.2.4)",
+            "FAIL  hipcc     no hipcc or amdclang++ in /nonexistent/rocm or on PATH",
+        ],
+        "only the compiler, ROCm and hipcc block a build here"
     );
 
-    // A ROCm with hipcc, and a recorded RX 5600 XT: nothing blocks.
+    // A ROCm with hipcc and, as a distribution lays it out, a hipconfig that
+    // names clang elsewhere; and a recorded RX 5600 XT: nothing blocks.
     std::fs::create_dir_all(sb.rocm.join("bin")).unwrap();
     std::fs::write(sb.rocm.join("bin/hipcc"), "#!/bin/sh\n").unwrap();
+    let llvm = sb.root.join("llvm-bin");
+    std::fs::create_dir_all(&llvm).unwrap();
+    std::os::unix::fs::symlink(which::which("c++").unwrap(), llvm.join("clang++")).unwrap();
+    std::fs::write(
+        sb.rocm.join("bin/hipconfig"),
+        format!("#!/bin/sh\necho {}\n", llvm.display()),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(sb.rocm.join("bin/hipconfig"))
+        .status()
+        .unwrap();
     let rocm = sb.rocm.display().to_string();
     let gpu = sysfs("rx5600xt-gfx1010");
     // doctor with this ROCm, a sysfs tree and a space need.
@@ -234,6 +252,11 @@ fn doctor_says_plainly_what_blocks_a_build() {
     let run = sb.run(&base).ok();
     for needle in [
         "ok    rocm      6.2.4 at",
+        &format!(
+            "ok    compiler  {}/clang++ ({}/llvm/bin/amdclang++ is not there; hipconfig --hipclangpath names this one, and build will use it)",
+            llvm.display(),
+            sb.rocm.display()
+        ),
         "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1",
         "ok    amdgpu    noretry=-1 mtype_local=-1",
         "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
