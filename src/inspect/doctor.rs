@@ -155,7 +155,7 @@ fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::Code
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         ),
-        Some(Err(e)) => r.push_error("torch", Status::Warn, &e),
+        Some(Err(e)) => r.push_error("torch", Status::Warn, e),
     }
     let code = torch
         .as_ref()
