@@ -129,36 +129,26 @@ fn the_readme_profile_examples_run() {
     }
     // What they did: the copied profile found its built-in series, and the
     // exported one reads its own copy.
-    let shown = Run::from(
-        Command::new(BIN)
-            .args(["build", "--profile", "my.toml", "--dry-run"])
-            .current_dir(&dir)
-            .output()
-            .unwrap(),
-    )
-    .ok();
-    shown.prints("patches:   3 (built-in patches/miopen/rocm-6.2.4)");
-    let exported = Run::from(
-        Command::new(BIN)
-            .args(["patches", "list", "--profile", "mine/rocm-6.2.4.toml"])
-            .current_dir(&dir)
-            .output()
-            .unwrap(),
-    )
-    .ok();
-    exported.prints(&format!(
-        "({})",
-        dir.join("mine/miopen/rocm-6.2.4").display()
-    ));
+    let in_dir = |args: &[&str]| {
+        Run::from(
+            Command::new(BIN)
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .unwrap(),
+        )
+    };
+    in_dir(&["build", "--profile", "my.toml", "--dry-run"])
+        .ok()
+        .prints("patches:   3 (built-in patches/miopen/rocm-6.2.4)");
+    in_dir(&["patches", "list", "--profile", "mine/rocm-6.2.4.toml"])
+        .ok()
+        .prints(&format!(
+            "({})",
+            dir.join("mine/miopen/rocm-6.2.4").display()
+        ));
     // Exporting over it again is refused, and writes nothing.
-    let again = Run::from(
-        Command::new(BIN)
-            .args(["profiles", "export", "rocm-6.2.4", "mine"])
-            .current_dir(&dir)
-            .output()
-            .unwrap(),
-    )
-    .fails();
+    let again = in_dir(&["profiles", "export", "rocm-6.2.4", "mine"]).fails();
     again.error_is(
         "error: mine/rocm-6.2.4.toml already exists
 help: export into an empty directory, or move the old profile away; nothing was written",
