@@ -223,6 +223,29 @@ fn global_flags_version_and_jobs() {
         .fails()
         .says("invalid value '0' for '--jobs <JOBS>'");
     sb.run(&["status", "--verbose", "--quiet"]).fails();
+    for verb in [
+        "build", "install", "rollback", "status", "verify", "doctor", "patches", "profiles",
+        "clean",
+    ] {
+        sb.run(&[verb, "--help"])
+            .ok()
+            .prints("Examples:\n  rdna1-patch ");
+    }
+    // ROCM_PATH is the default ROCm, ahead of the profile's.
+    let run = Run::from(
+        sb.cmd()
+            .args(["doctor", "--need-space", "0"])
+            .env("ROCM_PATH", "/nonexistent/rocm-from-env")
+            .output()
+            .unwrap(),
+    );
+    run.prints("no ROCm at /nonexistent/rocm-from-env");
+    // A build that stopped before its install (as one that failed there
+    // does) is finished by running it again: only the install runs.
+    sb.build(&["--stop-after", "build"]).ok();
+    let run = sb.build(&[]).ok();
+    run.says("Build up to date");
+    run.says(&format!("Install {}", sb.prefix.display()));
     // -q: warnings and errors only.
     let run = sb.build(&["-q", "--stop-after", "fetch"]).ok();
     assert_eq!(run.stderr, "", "-q printed progress");
