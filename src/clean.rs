@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::build::workdir::WorkDir;
 use crate::swap::txn::{State, StateDir};
@@ -51,7 +51,7 @@ pub fn run(req: &CleanRequest) -> Result<Cleaned> {
     backups(req, &mut out)?;
     if !req.dry_run {
         for r in &out.removed {
-            remove(&r.path)?;
+            crate::fsutil::remove_path(&r.path)?;
         }
     }
     Ok(out)
@@ -188,17 +188,6 @@ fn size(path: &Path) -> u64 {
         .filter(|m| !m.is_dir())
         .map(|m| m.len())
         .sum()
-}
-
-fn remove(path: &Path) -> Result<()> {
-    let meta = std::fs::symlink_metadata(path);
-    match meta {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-    }
-    .with_context(|| format!("cannot remove {}", path.display()))
 }
 
 /// Bytes for people: 1.2 GiB, 340 MiB, 12 KiB.

@@ -128,9 +128,9 @@ pub fn main() -> ExitCode {
         quiet: cli.quiet,
         verbose: cli.verbose,
         color: crate::output::use_color(match cli.color {
-            Color::Auto => "auto",
-            Color::Always => "always",
-            Color::Never => "never",
+            Color::Auto => None,
+            Color::Always => Some(true),
+            Color::Never => Some(false),
         }),
     });
     let json = cli.command.json();

@@ -73,6 +73,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// What to do about `err`: the help of the first hint in its chain.
+pub fn help(err: &anyhow::Error) -> Option<&str> {
+    // anyhow finds a Hint as the root or as any context layer.
+    err.downcast_ref::<Hint>().map(|h| h.help.as_str())
+}
+
 /// The JSON document a `--json` run prints when it fails: the message, its
 /// causes outermost first, the help, and the exit status.
 pub fn json(err: &anyhow::Error, code: u8) -> String {
@@ -82,7 +88,7 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
         "error": {
             "message": format!("{err:#}"),
             "causes": err.chain().map(|e| e.to_string()).collect::<Vec<_>>(),
-            "help": err.downcast_ref::<Hint>().map(|h| h.help.clone()),
+            "help": help(err),
             "exit_code": code,
         },
     });
@@ -93,10 +99,9 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
 /// the first hint's help on its own line (`output::error` prints it).
 pub fn render(err: &anyhow::Error) -> String {
     let mut text = format!("error: {err:#}");
-    // anyhow finds a Hint as the root or as any context layer.
-    if let Some(h) = err.downcast_ref::<Hint>() {
+    if let Some(help) = help(err) {
         text.push_str("\nhelp: ");
-        text.push_str(&h.help);
+        text.push_str(help);
     }
     text
 }

@@ -186,6 +186,24 @@ pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::from(e.kind()))
 }
 
+/// The XDG directories of rdna1-patch (cache, data, state), when $HOME is
+/// known.
+pub fn project_dirs() -> Option<directories::ProjectDirs> {
+    directories::ProjectDirs::from("", "", "rdna1-patch")
+}
+
+/// Remove a file or a whole directory (not following a symlink); one that
+/// is already gone is fine.
+pub fn remove_path(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    }
+    .with_context(|| format!("cannot remove {}", path.display()))
+}
+
 /// Whether an error is the disk (or a quota, or a file size limit) being full.
 pub fn is_disk_full(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {

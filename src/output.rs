@@ -36,17 +36,16 @@ pub fn settings() -> Settings {
     SETTINGS.get().copied().unwrap_or_default()
 }
 
-/// `--color` (auto, always, never) with the conventions of
-/// no-color.org and bixense.com/clicolors: NO_COLOR turns colour off,
-/// CLICOLOR_FORCE on, for `auto` only; else colour on a terminal.
-pub fn use_color(choice: &str) -> bool {
+/// `--color`: `forced` is Some for always/never. For auto, the conventions
+/// of no-color.org and bixense.com/clicolors: NO_COLOR turns colour off,
+/// CLICOLOR_FORCE on; else colour on a terminal.
+pub fn use_color(forced: Option<bool>) -> bool {
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0");
-    match choice {
-        "always" => true,
-        "never" => false,
-        _ if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) => false,
-        _ if set("CLICOLOR_FORCE") => true,
-        _ => std::io::stderr().is_terminal(),
+    match forced {
+        Some(on) => on,
+        None if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) => false,
+        None if set("CLICOLOR_FORCE") => true,
+        None => std::io::stderr().is_terminal(),
     }
 }
 

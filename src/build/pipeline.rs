@@ -129,10 +129,12 @@ impl Options {
     ) -> Option<String> {
         let given = |k: &str| self.defines.iter().any(|(d, _)| d == k);
         let cxx = defines.get("CMAKE_CXX_COMPILER")?;
-        if given("CMAKE_CXX_COMPILER") || Path::new(cxx).exists() {
+        if given("CMAKE_CXX_COMPILER") {
             return None;
         }
-        let dir = tools::hip_clang_dir(rocm)?;
+        let tools::CxxChoice::HipClang(dir) = tools::choose_cxx(cxx, rocm) else {
+            return None;
+        };
         let was = cxx.clone();
         defines.insert(
             "CMAKE_CXX_COMPILER".into(),
@@ -376,18 +378,7 @@ impl BuildPlan<'_> {
     /// `--clean`: a fresh build dir, and no install stamp.
     fn clean(&self, ui: &Ui) -> Result<()> {
         for gone in [&self.dirs.build, &self.install_stamp()] {
-            if gone.is_dir() {
-                std::fs::remove_dir_all(gone)
-            } else {
-                std::fs::remove_file(gone).or_else(|e| {
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-            }
-            .with_context(|| format!("cannot remove {}", gone.display()))?;
+            crate::fsutil::remove_path(gone)?;
         }
         ui.stage("Clean", format!("removed {}", self.dirs.build.display()));
         Ok(())

@@ -178,7 +178,7 @@ pub fn builtin_series() -> Vec<String> {
 /// want of root. torch gets a copy of the library, so the prefix need not
 /// be system-wide.
 pub fn default_prefix(profile: &str) -> Result<PathBuf> {
-    directories::ProjectDirs::from("", "", "rdna1-patch")
+    crate::fsutil::project_dirs()
         .map(|d| d.data_dir().join(profile))
         .context("cannot find a data directory ($HOME is not set); pass --prefix")
 }

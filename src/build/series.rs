@@ -34,24 +34,32 @@ pub fn load(profile: &Profile, component: &Component, extra: Option<&Path>) -> R
     Ok(series)
 }
 
-/// `patches list`: each profile's series, patch by patch.
-pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
+/// Every component's series of `profiles`, loaded once for `patches list`.
+fn each_series(profiles: &[Profile]) -> Result<Vec<(&Profile, &str, &Component, Series)>> {
     let mut out = Vec::new();
     for p in profiles {
         for (name, c) in &p.components {
-            let series = Series::load(&p.series_dir(c)?)?;
-            out.push(format!("{} {name} {} ({}):", p.name, c.tag, series.origin));
-            if series.patches.is_empty() {
-                out.push("  (no patches)".to_owned());
-            }
-            for pf in &series.patches {
-                out.push(format!("  {}  {}", pf.name, pf.subject));
-                out.push(format!("      files: {}", pf.files.join(", ")));
-                out.push(format!(
-                    "      marker: {}",
-                    pf.marker.as_deref().unwrap_or("(none)")
-                ));
-            }
+            out.push((p, name.as_str(), c, Series::load(&p.series_dir(c)?)?));
+        }
+    }
+    Ok(out)
+}
+
+/// `patches list`: each profile's series, patch by patch.
+pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (p, name, c, series) in each_series(profiles)? {
+        out.push(format!("{} {name} {} ({}):", p.name, c.tag, series.origin));
+        if series.patches.is_empty() {
+            out.push("  (no patches)".to_owned());
+        }
+        for pf in &series.patches {
+            out.push(format!("  {}  {}", pf.name, pf.subject));
+            out.push(format!("      files: {}", pf.files.join(", ")));
+            out.push(format!(
+                "      marker: {}",
+                pf.marker.as_deref().unwrap_or("(none)")
+            ));
         }
     }
     Ok(out)
@@ -60,29 +68,26 @@ pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
 /// `patches list --json`.
 pub fn list_json(profiles: &[Profile]) -> Result<serde_json::Value> {
     let mut out = Vec::new();
-    for p in profiles {
-        for (name, c) in &p.components {
-            let series = Series::load(&p.series_dir(c)?)?;
-            let patches: Vec<_> = series
-                .patches
-                .iter()
-                .map(|pf| {
-                    serde_json::json!({
-                        "name": pf.name,
-                        "subject": pf.subject,
-                        "files": pf.files,
-                        "marker": pf.marker,
-                    })
+    for (p, name, c, series) in each_series(profiles)? {
+        let patches: Vec<_> = series
+            .patches
+            .iter()
+            .map(|pf| {
+                serde_json::json!({
+                    "name": pf.name,
+                    "subject": pf.subject,
+                    "files": pf.files,
+                    "marker": pf.marker,
                 })
-                .collect();
-            out.push(serde_json::json!({
-                "profile": p.name,
-                "component": name,
-                "tag": c.tag,
-                "series": series.origin.to_string(),
-                "patches": patches,
-            }));
-        }
+            })
+            .collect();
+        out.push(serde_json::json!({
+            "profile": p.name,
+            "component": name,
+            "tag": c.tag,
+            "series": series.origin.to_string(),
+            "patches": patches,
+        }));
     }
     Ok(serde_json::json!({
         "schema_version": crate::output::SCHEMA_VERSION,

@@ -169,6 +169,26 @@ pub fn major_minor(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
+/// What a profile's C++ compiler `cxx` is at this ROCm: there as named,
+/// replaced by the clang `hipconfig --hipclangpath` names (a distribution's
+/// layout, with no {rocm}/llvm), or missing. `build` and `doctor` decide
+/// the same way.
+pub enum CxxChoice {
+    Present,
+    HipClang(PathBuf),
+    Missing,
+}
+
+pub fn choose_cxx(cxx: &str, rocm: &Path) -> CxxChoice {
+    if Path::new(cxx).exists() {
+        return CxxChoice::Present;
+    }
+    match hip_clang_dir(rocm) {
+        Some(dir) => CxxChoice::HipClang(dir),
+        None => CxxChoice::Missing,
+    }
+}
+
 /// The directory of HIP's clang, as ROCm's own `hipconfig --hipclangpath`
 /// names it (AMD's packages: <rocm>/llvm/bin; Debian: /usr/lib/llvm-N/bin).
 /// `<rocm>/bin/hipconfig` first, then the one on PATH.

@@ -24,7 +24,7 @@ impl WorkDir {
             Some(p) => {
                 std::path::absolute(p).with_context(|| format!("bad --work-dir {}", p.display()))?
             }
-            None => directories::ProjectDirs::from("", "", "rdna1-patch")
+            None => crate::fsutil::project_dirs()
                 .map(|d| d.cache_dir().to_owned())
                 .context("cannot find a cache directory ($HOME is not set); pass --work-dir")?,
         };

@@ -73,9 +73,7 @@ impl CheckReport {
             name,
             status,
             detail: format!("{err:#}"),
-            fix: err
-                .downcast_ref::<crate::error::Hint>()
-                .map(|h| h.help.clone()),
+            fix: crate::error::help(err).map(str::to_owned),
         });
     }
 

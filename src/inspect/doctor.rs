@@ -107,12 +107,11 @@ fn compiler(req: &DoctorRequest, r: &mut CheckReport) {
         }
         return;
     };
-    if Path::new(cxx).is_file() {
-        r.push("compiler", Status::Ok, format!("{cxx} (the profile's)"));
-        return;
-    }
-    match tools::hip_clang_dir(&rocm) {
-        Some(dir) => r.push(
+    match tools::choose_cxx(cxx, &rocm) {
+        tools::CxxChoice::Present => {
+            r.push("compiler", Status::Ok, format!("{cxx} (the profile's)"))
+        }
+        tools::CxxChoice::HipClang(dir) => r.push(
             "compiler",
             Status::Ok,
             format!(
@@ -120,7 +119,7 @@ fn compiler(req: &DoctorRequest, r: &mut CheckReport) {
                 dir.join("clang++").display()
             ),
         ),
-        None => r.push_fix(
+        tools::CxxChoice::Missing => r.push_fix(
             "compiler",
             Status::Fail,
             format!("{cxx} is not there, and no hipconfig names HIP's clang"),

@@ -250,7 +250,7 @@ impl StateDir {
         let root = match explicit {
             Some(p) => std::path::absolute(p)
                 .with_context(|| format!("bad --state-dir {}", p.display()))?,
-            None => directories::ProjectDirs::from("", "", "rdna1-patch")
+            None => crate::fsutil::project_dirs()
                 .and_then(|d| d.state_dir().map(Path::to_owned))
                 .context("cannot find a state directory ($HOME is not set); pass --state-dir")?,
         };

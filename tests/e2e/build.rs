@@ -337,9 +337,10 @@ fn a_moved_tag_stops_the_build_unless_updated() {
     std::fs::remove_dir_all(sb.src()).unwrap();
     let run = sb.build(&["--stop-after", "fetch"]).fails();
     run.error_is(&format!(
-        "error: tag rocm-6.2.4 of {} now resolves to {moved}, but [..]/work/mini/sources.lock recorded {first} on the first fetch
+        "error: tag rocm-6.2.4 of {} now resolves to {moved}, but {} recorded {first} on the first fetch
 help: a moved tag can mean a compromised or rewritten upstream; inspect it, then pass --update to accept the new commit",
-        sb.origin.display()
+        sb.origin.display(),
+        sb.work.join("mini/sources.lock").display()
     ));
     run.says(&format!("now resolves to {moved}"));
     run.says("--update");
