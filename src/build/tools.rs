@@ -140,9 +140,18 @@ fn resolve(cmd: &str) -> Option<PathBuf> {
     }
 }
 
-/// The ROCm release of an install: `.info/version` ("6.2.4-120"), else the
-/// HIP version header.
+/// The ROCm release of an install: for a rocm-sdk devel tree
+/// (`site-packages/_rocm_sdk_devel*`), the SDK version pip recorded, which
+/// is what a torch on those packages is matched against; else
+/// `.info/version` ("6.2.4-120"), else the HIP version header.
 pub fn rocm_version(rocm: &Path) -> Option<String> {
+    let devel = rocm
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("_rocm_sdk_devel"));
+    if devel && let Some(v) = rocm.parent().and_then(crate::swap::rocm_sdk::version_in) {
+        return Some(v);
+    }
     if let Ok(s) = std::fs::read_to_string(rocm.join(".info/version")) {
         let v = s.trim().split(['-', '\n']).next().unwrap_or_default();
         if !v.is_empty() {

@@ -136,31 +136,69 @@ fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::Code
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
-        Some(Ok(t)) if tools::major_minor(&t.hip) == req.profile.rocm.torch_hip => r.push(
+        Some(Ok(t)) if tools::major_minor(t.rocm()) == req.profile.rocm.torch_hip => r.push(
             "torch",
             Status::Ok,
-            format!("{} (hip {}) at {}", t.version, t.hip, t.dir.display()),
+            format!(
+                "{} ({}) at {}; {}",
+                t.version,
+                t.rocm_label(),
+                t.dir.display(),
+                crate::inspect::verify::layout_detail(t)
+            ),
         ),
         Some(Ok(t)) => r.push_fix(
             "torch",
             Status::Warn,
             format!(
-                "{} (hip {}) at {}, but profile {} is for torch built with ROCm {}",
+                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}",
                 t.version,
-                t.hip,
+                t.rocm_label(),
                 t.dir.display(),
                 req.profile.name,
-                req.profile.rocm.torch_hip
+                req.profile.rocm.torch_hip,
+                crate::inspect::verify::layout_detail(t)
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         ),
         Some(Err(e)) => r.push_error("torch", Status::Warn, e),
+    }
+    if let Some(Ok(t)) = &torch
+        && let torch::Layout::RocmSdk(_) = t.layout
+        && let Some(torch::Locator::Python(python)) = &req.torch
+    {
+        devel_sdk(python, r);
     }
     let code = torch
         .as_ref()
         .and_then(|t| t.as_ref().ok())
         .map(|t| torch_code(t, r));
     code.flatten()
+}
+
+/// On the rocm-sdk layout the build wants that environment's devel SDK:
+/// `python -m rocm_sdk path --root` names it (and expands it on first use).
+fn devel_sdk(python: &Path, r: &mut CheckReport) {
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(["-m", "rocm_sdk", "path", "--root"]);
+    match crate::proc::helper(cmd) {
+        Ok(out) if out.status.success() => r.push(
+            "rocm-sdk",
+            Status::Ok,
+            format!("devel SDK at {}: build with --rocm {0}", out.stdout.trim()),
+        ),
+        Ok(out) => r.push_fix(
+            "rocm-sdk",
+            Status::Warn,
+            format!(
+                "{} -m rocm_sdk path --root failed: {}",
+                python.display(),
+                out.stderr.lines().last().unwrap_or("").trim()
+            ),
+            "install the devel SDK into the same environment: pip install \"rocm[devel]\"",
+        ),
+        Err(e) => r.push("rocm-sdk", Status::Warn, format!("{e:#}")),
+    }
 }
 
 fn launchers(r: &mut CheckReport) {
@@ -405,7 +443,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 /// Which GPUs torch's own GPU code is for: the offload bundles of
 /// torch/lib/libtorch_hip.so. `None` when that cannot be told.
 fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
-    let lib = t.lib_dir.join("libtorch_hip.so");
+    let lib = t.dir.join("lib/libtorch_hip.so");
     match fatbin::read(&lib) {
         Ok(Some(c)) if !c.archs.is_empty() => {
             let list: Vec<&str> = c.archs.iter().map(String::as_str).collect();

@@ -72,6 +72,13 @@ pub fn transaction_json(j: &Journal) -> serde_json::Value {
             "version": j.torch.version,
             "hip": j.torch.hip,
             "library": j.torch.target,
+            "layout": j.torch.layout(),
+            "rocm_sdk": j.torch.sdk.as_ref().map(|s| serde_json::json!({
+                "version": s.version,
+                "family": s.family,
+                "package": s.package,
+                "loads": s.library,
+            })),
         },
         "build": {
             "prefix": j.build.prefix,
@@ -102,13 +109,16 @@ pub fn transactions_json(state: &StateDir) -> Result<serde_json::Value> {
 /// One line for a transaction, as `status` and `rollback --list` show it.
 pub fn describe(j: &Journal) -> String {
     format!(
-        "{:>4}  {}  {:<12}  {}  torch {} (hip {})  build {} ROCm {}",
+        "{:>4}  {}  {:<12}  {}  torch {} ({})  build {} ROCm {}",
         j.id,
         j.created,
         j.state.name(),
         j.torch.dir.display(),
         j.torch.version,
-        j.torch.hip,
+        match &j.torch.sdk {
+            None => format!("hip {}", j.torch.hip),
+            Some(s) => format!("rocm-sdk {} {}", s.version, s.family),
+        },
         crate::build::source::short(&j.build.commit),
         j.build.rocm
     )
@@ -170,11 +180,12 @@ impl StatusReport {
         }
         for j in &self.installed {
             lines.push(format!(
-                "installed:  {} (transaction {}, {}), MD5 {}",
+                "installed:  {} (transaction {}, {}), MD5 {}, layout {}",
                 j.torch.target.display(),
                 j.id,
                 j.created,
-                j.new.md5
+                j.new.md5,
+                j.torch.layout()
             ));
         }
         for j in &self.unfinished {

@@ -209,11 +209,32 @@ fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) ->
         },
     };
     match torch::locate(&loc) {
-        Ok(t) => Some(t),
+        Ok(t) => {
+            r.push("layout", Status::Ok, layout_detail(&t));
+            Some(t)
+        }
         Err(e) => {
             r.push_error("torch", Status::Fail, &e);
             None
         }
+    }
+}
+
+/// Which layout torch loads MIOpen from, and how it was found.
+pub fn layout_detail(t: &Torch) -> String {
+    match &t.layout {
+        torch::Layout::Bundled => format!("torch/lib: torch loads {}", t.library.display()),
+        torch::Layout::RocmSdk(sdk) => format!(
+            "rocm-sdk {} ({}): torch's preload loads {} (found by {}{})",
+            sdk.version,
+            sdk.family,
+            sdk.library.display(),
+            sdk.found_by,
+            sdk.note
+                .as_deref()
+                .map(|n| format!("; python's rocm_sdk: {n}"))
+                .unwrap_or_default()
+        ),
     }
 }
 
@@ -242,13 +263,14 @@ fn check_torch(
 /// torch's HIP major.minor against the build's ROCm.
 fn check_versions(torch: &Torch, prov: &Provenance, r: &mut CheckReport) {
     let ours = tools::major_minor(prov.rocm.found.as_deref().unwrap_or(&prov.rocm.version));
-    if tools::major_minor(&torch.hip) == ours {
+    if tools::major_minor(torch.rocm()) == ours {
         r.push(
             "versions",
             Status::Ok,
             format!(
-                "torch {} (hip {}) and the build (ROCm {ours})",
-                torch.version, torch.hip
+                "torch {} ({}) and the build (ROCm {ours})",
+                torch.version,
+                torch.rocm_label()
             ),
         );
     } else {
@@ -256,8 +278,9 @@ fn check_versions(torch: &Torch, prov: &Provenance, r: &mut CheckReport) {
             "versions",
             Status::Fail,
             format!(
-                "torch {} is for HIP {}, the build for ROCm {ours}",
-                torch.version, torch.hip
+                "torch {} is for {}, the build for ROCm {ours}",
+                torch.version,
+                torch.rocm_label()
             ),
             "build with the profile for torch's ROCm, or install the torch for the build's",
         );
@@ -337,7 +360,8 @@ fn check_installed(torch: &Torch, j: &Journal, built: Option<&elf::Library>, r: 
 }
 
 fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckReport) {
-    let deps = match linker::resolve(library) {
+    let preloaded = torch.map(Torch::preloaded_dirs).unwrap_or_default();
+    let deps = match linker::resolve(library, &preloaded) {
         Ok(d) => d,
         Err(e) => return r.push("links", Status::Fail, format!("{e:#}")),
     };
@@ -361,7 +385,7 @@ fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckReport) {
             ),
         );
     };
-    match linker::second_copies(&deps, &torch.lib_dir) {
+    match linker::second_copies(&deps, &torch.runtime_dirs()) {
         Err(e) => r.push("links", Status::Fail, format!("{e:#}")),
         Ok(dups) if !dups.is_empty() => {
             let list: Vec<String> = dups
@@ -383,9 +407,14 @@ fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckReport) {
             "links",
             Status::Ok,
             format!(
-                "all {} libraries resolve; none is a second copy of what {} bundles",
+                "all {} libraries resolve; none is a second copy of a library in {}",
                 deps.len(),
-                torch.lib_dir.display()
+                torch
+                    .runtime_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
             ),
         ),
     }

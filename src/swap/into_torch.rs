@@ -92,11 +92,12 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
 /// The build's ROCm major.minor must be torch's; a patch level that differs
 /// is only worth a warning.
 pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Result<()> {
-    let (ours, theirs) = (build.rocm(), &torch.hip);
+    let (ours, theirs) = (build.rocm(), torch.rocm());
     if tools::major_minor(ours) != tools::major_minor(theirs) {
         let msg = format!(
-            "the build is for ROCm {ours} but torch {} is built for HIP {theirs}: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs",
-            torch.version
+            "the build is for ROCm {ours} but torch {} is built for {}: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs",
+            torch.version,
+            torch.rocm_label()
         );
         if !force {
             return Err(hint(
@@ -115,7 +116,11 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
         .split(['.', '-'])
         .nth(2)
         .and_then(|p| p.parse::<u32>().ok());
-    if let (Some(a), Some(b)) = (ours_patch, torch::rocm_patch(&torch.version))
+    let theirs_patch = match &torch.layout {
+        torch::Layout::Bundled => torch::rocm_patch(&torch.version),
+        torch::Layout::RocmSdk(sdk) => sdk.version.split('.').nth(2).and_then(|p| p.parse().ok()),
+    };
+    if let (Some(a), Some(b)) = (ours_patch, theirs_patch)
         && a != b
     {
         ui.warn(format!(
@@ -144,13 +149,20 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     ui.stage(
         "Torch",
         format!(
-            "{} {} (hip {}), {}",
+            "{} {} ({}), {}",
             torch.dir.display(),
             torch.version,
-            torch.hip,
+            torch.rocm_label(),
             describe_target(&torch)
         ),
     );
+    if let torch::Layout::RocmSdk(sdk) = &torch.layout {
+        ui.note(format!(
+            "MIOpen is in the rocm-sdk package {} (found by {}), which every program in this environment that uses rocm_sdk shares",
+            sdk.package.display(),
+            sdk.found_by
+        ));
+    }
     check_versions(&build, &torch, req.force, ui)?;
     warn_about_override(&torch, ui);
 
@@ -197,7 +209,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
-    if let Ok(Some(code)) = crate::inspect::fatbin::read(&torch.lib_dir.join("libtorch_hip.so"))
+    if let Ok(Some(code)) = crate::inspect::fatbin::read(&torch.dir.join("lib/libtorch_hip.so"))
         && !code.archs.is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
@@ -237,6 +249,12 @@ fn stage(
     ui: &Ui,
 ) -> Result<Option<Relink>> {
     fsutil::copy_synced(&build.library, staged, 0o755)?;
+    if let torch::Layout::RocmSdk(_) = &torch.layout {
+        // A build against the rocm-sdk devel SDK already names the SONAMEs
+        // the preload provides; TheRock's own libraries are never rewritten.
+        ui.note("rocm-sdk layout: installing the library as built (no relink)");
+        return Ok(None);
+    }
     if !req.relink {
         ui.note("--no-relink: installing the library as built");
         return Ok(None);
@@ -292,8 +310,10 @@ fn describe_target(torch: &Torch) -> String {
 /// a name in torch/lib as torch reaches it: everything must resolve, and no
 /// runtime torch bundles may come from elsewhere.
 fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
+    let sdk = matches!(torch.layout, torch::Layout::RocmSdk(_));
+    let preloaded = torch.preloaded_dirs();
     let deps = if file.parent() == Some(torch.lib_dir.as_path()) {
-        linker::resolve(file)?
+        linker::resolve(file, &preloaded)?
     } else {
         let name = torch.lib_dir.join(format!(
             ".{}.rdna1-patch-check",
@@ -302,7 +322,7 @@ fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> 
         let _ = fsutil::remove_own_file(&name);
         std::os::unix::fs::symlink(file, &name)
             .with_context(|| format!("cannot create {}", name.display()))?;
-        let deps = linker::resolve(&name);
+        let deps = linker::resolve(&name, &preloaded);
         let _ = fsutil::remove_own_file(&name);
         deps?
     };
@@ -314,14 +334,16 @@ fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> 
                 missing.join(", "),
                 torch.lib_dir.display()
             ),
-            if relink.is_some() {
+            if sdk {
+                "the rocm-sdk packages do not provide them: build against this environment's devel SDK (`pip install \"rocm[devel]\"`, then `rdna1-patch build miopen --rocm \"$(python -m rocm_sdk path --root)\"`)"
+            } else if relink.is_some() {
                 "torch does not bundle them and they are not on the system library path: install them (e.g. ROCm's copies, with their directory in /etc/ld.so.conf.d), or pass --no-relink to keep the build's RUNPATH"
             } else {
                 "the build's RUNPATH no longer reaches them: rebuild, or leave out --no-relink"
             },
         ));
     }
-    let dups = linker::second_copies(&deps, &torch.lib_dir)?;
+    let dups = linker::second_copies(&deps, &torch.runtime_dirs())?;
     if dups.is_empty() {
         return Ok(());
     }
@@ -333,6 +355,15 @@ fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> 
         "the new library would load a second copy of runtimes torch bundles: {}",
         list.join(", ")
     );
+    if sdk {
+        return Err(hint(
+            msg,
+            format!(
+                "the build links another ROCm's runtime; rebuild against the rocm-sdk devel SDK {} of this environment (`--rocm \"$(python -m rocm_sdk path --root)\"`)",
+                torch.rocm()
+            ),
+        ));
+    }
     if relink.is_none() {
         ui.warn(format!(
             "{msg}; two HIP runtimes in one process is a known cause of memory faults (--no-relink)"

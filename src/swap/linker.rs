@@ -14,9 +14,20 @@ pub struct Dep {
 }
 
 /// Every library `path` would pull in, directly or not.
-pub fn resolve(path: &Path) -> Result<Vec<Dep>> {
+/// `search` goes ahead of the loader's own path: the directories
+/// whose libraries a preload (rocm_sdk's, RTLD_GLOBAL by absolute path) has
+/// already put in the process, which satisfy a NEEDED entry by SONAME.
+pub fn resolve(path: &Path, search: &[PathBuf]) -> Result<Vec<Dep>> {
     let mut cmd = std::process::Command::new("ldd");
     cmd.arg(path);
+    if !search.is_empty() {
+        let mut dirs: Vec<std::ffi::OsString> =
+            search.iter().map(|d| d.as_os_str().to_owned()).collect();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+            dirs.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", dirs.join(std::ffi::OsStr::new(":")));
+    }
     let out = crate::proc::helper(cmd)
         .context("cannot run ldd (Debian/Ubuntu: it is in the libc-bin package)")?;
     if !out.status.success() {
@@ -56,16 +67,22 @@ pub fn missing(deps: &[Dep]) -> Vec<&str> {
 /// Libraries that `lib_dir` bundles and the dependencies load from somewhere
 /// else too: each (bundled file, the other copy). Compared by name stem and
 /// path, since a wheel renames its copies (libamdhip64.so.6 -> libamdhip64.so).
-pub fn second_copies(deps: &[Dep], lib_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let bundled = bundled_names(lib_dir)?;
-    let lib_dir = lib_dir.canonicalize().unwrap_or(lib_dir.to_owned());
+pub fn second_copies(deps: &[Dep], lib_dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf)>> {
+    let mut bundled = Vec::new();
+    for d in lib_dirs {
+        bundled.extend(bundled_names(d)?);
+    }
+    let lib_dirs: Vec<PathBuf> = lib_dirs
+        .iter()
+        .map(|d| d.canonicalize().unwrap_or(d.to_owned()))
+        .collect();
     let mut out = Vec::new();
     for dep in deps {
         let Some(path) = &dep.path else { continue };
         let dir = path
             .parent()
             .map(|d| d.canonicalize().unwrap_or(d.to_owned()));
-        if dir.as_deref() == Some(lib_dir.as_path()) {
+        if dir.as_ref().is_some_and(|d| lib_dirs.contains(d)) {
             continue;
         }
         let stem = crate::elf::stem(&dep.name);

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use crate::error::hint;
+pub use crate::swap::rocm_sdk::Sdk;
 
 /// How the user pointed at torch.
 #[derive(Debug, Clone)]
@@ -29,19 +30,93 @@ impl Locator {
     }
 }
 
+/// Where torch's MIOpen lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// torch/lib/libMIOpen.so: pytorch.org ROCm wheels up to ROCm 7.2 and
+    /// local builds (the wheel copies ROCm's libraries in, RPATH $ORIGIN).
+    Bundled,
+    /// The rocm-sdk packages beside torch (TheRock; pytorch.org from 7.14).
+    RocmSdk(Sdk),
+}
+
+impl Layout {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Layout::Bundled => "torch/lib",
+            Layout::RocmSdk(_) => "rocm-sdk",
+        }
+    }
+}
+
 /// A ROCm build of torch and the MIOpen library it loads.
 #[derive(Debug, Clone)]
 pub struct Torch {
     pub dir: PathBuf,
+    /// The directory of the library torch loads: torch/lib, or the rocm-sdk
+    /// libraries package's lib.
     pub lib_dir: PathBuf,
     /// torch.__version__, e.g. "2.5.1+rocm6.2".
     pub version: String,
     /// torch.version.hip, e.g. "6.2.41133-dd7f95766".
     pub hip: String,
-    /// torch/lib/libMIOpen.so, the name the loader looks for.
+    /// The name torch loads: torch/lib/libMIOpen.so, or the path
+    /// `rocm_sdk.find_libraries("miopen")` gives.
     pub library: PathBuf,
     /// The file that name leads to (itself unless it is a symlink).
     pub target: PathBuf,
+    pub layout: Layout,
+}
+
+impl Torch {
+    /// The directory the library must stay inside: torch, or the rocm-sdk
+    /// libraries package.
+    pub fn root(&self) -> &Path {
+        match &self.layout {
+            Layout::Bundled => &self.dir,
+            Layout::RocmSdk(sdk) => &sdk.package,
+        }
+    }
+
+    /// The ROCm version the library must match: torch.version.hip for a
+    /// bundled library, the SDK's version for the rocm-sdk packages.
+    pub fn rocm(&self) -> &str {
+        match &self.layout {
+            Layout::Bundled => &self.hip,
+            Layout::RocmSdk(sdk) => &sdk.version,
+        }
+    }
+
+    /// Where the libraries torch loads live: torch/lib, or the rocm-sdk
+    /// libraries package's lib and the core package's lib (the preload's).
+    pub fn runtime_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.lib_dir.clone()];
+        if let Layout::RocmSdk(Sdk {
+            core_lib: Some(core),
+            ..
+        }) = &self.layout
+        {
+            dirs.push(core.clone());
+        }
+        dirs
+    }
+
+    /// The extra search path the loader check needs: none for torch/lib
+    /// (RUNPATH $ORIGIN reaches it), the preload's directories for rocm-sdk.
+    pub fn preloaded_dirs(&self) -> Vec<PathBuf> {
+        match &self.layout {
+            Layout::Bundled => Vec::new(),
+            Layout::RocmSdk(_) => self.runtime_dirs(),
+        }
+    }
+
+    /// "ROCm 7.14.0 (rocm-sdk gfx101X-dgpu)" or "HIP 6.2.41133-...".
+    pub fn rocm_label(&self) -> String {
+        match &self.layout {
+            Layout::Bundled => format!("HIP {}", self.hip),
+            Layout::RocmSdk(sdk) => format!("rocm-sdk {} {}", sdk.version, sdk.family),
+        }
+    }
 }
 
 /// What torch/version.py says.
@@ -137,6 +212,15 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
             "install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
         ));
     };
+    let python = match loc {
+        Locator::Python(p) => Some(p.as_path()),
+        Locator::Dir(_) => None,
+    };
+    let (library, layout) = which_library(&dir, library, python, named, &hip)?;
+    let root = match &layout {
+        Layout::Bundled => dir.clone(),
+        Layout::RocmSdk(sdk) => sdk.package.clone(),
+    };
     let target = match std::fs::canonicalize(&library) {
         Ok(t) => t,
         Err(e) => {
@@ -146,17 +230,20 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
                     dir.display(),
                     library.display()
                 ),
-                "reinstall torch (pip install --force-reinstall ...) so that torch/lib/libMIOpen.so is back",
+                "reinstall torch (pip install --force-reinstall ...) so that its libMIOpen.so is back",
             ));
         }
     };
-    if !target.starts_with(&dir) {
+    if !target.starts_with(&root) {
+        let owner = match &layout {
+            Layout::Bundled => format!("torch at {}", root.display()),
+            Layout::RocmSdk(_) => format!("the rocm-sdk package {}", root.display()),
+        };
         return Err(hint(
             format!(
-                "{} is a symlink to {}, outside torch at {}: rdna1-patch only replaces a file that belongs to torch",
+                "{} is a symlink to {}, outside {owner}: rdna1-patch only replaces a file that belongs to torch",
                 library.display(),
                 target.display(),
-                dir.display()
             ),
             format!(
                 "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`cp --remove-destination {} {}`) and install again",
@@ -165,6 +252,7 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
             ),
         ));
     }
+    let lib_dir = library.parent().unwrap_or(&lib_dir).to_owned();
     Ok(Torch {
         dir,
         lib_dir,
@@ -172,6 +260,47 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
         hip,
         library,
         target,
+        layout,
+    })
+}
+
+/// torch/lib/libMIOpen.so when torch bundles one, else the rocm-sdk
+/// package's.
+fn which_library(
+    dir: &Path,
+    library: PathBuf,
+    python: Option<&Path>,
+    named: &str,
+    hip: &str,
+) -> Result<(PathBuf, Layout)> {
+    Ok(if library.symlink_metadata().is_ok() {
+        (library, Layout::Bundled)
+    } else {
+        match crate::swap::rocm_sdk::find(dir, python)? {
+            Some(mut sdk) => {
+                // Canonical directories, so that journals and "inside the
+                // package" compare like with like; the file name is kept,
+                // since it is the name the preload loads.
+                if let Ok(p) = sdk.package.canonicalize() {
+                    if let Some(name) = sdk.library.file_name() {
+                        sdk.library = p.join("lib").join(name);
+                    }
+                    sdk.package = p;
+                }
+                (sdk.library.clone(), Layout::RocmSdk(sdk))
+            }
+            None => {
+                return Err(hint(
+                    format!(
+                        "torch {named} (hip {hip}) at {} has no MIOpen: torch/lib has no libMIOpen.so, and there is no rocm-sdk libraries package ({}*) beside it in {}",
+                        dir.display(),
+                        crate::swap::rocm_sdk::LIBRARIES_PREFIX,
+                        dir.parent().unwrap_or(Path::new("/")).display()
+                    ),
+                    "reinstall torch (a pytorch.org ROCm wheel bundles libMIOpen.so; TheRock's torch needs its libraries: `pip install \"rocm[libraries]\"`)",
+                ));
+            }
+        }
     })
 }
 

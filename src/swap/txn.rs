@@ -113,6 +113,31 @@ pub struct TorchRec {
     pub hip: String,
     /// torch/lib/libMIOpen.so, or the file it links to.
     pub target: PathBuf,
+    /// Set when torch loads MIOpen from the rocm-sdk packages; absent in
+    /// journals of the torch/lib layout (and in those written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<SdkRec>,
+}
+
+/// The rocm-sdk layout's MIOpen, as an install found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SdkRec {
+    pub version: String,
+    pub family: String,
+    /// `site-packages/_rocm_sdk_libraries_<family>`, torch's sibling.
+    pub package: PathBuf,
+    /// The name the preload loads.
+    pub library: PathBuf,
+}
+
+impl TorchRec {
+    pub fn layout(&self) -> &'static str {
+        if self.sdk.is_some() {
+            "rocm-sdk"
+        } else {
+            "torch/lib"
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +166,10 @@ pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
 impl Journal {
     /// The name torch loads the library by.
     fn library(&self) -> PathBuf {
-        self.torch.dir.join("lib").join(crate::swap::torch::LIBRARY)
+        match &self.torch.sdk {
+            Some(sdk) => sdk.library.clone(),
+            None => self.torch.dir.join("lib").join(crate::swap::torch::LIBRARY),
+        }
     }
 
     /// The temp file an install (or, with `rollback`, a rollback) writes
@@ -169,22 +197,44 @@ impl Journal {
             ));
         }
         let t = &self.torch;
+        // The rocm-sdk package must be torch's sibling and the preload's
+        // name inside it: a journal cannot point us anywhere else.
+        let root = match &t.sdk {
+            None => t.dir.clone(),
+            Some(sdk) => {
+                let sibling = sdk.package.parent() == t.dir.parent()
+                    && sdk
+                        .package
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(crate::swap::rocm_sdk::LIBRARIES_PREFIX))
+                    && sdk.library.parent().and_then(Path::parent) == Some(sdk.package.as_path());
+                if !sibling {
+                    return Err(format!(
+                        "its rocm-sdk package {} is not a libraries package beside {}",
+                        sdk.package.display(),
+                        t.dir.display()
+                    ));
+                }
+                sdk.package.clone()
+            }
+        };
         let named_ok = t
             .target
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with("libMIOpen.so"));
-        let dir = t.dir.canonicalize().unwrap_or_else(|_| t.dir.clone());
+        let dir = root.canonicalize().unwrap_or_else(|_| root.clone());
         let inside = t.target.is_absolute()
             && t.target
                 .components()
                 .all(|c| !matches!(c, std::path::Component::ParentDir))
-            && (t.target.starts_with(&dir) || t.target.starts_with(&t.dir));
+            && (t.target.starts_with(&dir) || t.target.starts_with(&root));
         if !named_ok || !inside {
             return Err(format!(
                 "its target {} is not a libMIOpen inside {}",
                 t.target.display(),
-                t.dir.display()
+                root.display()
             ));
         }
         Ok(())
@@ -806,6 +856,15 @@ fn new_journal(
             version: torch.version.clone(),
             hip: torch.hip.clone(),
             target: target.clone(),
+            sdk: match &torch.layout {
+                crate::swap::torch::Layout::Bundled => None,
+                crate::swap::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
+                    version: sdk.version.clone(),
+                    family: sdk.family.clone(),
+                    package: sdk.package.clone(),
+                    library: sdk.library.clone(),
+                }),
+            },
         },
         build: swap.build.clone(),
         original: original.clone(),

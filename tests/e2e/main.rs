@@ -9,6 +9,7 @@ mod launcher;
 mod miopen;
 mod patches;
 mod reliability;
+mod rocm_sdk;
 mod support;
 mod torch;
 mod verify;

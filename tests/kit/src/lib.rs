@@ -199,3 +199,101 @@ impl FakeTorch {
         self.lib.join("libMIOpen.so")
     }
 }
+
+/// A rocm-sdk install in `site`, as TheRock's wheels lay it out: the
+/// `rocm_sdk` meta package (tests/fixtures/fake-rocm-sdk), `_rocm_sdk_core/lib`
+/// with HIP 7, one `_rocm_sdk_libraries_<family>/lib` per family with the
+/// stock libMIOpen.so.1, a devel tree whose libraries are relative symlinks
+/// into core (as `rocm-sdk init` expands it), and a ROCm torch whose
+/// `_rocm_init.py` preloads through `rocm_sdk`.
+pub struct FakeRocmSdk {
+    pub site: PathBuf,
+    pub torch: FakeTorch,
+    /// `_rocm_sdk_libraries_<first family>/lib/libMIOpen.so.1`.
+    pub miopen: PathBuf,
+    /// `_rocm_sdk_devel`: what `python -m rocm_sdk path --root` names.
+    pub devel: PathBuf,
+}
+
+impl FakeRocmSdk {
+    /// `version` like "7.14.0"; `families` like ["gfx101X-dgpu"].
+    pub fn create(site: &Path, runtime: &Path, version: &str, families: &[&str]) -> FakeRocmSdk {
+        let meta = site.join("rocm_sdk");
+        copy_dir(&fixtures().join("fake-rocm-sdk/rocm_sdk"), &meta);
+        let quoted: Vec<String> = families.iter().map(|f| format!("{f:?}")).collect();
+        let info = meta.join("_dist_info.py");
+        let text = std::fs::read_to_string(&info)
+            .unwrap()
+            .replace("@VERSION@", version)
+            .replace("@FAMILIES@", &quoted.join(", "));
+        std::fs::write(&info, text).unwrap();
+        let dist = site.join(format!("rocm-{version}.dist-info"));
+        std::fs::create_dir_all(&dist).unwrap();
+        std::fs::write(
+            dist.join("METADATA"),
+            format!("Metadata-Version: 2.1\nName: rocm\nVersion: {version}\n"),
+        )
+        .unwrap();
+        let package = |name: &str| {
+            let dir = site.join(name);
+            std::fs::create_dir_all(dir.join("lib")).unwrap();
+            std::fs::write(dir.join("__init__.py"), "").unwrap();
+            dir
+        };
+        // Wheels hold no symlinks: each package has the file its SONAME names.
+        let core = package("_rocm_sdk_core");
+        std::fs::copy(
+            runtime.join("sdk/core/lib/libamdhip64.so.7"),
+            core.join("lib/libamdhip64.so.7"),
+        )
+        .unwrap();
+        let mut miopen = None;
+        for f in families {
+            let lib = package(&format!("_rocm_sdk_libraries_{}", f.replace('-', "_"))).join("lib");
+            std::fs::copy(
+                runtime.join("sdk/libraries/lib/libMIOpen.so.1"),
+                lib.join("libMIOpen.so.1"),
+            )
+            .unwrap();
+            miopen.get_or_insert(lib.join("libMIOpen.so.1"));
+        }
+        let devel = package("_rocm_sdk_devel");
+        std::fs::create_dir_all(devel.join(".info")).unwrap();
+        for name in ["libamdhip64.so", "libamdhip64.so.7"] {
+            std::os::unix::fs::symlink(
+                "../../_rocm_sdk_core/lib/libamdhip64.so.7",
+                devel.join("lib").join(name),
+            )
+            .unwrap();
+        }
+        let torch = FakeTorch::create(
+            site,
+            runtime,
+            TorchKind::Rocm,
+            &format!("2.11.0+rocm{version}"),
+            &format!("{version}-therock"),
+        );
+        // This torch bundles nothing from ROCm.
+        for e in std::fs::read_dir(&torch.lib).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        std::fs::copy(
+            runtime.join("sdk/torch/lib/libtorch_hip.so"),
+            torch.lib.join("libtorch_hip.so"),
+        )
+        .unwrap();
+        std::fs::write(
+            torch.dir.join("_rocm_init.py"),
+            format!(
+                "def initialize():\n    import rocm_sdk\n    rocm_sdk.initialize_process(preload_shortnames=[\"amdhip64\", \"miopen\"], check_version=\"{version}\")\n"
+            ),
+        )
+        .unwrap();
+        FakeRocmSdk {
+            site: site.to_owned(),
+            torch,
+            miopen: miopen.expect("at least one family"),
+            devel,
+        }
+    }
+}

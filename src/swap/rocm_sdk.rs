@@ -1,0 +1,279 @@
+//! The rocm-sdk layout (TheRock's Python packages, and pytorch.org ROCm
+//! wheels from 7.14): torch bundles no ROCm library, and `torch/_rocm_init.py`
+//! preloads each one by absolute path through `rocm_sdk.initialize_process`.
+//! MIOpen is `lib/libMIOpen.so*` in the `_rocm_sdk_libraries_<family>`
+//! package beside torch in site-packages.
+//!
+//! We ask the user's python with `import rocm_sdk` only (pure python; no GPU
+//! initialisation) and the target family fixed, so that `find_libraries`
+//! does not run `offload-arch`. When that fails, or torch was named by its
+//! directory, the same answer is read from the filesystem.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::error::hint;
+
+/// The name of the libraries packages, before the target family.
+pub const LIBRARIES_PREFIX: &str = "_rocm_sdk_libraries_";
+
+/// Where the rocm-sdk layout keeps torch's MIOpen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sdk {
+    /// rocm_sdk.__version__, e.g. "7.14.0".
+    pub version: String,
+    /// The target family, e.g. "gfx101X-dgpu".
+    pub family: String,
+    /// `site-packages/_rocm_sdk_libraries_<family>`: the library must stay in it.
+    pub package: PathBuf,
+    /// The path `rocm_sdk.find_libraries("miopen")` gives: what the preload loads.
+    pub library: PathBuf,
+    /// `_rocm_sdk_core/lib` (the HIP runtime, comgr, hipRTC), when found.
+    pub core_lib: Option<PathBuf>,
+    /// "rocm_sdk" (asked through python) or "filesystem".
+    pub found_by: &'static str,
+    /// Why python's answer was not used, when the files were read instead.
+    pub note: Option<String>,
+}
+
+const QUERY: &str = r#"
+import json, os, sys
+out = {}
+try:
+    import rocm_sdk
+    from rocm_sdk import _dist_info as d
+    pkg = d.ALL_PACKAGES["libraries"]
+    installed = [f for f in d.AVAILABLE_TARGET_FAMILIES if pkg.has_py_package(f)]
+    family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or (installed[0] if len(installed) == 1 else None)
+    out = {"version": rocm_sdk.__version__, "installed": installed, "family": family}
+    if family:
+        os.environ["ROCM_SDK_TARGET_FAMILY"] = family
+        out["miopen"] = str(rocm_sdk.find_libraries("miopen")[0])
+        out["core"] = str(rocm_sdk.find_libraries("amdhip64")[0].parent)
+except Exception as e:
+    out["error"] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"#;
+
+#[derive(Deserialize, Default)]
+struct Answer {
+    version: Option<String>,
+    #[serde(default)]
+    installed: Vec<String>,
+    family: Option<String>,
+    miopen: Option<PathBuf>,
+    core: Option<PathBuf>,
+    error: Option<String>,
+}
+
+/// The rocm-sdk MIOpen of the torch in `torch_dir`. `python` is the user's
+/// interpreter when torch was found through one. Ok(None): no rocm-sdk
+/// libraries package is there at all.
+pub fn find(torch_dir: &Path, python: Option<&Path>) -> Result<Option<Sdk>> {
+    let site = torch_dir.parent().unwrap_or(Path::new("/"));
+    let mut asked = None;
+    let mut note = None;
+    if let Some(python) = python {
+        match ask(python) {
+            Ok(a) => {
+                note = a.error.clone();
+                asked = Some(a);
+            }
+            Err(e) => note = Some(format!("{e:#}")),
+        }
+    }
+    if let Some(a) = &asked {
+        if a.installed.len() > 1 && a.family.is_none() {
+            return Err(several(&a.installed));
+        }
+        if let (Some(version), Some(family), Some(miopen)) = (&a.version, &a.family, &a.miopen) {
+            let package = package_of(miopen).with_context(|| {
+                format!(
+                    "rocm_sdk.find_libraries('miopen') gave {}, which is not in a {LIBRARIES_PREFIX}* package",
+                    miopen.display()
+                )
+            })?;
+            return Ok(Some(Sdk {
+                version: version.clone(),
+                family: family.clone(),
+                package,
+                library: miopen.clone(),
+                core_lib: a.core.clone(),
+                found_by: "rocm_sdk",
+                note: None,
+            }));
+        }
+    }
+    let fallback = from_files(site)?.map(|s| Sdk { note, ..s });
+    if fallback.is_none()
+        && let Some(Answer {
+            version: Some(_),
+            error: Some(e),
+            ..
+        }) = &asked
+    {
+        // rocm_sdk is there but could not name MIOpen: say why.
+        return Err(hint(
+            format!("rocm_sdk cannot find MIOpen: {e}"),
+            "install the libraries for your GPU (`pip install \"rocm[libraries]\"`, or torch[device-gfx1010] from TheRock's index)",
+        ));
+    }
+    Ok(fallback)
+}
+
+fn ask(python: &Path) -> Result<Answer> {
+    let mut cmd = std::process::Command::new(python.as_os_str());
+    cmd.args(["-c", QUERY]);
+    let out = crate::proc::helper(cmd)?;
+    if !out.status.success() {
+        anyhow::bail!("{} failed: {}", python.display(), out.stderr.trim());
+    }
+    let a: Answer = serde_json::from_str(out.stdout.trim())
+        .with_context(|| format!("unexpected answer from {}", python.display()))?;
+    Ok(a)
+}
+
+fn several(families: &[String]) -> anyhow::Error {
+    hint(
+        format!(
+            "several rocm-sdk libraries packages are installed ({}), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads",
+            families.join(", ")
+        ),
+        format!(
+            "set ROCM_SDK_TARGET_FAMILY to your GPU's family (for an RX 5000 card: ROCM_SDK_TARGET_FAMILY={} rdna1-patch ...), as torch itself does",
+            families
+                .iter()
+                .find(|f| f.starts_with("gfx101"))
+                .map_or("gfx101X-dgpu", String::as_str)
+        ),
+    )
+}
+
+/// `site-packages/_rocm_sdk_libraries_<family>` above `lib/libMIOpen.so*`.
+pub fn package_of(library: &Path) -> Option<PathBuf> {
+    let package = library.parent()?.parent()?;
+    let name = package.file_name()?.to_str()?;
+    name.starts_with(LIBRARIES_PREFIX)
+        .then(|| package.to_owned())
+}
+
+/// The same answer from the files: the one libraries package in `site` (or
+/// the one ROCM_SDK_TARGET_FAMILY names), its first `lib/libMIOpen.so*` in
+/// sorted order as `find_libraries` takes it, and the version pip recorded.
+fn from_files(site: &Path) -> Result<Option<Sdk>> {
+    let mut packages = Vec::new();
+    let Ok(entries) = std::fs::read_dir(site) else {
+        return Ok(None);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(rest) = name.strip_prefix(LIBRARIES_PREFIX)
+            && e.path().join("lib").is_dir()
+        {
+            packages.push((rest.to_owned(), e.path()));
+        }
+    }
+    packages.sort();
+    // The package name is the family with `-` as `_`, then perhaps a nonce.
+    let wanted = std::env::var("ROCM_SDK_TARGET_FAMILY")
+        .ok()
+        .map(|w| w.replace('-', "_"));
+    let chosen: Vec<_> = packages
+        .iter()
+        .filter(|(fam, _)| {
+            wanted
+                .as_deref()
+                .is_none_or(|w| fam == w || fam.starts_with(&format!("{w}_")))
+        })
+        .collect();
+    let (family, package) = match chosen.as_slice() {
+        [] => return Ok(None),
+        [one] => (*one).clone(),
+        many => {
+            return Err(several(
+                &many.iter().map(|(f, _)| family_name(f)).collect::<Vec<_>>(),
+            ));
+        }
+    };
+    let mut libs: Vec<PathBuf> = std::fs::read_dir(package.join("lib"))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libMIOpen.so"))
+        })
+        .collect();
+    libs.sort();
+    let Some(library) = libs.into_iter().next() else {
+        return Ok(None);
+    };
+    let core_lib = std::fs::read_dir(site).ok().and_then(|rd| {
+        rd.flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("_rocm_sdk_core"))
+            })
+            .map(|p| p.join("lib"))
+            .find(|p| p.is_dir())
+    });
+    Ok(Some(Sdk {
+        version: version_in(site).unwrap_or_else(|| "unknown".to_owned()),
+        family: family_name(&family),
+        package,
+        library,
+        core_lib,
+        found_by: "filesystem",
+        note: None,
+    }))
+}
+
+/// "gfx101X_dgpu" (the package name's form) -> "gfx101X-dgpu".
+fn family_name(package_suffix: &str) -> String {
+    package_suffix.replace('_', "-")
+}
+
+/// The SDK version: pip's `rocm-<version>.dist-info`, else the
+/// `__version__` line of rocm_sdk/_dist_info.py.
+pub fn version_in(site: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(site).ok()?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(v) = name
+            .strip_prefix("rocm-")
+            .and_then(|r| r.strip_suffix(".dist-info"))
+        {
+            return Some(v.to_owned());
+        }
+    }
+    let text = std::fs::read_to_string(site.join("rocm_sdk/_dist_info.py")).ok()?;
+    text.lines().find_map(|l| {
+        let rest = l
+            .strip_prefix("__version__")?
+            .trim_start()
+            .strip_prefix('=')?;
+        let v = rest.trim().trim_matches(['"', '\'']);
+        (!v.is_empty()).then(|| v.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_and_family_names() {
+        assert_eq!(
+            package_of(Path::new(
+                "/s/_rocm_sdk_libraries_gfx101X_dgpu/lib/libMIOpen.so.1"
+            )),
+            Some(PathBuf::from("/s/_rocm_sdk_libraries_gfx101X_dgpu"))
+        );
+        assert_eq!(package_of(Path::new("/s/torch/lib/libMIOpen.so")), None);
+        assert_eq!(family_name("gfx101X_dgpu"), "gfx101X-dgpu");
+    }
+}

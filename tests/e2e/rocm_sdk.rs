@@ -1,0 +1,196 @@
+//! The rocm-sdk layout (TheRock; pytorch.org ROCm wheels from 7.14): torch
+//! bundles no MIOpen and preloads `_rocm_sdk_libraries_<family>/lib/libMIOpen.so.1`
+//! through `rocm_sdk`. Fake installs with real ELF files and a real python3.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{Sandbox, runtime};
+use rdna1_testkit::FakeRocmSdk;
+
+const SDK: &str = "7.14.0";
+
+fn sdk(sb: &Sandbox, families: &[&str]) -> FakeRocmSdk {
+    FakeRocmSdk::create(&sb.root.join("site"), runtime(), SDK, families)
+}
+
+/// Build the fixture against the devel SDK, as a TheRock user would.
+fn build_against(sb: &Sandbox, devel: &Path) {
+    let devel = devel.display().to_string();
+    let mut args = sb.build_args(&[]);
+    let at = args.iter().position(|a| a == "--rocm").unwrap();
+    args[at + 1] = devel;
+    crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).ok();
+}
+
+fn maps_after_import(sb: &Sandbox) -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
+        .env("PYTHONPATH", sb.root.join("site"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn install_verify_and_rollback_on_the_rocm_sdk_layout() {
+    let sb = Sandbox::new();
+    let sdk = sdk(&sb, &["gfx101X-dgpu"]);
+    build_against(&sb, &sdk.devel);
+    let built = rdna1_patch::elf::read(&sb.prefix.join("lib/libMIOpen.so.1")).unwrap();
+    assert!(
+        built.needed.contains(&"libamdhip64.so.7".to_owned()),
+        "{:?}",
+        built.needed
+    );
+    let original = std::fs::read(&sdk.miopen).unwrap();
+    // Before: torch's preload maps the stock library from the package.
+    assert!(maps_after_import(&sb).contains(&sdk.miopen.display().to_string()));
+
+    let run = sb.install(&[]).ok();
+    run.says(&format!("rocm-sdk {SDK} gfx101X-dgpu"))
+        .says("installing the library as built (no relink)")
+        .says(&format!("Installed {}", sdk.miopen.display()));
+    let installed = std::fs::read(&sdk.miopen).unwrap();
+    assert!(crate::support::contains_bytes(&installed, "[RDNA1 PATCH]"));
+    // As built, never rewritten: byte for byte the prefix's library.
+    assert_eq!(
+        installed,
+        std::fs::read(sb.prefix.join("lib/libMIOpen.so.1")).unwrap()
+    );
+    // torch/lib stays as it was: nothing was put there.
+    assert!(!sdk.torch.lib.join("libMIOpen.so").exists());
+    assert!(maps_after_import(&sb).contains(&sdk.miopen.display().to_string()));
+
+    let verify = sb.verify(&["--python", "python3", "--runtime"]).ok();
+    verify
+        .prints("ok    layout")
+        .prints(&format!(
+            "rocm-sdk {SDK} (gfx101X-dgpu): torch's preload loads {}",
+            sdk.miopen.display()
+        ))
+        .prints("found by rocm_sdk")
+        .prints("ok    links")
+        .prints("ok    runtime")
+        .prints("ok    versions");
+    let json = sb
+        .run_with_state(
+            &[
+                "status",
+                "--json",
+                "--prefix",
+                &sb.prefix.display().to_string(),
+            ],
+            &[],
+        )
+        .ok();
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let t = &v["installed"][0]["torch"];
+    assert_eq!(t["layout"], "rocm-sdk");
+    assert_eq!(t["rocm_sdk"]["version"], SDK);
+    assert_eq!(t["rocm_sdk"]["family"], "gfx101X-dgpu");
+    sb.status().prints("layout rocm-sdk");
+
+    sb.rollback(&[]).ok().says("copied back from the backup");
+    assert_eq!(std::fs::read(&sdk.miopen).unwrap(), original);
+}
+
+#[test]
+fn a_build_for_another_rocm_is_refused_by_the_sdk_version() {
+    let sb = Sandbox::built();
+    let sdk = sdk(&sb, &["gfx101X-dgpu"]);
+    let before = std::fs::read(&sdk.miopen).unwrap();
+    let run = sb.install(&[]).fails();
+    run.error_is(&format!(
+        "error: the build is for ROCm 6.2.4 but torch 2.11.0+rocm{SDK} is built for rocm-sdk {SDK} gfx101X-dgpu: [..]
+help: build with a profile for ROCm 7.14 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway"
+    ));
+    assert_eq!(std::fs::read(&sdk.miopen).unwrap(), before);
+}
+
+#[test]
+fn without_a_usable_rocm_sdk_module_the_files_are_read() {
+    let sb = Sandbox::new();
+    let sdk = sdk(&sb, &["gfx101X-dgpu"]);
+    build_against(&sb, &sdk.devel);
+    // A rocm_sdk that cannot be imported (a broken install, another version).
+    std::fs::write(
+        sdk.site.join("rocm_sdk/__init__.py"),
+        "raise ImportError('broken')\n",
+    )
+    .unwrap();
+    let original = std::fs::read(&sdk.miopen).unwrap();
+    sb.install(&[])
+        .ok()
+        .says(&format!("Installed {}", sdk.miopen.display()));
+    sb.verify(&["--python", "python3"])
+        .prints("found by filesystem; python's rocm_sdk: ImportError: broken");
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(&sdk.miopen).unwrap(), original);
+}
+
+#[test]
+fn several_families_need_rocm_sdk_target_family() {
+    let sb = Sandbox::new();
+    let sdk = sdk(&sb, &["gfx101X-dgpu", "gfx110X-all"]);
+    build_against(&sb, &sdk.devel);
+    let run = sb.install(&[]).fails();
+    run.error_is(
+        "error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads
+help: set ROCM_SDK_TARGET_FAMILY to your GPU's family (for an RX 5000 card: ROCM_SDK_TARGET_FAMILY=gfx101X-dgpu rdna1-patch ...), as torch itself does",
+    );
+    let prefix = sb.prefix.display().to_string();
+    let state = sb.state();
+    let out = sb
+        .cmd()
+        .args([
+            "install",
+            "--into-torch",
+            "--prefix",
+            &prefix,
+            "--state-dir",
+            &state,
+        ])
+        .env("ROCM_SDK_TARGET_FAMILY", "gfx101X-dgpu")
+        .output()
+        .unwrap();
+    crate::support::Run::from(out)
+        .ok()
+        .says(&format!("Installed {}", sdk.miopen.display()));
+}
+
+#[test]
+fn doctor_names_the_layout_and_the_devel_sdk() {
+    let sb = Sandbox::new();
+    let sdk = sdk(&sb, &["gfx101X-dgpu"]);
+    let doctor = |sb: &Sandbox| {
+        let profile = sb.profile.display().to_string();
+        sb.run(&[
+            "doctor",
+            "--profile",
+            &profile,
+            "--python",
+            "python3",
+            "--need-space",
+            "0",
+        ])
+    };
+    doctor(&sb)
+        .prints(&format!(
+            "rocm-sdk {SDK} (gfx101X-dgpu): torch's preload loads {}",
+            sdk.miopen.display()
+        ))
+        .prints(&format!(
+            "devel SDK at {}: build with --rocm {0}",
+            sdk.devel.display()
+        ));
+    std::fs::remove_dir_all(&sdk.devel).unwrap();
+    let run = doctor(&sb);
+    run.prints("rocm_sdk path --root failed: ERROR: Could not load the `rocm[devel]` package")
+        .prints("pip install \"rocm[devel]\"");
+}

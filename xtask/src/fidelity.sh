@@ -1,0 +1,171 @@
+#!/bin/bash
+# Run inside the ROCm chroot by `cargo xtask fidelity` (xtask/src/fidelity.rs):
+#   fidelity.sh PROFILE
+# with the MIOpen tree at /src and the shipped compat series at /fid/compat.
+# Every result goes to /fid/PROFILE/results/*.tsv; the xtask turns them into
+# FIDELITY.md. A failing step is recorded, not fatal, so one run reports all.
+set -u
+P=$1
+F=/fid/$P
+R=$F/results
+mkdir -p "$R"
+rm -f "$R"/*.tsv "$R"/*.log
+export PATH=/usr/local/bin:$PATH
+step() { # name rc seconds detail
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$R/steps.tsv"
+}
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev libamd-comgr-dev \
+    librocblas-dev libhiprtc-builtins6 rocm-cmake clang-21 cmake ninja-build libboost-dev \
+    >"$R/toolchain.tsv"
+rdna1-patch --version | head -1 >"$R/tool.txt"
+
+# The source: a git checkout that holds the profile's pinned commit is used as
+# it is; a plain tree (what `fetch` snapshots give, blob by blob) is committed
+# and tagged in a local repository, and the profile's commit pin is dropped.
+rm -rf "$F/cfg"
+rdna1-patch profiles export "$P" "$F/cfg" >/dev/null || { step export 1 0 "profiles export failed"; exit 1; }
+TOML=$F/cfg/$P.toml
+TAG=$(sed -n 's/^tag = "\(.*\)"/\1/p' "$TOML")
+SERIES=$F/cfg/$(sed -n 's/^patches = "\(.*\)"/\1/p' "$TOML")
+PIN=$(sed -n 's/^commit = "\(.*\)"/\1/p' "$TOML")
+if [ -n "$PIN" ] && git -C /src cat-file -e "$PIN^{commit}" 2>/dev/null; then
+    ORIGIN=/src
+    echo "git checkout at /src holding the pinned commit $PIN" >"$R/source.txt"
+else
+    ORIGIN=$F/origin
+    if ! git -C "$ORIGIN" rev-parse -q --verify "refs/tags/$TAG" >/dev/null 2>&1; then
+        rm -rf "$ORIGIN"
+        mkdir -p "$ORIGIN"
+        cp -a /src/. "$ORIGIN/"
+        rm -rf "$ORIGIN/.git"
+        git -C "$ORIGIN" init -q
+        git -C "$ORIGIN" add -A
+        git -C "$ORIGIN" -c user.name=fidelity -c user.email=fidelity@localhost \
+            commit -qm "MIOpen $TAG tree" || { step origin 1 0 "cannot commit the tree"; exit 1; }
+        git -C "$ORIGIN" tag "$TAG"
+    fi
+    echo "plain tree at /src ($(find /src -type f | wc -l) files), committed to a local repository and tagged $TAG; the profile's commit pin ($PIN) dropped" >"$R/source.txt"
+    sed -i '/^commit = /d' "$TOML"
+fi
+sed -i "s|^url = .*|url = \"$ORIGIN\"|" "$TOML"
+
+# 1. configure through the tool, as a user would, with Debian's ROCm at /usr.
+W=$F/work
+t=$(now)
+rdna1-patch build miopen --profile "$TOML" --rocm /usr --work-dir "$W" \
+    --prefix "$F/prefix" --extra-patches /fid/compat/boost-1.92 \
+    -D HALF_INCLUDE_DIR=/compat -D GPU_TARGETS=gfx1010 --stop-after configure -j 2 \
+    >"$R/configure.log" 2>&1
+rc=$?
+step configure "$rc" "$(since "$t")" "rdna1-patch build miopen --rocm /usr --stop-after configure"
+[ "$rc" = 0 ] || exit 0
+SRC=$W/$P/miopen/src
+B=$W/$P/miopen/build
+
+# 2. every C++ translation unit the series (and the compat series) touches.
+tus=$(cat "$SERIES"/*.patch /fid/compat/boost-1.92/*.patch |
+    sed -n 's|^+++ b/\(src/.*\.cpp\)$|\1|p' | grep -v '^src/kernels/' | sort -u)
+ninja -C "$B" -t targets all >"$R/targets.txt" 2>/dev/null
+for tu in $tus; do
+    obj=$(grep -o "^[^:]*/$(basename "$tu")\.o" "$R/targets.txt" | grep -F "${tu#src/}.o" | head -1)
+    if [ -z "$obj" ]; then
+        step "tu $tu" 1 0 "no ninja target"
+        continue
+    fi
+    t=$(now)
+    ninja -C "$B" -j 2 "$obj" >"$R/tu.log" 2>&1
+    rc=$?
+    step "tu $tu" "$rc" "$(since "$t")" "$obj"
+    [ "$rc" = 0 ] || tail -20 "$R/tu.log" >>"$R/tu-failures.log"
+done
+
+# 3. the batch-norm kernels, pristine (the commit's own src/kernels and the
+# solvers' pristine flags) and patched, with clang as MIOpen's offline OpenCL
+# path runs it (hipoc_program.cpp), for gfx101x and a gfx1030 control.
+rm -rf "$F/pristine"
+mkdir -p "$F/pristine"
+git -C "$SRC" archive HEAD src/kernels src/solver/batchnorm | tar -x -C "$F/pristine"
+flags_of() { # tree: the MIO_BN_GFX*X names its batch-norm solvers set
+    grep -ho '"MIO_BN_GFX[0-9]*X"' "$1/src/solver/batchnorm/"*.cpp | tr -d '"' | sort -u
+}
+flags_pristine=$(flags_of "$F/pristine")
+flags_patched=$(flags_of "$SRC")
+echo "pristine: $flags_pristine" | tr '\n' ' ' >"$R/flags.txt"
+echo >>"$R/flags.txt"
+echo "patched: $flags_patched" | tr '\n' ' ' >>"$R/flags.txt"
+# Sizes as the solvers pick them: N=32, C=64, a workgroup of 1024 (LDS
+# 1024, 16 wavefronts) and, per variant, an image size that selects it
+# (0: HW <= 512, 1 and 2: HW > 1024, 3: 512 < HW <= 1024). The
+# per-activation kernels have no variants and take 256 wide groups.
+common="-DMIO_SAVE_MEAN_VARIANCE=1 -DMIO_RUNNING_RESULT=1 -DMIO_BN_N=32 -DMIO_BN_C=64
+ -DMIO_BN_GRP1=1 -DMIO_BN_GRP2=1 -DMIO_BN_NGRPS=4 -DMIO_BN_USESAVED=1
+ -DMIO_WAVESIZE=64 -DMIO_LAYOUT_NHWC=0 -DMIO_BN_CBA_WRITE_INTERMEDIATE=0
+ -DMIOPEN_YES_ACTIV=1 -DMIOPEN_NRN_OP_ID=3 -DMIOPEN_READ_UNIT=4 -DMIOPEN_READ_TYPE=_FLOAT4"
+shape() { # variant -> the size defines
+    local hw grp
+    case $1 in
+    0) hw=256 grp=1024 ;;
+    1 | 2) hw=4096 grp=1024 ;;
+    *) hw=1024 grp=1024 ;;
+    esac
+    [ "$1" = - ] && grp=256
+    local nhw=$((32 * hw))
+    local bits
+    bits=$(python3 -c "import struct; print(struct.unpack('<I', struct.pack('<f', $nhw))[0])")
+    echo "-DMIO_BN_HW=$hw -DMIO_BN_NHW=$nhw -DMIO_BN_CHW=$((64 * hw)) -DMIO_BN_NCHW=$((32 * 64 * hw))
+ -DMIO_BN_NHW_FLOAT=$bits -DMIO_BN_GRP0=$grp -DMIO_BN_LDS_SIZE=$grp -DMIO_BN_LDSGCN_SIZE=$((grp / 64))"
+}
+clflags="-target amdgcn-amd-amdhsa -x cl -D__AMD__=1 -O3 -cl-kernel-arg-info
+ -cl-denorms-are-zero -cl-std=CL2.0 -mllvm -amdgpu-early-inline-all
+ -mllvm -amdgpu-internalize-symbols"
+kernels=$(cd "$SRC/src/kernels" && grep -l 'batchnorm_functions.h\|reduction_functions.h' MIOpenBatchNorm*.cl | sort)
+jobs=$F/jobs.txt
+: >"$jobs"
+for k in $kernels; do
+    variants=$(grep -o 'MIO_BN_VARIANT *== *[0-9]*' "$SRC/src/kernels/$k" | grep -o '[0-9]*$' | sort -un)
+    [ -n "$variants" ] || variants=-
+    for v in $variants; do
+        for prec in fp32 fp16 mixed; do
+            for arch in gfx1010 gfx1011 gfx1012 gfx1030; do
+                for tree in pristine patched; do
+                    echo "$k $v $prec $arch $tree" >>"$jobs"
+                done
+            done
+        done
+    done
+done
+compile_one() {
+    local k=$1 v=$2 prec=$3 arch=$4 tree=$5 dir flags defs=""
+    if [ "$tree" = pristine ]; then dir=$F/pristine; flags=$flags_pristine; else dir=$SRC; flags=$flags_patched; fi
+    case $prec in
+    fp32) defs="-DMIOPEN_USE_FP16=0 -DMIOPEN_USE_FP32=1 -DMIOPEN_USE_FPMIX=0" ;;
+    fp16) defs="-DMIOPEN_USE_FP16=1 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=0" ;;
+    mixed) defs="-DMIOPEN_USE_FP16=0 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=1" ;;
+    esac
+    [ "$v" = - ] || defs="$defs -DMIO_BN_VARIANT=$v"
+    defs="$defs $(shape "$v")"
+    # The solvers' rule: MIO_BN_GFXnnnX is 1 when the device name starts with gfxnnn.
+    for f in $flags; do
+        local series=${f#MIO_BN_GFX}
+        series=${series%X}
+        if [ "${arch#gfx$series}" != "$arch" ]; then defs="$defs -D$f=1"; else defs="$defs -D$f=0"; fi
+    done
+    local out err rc
+    out=$(mktemp)
+    # shellcheck disable=SC2086
+    err=$(cd "$dir/src/kernels" && clang-21 $clflags -mcpu="$arch" $common $defs -c "$k" -o "$out" 2>&1)
+    rc=$?
+    rm -f "$out"
+    local first
+    first=$(printf '%s\n' "$err" | grep -m1 'error:' | sed 's/^[^ ]*: error: //' | tr '\t' ' ')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$v" "$prec" "$arch" "$tree" "$rc" "$first"
+}
+export -f compile_one shape
+export F SRC flags_pristine flags_patched common clflags
+t=$(now)
+xargs -P 2 -L 1 bash -c 'compile_one "$@"' _ <"$jobs" >"$R/kernels.tsv"
+step kernels 0 "$(since "$t")" "$(wc -l <"$jobs") compiles"
+exit 0
