@@ -164,15 +164,20 @@ pub fn package_of(library: &Path) -> Option<PathBuf> {
 /// sorted order as `find_libraries` takes it, and the version pip recorded.
 fn from_files(site: &Path) -> Result<Option<Sdk>> {
     let mut packages = Vec::new();
+    let mut core_lib = None;
     let Ok(entries) = std::fs::read_dir(site) else {
         return Ok(None);
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(rest) = name.strip_prefix(LIBRARIES_PREFIX)
-            && e.path().join("lib").is_dir()
-        {
+        let lib = e.path().join("lib");
+        if !lib.is_dir() {
+            continue;
+        }
+        if let Some(rest) = name.strip_prefix(LIBRARIES_PREFIX) {
             packages.push((rest.to_owned(), e.path()));
+        } else if name.starts_with("_rocm_sdk_core") {
+            core_lib = Some(lib);
         }
     }
     packages.sort();
@@ -210,17 +215,6 @@ fn from_files(site: &Path) -> Result<Option<Sdk>> {
     let Some(library) = libs.into_iter().next() else {
         return Ok(None);
     };
-    let core_lib = std::fs::read_dir(site).ok().and_then(|rd| {
-        rd.flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("_rocm_sdk_core"))
-            })
-            .map(|p| p.join("lib"))
-            .find(|p| p.is_dir())
-    });
     Ok(Some(Sdk {
         version: version_in(site).unwrap_or_else(|| "unknown".to_owned()),
         family: family_name(&family),

@@ -3,7 +3,6 @@
 //! through `rocm_sdk`. Fake installs with real ELF files and a real python3.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::support::{Sandbox, runtime};
 use rdna1_testkit::FakeRocmSdk;
@@ -23,20 +22,6 @@ fn build_against(sb: &Sandbox, devel: &Path) {
     crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).ok();
 }
 
-fn maps_after_import(sb: &Sandbox) -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
-        .env("PYTHONPATH", sb.root.join("site"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn install_verify_and_rollback_on_the_rocm_sdk_layout() {
     let sb = Sandbox::new();
@@ -50,7 +35,10 @@ fn install_verify_and_rollback_on_the_rocm_sdk_layout() {
     );
     let original = std::fs::read(&sdk.miopen).unwrap();
     // Before: torch's preload maps the stock library from the package.
-    assert!(maps_after_import(&sb).contains(&sdk.miopen.display().to_string()));
+    assert!(
+        sb.maps_after_import()
+            .contains(&sdk.miopen.display().to_string())
+    );
 
     let run = sb.install(&[]).ok();
     run.says(&format!("rocm-sdk {SDK} gfx101X-dgpu"))
@@ -65,7 +53,10 @@ fn install_verify_and_rollback_on_the_rocm_sdk_layout() {
     );
     // torch/lib stays as it was: nothing was put there.
     assert!(!sdk.torch.lib.join("libMIOpen.so").exists());
-    assert!(maps_after_import(&sb).contains(&sdk.miopen.display().to_string()));
+    assert!(
+        sb.maps_after_import()
+            .contains(&sdk.miopen.display().to_string())
+    );
 
     let verify = sb.verify(&["--python", "python3", "--runtime"]).ok();
     verify

@@ -234,6 +234,22 @@ impl Sandbox {
             .env_remove("MAKEFLAGS");
     }
 
+    /// `import torch` in a real python3 with this sandbox's site-packages;
+    /// it must succeed. Returns the process's /proc/self/maps.
+    pub fn maps_after_import(&self) -> String {
+        let out = Command::new("python3")
+            .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
+            .env("PYTHONPATH", self.root.join("site"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     pub fn run(&self, args: &[&str]) -> Run {
         Run::from(self.cmd().args(args).output().unwrap())
     }

@@ -50,17 +50,7 @@ fn install_then_rollback_restores_the_original_bytes() {
     );
     assert!(!deps.contains("/rocm/lib"), "{deps}");
     // torch still imports, and maps the patched library.
-    let out = Command::new("python3")
-        .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
-        .env("PYTHONPATH", sb.root.join("site"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let maps = String::from_utf8(out.stdout).unwrap();
+    let maps = sb.maps_after_import();
     assert!(maps.contains(&lib.display().to_string()), "{maps}");
 
     let status = sb.status();
