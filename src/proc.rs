@@ -137,6 +137,7 @@ pub struct Finished {
 /// Debian/Ubuntu packages of the programs this tool runs.
 const PACKAGES: &[(&str, &str)] = &[
     ("cmake", "cmake"),
+    ("git", "git"),
     ("ninja", "ninja-build"),
     ("patchelf", "patchelf"),
     ("ldd", "libc-bin"),
@@ -167,15 +168,26 @@ fn spawn_error(cmd: &Command, e: std::io::Error) -> anyhow::Error {
 
 /// What a streamed child did.
 pub struct Streamed {
+    /// None when it was killed for printing nothing for too long.
     pub status: Option<ExitStatus>,
 }
 
 /// Run `cmd` with stdout and stderr merged into one pipe, handing each line
 /// to `on_line` as it comes, in its own process group that Ctrl-C reaches
 /// as a whole (see `interrupt`).
-pub fn stream(mut cmd: Command, mut on_line: impl FnMut(&str)) -> Result<Streamed> {
-    use std::io::BufRead;
-    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
+pub fn stream(cmd: Command, on_line: impl FnMut(&str)) -> Result<Streamed> {
+    stream_watched(cmd, None, on_line)
+}
+
+/// [`stream`], where a child that prints nothing for `silence` is killed
+/// (with its group) and reported with no status. A carriage return ends a
+/// line too, so progress that redraws one line (git's) arrives as it is drawn.
+pub fn stream_watched(
+    mut cmd: Command,
+    silence: Option<Duration>,
+    mut on_line: impl FnMut(&str),
+) -> Result<Streamed> {
+    let (mut reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer2 = writer.try_clone().context("cannot create a pipe")?;
     let mut child = cmd
         .stdin(Stdio::null())
@@ -187,26 +199,75 @@ pub fn stream(mut cmd: Command, mut on_line: impl FnMut(&str)) -> Result<Streame
     // Our copies of the writing end must go, or the read never ends.
     drop(cmd);
     let guard = crate::interrupt::ChildGroup::new(child.id());
-    let mut input = std::io::BufReader::new(reader);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .context("cannot read a child's output")?;
-        if n == 0 {
-            break;
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
         }
-        let line = String::from_utf8_lossy(&buf);
-        on_line(line.trim_end_matches(['\n', '\r']));
+    });
+    let mut pending: Vec<u8> = Vec::new();
+    let mut emit = |bytes: &[u8]| {
+        let line = String::from_utf8_lossy(bytes);
+        on_line(&line);
+    };
+    let mut silent = false;
+    let mut after_cr = false;
+    loop {
+        let chunk = match silence {
+            Some(limit) => match rx.recv_timeout(limit) {
+                Ok(c) => c,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    silent = true;
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(c) => c,
+                Err(_) => break,
+            },
+        };
+        for &b in &chunk {
+            match b {
+                b'\r' => {
+                    emit(&pending);
+                    pending.clear();
+                    after_cr = true;
+                }
+                // "\r\n" ends one line, not two.
+                b'\n' if after_cr => after_cr = false,
+                b'\n' => {
+                    emit(&pending);
+                    pending.clear();
+                }
+                _ => {
+                    pending.push(b);
+                    after_cr = false;
+                }
+            }
+        }
+    }
+    if !pending.is_empty() {
+        emit(&pending);
+    }
+    if silent {
+        // SAFETY: kill(2) on the group we created; no memory involved.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     }
     let status = child.wait().context("cannot wait for a child")?;
     drop(guard);
     Ok(Streamed {
-        status: Some(status),
+        status: (!silent).then_some(status),
     })
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +299,30 @@ mod tests {
         let s = stream(c, |l| lines.push(l.to_owned())).unwrap();
         assert_eq!(lines, ["one", "two"]);
         assert_eq!(s.status.and_then(|s| s.code()), Some(3));
+    }
+
+    #[test]
+    fn carriage_returns_end_lines_and_a_silent_child_is_killed() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "printf 'a 1%%\\ra 2%%\\r\\nb\\n\\nc'"]);
+        let mut lines = Vec::new();
+        stream(c, |l| lines.push(l.to_owned())).unwrap();
+        assert_eq!(lines, ["a 1%", "a 2%", "b", "", "c"]);
+
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo started; sleep 30"]);
+        let start = Instant::now();
+        let mut lines = Vec::new();
+        let s = stream_watched(c, Some(Duration::from_millis(300)), |l| {
+            lines.push(l.to_owned())
+        })
+        .unwrap();
+        assert!(s.status.is_none());
+        assert_eq!(lines, ["started"]);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

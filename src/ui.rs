@@ -14,15 +14,8 @@ pub trait Reporter {
     fn note(&self, msg: &str);
     /// What only `-v` shows: a program's own output as it runs.
     fn detail(&self, _msg: &str) {}
-    /// Progress over `len` units (0 while unknown) of `kind`.
-    fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress>;
-}
-
-/// What a progress bar counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Units {
-    Steps,
-    Bytes,
+    /// Progress over `len` steps (0 while unknown).
+    fn progress(&self, len: u64) -> Box<dyn Progress>;
 }
 
 pub trait Progress {
@@ -61,7 +54,7 @@ impl<'a> Ui<'a> {
         self.reporter.detail(&msg.to_string());
     }
 
-    pub fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress> {
-        self.reporter.progress(len, kind)
+    pub fn progress(&self, len: u64) -> Box<dyn Progress> {
+        self.reporter.progress(len)
     }
 }

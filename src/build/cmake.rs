@@ -19,7 +19,7 @@ use crate::error::{Hint, Interrupted, hint};
 use crate::fsutil;
 use crate::interrupt;
 use crate::proc;
-use crate::ui::{self, Ui};
+use crate::ui::Ui;
 
 /// How many lines of a failed step's output to show.
 pub const TAIL_LINES: usize = 40;
@@ -342,7 +342,7 @@ pub fn build(
         jobs.to_string(),
     ];
     let shown = format!("cmake {}", args.join(" "));
-    let progress = ui.progress(0, ui::Units::Steps);
+    let progress = ui.progress(0);
     progress.set_prefix("Building");
     let mut steps = 0usize;
     let generator = tools.generator;

@@ -1,8 +1,9 @@
 //! `build`: profile -> source -> patch -> cmake -> prefix, tied together by
-//! `pipeline`; `launcher`, `tools` and `workdir` serve the stages, and
+//! `pipeline`; `git`, `launcher`, `tools` and `workdir` serve the stages, and
 //! `series` holds the `patches` verbs.
 
 pub(crate) mod cmake;
+pub(crate) mod git;
 pub(crate) mod launcher;
 pub mod patch;
 pub(crate) mod pipeline;

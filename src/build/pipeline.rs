@@ -56,6 +56,8 @@ struct BuildPlan<'a> {
     component: &'a crate::build::profile::Component,
     series: Series,
     dirs: ComponentDirs,
+    /// The project's directory in the checkout (see `ComponentDirs::project`).
+    tree: PathBuf,
     lock_file: PathBuf,
     prefix: PathBuf,
     rocm: PathBuf,
@@ -102,6 +104,10 @@ impl Options {
             opts: self,
             component,
             series,
+            tree: self
+                .work_dir
+                .component(&self.profile.name, &self.component)
+                .project(component.subdir.as_deref()),
             dirs: self.work_dir.component(&self.profile.name, &self.component),
             lock_file: self.work_dir.lock_file(&self.profile.name),
             prefix,
@@ -178,7 +184,7 @@ pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
         format!(
             "{} {} in {}",
             opts.component,
-            plan.component.tag,
+            plan.component.pin(),
             took(start.elapsed())
         ),
     );
@@ -224,10 +230,17 @@ impl BuildPlan<'_> {
             self.opts.profile.name, self.opts.profile.origin
         ));
         lines.push(format!(
-            "source:    {} tag {} commit {}",
-            c.url, c.tag, commit
+            "source:    {} {} commit {}{}",
+            c.url,
+            c.tag
+                .as_ref()
+                .map_or("(commit pin)".to_owned(), |t| format!("tag {t}")),
+            commit,
+            c.subdir
+                .as_ref()
+                .map_or(String::new(), |d| format!(", {d} only (blobless, sparse)"))
         ));
-        lines.push(format!("checkout:  {}", self.dirs.src.display()));
+        lines.push(format!("checkout:  {}", self.tree.display()));
         lines.push(format!(
             "patches:   {} ({})",
             self.series.patches.len(),
@@ -238,7 +251,7 @@ impl BuildPlan<'_> {
         }
         let args: Vec<String> = [
             "-S".to_owned(),
-            self.dirs.src.display().to_string(),
+            self.tree.display().to_string(),
             "-B".to_owned(),
             self.dirs.build.display().to_string(),
             "-G".to_owned(),
@@ -302,7 +315,7 @@ impl BuildPlan<'_> {
             format!(
                 "{} {} at {}{}",
                 self.opts.component,
-                self.component.tag,
+                self.component.pin(),
                 short(&checkout.commit),
                 if checkout.fetched {
                     ""
@@ -393,19 +406,19 @@ impl BuildPlan<'_> {
         ui: &Ui,
     ) -> Result<()> {
         let configure = Configure {
-            src: &self.dirs.src,
+            src: &self.tree,
             build: &self.dirs.build,
             prefix: &self.prefix,
             defines: &self.defines,
-            patched_cmake_files: cmake::cmake_files(touched, &self.dirs.src)?,
+            patched_cmake_files: cmake::cmake_files(touched, &self.tree)?,
         };
         if configure.is_current(tools) {
             ui.stage("Configure", "up to date");
         } else {
-            for name in cmake::unread_defines(&self.dirs.src, &self.defines)? {
+            for name in cmake::unread_defines(&self.tree, &self.defines)? {
                 ui.warn(format!(
                     "define {name} is not read by any CMake file of {} at {}; it has no effect (check its spelling, or whether this release has the option)",
-                    self.opts.component, self.component.tag
+                    self.opts.component, self.component.pin()
                 ));
             }
             ui.stage(
@@ -485,10 +498,8 @@ impl BuildPlan<'_> {
     /// patch stage wrote and that still hold what it wrote.
     fn local_edits(&self, record: &PatchRecord) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for rel in source::changed_files(&self.dirs.src)? {
-            let disk = patch::read_optional(&self.dirs.src.join(&rel))
-                .ok()
-                .flatten();
+        for rel in source::changed_files(&self.dirs.src, self.component.subdir.as_deref())? {
+            let disk = patch::read_optional(&self.tree.join(&rel)).ok().flatten();
             if !record.is_ours(&rel, disk.as_deref()) {
                 out.push(rel);
             }
@@ -520,14 +531,14 @@ impl BuildPlan<'_> {
                 return Err(hint(
                     format!(
                         "the checkout {} has local edits that are not part of {} {} and its patch series: {}",
-                        self.dirs.src.display(),
+                        self.tree.display(),
                         self.opts.component,
-                        self.component.tag,
+                        self.component.pin(),
                         local.join(", ")
                     ),
                     format!(
                         "nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C {0} checkout -- .` and `git -C {0} clean -fd`",
-                        self.dirs.src.display()
+                        self.tree.display()
                     ),
                 ));
             }
@@ -607,8 +618,9 @@ impl BuildPlan<'_> {
             },
             source: prefix::ProvSource {
                 url: self.component.url.clone(),
-                tag: self.component.tag.clone(),
+                tag: self.component.pin(),
                 commit: commit.to_owned(),
+                subdir: self.component.subdir.clone(),
             },
             patches: self
                 .series

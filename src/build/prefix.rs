@@ -60,8 +60,12 @@ pub struct ProvRocm {
 #[serde(deny_unknown_fields)]
 pub struct ProvSource {
     pub url: String,
+    /// The tag, or `commit <id>` for a profile that pins a commit alone.
     pub tag: String,
     pub commit: String,
+    /// The monorepo project built, e.g. "projects/miopen".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -55,11 +55,23 @@ pub struct Rocm {
 #[serde(deny_unknown_fields)]
 pub struct Component {
     pub url: String,
-    pub tag: String,
+    /// The tag to fetch. A profile may pin a `commit` alone instead (a
+    /// monorepo's release pins a commit of a branch); it must then be the
+    /// full 40-digit id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// The commit the tag must resolve to; without it the first fetch is
     /// recorded in the work dir's lock file and later fetches must agree.
     #[serde(default)]
     pub commit: Option<String>,
+    /// The project's directory in a monorepo, e.g. "projects/miopen". The
+    /// fetch is then blobless and checks out only this directory and
+    /// `sparse`; CMake's source dir and the patches' root are this directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
+    /// Directories outside `subdir` that the project's CMake reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sparse: Vec<String>,
     /// The patch series directory, below `patches/` (embedded profiles) or
     /// relative to the profile file (profiles loaded from disk).
     pub patches: String,
@@ -253,14 +265,56 @@ impl Profile {
             }
         }
         for (name, c) in &self.components {
-            if c.tag.trim().is_empty() || c.url.trim().is_empty() {
-                bail!("invalid profile {label}: components.{name} needs both `url` and `tag`");
+            if c.url.trim().is_empty() {
+                bail!("invalid profile {label}: components.{name} needs a `url`");
             }
-            if let Some(commit) = &c.commit
-                && (commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()))
+            match (&c.tag, &c.commit) {
+                (Some(tag), _) if tag.trim().is_empty() => {
+                    bail!("invalid profile {label}: components.{name}.tag is empty")
+                }
+                (None, None) => {
+                    return Err(hint(
+                        format!("invalid profile {label}: components.{name} pins no source"),
+                        "give a `tag`, a `commit` (the full 40-digit id), or both",
+                    ));
+                }
+                _ => {}
+            }
+            if let Some(commit) = &c.commit {
+                let full = c.tag.is_some() || commit.len() == 40;
+                if commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()) || !full {
+                    return Err(hint(
+                        format!(
+                            "invalid profile {label}: components.{name}.commit `{commit}` is not {}",
+                            if c.tag.is_some() {
+                                "a hex commit id"
+                            } else {
+                                "a full 40-digit commit id"
+                            }
+                        ),
+                        "without a tag the commit is fetched by its id, which git needs in full",
+                    ));
+                }
+            }
+            for (key, path) in c
+                .subdir
+                .iter()
+                .map(|p| ("subdir", p))
+                .chain(c.sparse.iter().map(|p| ("sparse", p)))
             {
+                if !is_inner_path(path) {
+                    return Err(hint(
+                        format!(
+                            "invalid profile {label}: components.{name}.{key} `{}` is not a directory inside the repository",
+                            path.escape_debug()
+                        ),
+                        "give a relative path without `..`, e.g. subdir = \"projects/miopen\"",
+                    ));
+                }
+            }
+            if !c.sparse.is_empty() && c.subdir.is_none() {
                 bail!(
-                    "invalid profile {label}: components.{name}.commit `{commit}` is not a hex commit id"
+                    "invalid profile {label}: components.{name}.sparse needs a `subdir` (without one, the whole repository is checked out)"
                 );
             }
             if c.cmake.defines.contains_key("CMAKE_INSTALL_PREFIX") {
@@ -369,6 +423,31 @@ fn is_plain_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// `projects/miopen`: relative, `/`-separated plain names, no `..` (git
+/// paths, and a directory of the checkout).
+fn is_inner_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        })
+}
+
+impl Component {
+    /// What the source is pinned to, for messages: the tag, or the commit.
+    pub fn pin(&self) -> String {
+        match (&self.tag, &self.commit) {
+            (Some(tag), _) => tag.clone(),
+            (None, Some(commit)) => format!("commit {}", crate::build::source::short(commit)),
+            (None, None) => "(no pin)".to_owned(),
+        }
+    }
 }
 
 fn builtin(name: &str) -> Option<&'static str> {

@@ -49,7 +49,12 @@ fn each_series(profiles: &[Profile]) -> Result<Vec<(&Profile, &str, &Component, 
 pub fn list(profiles: &[Profile]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for (p, name, c, series) in each_series(profiles)? {
-        out.push(format!("{} {name} {} ({}):", p.name, c.tag, series.origin));
+        out.push(format!(
+            "{} {name} {} ({}):",
+            p.name,
+            c.pin(),
+            series.origin
+        ));
         if series.patches.is_empty() {
             out.push("  (no patches)".to_owned());
         }

@@ -1,108 +1,144 @@
-//! Stage 1, fetch: the pinned tag of a component, checked out in the work dir.
+//! Stage 1, fetch: the pinned source of a component, checked out in the work dir.
 //!
 //! A cached checkout at the right commit is reused without touching the
 //! network. The commit a tag resolves to is pinned by the profile or recorded
 //! in a lock file on first fetch; a tag that later resolves elsewhere is a
 //! supply-chain event and stops the build unless `--update` says otherwise.
+//! A monorepo project (`subdir`) is fetched blobless and checked out sparse:
+//! only its directory, and those its CMake reads, are ever downloaded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use git2::{AutotagOption, FetchOptions, Oid, RemoteCallbacks, Repository, build::CheckoutBuilder};
 use serde::{Deserialize, Serialize};
 
+use crate::build::git::{self, Git};
 use crate::build::profile::Component;
 use crate::error::hint;
 use crate::fsutil;
-use crate::ui::{self, Ui};
+use crate::ui::Ui;
 
 pub struct FetchRequest<'a> {
     pub name: &'a str,
     pub component: &'a Component,
+    /// The git checkout's root (a monorepo's, with `subdir` below it).
     pub src: &'a Path,
     pub lock_file: &'a Path,
     /// Fetch even when cached, and accept a tag that moved.
     pub update: bool,
     /// How long a server may send nothing before the fetch gives up.
-    pub net_timeout: std::time::Duration,
+    pub net_timeout: Duration,
 }
 
 /// A checked-out source tree at a known commit.
 pub struct Checkout {
+    /// The project's directory: the checkout's root, or `subdir` below it.
+    /// Patches and CMake see it as the root.
     pub path: PathBuf,
     pub commit: String,
     /// Whether this run talked to the remote.
     pub fetched: bool,
-    repo: Repository,
+    root: PathBuf,
+    /// `subdir/`, or empty: what makes a project path a repository path.
+    prefix: String,
 }
 
 impl Checkout {
-    /// A file as the commit has it, before any patch: `None` if it does not exist.
+    /// A file as the commit has it, before any patch: `None` if it does not
+    /// exist. `rel` is relative to [`Checkout::path`].
     pub fn pristine(&self, rel: &str) -> Result<Option<String>> {
-        let commit = self.repo.find_commit(Oid::from_str(&self.commit)?)?;
-        let tree = commit.tree()?;
-        let entry = match tree.get_path(Path::new(rel)) {
-            Ok(e) => e,
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let git = Git::new(&self.root);
+        let full = format!("{}{rel}", self.prefix);
+        // ls-tree names the entry from the trees alone, so a path that is
+        // not there costs no object fetch in a partial clone.
+        let listing = git.run(&["ls-tree", "-z", &self.commit, "--", &full])?;
+        let Some(entry) = listing.split('\0').find(|e| !e.is_empty()) else {
+            return Ok(None);
         };
-        let blob = entry
-            .to_object(&self.repo)?
-            .peel_to_blob()
-            .map_err(|_| anyhow!("{rel} is not a file at {}", short(&self.commit)))?;
-        let text = String::from_utf8(blob.content().to_vec())
-            .map_err(|_| anyhow!("{rel} at {} is not UTF-8 text", short(&self.commit)))?;
-        Ok(Some(text))
+        let (meta, _) = entry
+            .split_once('\t')
+            .ok_or_else(|| anyhow!("cannot read git ls-tree's `{entry}`"))?;
+        let fields: Vec<&str> = meta.split(' ').collect();
+        let [_, "blob", oid] = fields[..] else {
+            return Err(anyhow!("{rel} is not a file at {}", short(&self.commit)));
+        };
+        let blob = git.run(&["cat-file", "blob", oid]).map_err(|e| {
+            if e.to_string().contains("invalid UTF-8") {
+                return anyhow!("{rel} at {} is not UTF-8 text", short(&self.commit));
+            }
+            e
+        })?;
+        Ok(Some(blob))
     }
 }
 
-/// An existing git checkout at its HEAD commit (for `patches refresh`).
+/// The git checkout holding `path` at its HEAD commit (for `patches
+/// refresh`); `path` may be a monorepo project's directory inside it.
 pub fn open(path: &Path) -> Result<Checkout> {
-    let repo = Repository::open(path).map_err(|e| {
+    let not_a_checkout = |why: String| {
         hint(
-            format!("{} is not a git checkout: {}", path.display(), e.message()),
+            format!("{} is not a git checkout: {why}", path.display()),
             "refresh needs the tree's git history to know the unpatched files; use the checkout `build --stop-after patch` made, or a git clone",
         )
-    })?;
-    let commit = repo
-        .head()
-        .and_then(|h| h.peel_to_commit())
-        .with_context(|| format!("{} has no HEAD commit", path.display()))?
-        .id()
-        .to_string();
+    };
+    if !path.is_dir() {
+        return Err(not_a_checkout("no such directory".into()));
+    }
+    let git = Git::new(path);
+    let top = git
+        .query(&["rev-parse", "--show-toplevel", "--show-prefix"])?
+        .ok_or_else(|| not_a_checkout("git finds no repository there".into()))?;
+    let mut lines = top.lines();
+    let root = PathBuf::from(lines.next().unwrap_or_default());
+    let prefix = lines.next().unwrap_or_default().to_owned();
+    let commit = git
+        .query(&["rev-parse", "--verify", "-q", "HEAD^{commit}"])?
+        .ok_or_else(|| anyhow!("{} has no HEAD commit", path.display()))?;
     Ok(Checkout {
         path: path.to_owned(),
         commit,
         fetched: false,
-        repo,
+        root,
+        prefix,
     })
 }
 
-/// Files of a checkout that differ from its HEAD commit (changed, added,
-/// deleted or untracked and not ignored), relative to the root. Empty for a
-/// directory that is not a checkout yet.
-pub fn changed_files(src: &Path) -> Result<Vec<String>> {
+/// Files of the project that differ from its commit (changed, added,
+/// deleted or untracked and not ignored), relative to the project's
+/// directory. Empty for a directory that is not a checkout yet.
+pub fn changed_files(src: &Path, subdir: Option<&str>) -> Result<Vec<String>> {
     if !src.join(".git").exists() {
         return Ok(Vec::new());
     }
-    let repo = open_existing(src)?;
-    if repo.head().is_err() {
+    check_owner(src)?;
+    let git = Git::new(src);
+    if resolve(&git, "HEAD")?.is_none() {
         return Ok(Vec::new());
     }
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = repo
-        .statuses(Some(&mut opts))
+    let scope = subdir.unwrap_or(".");
+    let status = git
+        .run(&[
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=all",
+            "--no-renames",
+            "--",
+            scope,
+        ])
         .with_context(|| format!("cannot compare {} with its commit", src.display()))?;
-    Ok(statuses
-        .iter()
-        .filter(|e| e.status() != git2::Status::CURRENT)
-        .filter_map(|e| e.path().ok().map(str::to_owned))
-        .collect())
+    let prefix = subdir.map(|s| format!("{s}/")).unwrap_or_default();
+    let mut files: Vec<String> = status
+        .split('\0')
+        .filter(|e| e.len() > 3)
+        .map(|e| &e[3..])
+        .map(|p| p.strip_prefix(&prefix).unwrap_or(p).to_owned())
+        .collect();
+    files.sort_unstable();
+    Ok(files)
 }
 
 pub fn short(commit: &str) -> &str {
@@ -141,11 +177,14 @@ pub fn planned_commit(req: &FetchRequest) -> Result<Option<String>> {
     let lock = read_lock(req.lock_file)?;
     Ok(lock
         .get(req.name)
-        .filter(|e| e.url == req.component.url && e.tag == req.component.tag)
+        .filter(|e| {
+            Some(&e.url) == Some(&req.component.url) && Some(&e.tag) == req.component.tag.as_ref()
+        })
         .map(|e| e.commit.clone()))
 }
 
-/// URLs libgit2 can only fetch in full (it cannot fetch shallow from a local path).
+/// A path or file:// URL: fetched in full (a local transfer costs no
+/// network, and a shallow one would only add work).
 pub fn is_local(url: &str) -> bool {
     if url.starts_with("file://") {
         return true;
@@ -161,194 +200,267 @@ pub fn is_local(url: &str) -> bool {
     }
 }
 
+/// The commit a profile pins without a tag, once fetched.
+const PIN_REF: &str = "refs/rdna1-patch/pin";
+
 pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     let c = req.component;
-    let repo = open_or_init(req.src)?;
-    let local_tag = resolve_tag(&repo, &c.tag);
-    let (oid, fetched) = match local_tag {
-        Some(oid) if !req.update => (oid, false),
-        _ => (remote_fetch(&repo, c, req.net_timeout, ui)?, true),
+    git::check_version()?;
+    let git = open_or_init(req.src)?;
+    configure_remote(&git, c)?;
+    let local = match (&c.tag, &c.commit) {
+        (Some(tag), _) => resolve(&git, &format!("refs/tags/{tag}^{{commit}}"))?,
+        // Asked of our ref, not of the object: in a partial clone, asking
+        // for a missing object fetches it.
+        (None, Some(commit)) => {
+            resolve(&git, PIN_REF)?.filter(|have| have.eq_ignore_ascii_case(commit))
+        }
+        (None, None) => None,
     };
-    let commit = oid.to_string();
+    // A commit cannot move, so --update has nothing to ask of the remote
+    // once it is here.
+    let refetch = req.update && c.tag.is_some();
+    let (commit, fetched) = match local {
+        Some(commit) if !refetch => (commit, false),
+        _ => (remote_fetch(&git, c, req.net_timeout, ui)?, true),
+    };
 
-    if let Some(pinned) = &c.commit
+    if let (Some(tag), Some(pinned)) = (&c.tag, &c.commit)
         && !commit.starts_with(&pinned.to_ascii_lowercase())
     {
         return Err(hint(
             format!(
-                "{} tag {} resolved to {}, but the profile pins commit {pinned}",
-                c.url, c.tag, commit
+                "{} tag {tag} resolved to {commit}, but the profile pins commit {pinned}",
+                c.url
             ),
             "the tag was moved or the profile is wrong; check upstream before changing the pin",
         ));
     }
-    check_lock(req, &commit, ui)?;
-    checkout(&repo, oid, ui)?;
+    if let Some(tag) = &c.tag {
+        check_lock(req, tag, &commit, ui)?;
+    }
+    sparse(&git, c)?;
+    checkout(&git, &commit, req.net_timeout, ui)?;
+    let prefix = c
+        .subdir
+        .as_ref()
+        .map(|s| format!("{s}/"))
+        .unwrap_or_default();
     Ok(Checkout {
-        path: req.src.to_owned(),
+        path: req.src.join(c.subdir.as_deref().unwrap_or("")),
         commit,
         fetched,
-        repo,
+        root: req.src.to_owned(),
+        prefix,
     })
 }
 
-fn open_existing(src: &Path) -> Result<Repository> {
-    Repository::open(src).map_err(|e| {
-        if e.code() == git2::ErrorCode::Owner {
-            return not_yours(src);
-        }
-        hint(
-            format!(
-                "the cached checkout {} is damaged: {}",
-                src.display(),
-                e.message()
-            ),
-            format!("remove {} and run again to fetch it anew", src.display()),
-        )
-    })
-}
-
-/// libgit2 refuses a repository another user owns (git's safe.directory
-/// rule). The checkout is fine; the user is not its owner.
-fn not_yours(src: &Path) -> anyhow::Error {
+/// git refuses a repository another user owns (its safe.directory rule);
+/// say so before git does, with what to do.
+fn check_owner(src: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(src).map(|m| m.uid()).ok();
+    let owner = std::fs::metadata(src.join(".git")).map(|m| m.uid()).ok();
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
+    match owner {
+        Some(uid) if uid != me => Err(not_yours(src, uid, me)),
+        _ => Ok(()),
+    }
+}
+
+fn not_yours(src: &Path, owner: u32, me: u32) -> anyhow::Error {
     hint(
         format!(
-            "the cached checkout {} belongs to {}, not to the user running this (uid {me}); git will not use another user's repository",
+            "the cached checkout {} belongs to uid {owner}, not to the user running this (uid {me}); git will not use another user's repository",
             src.display(),
-            owner.map_or("another user".to_owned(), |u| format!("uid {u}")),
         ),
         "run rdna1-patch as the user who built it (the default prefix is one that user can write), or give this run its own --work-dir; the checkout is fine, do not delete it",
     )
 }
 
-fn open_or_init(src: &Path) -> Result<Repository> {
+fn open_or_init(src: &Path) -> Result<Git> {
+    let git = Git::new(src);
     if src.join(".git").exists() {
-        return open_existing(src);
+        check_owner(src)?;
+        if git.query(&["rev-parse", "--git-dir"])?.is_none() {
+            return Err(hint(
+                format!(
+                    "the cached checkout {} is damaged: git does not see a repository there",
+                    src.display()
+                ),
+                format!("remove {} and run again to fetch it anew", src.display()),
+            ));
+        }
+        return Ok(git);
     }
     fsutil::create_dir_all(src)?;
-    Repository::init(src)
-        .with_context(|| format!("cannot create a git repository in {}", src.display()))
+    git.run(&["init", "-q"])
+        .with_context(|| format!("cannot create a git repository in {}", src.display()))?;
+    Ok(git)
 }
 
-fn resolve_tag(repo: &Repository, tag: &str) -> Option<Oid> {
-    repo.find_reference(&format!("refs/tags/{tag}"))
-        .ok()?
-        .peel_to_commit()
-        .ok()
-        .map(|c| c.id())
-}
-
-/// libgit2 waits forever for a server that accepts and never answers,
-/// unless told otherwise; these are process-wide settings.
-fn set_timeouts(limit: std::time::Duration) -> Result<()> {
-    let ms = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: set once, before any fetch starts, from the only thread that fetches.
-    unsafe {
-        git2::opts::set_server_connect_timeout_in_milliseconds(ms)?;
-        git2::opts::set_server_timeout_in_milliseconds(ms)?;
+/// The remote is named so that a partial clone can fetch the blobs a
+/// checkout needs from it later (git's promisor remote).
+fn configure_remote(git: &Git, c: &Component) -> Result<()> {
+    let current = git.query(&["config", "--get", "remote.origin.url"])?;
+    if current.as_deref() != Some(c.url.as_str()) {
+        git.run(&["config", "remote.origin.url", &c.url])?;
+    }
+    if c.subdir.is_some() {
+        let promisor = git.query(&["config", "--get", "remote.origin.partialclonefilter"])?;
+        if promisor.as_deref() != Some("blob:none") {
+            git.run(&["config", "remote.origin.promisor", "true"])?;
+            git.run(&["config", "remote.origin.partialclonefilter", "blob:none"])?;
+        }
     }
     Ok(())
 }
 
-fn remote_fetch(
-    repo: &Repository,
-    c: &Component,
-    net_timeout: std::time::Duration,
-    ui: &Ui,
-) -> Result<Oid> {
+fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Result<String> {
     let local = is_local(&c.url);
-    ui.stage(
-        "Fetching",
-        format!(
-            "{} {}{}",
-            c.url,
-            c.tag,
-            if local { "" } else { " (shallow)" }
-        ),
-    );
-    let progress = ui.progress(0, ui::Units::Bytes);
-    progress.set_prefix("Fetching");
-    let mut callbacks = RemoteCallbacks::new();
-    callbacks.transfer_progress(|p| {
-        progress.update(
-            p.received_bytes() as u64,
-            0,
-            &format!("{}/{} objects", p.received_objects(), p.total_objects()),
-        );
-        true
-    });
-    let mut opts = FetchOptions::new();
-    opts.remote_callbacks(callbacks)
-        .download_tags(AutotagOption::None);
+    let mut how = Vec::new();
     if !local {
-        opts.depth(1);
+        how.push("shallow");
     }
-    set_timeouts(net_timeout)?;
-    let refspec = format!("+refs/tags/{0}:refs/tags/{0}", c.tag);
-    let mut remote = repo
-        .remote_anonymous(&c.url)
-        .with_context(|| format!("bad git URL {}", c.url))?;
-    let started = std::time::Instant::now();
-    remote.fetch(&[&refspec], Some(&mut opts), None).map_err(|e| {
-        // Over TLS the timeout surfaces as EAGAIN from the socket.
-        let timed_out = e.message().contains("timed out")
-            || e.message().contains("Resource temporarily unavailable")
-            || started.elapsed() >= net_timeout;
-        if timed_out {
-            return hint(
-                format!(
-                    "cannot fetch {} from {}: the server sent nothing for {} s ({})",
-                    c.tag,
-                    c.url,
-                    net_timeout.as_secs(),
-                    e.message()
-                ),
-                "check the network, the URL and any proxy; --net-timeout SECS waits longer for a slow server",
-            );
-        }
-        hint(
-            format!("cannot fetch {} from {}: {}", c.tag, c.url, e.message()),
-            "check the network and the URL; a cached checkout is reused without the network once it exists",
-        )
+    if c.subdir.is_some() {
+        how.push("blobless");
+    }
+    let how = if how.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", how.join(", "))
+    };
+    ui.stage("Fetching", format!("{} {}{how}", c.url, c.pin()));
+    let (what, refspec) = match (&c.tag, &c.commit) {
+        (Some(tag), _) => (tag.clone(), format!("+refs/tags/{tag}:refs/tags/{tag}")),
+        (None, Some(commit)) => (format!("commit {commit}"), commit.clone()),
+        (None, None) => unreachable!("the profile check requires a tag or a commit"),
+    };
+    let secs = net_timeout.as_secs().max(1).to_string();
+    let before = pack_stats(git)?;
+    let low_speed = format!("http.lowSpeedTime={secs}");
+    let mut args = vec![
+        "-c",
+        "http.lowSpeedLimit=1",
+        "-c",
+        &low_speed,
+        "fetch",
+        "--progress",
+        "--no-tags",
+        "--no-write-fetch-head",
+    ];
+    if !local {
+        args.push("--depth=1");
+    }
+    if c.subdir.is_some() {
+        args.push("--filter=blob:none");
+    }
+    args.extend(["origin", &refspec]);
+    let progress = ui.progress(0);
+    progress.set_prefix("Fetching");
+    let run = git.stream(&args, net_timeout, |label, done, total| {
+        progress.update(done, total, label);
     })?;
-    let stats = remote.stats();
     progress.finish();
-    let oid = resolve_tag(repo, &c.tag).ok_or_else(|| {
-        hint(
-            format!("{} has no tag {}", c.url, c.tag),
-            "check the profile's `tag` against the repository's tags",
-        )
-    })?;
+    if run.success != Some(true) {
+        return Err(fetch_error(c, &what, &run, net_timeout));
+    }
+    let commit = match &c.tag {
+        Some(tag) => resolve(git, &format!("refs/tags/{tag}^{{commit}}"))?,
+        None => {
+            let commit = c.commit.as_deref().unwrap_or_default();
+            // A ref keeps the fetched commit from git's garbage collection.
+            git.run(&["update-ref", PIN_REF, commit])?;
+            resolve(git, &format!("{commit}^{{commit}}"))?
+        }
+    }
+    .ok_or_else(|| anyhow!("git fetched {what} from {} but does not have it", c.url))?;
+    let after = pack_stats(git)?;
     ui.note(format!(
-        "received {} objects, {} bytes; {} is {}",
-        stats.received_objects(),
-        stats.received_bytes(),
-        c.tag,
-        short(&oid.to_string())
+        "received {} objects, {}; {} is {}",
+        after.0.saturating_sub(before.0),
+        crate::clean::human(after.1.saturating_sub(before.1) * 1024),
+        what,
+        short(&commit)
     ));
-    Ok(oid)
+    Ok(commit)
 }
 
-fn check_lock(req: &FetchRequest, commit: &str, ui: &Ui) -> Result<()> {
+/// The commit id `rev` names, if it names one.
+fn resolve(git: &Git, rev: &str) -> Result<Option<String>> {
+    git.query(&["rev-parse", "--verify", "-q", rev])
+}
+
+/// Why git could not fetch, from what it said, with what to do.
+fn fetch_error(
+    c: &Component,
+    what: &str,
+    run: &git::Streamed,
+    net_timeout: Duration,
+) -> anyhow::Error {
+    let message = git::last_message(run.messages.iter().map(String::as_str));
+    let silent = run.success.is_none()
+        || message.contains("Operation too slow")
+        || message.contains("timed out");
+    if silent {
+        return hint(
+            format!(
+                "cannot fetch {what} from {}: the server sent nothing for {} s ({message})",
+                c.url,
+                net_timeout.as_secs()
+            ),
+            "check the network, the URL and any proxy; --net-timeout SECS waits longer for a slow server",
+        );
+    }
+    if message.contains("couldn't find remote ref") {
+        return hint(
+            format!("{} has no tag {what}", c.url),
+            "check the profile's `tag` against the repository's tags",
+        );
+    }
+    if message.contains("not our ref") || message.contains("unadvertised object") {
+        return hint(
+            format!("{} has no {what}", c.url),
+            "check the profile's `commit`: it must be a commit of that repository, given in full",
+        );
+    }
+    hint(
+        format!("cannot fetch {what} from {}: {message}", c.url),
+        "check the network and the URL; a cached checkout is reused without the network once it exists",
+    )
+}
+
+/// Objects in packs, and their size in KiB (`git count-objects -v`).
+fn pack_stats(git: &Git) -> Result<(u64, u64)> {
+    let text = git.run(&["count-objects", "-v"])?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        field("in-pack:") + field("count:"),
+        field("size-pack:") + field("size:"),
+    ))
+}
+
+fn check_lock(req: &FetchRequest, tag: &str, commit: &str, ui: &Ui) -> Result<()> {
     let c = req.component;
     let mut lock = read_lock(req.lock_file)?;
     let wanted = LockEntry {
         url: c.url.clone(),
-        tag: c.tag.clone(),
+        tag: tag.to_owned(),
         commit: commit.to_owned(),
     };
     match lock.get(req.name) {
         Some(e) if *e == wanted => return Ok(()),
-        Some(e) if e.url == c.url && e.tag == c.tag => {
+        Some(e) if e.url == c.url && e.tag == tag => {
             if !req.update {
                 return Err(hint(
                     format!(
                         "tag {} of {} now resolves to {}, but {} recorded {} on the first fetch",
-                        c.tag,
+                        tag,
                         c.url,
                         commit,
                         req.lock_file.display(),
@@ -359,7 +471,7 @@ fn check_lock(req: &FetchRequest, commit: &str, ui: &Ui) -> Result<()> {
             }
             ui.warn(format!(
                 "accepting moved tag {}: {} -> {} (--update)",
-                c.tag,
+                tag,
                 short(&e.commit),
                 short(commit)
             ));
@@ -377,27 +489,61 @@ fn check_lock(req: &FetchRequest, commit: &str, ui: &Ui) -> Result<()> {
     fsutil::write_atomic(req.lock_file, text.as_bytes(), None)
 }
 
-fn checkout(repo: &Repository, oid: Oid, ui: &Ui) -> Result<()> {
-    let head_at = repo
-        .head()
-        .ok()
-        .filter(|_| repo.head_detached().unwrap_or(false))
-        .and_then(|h| h.target());
-    if head_at == Some(oid) {
+/// Only the project's directory, and those its CMake reads, in the work
+/// tree; a profile without `subdir` gets the whole tree.
+fn sparse(git: &Git, c: &Component) -> Result<()> {
+    let enabled = git
+        .query(&["config", "--bool", "core.sparseCheckout"])?
+        .as_deref()
+        == Some("true");
+    let Some(subdir) = &c.subdir else {
+        if enabled {
+            git.run(&["sparse-checkout", "disable"])?;
+        }
+        return Ok(());
+    };
+    let mut wanted: Vec<&str> = std::iter::once(subdir.as_str())
+        .chain(c.sparse.iter().map(String::as_str))
+        .collect();
+    wanted.sort_unstable();
+    if enabled {
+        let list = git.run(&["sparse-checkout", "list"])?;
+        let mut have: Vec<&str> = list.lines().collect();
+        have.sort_unstable();
+        if have == wanted {
+            return Ok(());
+        }
+    }
+    let mut args = vec!["sparse-checkout", "set", "--cone"];
+    args.extend(wanted);
+    git.run(&args)?;
+    Ok(())
+}
+
+fn checkout(git: &Git, commit: &str, net_timeout: Duration, ui: &Ui) -> Result<()> {
+    let detached = git.query(&["symbolic-ref", "-q", "HEAD"])?.is_none();
+    let head = resolve(git, "HEAD")?;
+    if detached && head.as_deref() == Some(commit) {
         return Ok(());
     }
-    let progress = ui.progress(0, ui::Units::Steps);
+    let progress = ui.progress(0);
     progress.set_prefix("Checkout");
-    let commit = repo.find_commit(oid)?;
-    let mut cb = CheckoutBuilder::new();
     // Force: files a previous patch run changed go back to the commit's
-    // content; the patch stage then re-applies the series.
-    cb.force().progress(|_, cur, total| {
-        progress.update(cur as u64, total as u64, "");
-    });
-    repo.checkout_tree(commit.as_object(), Some(&mut cb))
-        .with_context(|| format!("cannot check out {oid}"))?;
-    repo.set_head_detached(oid)?;
+    // content; the patch stage then re-applies the series. In a partial
+    // clone this also fetches the blobs of the sparse directories.
+    let run = git.stream(
+        &["checkout", "--progress", "--force", "--detach", commit],
+        net_timeout,
+        |label, done, total| progress.update(done, total, label),
+    )?;
+    progress.finish();
+    if run.success != Some(true) {
+        let message = git::last_message(run.messages.iter().map(String::as_str));
+        return Err(hint(
+            format!("cannot check out {commit}: {message}"),
+            "a partial clone fetches the checked-out files here, so check the network too; run again to retry",
+        ));
+    }
     Ok(())
 }
 

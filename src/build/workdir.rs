@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! <work>/<profile>/sources.lock         commits the tags resolved to
-//! <work>/<profile>/<component>/src/     git checkout, patched in place
+//! <work>/<profile>/<component>/src/     git checkout, patched in place (a
+//!                                       monorepo's: its project's subdir)
 //! <work>/<profile>/<component>/build/   CMake build dir, kept across runs
 //! <work>/<profile>/<component>/logs/    one log per run, latest.log -> newest
 //! <work>/<profile>/<component>/state/   what the patch and install stages did
@@ -56,8 +57,20 @@ impl WorkDir {
 
 #[derive(Debug, Clone)]
 pub struct ComponentDirs {
+    /// The git checkout's root.
     pub src: PathBuf,
     pub build: PathBuf,
     pub logs: PathBuf,
     pub state: PathBuf,
+}
+
+impl ComponentDirs {
+    /// The project's directory in the checkout: what CMake builds and the
+    /// patches are relative to (`subdir` of a monorepo, else the root).
+    pub fn project(&self, subdir: Option<&str>) -> PathBuf {
+        match subdir {
+            Some(d) => self.src.join(d),
+            None => self.src.clone(),
+        }
+    }
 }

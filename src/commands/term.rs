@@ -11,7 +11,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::output::{STAGE, WARNING, paint, settings};
-use crate::ui::{Progress, Reporter, Units};
+use crate::ui::{Progress, Reporter};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Term {
@@ -40,7 +40,6 @@ impl Term {
 const STEPS: &str = "{prefix:>10} [{bar:30}] {pos}/{len} eta {eta} {wide_msg}";
 /// Until the number of steps is known: no bar claiming 0/0.
 const SPINNER: &str = "{prefix:>10} {spinner} {elapsed} {wide_msg}";
-const BYTES: &str = "{prefix:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}";
 
 impl Reporter for Term {
     /// Right-aligned the way cargo prints "Compiling".
@@ -66,32 +65,23 @@ impl Reporter for Term {
         }
     }
 
-    fn progress(&self, len: u64, kind: Units) -> Box<dyn Progress> {
+    fn progress(&self, len: u64) -> Box<dyn Progress> {
         let lines = !self.quiet && (!self.tty || self.verbose);
         if self.quiet || lines {
             return Box::new(Bar {
                 bar: ProgressBar::hidden(),
                 lines,
-                kind,
             });
         }
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-        set_style(&bar, len, kind);
+        set_style(&bar, len);
         bar.enable_steady_tick(Duration::from_millis(200));
-        Box::new(Bar {
-            bar,
-            lines: false,
-            kind,
-        })
+        Box::new(Bar { bar, lines: false })
     }
 }
 
-fn set_style(bar: &ProgressBar, len: u64, kind: Units) {
-    let template = match (kind, len) {
-        (_, 0) => SPINNER,
-        (Units::Steps, _) => STEPS,
-        (Units::Bytes, _) => BYTES,
-    };
+fn set_style(bar: &ProgressBar, len: u64) {
+    let template = if len == 0 { SPINNER } else { STEPS };
     bar.set_style(
         ProgressStyle::with_template(template)
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -103,7 +93,6 @@ struct Bar {
     bar: ProgressBar,
     /// Each step as a line, nothing drawn.
     lines: bool,
-    kind: Units,
 }
 
 impl Progress for Bar {
@@ -113,7 +102,7 @@ impl Progress for Bar {
 
     fn update(&self, pos: u64, len: u64, msg: &str) {
         if self.bar.length() == Some(0) && len > 0 {
-            set_style(&self.bar, len, self.kind);
+            set_style(&self.bar, len);
         }
         self.bar.set_length(len);
         self.bar.set_position(pos);

@@ -67,14 +67,19 @@ fn build_tools(r: &mut CheckReport) {
             "sudo apt install patchelf",
         ),
     }
-    let (major, minor, patch) = git2::Version::get().libgit2_version();
-    r.push(
-        "git",
-        Status::Ok,
-        format!(
-            "not needed: sources are fetched with the built-in libgit2 {major}.{minor}.{patch}"
+    match crate::build::git::check_version() {
+        Ok((major, minor, patch)) => {
+            r.push("git", Status::Ok, format!("git {major}.{minor}.{patch}"))
+        }
+        Err(e) => r.push_fix(
+            "git",
+            Status::Fail,
+            e.to_string(),
+            crate::error::help(&e)
+                .unwrap_or("sudo apt install git")
+                .to_owned(),
         ),
-    );
+    }
 }
 
 /// The C++ compiler `build` will use: the profile's (ROCm's clang), or the

@@ -7,6 +7,7 @@ mod conventions;
 mod detection;
 mod launcher;
 mod miopen;
+mod monorepo;
 mod patches;
 mod reliability;
 mod rocm_sdk;

@@ -195,7 +195,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
         "FAIL  hipcc",
         "warn  gpu       no AMD GPU in the KFD topology",
         "ok    cmake",
-        "ok    git       not needed",
+        "ok    git       git 2.",
     ] {
         assert!(run.stdout.contains(needle), "{needle}:\n{}", run.stdout);
     }

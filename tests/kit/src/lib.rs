@@ -118,6 +118,41 @@ impl Fixture {
         fx
     }
 
+    /// A monorepo in the shape of ROCm/rocm-libraries, made beside the
+    /// origin: the fixture project in `projects/miopen`, another project
+    /// of `other_files` files, `shared/ctest` (which MIOpen's CMake reads)
+    /// and top-level files; tag `rocm-6.2.4`. It serves partial clones
+    /// (`uploadpack.allowFilter`), as GitHub does. Returns its file:// URL.
+    pub fn make_monorepo(&self, other_files: usize) -> String {
+        let mono = self.root.join("monorepo");
+        copy_dir(
+            &fixtures().join("miopen-mini"),
+            &mono.join("projects/miopen"),
+        );
+        let other = mono.join("projects/rocblas/library");
+        std::fs::create_dir_all(&other).unwrap();
+        for i in 0..other_files {
+            std::fs::write(
+                other.join(format!("kernel{i}.cpp")),
+                format!("// kernel {i}\nint k{i}();\n"),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(mono.join("shared/ctest")).unwrap();
+        std::fs::write(
+            mono.join("shared/ctest/TestCategories.cmake"),
+            "# read by the projects' test CMake\n",
+        )
+        .unwrap();
+        std::fs::write(mono.join("README.md"), "# a monorepo\n").unwrap();
+        git(&mono, &["init", "-q", "-b", "develop"]);
+        git(&mono, &["config", "uploadpack.allowFilter", "true"]);
+        git(&mono, &["add", "-A"]);
+        git(&mono, &["commit", "-q", "-m", "monorepo"]);
+        git(&mono, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
+        format!("file://{}", mono.display())
+    }
+
     /// Write the profile, letting the caller edit the template text first.
     pub fn write_profile(&self, edit: impl FnOnce(String) -> String) {
         let text = std::fs::read_to_string(fixtures().join("profiles/mini.toml"))

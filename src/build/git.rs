@@ -1,0 +1,225 @@
+//! The one way this tool runs git: the user's own `git`, in a fixed
+//! environment so that it behaves the same on every machine.
+//!
+//! The git CLI is used, not libgit2, because only git itself does a partial
+//! (blobless) clone and a sparse checkout, which a monorepo's one project
+//! needs; one code path serves every source.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+use crate::error::hint;
+use crate::proc;
+
+/// `sparse-checkout set --cone` and fetching by commit id over protocol v2.
+const MIN_VERSION: (u32, u32) = (2, 25);
+
+pub struct Git {
+    dir: PathBuf,
+}
+
+/// What a streamed git command did: its exit, and the lines that were not
+/// progress (for the error message).
+pub struct Streamed {
+    /// None when it printed nothing for the silence limit and was killed.
+    pub success: Option<bool>,
+    pub messages: Vec<String>,
+}
+
+impl Git {
+    pub fn new(dir: &Path) -> Git {
+        Git {
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("git");
+        c.arg("-C").arg(&self.dir);
+        // Settings of the user's that would change the bytes checked out
+        // (patches must match them exactly) or run their code.
+        for setting in [
+            "core.autocrlf=false",
+            "core.eol=lf",
+            "core.hooksPath=/dev/null",
+            "advice.detachedHead=false",
+            "filter.lfs.required=false",
+        ] {
+            c.args(["-c", setting]);
+        }
+        c.args(args);
+        // A repository named by the environment would win over `-C`.
+        for var in [
+            "GIT_DIR",
+            "GIT_WORK_TREE",
+            "GIT_INDEX_FILE",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_NAMESPACE",
+        ] {
+            c.env_remove(var);
+        }
+        // English messages to read, no password prompt to hang on, and no
+        // Git LFS download of MIOpen's kernel databases.
+        c.env("LC_ALL", "C")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_LFS_SKIP_SMUDGE", "1");
+        c
+    }
+
+    /// Run git to the end; its stdout, or an error with what it said.
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        let out = proc::helper(self.command(args))?;
+        if !out.status.success() {
+            bail!(
+                "`git {}` in {} failed: {}",
+                args.join(" "),
+                self.dir.display(),
+                last_message(out.stderr.lines())
+            );
+        }
+        Ok(out.stdout)
+    }
+
+    /// Run git to the end; None when it exits non-zero (a query whose
+    /// answer is "no", like `rev-parse --verify -q`).
+    pub fn query(&self, args: &[&str]) -> Result<Option<String>> {
+        let out = proc::helper(self.command(args))?;
+        Ok(out
+            .status
+            .success()
+            .then(|| out.stdout.trim_end().to_owned()))
+    }
+
+    /// Run a long git command (fetch, checkout) with `--progress`, handing
+    /// each progress line `(label, done, total)` to `on_progress`; killed
+    /// when it prints nothing for `silence`.
+    pub fn stream(
+        &self,
+        args: &[&str],
+        silence: Duration,
+        mut on_progress: impl FnMut(&str, u64, u64),
+    ) -> Result<Streamed> {
+        let mut messages = Vec::new();
+        let streamed =
+            proc::stream_watched(
+                self.command(args),
+                Some(silence),
+                |line| match parse_progress(line) {
+                    Some((label, done, total)) => on_progress(label, done, total),
+                    None if !line.trim().is_empty() => messages.push(line.to_owned()),
+                    None => {}
+                },
+            )?;
+        if let Some(sig) = crate::interrupt::interrupted() {
+            return Err(crate::interrupt::stopped("git", sig));
+        }
+        Ok(Streamed {
+            success: streamed.status.map(|s| s.success()),
+            messages,
+        })
+    }
+}
+
+/// The line of git's output that says what went wrong: its last `fatal:` or
+/// `error:`, else its last line.
+pub fn last_message<'a>(lines: impl Iterator<Item = &'a str>) -> String {
+    let lines: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| {
+            l.strip_prefix("fatal: ")
+                .or_else(|| l.strip_prefix("error: "))
+        })
+        .or(lines.last().copied())
+        .unwrap_or("no message")
+        .to_owned()
+}
+
+/// `Receiving objects:  45% (9/20), 1.20 MiB | 2.00 MiB/s` ->
+/// ("Receiving objects", 9, 20); `remote: ` lines count too.
+fn parse_progress(line: &str) -> Option<(&str, u64, u64)> {
+    let line = line.strip_prefix("remote: ").unwrap_or(line);
+    let (label, rest) = line.split_once(": ")?;
+    let inner = rest.split_once('(')?.1.split_once(')')?.0;
+    let (done, total) = inner.split_once('/')?;
+    Some((label.trim(), done.parse().ok()?, total.parse().ok()?))
+}
+
+/// The installed git's version, or why it cannot be used.
+pub fn check_version() -> Result<(u32, u32, u32)> {
+    let mut c = Command::new("git");
+    c.arg("--version");
+    let out = proc::helper(c).map_err(|e| {
+        if format!("{e:#}").contains("not installed") {
+            return hint(
+                "git is not installed (not found)",
+                "install it (Debian/Ubuntu: sudo apt install git) and run this again; sources are fetched with git",
+            );
+        }
+        e
+    })?;
+    let version = parse_version(&out.stdout)
+        .ok_or_else(|| anyhow::anyhow!("cannot read git's version from `{}`", out.stdout.trim()))?;
+    if (version.0, version.1) < MIN_VERSION {
+        return Err(hint(
+            format!(
+                "git {}.{}.{} is too old: fetching needs git {}.{} or newer (sparse checkout, partial clone)",
+                version.0, version.1, version.2, MIN_VERSION.0, MIN_VERSION.1
+            ),
+            "install a newer git (Debian 11 and Ubuntu 20.04 or newer have one) and run this again",
+        ));
+    }
+    Ok(version)
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.trim().strip_prefix("git version ")?;
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_and_versions_are_read() {
+        assert_eq!(
+            parse_progress("Receiving objects:  45% (9/20), 1.20 MiB | 2.00 MiB/s"),
+            Some(("Receiving objects", 9, 20))
+        );
+        assert_eq!(
+            parse_progress("remote: Counting objects: 100% (63/63), done."),
+            Some(("Counting objects", 63, 63))
+        );
+        assert_eq!(
+            parse_progress("Updating files: 100% (13/13), done."),
+            Some(("Updating files", 13, 13))
+        );
+        assert_eq!(parse_progress("From file:///tmp/x"), None);
+        assert_eq!(parse_progress(" * [new tag] v1 -> v1"), None);
+        assert_eq!(parse_version("git version 2.39.5\n"), Some((2, 39, 5)));
+        assert_eq!(
+            parse_version("git version 2.47.3.windows.1"),
+            Some((2, 47, 3))
+        );
+        assert_eq!(parse_version("git version 2.25"), Some((2, 25, 0)));
+        assert_eq!(parse_version("hub 1.0"), None);
+        assert_eq!(
+            last_message("Cloning\nfatal: couldn't find remote ref refs/tags/x\n".lines()),
+            "couldn't find remote ref refs/tags/x"
+        );
+    }
+}
