@@ -47,6 +47,10 @@ impl Git {
             "core.hooksPath=/dev/null",
             "advice.detachedHead=false",
             "filter.lfs.required=false",
+            // The work dir is a cache: no repack of 20k fresh objects
+            // (a second) after a fetch.
+            "gc.auto=0",
+            "maintenance.auto=false",
         ] {
             c.args(["-c", setting]);
         }

@@ -206,7 +206,7 @@ const PIN_REF: &str = "refs/rdna1-patch/pin";
 pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     let c = req.component;
     git::check_version()?;
-    let git = open_or_init(req.src)?;
+    let git = open_or_init(req.src, c)?;
     configure_remote(&git, c)?;
     let local = match (&c.tag, &c.commit) {
         (Some(tag), _) => resolve(&git, &format!("refs/tags/{tag}^{{commit}}"))?,
@@ -278,7 +278,7 @@ fn not_yours(src: &Path, owner: u32, me: u32) -> anyhow::Error {
     )
 }
 
-fn open_or_init(src: &Path) -> Result<Git> {
+fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
     let git = Git::new(src);
     if src.join(".git").exists() {
         check_owner(src)?;
@@ -290,6 +290,32 @@ fn open_or_init(src: &Path) -> Result<Git> {
                 ),
                 format!("remove {} and run again to fetch it anew", src.display()),
             ));
+        }
+        return Ok(git);
+    }
+    let empty = std::fs::read_dir(src).map_or(true, |mut d| d.next().is_none());
+    if empty && is_local(&c.url) && !c.url.starts_with("file://") && c.subdir.is_none() {
+        // What `git clone` of a path does: hardlink the objects instead of
+        // packing and sending them (20k files: 3x faster). The tag fetch
+        // that follows then finds everything here.
+        let parent = src.parent().unwrap_or(Path::new("."));
+        fsutil::create_dir_all(parent)?;
+        let target = src.display().to_string();
+        Git::new(parent)
+            .run(&[
+                "clone",
+                "-q",
+                "--local",
+                "--no-checkout",
+                "--no-tags",
+                &c.url,
+                &target,
+            ])
+            .with_context(|| format!("cannot clone {} into {}", c.url, src.display()))?;
+        // Leave no branch checked out, as after `git init`: until our
+        // checkout, HEAD is unborn and there is nothing to call an edit.
+        if let Some(branch) = git.query(&["symbolic-ref", "-q", "HEAD"])? {
+            git.run(&["update-ref", "-d", &branch])?;
         }
         return Ok(git);
     }
