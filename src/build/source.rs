@@ -402,13 +402,15 @@ fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Res
     }
     .ok_or_else(|| anyhow!("git fetched {what} from {} but does not have it", c.url))?;
     let after = pack_stats(git)?;
-    ui.note(format!(
-        "received {} objects, {}; {} is {}",
+    let received = format!(
+        "received {} objects, {}",
         after.0.saturating_sub(before.0),
         crate::clean::human(after.1.saturating_sub(before.1) * 1024),
-        what,
-        short(&commit)
-    ));
+    );
+    ui.note(match &c.tag {
+        Some(tag) => format!("{received}; {tag} is {}", short(&commit)),
+        None => received,
+    });
     Ok(commit)
 }
 
