@@ -35,25 +35,11 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     // Readers send what they read as they read it, so a pipe that a
     // grandchild keeps open cannot hold us past the limit, nor cost us what
     // the child itself printed.
-    let reader = |mut pipe: Box<dyn Read + Send>| {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if tx.send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        rx
-    };
-    let out = reader(Box::new(child.stdout.take().expect("piped")));
-    let err = reader(Box::new(child.stderr.take().expect("piped")));
+    // Readers send what they read as they read it, so a pipe that a
+    // grandchild keeps open cannot hold us past the limit, nor cost us what
+    // the child itself printed.
+    let out = pump(child.stdout.take().expect("piped"));
+    let err = pump(child.stderr.take().expect("piped"));
     let pgid = child.id() as i32;
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
@@ -97,6 +83,25 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         stderr: collect(err),
         elapsed: start.elapsed(),
     })
+}
+
+/// A thread that reads `pipe` to its end and sends each chunk as it comes.
+fn pump(mut pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
 }
 
 /// How long a helper program may take (python looking for torch, ldd,
@@ -190,7 +195,7 @@ pub fn stream_watched(
     silence: Option<Duration>,
     mut on_line: impl FnMut(&str),
 ) -> Result<Streamed> {
-    let (mut reader, writer) = std::io::pipe().context("cannot create a pipe")?;
+    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer2 = writer.try_clone().context("cannot create a pipe")?;
     let mut child = cmd
         .stdin(Stdio::null())
@@ -202,20 +207,7 @@ pub fn stream_watched(
     // Our copies of the writing end must go, or the read never ends.
     drop(cmd);
     let guard = crate::interrupt::ChildGroup::new(child.id());
-    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        loop {
-            match reader.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tx.send(buf[..n].to_vec()).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
+    let rx = pump(reader);
     let mut pending: Vec<u8> = Vec::new();
     let mut emit = |bytes: &[u8]| {
         let line = String::from_utf8_lossy(bytes);

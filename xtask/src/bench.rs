@@ -570,11 +570,7 @@ fn fetch(
         met: ratio <= 1.25 && !transferred,
         note: format!(
             "{ratio:.2}x git clone, of {what}; the second run {}",
-            if transferred {
-                "FETCHED AGAIN"
-            } else {
-                "transferred nothing"
-            }
+            second_run(transferred)
         ),
         ours,
         reference,
@@ -685,17 +681,21 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
         met: ratio <= 1.1 && !transferred,
         note: format!(
             "{ratio:.2}x the git CLI, of projects/miopen in a generated monorepo of 21 projects (20,000 files, 21 commits); the second run {}",
-            if transferred {
-                "FETCHED AGAIN"
-            } else {
-                "transferred nothing"
-            }
+            second_run(transferred)
         ),
         ours,
         reference,
         reference_name: "`git clone --filter=blob:none --sparse` + `sparse-checkout set`".into(),
         target: "<= 1.1x the git CLI; zero transfer the second time".into(),
     })
+}
+
+fn second_run(transferred: bool) -> &'static str {
+    if transferred {
+        "FETCHED AGAIN"
+    } else {
+        "transferred nothing"
+    }
 }
 
 fn help(bin: &Path, runs: usize) -> Result<Row> {
