@@ -48,6 +48,10 @@ pub struct Options {
     /// A series of the user's own, applied after the profile's.
     pub extra_patches: Option<PathBuf>,
     pub net_timeout: std::time::Duration,
+    /// `--gpu-targets`: the offload arches to build for.
+    pub gpu_targets: Option<Vec<String>>,
+    /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
+    pub sysfs: PathBuf,
 }
 
 /// What a build would do, worked out without touching anything.
@@ -67,6 +71,8 @@ struct BuildPlan<'a> {
     launcher: Option<crate::build::launcher::Launcher>,
     /// Set when the profile's compiler was replaced by the one hipconfig names.
     compiler_note: Option<String>,
+    /// GPU_TARGETS, and where it came from.
+    targets_note: String,
 }
 
 impl Options {
@@ -84,6 +90,7 @@ impl Options {
         let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
+        let targets_note = self.choose_gpu_targets(&mut defines);
         // The profile's and the user's own launcher defines win.
         for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
             defines.entry(k).or_insert(v);
@@ -121,7 +128,44 @@ impl Options {
                 .max(1),
             launcher,
             compiler_note,
+            targets_note,
         })
+    }
+
+    /// GPU_TARGETS: `--gpu-targets`, else a `-D` of the user's, else the
+    /// RDNA1 cards of this machine, else the profile's (every gfx101x: a
+    /// build machine without the card). MIOpen compiles its GPU kernels at
+    /// run time for the card it finds; GPU_TARGETS only adds offload code to
+    /// every host file, so each arch not needed costs build time and nothing
+    /// else.
+    fn choose_gpu_targets(
+        &self,
+        defines: &mut std::collections::BTreeMap<String, String>,
+    ) -> String {
+        const KEY: &str = "GPU_TARGETS";
+        if let Some(list) = &self.gpu_targets {
+            let value = list.join(";");
+            defines.insert(KEY.into(), value.clone());
+            return format!("{value} (--gpu-targets)");
+        }
+        if self.defines.iter().any(|(k, _)| k == KEY) {
+            return format!(
+                "{} (-D {KEY})",
+                defines.get(KEY).cloned().unwrap_or_default()
+            );
+        }
+        let Some(profile_value) = defines.get(KEY).cloned() else {
+            return "the project's default (the profile sets no GPU_TARGETS)".into();
+        };
+        let found = crate::inspect::gpu::rdna1_targets(&self.sysfs);
+        if found.is_empty() {
+            return format!(
+                "{profile_value} (the profile's: no RDNA1 card in the KFD topology; --gpu-targets to choose)"
+            );
+        }
+        let value = found.join(";");
+        defines.insert(KEY.into(), value.clone());
+        format!("{value} (the RDNA1 card(s) in the KFD topology; --gpu-targets to choose)")
     }
 
     /// The profile names AMD's layout (`{rocm}/llvm/bin/amdclang++`); a
@@ -264,6 +308,7 @@ impl BuildPlan<'_> {
         if let Some(note) = &self.compiler_note {
             lines.push(format!("compiler:  {note}"));
         }
+        lines.push(format!("targets:   {}", self.targets_note));
         lines.push(format!(
             "launcher:  {}",
             self.launcher
@@ -287,6 +332,7 @@ impl BuildPlan<'_> {
         if let Some(note) = &self.compiler_note {
             ui.stage("Compiler", note);
         }
+        ui.stage("Targets", &self.targets_note);
         if stop >= Stage::Install {
             prefix::preflight(&self.prefix)?;
         }

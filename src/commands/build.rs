@@ -63,6 +63,31 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     net_timeout: u64,
+    /// GPU arches to build for, e.g. gfx1010 or gfx1010,gfx1012 [default:
+    /// the RDNA1 cards this machine has, else gfx1010, gfx1011 and gfx1012]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_gfx)]
+    gpu_targets: Option<Vec<String>>,
+    /// Read GPUs from this sysfs tree instead of /sys (for tests)
+    #[arg(long, default_value = "/sys", hide = true)]
+    sysfs_root: PathBuf,
+}
+
+/// `gfx1010`, `gfx90a`, `gfx1010:xnack-`: what clang takes as an offload arch.
+fn parse_gfx(s: &str) -> Result<String, String> {
+    let (arch, features) = s.split_once(':').unwrap_or((s, ""));
+    let ok = arch
+        .strip_prefix("gfx")
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_hexdigit()))
+        && features
+            .split(':')
+            .all(|f| f.is_empty() || (f.len() > 1 && (f.ends_with('+') || f.ends_with('-'))));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is not a GPU arch like gfx1010 (RX 5600/5700), gfx1011 or gfx1012 (RX 5500)"
+        ))
+    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -90,6 +115,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         keep_local: args.keep_local,
         extra_patches: args.extra_patches,
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
+        gpu_targets: args.gpu_targets,
+        sysfs: args.sysfs_root,
     };
     if opts.dry_run {
         crate::outln!("{}", pipeline::dry_run(&opts)?);

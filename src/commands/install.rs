@@ -26,6 +26,9 @@ pub struct Args {
     /// Install the library as built: keep its NEEDED entries and RUNPATH
     #[arg(long)]
     no_relink: bool,
+    /// Read GPUs from this sysfs tree instead of /sys (for tests)
+    #[arg(long, default_value = "/sys", hide = true)]
+    sysfs_root: std::path::PathBuf,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -48,6 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         force: args.force,
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
+        sysfs: args.sysfs_root,
     };
     into_torch::run(&req, &Ui::new(&super::term::Term::new()))?;
     Ok(ExitCode::SUCCESS)

@@ -62,6 +62,56 @@ pub fn scan(sysfs: &Path) -> Vec<Gpu> {
     scan_all(sysfs).gpus
 }
 
+/// The gfx names of the RDNA1 cards the topology shows, in node order and
+/// each once: what a build for this machine needs in GPU_TARGETS.
+pub fn rdna1_targets(sysfs: &Path) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for g in scan(sysfs)
+        .into_iter()
+        .filter(|g| g.is_amd() && g.is_rdna1())
+    {
+        if !out.contains(&g.gfx()) {
+            out.push(g.gfx());
+        }
+    }
+    out
+}
+
+/// The RDNA1 cards' arches that a build for `targets` (GPU_TARGETS, e.g.
+/// "gfx1010;gfx1011:xnack-") has no code for.
+pub fn rdna1_targets_missing(targets: &str, sysfs: &Path) -> Vec<String> {
+    let built: Vec<&str> = targets
+        .split([';', ','])
+        .map(|t| t.split(':').next().unwrap_or(t).trim())
+        .collect();
+    rdna1_targets(sysfs)
+        .into_iter()
+        .filter(|g| !built.contains(&g.as_str()))
+        .collect()
+}
+
+/// What to say about a build for `targets` on this machine: None when it
+/// covers every RDNA1 card here (or there is none).
+pub fn targets_warning(targets: &str, sysfs: &Path) -> Option<(String, String)> {
+    let missing = rdna1_targets_missing(targets, sysfs);
+    if missing.is_empty() {
+        return None;
+    }
+    let mut all: Vec<String> = targets.split(';').map(str::to_owned).collect();
+    all.extend(missing.iter().cloned());
+    Some((
+        format!(
+            "the library was built for {} (GPU_TARGETS), but this machine has {}",
+            targets.replace(';', ", "),
+            missing.join(", ")
+        ),
+        format!(
+            "rebuild with `rdna1-patch build miopen --gpu-targets {}`",
+            all.join(",")
+        ),
+    ))
+}
+
 /// The GPUs, and why any node was left out: a node whose properties cannot
 /// be read (a container's device cgroup answers EPERM for hidden GPUs) or
 /// hold values that are not numbers must not make a GPU vanish silently.

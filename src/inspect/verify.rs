@@ -40,6 +40,7 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
     let bytes =
         std::fs::read(&library).with_context(|| format!("cannot read {}", library.display()));
     check_markers(&prov, &library, &bytes, &mut r);
+    check_targets(&prov, &req.sysfs, &mut r);
     let built = bytes.ok().and_then(|b| elf::parse(&b).ok());
     let all = req.state.read()?;
     for d in &all.damaged {
@@ -136,6 +137,21 @@ fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance,
     }
     let library = req.prefix.join(&prov.library.path);
     Some((prov, library))
+}
+
+/// A card of this machine whose arch the build left out of GPU_TARGETS.
+fn check_targets(prov: &Provenance, sysfs: &Path, r: &mut CheckReport) {
+    let Some(targets) = prov.cmake.defines.get("GPU_TARGETS") else {
+        return;
+    };
+    match gpu::targets_warning(targets, sysfs) {
+        Some((detail, fix)) => r.push_fix("targets", Status::Warn, detail, fix),
+        None => r.push(
+            "targets",
+            Status::Ok,
+            format!("built for {}", targets.replace(';', ", ")),
+        ),
+    }
 }
 
 fn check_markers(prov: &Provenance, library: &Path, bytes: &Result<Vec<u8>>, r: &mut CheckReport) {

@@ -27,6 +27,8 @@ pub struct InstallRequest {
     /// Rewrite NEEDED/RUNPATH for torch's bundled libraries.
     pub relink: bool,
     pub jobs: usize,
+    /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
+    pub sysfs: PathBuf,
 }
 
 /// A build in a prefix that checks out.
@@ -165,6 +167,11 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     }
     check_versions(&build, &torch, req.force, ui)?;
     warn_about_override(&torch, ui);
+    if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
+        && let Some((detail, fix)) = crate::inspect::gpu::targets_warning(targets, &req.sysfs)
+    {
+        ui.warn(format!("{detail}; {fix}"));
+    }
 
     let locked = req.state.lock()?;
     settle(&locked, &torch, ui)?;

@@ -12,5 +12,6 @@ mod patches;
 mod reliability;
 mod rocm_sdk;
 mod support;
+mod targets;
 mod torch;
 mod verify;

@@ -165,6 +165,7 @@ impl Fixture {
 
     /// Arguments for `rdna1-patch build` on this fixture.
     pub fn build_args(&self) -> Vec<String> {
+        let no_gpu = fixtures().join("sysfs/no-gpu");
         [
             "build",
             "--profile",
@@ -173,6 +174,9 @@ impl Fixture {
             self.work.to_str().unwrap(),
             "--rocm",
             self.rocm.to_str().unwrap(),
+            // No GPU, whatever this machine has: GPU_TARGETS stays the profile's.
+            "--sysfs-root",
+            no_gpu.to_str().unwrap(),
         ]
         .map(String::from)
         .to_vec()
