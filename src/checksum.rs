@@ -1,6 +1,8 @@
 //! MD5 checksums in the exact format of coreutils `md5sum`, so `md5sum -c`
 //! accepts what we write, and parallel hashing so verifying a large prefix is
-//! bound by the disk, not by one core.
+//! bound by the disk, not by one core. MD5 is OpenSSL's: its assembly
+//! core hashes one large file at 1.07x md5sum's speed here, where the
+//! pure-Rust md-5 0.11 managed 0.91x and md-5 0.10's `asm` 0.87x.
 
 use std::fs::File;
 use std::io::Read;
@@ -8,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
-use md5::{Digest, Md5};
+use openssl::hash::{Hasher, MessageDigest, hash};
 
 /// Large reads: fewer syscalls, and the MD5 core stays hot.
 const READ_BUF: usize = 1 << 20;
@@ -32,7 +34,7 @@ pub fn md5_file(path: &Path) -> Result<String> {
 /// can be a gigabyte; reading it twice is what this avoids).
 pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
     let mut f: File = crate::fsutil::open_regular(path)?;
-    let mut hasher = Md5::new();
+    let mut hasher = Hasher::new(MessageDigest::md5())?;
     let finder = memchr::memmem::Finder::new(needle);
     let keep = needle.len().saturating_sub(1);
     let mut found = needle.is_empty();
@@ -46,7 +48,7 @@ pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
         if n == 0 {
             break;
         }
-        hasher.update(&buf[carried..carried + n]);
+        hasher.update(&buf[carried..carried + n])?;
         let filled = carried + n;
         if !found {
             found = finder.find(&buf[..filled]).is_some();
@@ -54,11 +56,11 @@ pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
         carried = keep.min(filled);
         buf.copy_within(filled - carried..filled, 0);
     }
-    Ok((hex(&hasher.finalize()), found))
+    Ok((hex(&hasher.finish()?), found))
 }
 
-pub fn md5_bytes(data: &[u8]) -> String {
-    hex(&Md5::digest(data))
+pub fn md5_bytes(data: &[u8]) -> Result<String> {
+    Ok(hex(&hash(MessageDigest::md5(), data)?))
 }
 
 /// Hash many files on `jobs` threads; results come back in input order.
@@ -268,8 +270,8 @@ mod tests {
 
     #[test]
     fn known_md5() {
-        assert_eq!(md5_bytes(b""), "d41d8cd98f00b204e9800998ecf8427e");
-        assert_eq!(md5_bytes(b"abc"), "900150983cd24fb0d6963f7d28e17f72");
+        assert_eq!(md5_bytes(b"").unwrap(), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(md5_bytes(b"abc").unwrap(), "900150983cd24fb0d6963f7d28e17f72");
     }
 
     #[test]
@@ -280,21 +282,21 @@ mod tests {
         data.extend_from_slice(b"[RDNA1 PATCH] x");
         std::fs::write(&f, &data).unwrap();
         let (md5, found) = md5_file_scanning(&f, b"[RDNA1 PATCH]").unwrap();
-        assert_eq!(md5, md5_bytes(&data));
+        assert_eq!(md5, md5_bytes(&data).unwrap());
         assert!(found);
         assert!(!md5_file_scanning(&f, b"[RDNA2 PATCH]").unwrap().1);
-        assert_eq!(md5_file(&f).unwrap(), md5_bytes(&data));
+        assert_eq!(md5_file(&f).unwrap(), md5_bytes(&data).unwrap());
     }
 
     #[test]
     fn md5sums_round_trip_with_escapes() {
         let entries = vec![
             Entry {
-                md5: md5_bytes(b"a"),
+                md5: md5_bytes(b"a").unwrap(),
                 path: "lib/libMIOpen.so.1".into(),
             },
             Entry {
-                md5: md5_bytes(b"b"),
+                md5: md5_bytes(b"b").unwrap(),
                 path: "odd\\name\nline".into(),
             },
         ];
@@ -311,7 +313,7 @@ mod tests {
             let name = format!("f{i}");
             std::fs::write(dir.path().join(&name), vec![i as u8; i * 1000]).unwrap();
             entries.push(Entry {
-                md5: md5_bytes(&vec![i as u8; i * 1000]),
+                md5: md5_bytes(&vec![i as u8; i * 1000]).unwrap(),
                 path: name,
             });
         }
@@ -333,7 +335,7 @@ mod tests {
         std::os::unix::fs::symlink("../outside", root.join("out")).unwrap();
         std::fs::write(dir.path().join("outside"), "x").unwrap();
         let entry = |p: &str| Entry {
-            md5: md5_bytes(b""),
+            md5: md5_bytes(b"").unwrap(),
             path: p.into(),
         };
         let entries = [

@@ -251,8 +251,8 @@ fn md5_single(dir: &Path, runs: usize) -> Result<Row> {
     let ratio = reference.median / ours.median;
     Ok(Row {
         name: "MD5 of one 1 GiB file (page cache warm), throughput",
-        why: "the pure-Rust md-5 0.11 has no assembly backend (0.10 had one through md5-asm); single-file MD5 is bound by the compression function, so reads cannot close it. An assembly MD5 would (md-5 0.10 with `asm`, or OpenSSL's, which git2's https feature already links).",
-        met: ratio >= 0.95,
+        why: "single-file MD5 is bound by the compression function; the hashing is OpenSSL's assembly core, so a miss here is OpenSSL against coreutils on this CPU.",
+        met: ratio >= 1.0,
         note: format!(
             "throughput {ratio:.2}x md5sum's ({:.0} MB/s)",
             GIB as f64 / 1e6 / ours.median
@@ -260,7 +260,7 @@ fn md5_single(dir: &Path, runs: usize) -> Result<Row> {
         ours,
         reference,
         reference_name: "coreutils `md5sum FILE`".into(),
-        target: ">= 0.95x md5sum's throughput".into(),
+        target: ">= 1.0x md5sum's throughput".into(),
     })
 }
 
