@@ -271,7 +271,10 @@ mod tests {
     #[test]
     fn known_md5() {
         assert_eq!(md5_bytes(b"").unwrap(), "d41d8cd98f00b204e9800998ecf8427e");
-        assert_eq!(md5_bytes(b"abc").unwrap(), "900150983cd24fb0d6963f7d28e17f72");
+        assert_eq!(
+            md5_bytes(b"abc").unwrap(),
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
     }
 
     #[test]

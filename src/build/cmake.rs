@@ -77,6 +77,7 @@ pub fn run_logged(
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
     let mut first_failure: Vec<String> = Vec::new();
     let mut in_failure = false;
+    let started = std::time::Instant::now();
     let streamed = proc::stream(cmd, |line| {
         log.line(line);
         if tail.len() == TAIL_LINES {
@@ -109,7 +110,12 @@ pub fn run_logged(
         tail,
         first_failure,
     };
-    log.line(&format!("exit: {:?}", run.code));
+    // The child's own time, streaming included (cargo xtask bench reads it).
+    log.line(&format!(
+        "exit: {:?} after {:.3} s",
+        run.code,
+        started.elapsed().as_secs_f64()
+    ));
     Ok(run)
 }
 

@@ -68,7 +68,10 @@ fn install_then_rollback_restores_the_original_bytes() {
     let run = sb.rollback(&[]).ok();
     run.says("nothing to roll back");
     assert_eq!(std::fs::read(&lib).unwrap(), original);
-    assert_eq!(md5(&lib), rdna1_patch::checksum::md5_bytes(&original).unwrap());
+    assert_eq!(
+        md5(&lib),
+        rdna1_patch::checksum::md5_bytes(&original).unwrap()
+    );
 }
 
 #[test]
