@@ -9,7 +9,18 @@ P=$1
 F=/fid/$P
 TUS="src/convolution_api.cpp src/solver/batchnorm/forward_spatial_single.cpp src/ocl/convolutionocl.cpp src/hip/handlehip.cpp"
 now() { date +%s.%N; }
-since() { echo "$(now) - $1" | bc; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# ccache for the warm rebuild, GoogleTest for the BUILD_TESTING=ON configure;
+# installed here, not in the chroot's package list, whose change rebuilds it.
+missing=""
+for pkg in ccache libgtest-dev libgmock-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    apt-get -o Acquire::Check-Valid-Until=false update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null ||
+        { echo "cannot install$missing"; exit 1; }
+fi
 configure() { # work-dir gpu-targets launcher
     rdna1-patch build miopen --profile "$F/cfg/$P.toml" --rocm /usr --work-dir "$1" \
         --prefix "$1/prefix" --extra-patches /fid/compat/boost-1.92 \

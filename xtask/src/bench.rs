@@ -149,9 +149,18 @@ struct Stats {
     min: f64,
     max: f64,
     runs: usize,
+    /// A count (build steps), not seconds.
+    count: bool,
 }
 
 impl Stats {
+    fn count(n: f64) -> Stats {
+        Stats {
+            count: true,
+            ..Stats::of(vec![n])
+        }
+    }
+
     fn of(mut secs: Vec<f64>) -> Stats {
         secs.sort_by(f64::total_cmp);
         let n = secs.len();
@@ -165,10 +174,14 @@ impl Stats {
             min: secs[0],
             max: secs[n - 1],
             runs: n,
+            count: false,
         }
     }
 
     fn show(&self) -> String {
+        if self.count {
+            return format!("{:.0} steps", self.median);
+        }
         let f = |s: f64| {
             if s < 1.0 {
                 format!("{:.1} ms", s * 1000.0)
@@ -647,9 +660,9 @@ fn real_miopen(root: &Path) -> Result<Vec<Row>> {
             note: format!(
                 "{lib:.0} steps for the library; {driver:.0} with MIOpenDriver, {tests:.0} with the driver and BUILD_TESTING=ON (MIOpen's tests are not in its default build, but their configure needs GoogleTest)"
             ),
-            ours: one(lib),
-            reference: one(driver),
-            reference_name: "the same with MIOPEN_BUILD_DRIVER=ON (steps)".into(),
+            ours: Stats::count(lib),
+            reference: Stats::count(driver),
+            reference_name: "the same with MIOPEN_BUILD_DRIVER=ON".into(),
             target: "fewer steps than with the driver".into(),
         },
         Row {
