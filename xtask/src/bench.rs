@@ -552,9 +552,14 @@ fn fetch(
             }
             let _ = std::fs::remove_dir_all(big.join(".git"));
             rdna1_testkit::git(&big, &["init", "-q", "-b", "main"]);
+            // 20k loose objects set off git's detached auto gc, which then
+            // prunes objects from under the clones being timed; pack once,
+            // now, as a served repository is.
+            rdna1_testkit::git(&big, &["config", "gc.auto", "0"]);
             rdna1_testkit::git(&big, &["add", "-A"]);
             rdna1_testkit::git(&big, &["commit", "-q", "-m", "20k files"]);
             rdna1_testkit::git(&big, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
+            rdna1_testkit::git(&big, &["gc", "-q"]);
             (big, "a generated repository of 20,004 files".to_owned())
         }
     };
@@ -732,6 +737,7 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
         &mono,
         &["tag", "-f", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"],
     );
+    rdna1_testkit::git(&mono, &["gc", "-q"]);
     let origin = format!("url = \"{}\"", fx.origin.display());
     fx.write_profile(|t| {
         t.replace(

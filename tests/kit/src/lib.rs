@@ -147,6 +147,8 @@ impl Fixture {
         std::fs::write(mono.join("README.md"), "# a monorepo\n").unwrap();
         git(&mono, &["init", "-q", "-b", "develop"]);
         git(&mono, &["config", "uploadpack.allowFilter", "true"]);
+        // No detached auto gc pruning objects under a running fetch.
+        git(&mono, &["config", "gc.auto", "0"]);
         git(&mono, &["add", "-A"]);
         git(&mono, &["commit", "-q", "-m", "monorepo"]);
         git(&mono, &["tag", "-a", "rocm-6.2.4", "-m", "rocm-6.2.4"]);
