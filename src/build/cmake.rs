@@ -78,6 +78,7 @@ pub fn run_logged(
     let mut first_failure: Vec<String> = Vec::new();
     let mut in_failure = false;
     let started = std::time::Instant::now();
+    let cpu_before = cpu_times();
     let streamed = proc::stream(cmd, |line| {
         log.line(line);
         if tail.len() == TAIL_LINES {
@@ -110,13 +111,32 @@ pub fn run_logged(
         tail,
         first_failure,
     };
-    // The child's own time, streaming included (cargo xtask bench reads it).
+    // The child's own time, streaming included, and the CPU this process
+    // spent meanwhile against the child's: what streaming can cost at most
+    // (cargo xtask bench reads both).
+    let cpu = cpu_times();
     log.line(&format!(
-        "exit: {:?} after {:.3} s",
+        "exit: {:?} after {:.3} s (cpu: ours {:.3} s, the child's {:.3} s)",
         run.code,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        cpu.0 - cpu_before.0,
+        cpu.1 - cpu_before.1,
     ));
     Ok(run)
+}
+
+/// User+system CPU seconds of this process, and of its waited-for children.
+fn cpu_times() -> (f64, f64) {
+    let read = |who| {
+        // SAFETY: getrusage fills the struct we own; no other memory is touched.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return 0.0;
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    };
+    (read(libc::RUSAGE_SELF), read(libc::RUSAGE_CHILDREN))
 }
 
 fn cmake_cmd(tools: &Toolchain, args: &[String]) -> Command {
