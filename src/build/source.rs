@@ -308,7 +308,7 @@ fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
                 "--local",
                 "--no-checkout",
                 "--no-tags",
-                &c.url,
+                &git_url(&c.url),
                 &target,
             ])
             .with_context(|| format!("cannot clone {} into {}", c.url, src.display()))?;
@@ -325,12 +325,25 @@ fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
     Ok(git)
 }
 
+/// A relative path means one from where rdna1-patch runs; git runs in the
+/// checkout, so it is given the absolute path.
+fn git_url(url: &str) -> String {
+    if is_local(url)
+        && !url.starts_with("file://")
+        && let Ok(abs) = std::path::absolute(url)
+    {
+        return abs.display().to_string();
+    }
+    url.to_owned()
+}
+
 /// The remote is named so that a partial clone can fetch the blobs a
 /// checkout needs from it later (git's promisor remote).
 fn configure_remote(git: &Git, c: &Component) -> Result<()> {
+    let url = git_url(&c.url);
     let current = git.query(&["config", "--get", "remote.origin.url"])?;
-    if current.as_deref() != Some(c.url.as_str()) {
-        git.run(&["config", "remote.origin.url", &c.url])?;
+    if current.as_deref() != Some(url.as_str()) {
+        git.run(&["config", "remote.origin.url", &url])?;
     }
     if c.subdir.is_some() {
         let promisor = git.query(&["config", "--get", "remote.origin.partialclonefilter"])?;

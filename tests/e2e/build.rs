@@ -670,3 +670,16 @@ fn an_extra_series_goes_after_the_profiles_and_into_provenance() {
         .says("patch 9001-compat.patch does not apply: include/miopen/miopen.h: hunk #1");
     assert_eq!(crate::support::snapshot(&sb.src()), snapshot);
 }
+
+#[test]
+fn a_relative_url_is_a_path_from_where_the_tool_runs() {
+    let sb = Sandbox::new();
+    // The sandbox runs the binary in its root, beside `origin`.
+    sb.write_profile(|t| t.replace(sb.origin.to_str().unwrap(), "origin"));
+    let run = sb.build(&["--stop-after", "patch"]).ok();
+    run.says("Fetching origin rocm-6.2.4");
+    assert!(sb.src().join("src/hip/handlehip.cpp").is_file());
+    sb.build(&["--stop-after", "patch"])
+        .ok()
+        .says("(cached, no network)");
+}
