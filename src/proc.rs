@@ -18,6 +18,8 @@ pub struct Output {
     /// None when the time limit killed it.
     pub status: Option<ExitStatus>,
     pub stdout: String,
+    /// stdout was not UTF-8, and `stdout` has replacement characters.
+    pub stdout_lossy: bool,
     pub stderr: String,
     pub elapsed: Duration,
 }
@@ -75,12 +77,17 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         while let Ok(chunk) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             buf.extend_from_slice(&chunk);
         }
-        String::from_utf8_lossy(&buf).into_owned()
+        match String::from_utf8(buf) {
+            Ok(text) => (text, false),
+            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
+        }
     };
+    let (stdout, stdout_lossy) = collect(out);
     Ok(Output {
         status,
-        stdout: collect(out),
-        stderr: collect(err),
+        stdout,
+        stdout_lossy,
+        stderr: collect(err).0,
         elapsed: start.elapsed(),
     })
 }
@@ -125,6 +132,7 @@ pub fn helper(cmd: Command) -> Result<Finished> {
         Some(status) => Ok(Finished {
             status,
             stdout: out.stdout,
+            stdout_lossy: out.stdout_lossy,
             stderr: out.stderr,
         }),
         None => anyhow::bail!(
@@ -139,6 +147,8 @@ pub fn helper(cmd: Command) -> Result<Finished> {
 pub struct Finished {
     pub status: ExitStatus,
     pub stdout: String,
+    /// stdout was not UTF-8, and `stdout` has replacement characters.
+    pub stdout_lossy: bool,
     pub stderr: String,
 }
 

@@ -76,6 +76,17 @@ impl Git {
 
     /// Run git to the end; its stdout, or an error with what it said.
     pub fn run(&self, args: &[&str]) -> Result<String> {
+        Ok(self.succeeded(args)?.stdout)
+    }
+
+    /// [`Git::run`] for output that must be UTF-8 text as it is: None when
+    /// it is not.
+    pub fn run_text(&self, args: &[&str]) -> Result<Option<String>> {
+        let out = self.succeeded(args)?;
+        Ok((!out.stdout_lossy).then_some(out.stdout))
+    }
+
+    fn succeeded(&self, args: &[&str]) -> Result<proc::Finished> {
         let out = proc::helper(self.command(args))?;
         if !out.status.success() {
             bail!(
@@ -85,7 +96,7 @@ impl Git {
                 last_message(out.stderr.lines())
             );
         }
-        Ok(out.stdout)
+        Ok(out)
     }
 
     /// Run git to the end; None when it exits non-zero (a query whose

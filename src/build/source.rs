@@ -64,12 +64,9 @@ impl Checkout {
         let [_, "blob", oid] = fields[..] else {
             return Err(anyhow!("{rel} is not a file at {}", short(&self.commit)));
         };
-        let blob = git.run(&["cat-file", "blob", oid]).map_err(|e| {
-            if e.to_string().contains("invalid UTF-8") {
-                return anyhow!("{rel} at {} is not UTF-8 text", short(&self.commit));
-            }
-            e
-        })?;
+        let blob = git
+            .run_text(&["cat-file", "blob", oid])?
+            .ok_or_else(|| anyhow!("{rel} at {} is not UTF-8 text", short(&self.commit)))?;
         Ok(Some(blob))
     }
 }
@@ -600,5 +597,46 @@ mod tests {
         assert!(!is_local("https://github.com/ROCm/MIOpen.git"));
         assert!(!is_local("git@github.com:ROCm/MIOpen.git"));
         assert!(!is_local("ssh://git@host/x"));
+    }
+
+    #[test]
+    fn pristine_reads_the_commit_not_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .arg("-C")
+                .arg(dir.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/a.cpp"), "int a;\n").unwrap();
+        std::fs::write(dir.path().join("latin1.txt"), b"caf\xe9\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", "one"]);
+        std::fs::write(dir.path().join("src/a.cpp"), "int b;\n").unwrap();
+
+        let c = super::open(dir.path()).unwrap();
+        assert_eq!(
+            c.pristine("src/a.cpp").unwrap().as_deref(),
+            Some("int a;\n")
+        );
+        assert_eq!(c.pristine("src/none.cpp").unwrap(), None);
+        let err = |rel: &str| c.pristine(rel).unwrap_err().to_string();
+        assert!(
+            err("latin1.txt").contains("is not UTF-8 text"),
+            "{}",
+            err("latin1.txt")
+        );
+        assert!(err("src").contains("src is not a file"), "{}", err("src"));
+        // From a subdirectory, paths are relative to it.
+        let sub = super::open(&dir.path().join("src")).unwrap();
+        assert_eq!(sub.pristine("a.cpp").unwrap().as_deref(), Some("int a;\n"));
     }
 }
