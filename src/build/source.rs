@@ -127,7 +127,7 @@ pub fn changed_files(src: &Path, subdir: Option<&str>) -> Result<Vec<String>> {
             scope,
         ])
         .with_context(|| format!("cannot compare {} with its commit", src.display()))?;
-    let prefix = subdir.map(|s| format!("{s}/")).unwrap_or_default();
+    let prefix = repo_prefix(subdir);
     let mut files: Vec<String> = status
         .split('\0')
         .filter(|e| e.len() > 3)
@@ -174,9 +174,7 @@ pub fn planned_commit(req: &FetchRequest) -> Result<Option<String>> {
     let lock = read_lock(req.lock_file)?;
     Ok(lock
         .get(req.name)
-        .filter(|e| {
-            Some(&e.url) == Some(&req.component.url) && Some(&e.tag) == req.component.tag.as_ref()
-        })
+        .filter(|e| e.url == req.component.url && Some(&e.tag) == req.component.tag.as_ref())
         .map(|e| e.commit.clone()))
 }
 
@@ -197,6 +195,21 @@ pub fn is_local(url: &str) -> bool {
     }
 }
 
+/// A local URL given as a path, not as file://.
+fn is_path(url: &str) -> bool {
+    is_local(url) && !url.starts_with("file://")
+}
+
+/// The commit tag `tag` names here, if it is here.
+fn tag_commit(git: &Git, tag: &str) -> Result<Option<String>> {
+    resolve(git, &format!("refs/tags/{tag}^{{commit}}"))
+}
+
+/// `subdir/`, or empty: what makes a project path a repository path.
+fn repo_prefix(subdir: Option<&str>) -> String {
+    subdir.map(|s| format!("{s}/")).unwrap_or_default()
+}
+
 /// The commit a profile pins without a tag, once fetched.
 const PIN_REF: &str = "refs/rdna1-patch/pin";
 
@@ -206,7 +219,7 @@ pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     let git = open_or_init(req.src, c)?;
     configure_remote(&git, c)?;
     let local = match (&c.tag, &c.commit) {
-        (Some(tag), _) => resolve(&git, &format!("refs/tags/{tag}^{{commit}}"))?,
+        (Some(tag), _) => tag_commit(&git, tag)?,
         // Asked of our ref, not of the object: in a partial clone, asking
         // for a missing object fetches it.
         (None, Some(commit)) => {
@@ -238,17 +251,12 @@ pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     }
     sparse(&git, c)?;
     checkout(&git, &commit, req.net_timeout, ui)?;
-    let prefix = c
-        .subdir
-        .as_ref()
-        .map(|s| format!("{s}/"))
-        .unwrap_or_default();
     Ok(Checkout {
         path: req.src.join(c.subdir.as_deref().unwrap_or("")),
         commit,
         fetched,
         root: req.src.to_owned(),
-        prefix,
+        prefix: repo_prefix(c.subdir.as_deref()),
     })
 }
 
@@ -291,7 +299,7 @@ fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
         return Ok(git);
     }
     let empty = std::fs::read_dir(src).map_or(true, |mut d| d.next().is_none());
-    if empty && is_local(&c.url) && !c.url.starts_with("file://") && c.subdir.is_none() {
+    if empty && is_path(&c.url) && c.subdir.is_none() {
         // What `git clone` of a path does: hardlink the objects instead of
         // packing and sending them (20k files: 3x faster). The tag fetch
         // that follows then finds everything here.
@@ -325,8 +333,7 @@ fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
 /// A relative path means one from where rdna1-patch runs; git runs in the
 /// checkout, so it is given the absolute path.
 fn git_url(url: &str) -> String {
-    if is_local(url)
-        && !url.starts_with("file://")
+    if is_path(url)
         && let Ok(abs) = std::path::absolute(url)
     {
         return abs.display().to_string();
@@ -402,7 +409,7 @@ fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Res
         return Err(fetch_error(c, &what, &run, net_timeout));
     }
     let commit = match &c.tag {
-        Some(tag) => resolve(git, &format!("refs/tags/{tag}^{{commit}}"))?,
+        Some(tag) => tag_commit(git, tag)?,
         None => {
             let commit = c.commit.as_deref().unwrap_or_default();
             // A ref keeps the fetched commit from git's garbage collection.

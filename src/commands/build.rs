@@ -67,9 +67,8 @@ pub struct Args {
     /// the RDNA1 cards this machine has, else gfx1010, gfx1011 and gfx1012]
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_gfx)]
     gpu_targets: Option<Vec<String>>,
-    /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long, default_value = "/sys", hide = true)]
-    sysfs_root: PathBuf,
+    #[command(flatten)]
+    sysfs: super::SysfsArg,
 }
 
 /// `gfx1010`, `gfx90a`, `gfx1010:xnack-`: what clang takes as an offload arch.
@@ -116,7 +115,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         extra_patches: args.extra_patches,
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
         gpu_targets: args.gpu_targets,
-        sysfs: args.sysfs_root,
+        sysfs: args.sysfs.root,
     };
     if opts.dry_run {
         crate::outln!("{}", pipeline::dry_run(&opts)?);

@@ -31,7 +31,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         profile: args.profile.load()?,
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
-        sysfs: args.report.sysfs_root.clone(),
+        sysfs: args.report.sysfs.root.clone(),
         // The torch `install` would use: --python, --torch-dir, else python3.
         torch: Some(args.torch.locator()),
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),

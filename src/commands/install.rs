@@ -26,9 +26,8 @@ pub struct Args {
     /// Install the library as built: keep its NEEDED entries and RUNPATH
     #[arg(long)]
     no_relink: bool,
-    /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long, default_value = "/sys", hide = true)]
-    sysfs_root: std::path::PathBuf,
+    #[command(flatten)]
+    sysfs: super::SysfsArg,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -51,7 +50,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         force: args.force,
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
-        sysfs: args.sysfs_root,
+        sysfs: args.sysfs.root,
     };
     into_torch::run(&req, &Ui::new(&super::term::Term::new()))?;
     Ok(ExitCode::SUCCESS)

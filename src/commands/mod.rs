@@ -101,9 +101,16 @@ pub struct ReportArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sysfs: SysfsArg,
+}
+
+/// Where the GPUs are read from: the KFD topology below this sysfs root.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SysfsArg {
     /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long, default_value = "/sys", hide = true)]
-    pub sysfs_root: PathBuf,
+    #[arg(long = "sysfs-root", default_value = "/sys", hide = true)]
+    pub root: PathBuf,
 }
 
 /// Print a check report (or its JSON); exit 1 if any check failed.

@@ -40,7 +40,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         runtime: args.runtime,
         smoke: args.smoke,
         timeout: Duration::from_secs(args.timeout),
-        sysfs: args.report.sysfs_root.clone(),
+        sysfs: args.report.sysfs.root.clone(),
         jobs: crate::checksum::default_jobs(),
     };
     let report = verify::run(&req)?;

@@ -591,39 +591,15 @@ fn fetch(
             origin.to_str().unwrap_or(""),
         )
     });
-    let work = root.join("work");
-    let mut ours = Vec::new();
-    let mut reference = Vec::new();
-    for i in 0..runs {
-        let _ = std::fs::remove_dir_all(&work);
-        let t = Instant::now();
-        quiet(Command::new(bin).args(fx.build_args()).args([
-            "--stop-after",
-            "fetch",
-            "--launcher",
-            "none",
-        ]))?;
-        ours.push(t.elapsed().as_secs_f64());
-        let clone = root.join(format!("clone{i}"));
-        let t = Instant::now();
+    let (ours, reference, transferred) = fetch_race(bin, &fx, &root.join("work"), runs, |clone| {
         quiet(
             Command::new("git")
                 .args(["clone", "-q"])
                 .arg(&origin)
-                .arg(&clone),
+                .arg(clone),
         )?;
-        reference.push(t.elapsed().as_secs_f64());
-        std::fs::remove_dir_all(&clone)?;
-    }
-    // A second build of the same work dir transfers nothing.
-    let again = quiet(Command::new(bin).args(fx.build_args()).args([
-        "--stop-after",
-        "fetch",
-        "--launcher",
-        "none",
-    ]))?;
-    let transferred = again.contains("received");
-    let (ours, reference) = (Stats::of(ours), Stats::of(reference));
+        Ok(())
+    })?;
     let ratio = ours.median / reference.median;
     Ok(Row {
         name: "First fetch of a large local repository",
@@ -767,17 +743,7 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
             &format!("url = \"{url}\"\nsubdir = \"projects/miopen\"\nsparse = [\"shared/ctest\"]"),
         )
     });
-    let work = root.join("work");
-    let fetch_args = ["--stop-after", "fetch", "--launcher", "none"];
-    let mut ours = Vec::new();
-    let mut reference = Vec::new();
-    for i in 0..runs {
-        let _ = std::fs::remove_dir_all(&work);
-        let t = Instant::now();
-        quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
-        ours.push(t.elapsed().as_secs_f64());
-        let clone = root.join(format!("clone{i}"));
-        let t = Instant::now();
+    let (ours, reference, transferred) = fetch_race(bin, &fx, &root.join("work"), runs, |clone| {
         quiet(
             Command::new("git")
                 .args([
@@ -789,31 +755,17 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
                     "rocm-6.2.4",
                 ])
                 .arg(&url)
-                .arg(&clone),
+                .arg(clone),
         )?;
-        quiet(Command::new("git").arg("-C").arg(&clone).args([
+        quiet(Command::new("git").arg("-C").arg(clone).args([
             "sparse-checkout",
             "set",
             "--cone",
             "projects/miopen",
             "shared/ctest",
         ]))?;
-        reference.push(t.elapsed().as_secs_f64());
-        std::fs::remove_dir_all(&clone)?;
-    }
-    let objects = |dir: &Path| -> Result<String> {
-        quiet(
-            Command::new("git")
-                .arg("-C")
-                .arg(dir)
-                .args(["count-objects", "-v"]),
-        )
-    };
-    let before = objects(&work.join("mini/miopen/src"))?;
-    let again = quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
-    let transferred =
-        again.contains("Fetching") || objects(&work.join("mini/miopen/src"))? != before;
-    let (ours, reference) = (Stats::of(ours), Stats::of(reference));
+        Ok(())
+    })?;
     let ratio = ours.median / reference.median;
     Ok(Row {
         name: "Blobless sparse fetch of a monorepo project",
@@ -828,6 +780,46 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
         reference_name: "`git clone --filter=blob:none --sparse` + `sparse-checkout set`".into(),
         target: "<= 1.1x the git CLI; zero transfer the second time".into(),
     })
+}
+
+/// `build --stop-after fetch` into an empty work dir against `reference`
+/// cloning into a fresh dir, `runs` times each; then whether a second build
+/// of the last work dir fetched anything (a Fetching stage, or a change to
+/// its object store).
+fn fetch_race(
+    bin: &Path,
+    fx: &Fixture,
+    work: &Path,
+    runs: usize,
+    mut reference: impl FnMut(&Path) -> Result<()>,
+) -> Result<(Stats, Stats, bool)> {
+    let fetch_args = ["--stop-after", "fetch", "--launcher", "none"];
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..runs {
+        let _ = std::fs::remove_dir_all(work);
+        let t = Instant::now();
+        quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
+        ours.push(t.elapsed().as_secs_f64());
+        let clone = work.with_file_name(format!("clone{i}"));
+        let t = Instant::now();
+        reference(&clone)?;
+        theirs.push(t.elapsed().as_secs_f64());
+        std::fs::remove_dir_all(&clone)?;
+    }
+    let src = work.join("mini/miopen/src");
+    let objects = || {
+        quiet(
+            Command::new("git")
+                .arg("-C")
+                .arg(&src)
+                .args(["count-objects", "-v"]),
+        )
+    };
+    let before = objects()?;
+    let again = quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
+    let transferred = again.contains("Fetching") || objects()? != before;
+    Ok((Stats::of(ours), Stats::of(theirs), transferred))
 }
 
 fn second_run(transferred: bool) -> &'static str {
