@@ -173,6 +173,29 @@ pub fn create_own_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The first symlink met walking `rel` down from `base`, one component at a
+/// time without following any: a path the tool writes must not leave the
+/// tree through one, however high up it sits. The walk stops at the first
+/// component that does not exist (it is about to be created).
+pub fn first_symlink(base: &Path, rel: &Path) -> Option<std::path::PathBuf> {
+    let mut cur = base.to_path_buf();
+    for comp in rel.components() {
+        cur.push(comp);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => return Some(cur),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Whether a path component is git's own directory: `.git` in any case
+/// (git itself refuses `.GIT` in a tree, for case-insensitive disks).
+pub fn is_git_dir_name(name: &std::ffi::OsStr) -> bool {
+    name.eq_ignore_ascii_case(".git")
+}
+
 /// Whether this process can create a file in `dir`: a temp file is made
 /// there and removed at once. Permission bits, read-only mounts and ACLs
 /// are all answered by the kernel, as the real write will be.

@@ -330,8 +330,7 @@ fn check_path_syntax(patch: &str, path: &str) -> Result<()> {
         || p.components()
             .any(|c| !matches!(c, PathComponent::Normal(_)))
         || p.components()
-            .next()
-            .is_some_and(|c| c.as_os_str() == ".git");
+            .any(|c| fsutil::is_git_dir_name(c.as_os_str()));
     if bad {
         return Err(hint(
             format!("patch {patch} names `{path}`, which is outside the source tree"),
@@ -343,24 +342,16 @@ fn check_path_syntax(patch: &str, path: &str) -> Result<()> {
 
 /// A path must not reach outside `root` through a symlink on disk.
 fn check_no_symlink(patch: &str, root: &Path, path: &str) -> Result<()> {
-    let mut cur = root.to_path_buf();
-    for comp in Path::new(path).components() {
-        cur.push(comp);
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(hint(
-                    format!(
-                        "patch {patch} changes `{path}`, but {} is a symlink, which could point outside the source tree",
-                        cur.display()
-                    ),
-                    "refusing to write through it; replace the symlink with a real file or directory",
-                ));
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
+    match fsutil::first_symlink(root, Path::new(path)) {
+        Some(link) => Err(hint(
+            format!(
+                "patch {patch} changes `{path}`, but {} is a symlink, which could point outside the source tree",
+                link.display()
+            ),
+            "refusing to write through it; replace the symlink with a real file or directory",
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Why a patch does not apply.

@@ -333,6 +333,7 @@ impl BuildPlan<'_> {
             ui.stage("Compiler", note);
         }
         ui.stage("Targets", &self.targets_note);
+        self.check_work_dirs()?;
         if stop >= Stage::Install {
             prefix::preflight(&self.prefix)?;
         }
@@ -370,6 +371,7 @@ impl BuildPlan<'_> {
                 }
             ),
         );
+        self.check_tree()?;
         if stop == Stage::Fetch {
             return Ok(());
         }
@@ -407,6 +409,40 @@ impl BuildPlan<'_> {
             return Ok(());
         }
         self.install(&checkout, &tools, local, built.steps, &mut log, ui)
+    }
+
+    /// Every dir of this build that the tool writes must be reached from
+    /// the work dir without a symlink.
+    fn check_work_dirs(&self) -> Result<()> {
+        for (dir, what) in [
+            (&self.dirs.src, "checkout"),
+            (&self.dirs.build, "build dir"),
+            (&self.dirs.logs, "log dir"),
+            (&self.dirs.state, "build state"),
+        ] {
+            self.opts.work_dir.check_confined(dir, what)?;
+        }
+        Ok(())
+    }
+
+    /// The project's directory is the origin's content: patches and CMake
+    /// may go there only when no symlink in it leads elsewhere.
+    fn check_tree(&self) -> Result<()> {
+        self.opts
+            .work_dir
+            .check_confined(&self.tree, "project directory")?;
+        if !self.tree.is_dir() {
+            return Err(hint(
+                format!(
+                    "{} {} has no directory {}",
+                    self.component.url,
+                    self.component.pin(),
+                    self.component.subdir.as_deref().unwrap_or(".")
+                ),
+                "check the profile's `subdir`: it names the project's directory inside the repository",
+            ));
+        }
+        Ok(())
     }
 
     /// The tools configure and build need, with warnings about what differs

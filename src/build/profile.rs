@@ -308,7 +308,7 @@ impl Profile {
                             "invalid profile {label}: components.{name}.{key} `{}` is not a directory inside the repository",
                             path.escape_debug()
                         ),
-                        "give a relative path without `..`, e.g. subdir = \"projects/miopen\"",
+                        "give a relative path without `..` and outside `.git`, e.g. subdir = \"projects/miopen\"",
                     ));
                 }
             }
@@ -433,6 +433,7 @@ fn is_inner_path(path: &str) -> bool {
             !part.is_empty()
                 && part != "."
                 && part != ".."
+                && !crate::fsutil::is_git_dir_name(part.as_ref())
                 && part
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))

@@ -55,6 +55,37 @@ impl WorkDir {
     }
 }
 
+impl WorkDir {
+    /// Refuse `path` (inside the work dir) when any component between the
+    /// work dir and it is a symlink: the checkout is the origin's content,
+    /// and a symlink committed there (`projects -> /etc`) would have the
+    /// patch stage write, and CMake build, outside the work dir. The work
+    /// dir itself may be a link of the user's.
+    pub fn check_confined(&self, path: &Path, what: &str) -> Result<()> {
+        let rel = path.strip_prefix(&self.root).with_context(|| {
+            format!(
+                "internal error: {} is not inside the work dir {}",
+                path.display(),
+                self.root.display()
+            )
+        })?;
+        if let Some(link) = crate::fsutil::first_symlink(&self.root, rel) {
+            return Err(crate::error::hint(
+                format!(
+                    "{} is a symlink (to {}), so the {what} {} would be outside the work dir {}",
+                    link.display(),
+                    std::fs::read_link(&link)
+                        .map_or_else(|_| "?".into(), |t| t.display().to_string()),
+                    path.display(),
+                    self.root.display()
+                ),
+                "rdna1-patch never writes or builds through a symlink; if the repository commits it, the profile's `subdir` must name a real directory. Nothing was written",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ComponentDirs {
     /// The git checkout's root.

@@ -5,6 +5,7 @@
 mod build;
 mod conventions;
 mod detection;
+mod hostile;
 mod launcher;
 mod miopen;
 mod monorepo;
