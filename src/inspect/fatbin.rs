@@ -36,15 +36,31 @@ impl CodeObjects {
 /// that section are read, not the whole (often gigabyte) file.
 pub fn read(path: &Path) -> Result<Option<CodeObjects>> {
     let file = crate::fsutil::open_regular(path)?;
-    let at = |offset: u64, len: usize| -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
+    let len = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .len();
+    read_from(&file, len).with_context(|| format!("{} is not a usable ELF file", path.display()))
+}
+
+/// [`read`] on an open file of `len` bytes. Every offset and size the file
+/// states is checked against `len` before a byte is allocated for it, so a
+/// header that lies (a section of 2^63 bytes) is an error, not a crash.
+pub fn read_from(file: &impl FileExt, len: u64) -> Result<Option<CodeObjects>> {
+    let at = |what: &str, offset: u64, size: u64| -> Result<Vec<u8>> {
+        if offset.checked_add(size).is_none_or(|end| end > len) {
+            bail!(
+                "its {what} ({size} bytes at offset {offset}) lies past the end of the file ({len} bytes)"
+            );
+        }
+        let mut buf = vec![0u8; usize::try_from(size)?];
         file.read_exact_at(&mut buf, offset)
-            .with_context(|| format!("{} is cut short", path.display()))?;
+            .with_context(|| format!("cannot read its {what}"))?;
         Ok(buf)
     };
-    let header_bytes = at(0, 64)?;
+    let header_bytes = at("ELF header", 0, 64)?;
     let header = goblin::elf::Elf::parse_header(&header_bytes)
-        .map_err(|e| anyhow::anyhow!("{} is not an ELF file: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
     let ctx = Ctx::new(
         if header.e_ident[4] == 2 {
             Container::Big
@@ -57,37 +73,49 @@ pub fn read(path: &Path) -> Result<Option<CodeObjects>> {
             Endian::Little
         },
     );
+    let entry = SectionHeader::size(ctx);
+    if header.e_shnum > 0 && usize::from(header.e_shentsize) != entry {
+        bail!(
+            "its section headers are {} bytes each, not {entry}",
+            header.e_shentsize
+        );
+    }
     let table = at(
+        "section header table",
         header.e_shoff,
-        usize::from(header.e_shnum) * usize::from(header.e_shentsize),
+        u64::from(header.e_shnum) * entry as u64,
     )?;
     let sections = SectionHeader::parse_from(&table, 0, usize::from(header.e_shnum), ctx)
-        .map_err(|e| anyhow::anyhow!("{}: bad section headers: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("bad section headers: {e}"))?;
     let Some(names) = sections.get(usize::from(header.e_shstrndx)) else {
-        bail!("{} has no section names", path.display());
+        bail!("it has no section names");
     };
-    let names = at(names.sh_offset, names.sh_size as usize)?;
+    let names = at("section name table", names.sh_offset, names.sh_size)?;
     let name_of = |s: &SectionHeader| {
-        let start = s.sh_name;
         names
-            .get(start..)
+            .get(s.sh_name..)
             .and_then(|n| n.split(|b| *b == 0).next())
             .unwrap_or_default()
     };
     let Some(fatbin) = sections.iter().find(|s| name_of(s) == b".hip_fatbin") else {
         return Ok(None);
     };
-    let bytes = at(fatbin.sh_offset, fatbin.sh_size as usize)?;
+    let bytes = at(".hip_fatbin section", fatbin.sh_offset, fatbin.sh_size)?;
     Ok(Some(parse(&bytes)))
 }
 
 /// Every bundle in a `.hip_fatbin` section: one per translation unit, each
-/// aligned, back to back.
+/// aligned, back to back. Linear in the section's size: the search for the
+/// next bundle starts after the entry table just read, so no byte is read
+/// as part of more than one table, whatever the counts say.
 pub fn parse(section: &[u8]) -> CodeObjects {
     let mut out = CodeObjects::default();
     let finder = memchr::memmem::Finder::new(BUNDLE_MAGIC);
-    for start in finder.find_iter(section) {
-        for triple in bundle_triples(&section[start..]) {
+    let mut from = 0;
+    while let Some(found) = finder.find(&section[from..]) {
+        let start = from + found;
+        let (triples, table_end) = bundle_triples(&section[start..]);
+        for triple in triples {
             if let Some(arch) = triple
                 .rsplit("--")
                 .next()
@@ -97,39 +125,43 @@ pub fn parse(section: &[u8]) -> CodeObjects {
                 out.archs.insert(arch.to_owned());
             }
         }
+        from = start + table_end.max(BUNDLE_MAGIC.len());
     }
     out.compressed = memchr::memmem::find_iter(section, COMPRESSED_MAGIC).count();
     out
 }
 
-/// The entry names of one uncompressed bundle: after the magic, a u64 count,
-/// then per entry u64 offset, u64 size, u64 name length and the name.
-fn bundle_triples(bundle: &[u8]) -> Vec<String> {
+/// The entry names of one uncompressed bundle, and where its entry table
+/// ends: after the magic, a u64 count, then per entry u64 offset, u64 size,
+/// u64 name length and the name. The count is only believed as far as the
+/// bytes go.
+fn bundle_triples(bundle: &[u8]) -> (Vec<&str>, usize) {
     let u64_at = |pos: usize| -> Option<u64> {
         Some(u64::from_le_bytes(
-            bundle.get(pos..pos + 8)?.try_into().ok()?,
+            bundle.get(pos..pos.checked_add(8)?)?.try_into().ok()?,
         ))
     };
     let mut pos = BUNDLE_MAGIC.len();
     let Some(count) = u64_at(pos) else {
-        return Vec::new();
+        return (Vec::new(), pos);
     };
     pos += 8;
     let mut out = Vec::new();
-    for _ in 0..count.min(4096) {
-        let (Some(_offset), Some(_size), Some(len)) =
-            (u64_at(pos), u64_at(pos + 8), u64_at(pos + 16))
+    for _ in 0..count {
+        let Some(len) = u64_at(pos + 16) else {
+            break;
+        };
+        let name_start = pos + 24;
+        let Some(name) = usize::try_from(len)
+            .ok()
+            .and_then(|len| bundle.get(name_start..name_start.checked_add(len)?))
         else {
             break;
         };
-        pos += 24;
-        let Some(name) = bundle.get(pos..pos.saturating_add(len as usize)) else {
-            break;
-        };
-        pos += len as usize;
-        out.push(String::from_utf8_lossy(name).into_owned());
+        pos = name_start + name.len();
+        out.push(std::str::from_utf8(name).unwrap_or(""));
     }
-    out
+    (out, pos)
 }
 
 /// What to do about HSA_OVERRIDE_GFX_VERSION, given the code objects of
@@ -234,5 +266,33 @@ mod tests {
         // A truncated bundle gives what it has, and no panic.
         let cut = bundle(&["hipv4-amdgcn-amd-amdhsa--gfx1030"]);
         assert!(parse(&cut[..cut.len() - 5]).archs.is_empty());
+    }
+
+    /// 10 MB of entries whose 32-byte names each hold a bundle header (the
+    /// magic and a count of 4096): every bundle found in a name reads on
+    /// through the entries after it, so this was quadratic (78 s). Now the
+    /// search goes on after the table just read, and each byte is read once.
+    #[test]
+    fn overlapping_bundle_tables_are_read_once() {
+        let mut header = BUNDLE_MAGIC.to_vec();
+        header.extend(4096u64.to_le_bytes());
+        let mut section = header.clone();
+        let name = b"hipv4-amdgcn-amd-amdhsa--gfx1010";
+        section.extend([0u8; 16]);
+        section.extend((name.len() as u64).to_le_bytes());
+        section.extend(name);
+        while section.len() < 10 << 20 {
+            section.extend([0u8; 16]);
+            section.extend((header.len() as u64).to_le_bytes());
+            section.extend(&header);
+        }
+        let c = parse(&section);
+        assert_eq!(c.archs.iter().collect::<Vec<_>>(), ["gfx1010"]);
+        // A count past the bytes, and a name length of u64::MAX: no panic.
+        let mut huge = BUNDLE_MAGIC.to_vec();
+        huge.extend(u64::MAX.to_le_bytes());
+        huge.extend([0u8; 16]);
+        huge.extend(u64::MAX.to_le_bytes());
+        assert!(parse(&huge).archs.is_empty());
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::support::{Sandbox, copy_dir, fixtures, git, snapshot};
+use crate::support::{HIP, Sandbox, TorchKind, copy_dir, fat_library, fixtures, git, snapshot};
 
 /// Point the sandbox's profile at `url`, with `extra` profile lines after
 /// the url (the tag line is kept).
@@ -90,4 +90,89 @@ fn a_subdir_or_patch_path_into_dot_git_is_refused() {
     sb.build(&["--stop-after", "patch"])
         .fails()
         .says("patch 9999-hook.patch names `sub/.git/hooks/post-checkout`, which is outside the source tree");
+}
+
+/// The index and header offset of section `name` in a 64-bit little-endian
+/// ELF file.
+fn section_header(elf: &[u8], name: &str) -> usize {
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18);
+    (0..shnum)
+        .map(header)
+        .find(|&h| {
+            let at = strtab + u32::from_le_bytes(elf[h..h + 4].try_into().unwrap()) as usize;
+            elf[at..].starts_with(name.as_bytes()) && elf[at + name.len()] == 0
+        })
+        .unwrap_or_else(|| panic!("no section {name}"))
+}
+
+/// A copy of `elf` whose section `name` claims `size` bytes.
+fn with_section_size(elf: &[u8], name: &str, size: u64) -> Vec<u8> {
+    let mut out = elf.to_vec();
+    let h = section_header(elf, name);
+    out[h + 0x20..h + 0x28].copy_from_slice(&size.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_fat_binary_that_lies_about_its_sizes_is_an_error_not_a_crash() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let real = std::fs::read(fat_library(&sb.root, &["gfx1030"])).unwrap();
+    let lib = torch.lib.join("libtorch_hip.so");
+    let doctor = || {
+        sb.run(&[
+            "doctor",
+            "--need-space",
+            "0",
+            "--python",
+            "python3",
+            "--sysfs-root",
+            fixtures().join("sysfs/no-gpu").to_str().unwrap(),
+        ])
+    };
+    for (section, what) in [
+        (".hip_fatbin", ".hip_fatbin section"),
+        (".shstrtab", "section name table"),
+    ] {
+        for size in [1 << 63, u64::MAX, 16 << 30, 1 << 40] {
+            std::fs::write(&lib, with_section_size(&real, section, size)).unwrap();
+            let run = doctor();
+            assert!(
+                matches!(run.code, Some(0 | 1)),
+                "{section} of {size} bytes: exit {:?}\n{}",
+                run.code,
+                run.stderr
+            );
+            let line = run
+                .stdout
+                .lines()
+                .find(|l| l.contains("torch-gpu"))
+                .unwrap_or_else(|| panic!("no torch-gpu line:\n{}", run.stdout));
+            let head = format!(
+                "{} is not a usable ELF file: its {what} ({size} bytes at offset ",
+                lib.display()
+            );
+            let tail = format!(") lies past the end of the file ({} bytes)", real.len());
+            assert!(
+                line.contains(&head) && line.ends_with(&tail),
+                "{section} of {size} bytes: {line}"
+            );
+        }
+    }
+    // install reads torch's GPU code too (for its override warning): it
+    // goes on without it.
+    std::fs::write(&lib, with_section_size(&real, ".hip_fatbin", u64::MAX)).unwrap();
+    let sb2 = Sandbox::built();
+    let torch2 = sb2.torch(TorchKind::Rocm, HIP);
+    std::fs::write(
+        torch2.lib.join("libtorch_hip.so"),
+        std::fs::read(&lib).unwrap(),
+    )
+    .unwrap();
+    sb2.install(&["--no-relink"]).ok();
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{HIP, Run, Sandbox, TorchKind, fixtures};
+use crate::support::{HIP, Run, Sandbox, TorchKind, fat_library, fixtures};
 
 fn sysfs(name: &str) -> String {
     fixtures().join("sysfs").join(name).display().to_string()
@@ -306,35 +306,6 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .check_fails();
     run.prints("FAIL  disk");
-}
-
-/// A library with real GPU code objects for `archs`, built by clang in HIP
-/// mode as torch's libtorch_hip.so is (without HIP headers: the host side
-/// only needs the launch entry point declared).
-fn fat_library(dir: &std::path::Path, archs: &[&str]) -> std::path::PathBuf {
-    let src = dir.join("k.hip");
-    std::fs::write(
-        &src,
-        "typedef struct { unsigned x, y, z; } dim3_t;\n\
-         extern \"C\" int hipLaunchKernel(const void*, dim3_t, dim3_t, void**, unsigned long, void*);\n\
-         __attribute__((global)) void k(int* p) { *p = 1; }\n",
-    )
-    .unwrap();
-    let out = dir.join(format!("libtorch_hip-{}.so", archs.join("-")));
-    let mut c = std::process::Command::new("clang++");
-    c.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fPIC", "-shared"]);
-    for a in archs {
-        c.arg(format!("--offload-arch={a}"));
-    }
-    let run = c.arg(&src).arg("-o").arg(&out).output().expect(
-        "this test needs clang with the AMDGPU target, lld and clang-offload-bundler (Debian: clang lld clang-tools-14)",
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    out
 }
 
 #[test]
