@@ -14,6 +14,7 @@ pub mod cli;
 pub(crate) mod commands;
 pub mod elf;
 pub(crate) mod error;
+pub mod fatbin;
 pub(crate) mod fsutil;
 pub(crate) mod inspect;
 pub(crate) mod interrupt;

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use crate::build::profile::Profile;
 use crate::build::tools;
+use crate::fatbin;
+use crate::inspect::advice;
 use crate::inspect::checks::{CheckReport, Status};
-use crate::inspect::fatbin;
 use crate::inspect::gpu;
 use crate::swap::torch::{self, Locator};
 
@@ -500,7 +501,7 @@ fn gfx_override(
     code: Option<&fatbin::CodeObjects>,
     r: &mut CheckReport,
 ) {
-    let a = fatbin::override_advice(code, req.gfx_override.as_deref(), cards);
+    let a = advice::override_advice(code, req.gfx_override.as_deref(), cards);
     let status = if a.fine { Status::Ok } else { Status::Warn };
     match a.fix {
         Some(fix) => r.push_fix("override", status, a.detail, fix),

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 mod bench;
 mod demo;
 mod fidelity;
+mod fuzz;
 mod killtest;
 mod rocm_env;
 
@@ -17,12 +18,13 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("demo") => demo::run_demo(&root()),
         Some("bench") => bench::bench(&root(), &args[1..]),
+        Some("fuzz") => fuzz::fuzz(&root(), &args[1..]),
         Some("killtest") => killtest::killtest(&root(), &args[1..]),
         Some("fidelity") => fidelity::fidelity(&root(), &args[1..]),
         Some("rocm-env") => rocm_env::rocm_env(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick]\n  killtest  kill -9 install/rollback at random instants, check nothing is stuck or partial [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick]\n  fuzz   libFuzzer on the ELF and offload-bundle readers; fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 install/rollback at random instants, check nothing is stuck or partial [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]"
             );
             return ExitCode::from(2);
         }

@@ -79,6 +79,35 @@ pub fn build_runtime(dir: &Path) -> PathBuf {
     dir.join("out")
 }
 
+/// A library with real GPU code objects for `archs`, built by clang in HIP
+/// mode as torch's libtorch_hip.so is (without HIP headers: the host side
+/// only needs the launch entry point declared).
+pub fn fat_library(dir: &std::path::Path, archs: &[&str]) -> std::path::PathBuf {
+    let src = dir.join("k.hip");
+    std::fs::write(
+        &src,
+        "typedef struct { unsigned x, y, z; } dim3_t;\n\
+         extern \"C\" int hipLaunchKernel(const void*, dim3_t, dim3_t, void**, unsigned long, void*);\n\
+         __attribute__((global)) void k(int* p) { *p = 1; }\n",
+    )
+    .unwrap();
+    let out = dir.join(format!("libtorch_hip-{}.so", archs.join("-")));
+    let mut c = std::process::Command::new("clang++");
+    c.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fPIC", "-shared"]);
+    for a in archs {
+        c.arg(format!("--offload-arch={a}"));
+    }
+    let run = c.arg(&src).arg("-o").arg(&out).output().expect(
+        "this test needs clang with the AMDGPU target, lld and clang-offload-bundler (Debian: clang lld clang-tools-14)",
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
 /// Everything `rdna1-patch build` needs, under one root.
 pub struct Fixture {
     pub root: PathBuf,

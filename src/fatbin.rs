@@ -1,11 +1,11 @@
 //! Which GPUs a library carries code for: the clang offload bundles in its
 //! `.hip_fatbin` section, whose entries are named like
-//! `hipv4-amdgcn-amd-amdhsa--gfx1030`. A torch whose libtorch_hip.so has no
-//! gfx101x entry cannot run on an RDNA1 card without
-//! HSA_OVERRIDE_GFX_VERSION; one that has it must run without.
+//! `hipv4-amdgcn-amd-amdhsa--gfx1030`. Read by doctor and by the swap (a
+//! torch whose libtorch_hip.so has no gfx101x entry needs
+//! HSA_OVERRIDE_GFX_VERSION on an RDNA1 card; see `inspect::advice`).
+//! The file is hostile input: `cargo xtask fuzz` runs this reader.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -35,18 +35,23 @@ impl CodeObjects {
 /// no such section (a library with no GPU code). Only the ELF headers and
 /// that section are read, not the whole (often gigabyte) file.
 pub fn read(path: &Path) -> Result<Option<CodeObjects>> {
+    use std::os::unix::fs::FileExt;
     let file = crate::fsutil::open_regular(path)?;
     let len = file
         .metadata()
         .with_context(|| format!("cannot read {}", path.display()))?
         .len();
-    read_from(&file, len).with_context(|| format!("{} is not a usable ELF file", path.display()))
+    read_from(&|buf, offset| file.read_exact_at(buf, offset), len)
+        .with_context(|| format!("{} is not a usable ELF file", path.display()))
 }
 
 /// [`read`] on an open file of `len` bytes. Every offset and size the file
 /// states is checked against `len` before a byte is allocated for it, so a
 /// header that lies (a section of 2^63 bytes) is an error, not a crash.
-pub fn read_from(file: &impl FileExt, len: u64) -> Result<Option<CodeObjects>> {
+pub fn read_from(
+    read_at: &dyn Fn(&mut [u8], u64) -> std::io::Result<()>,
+    len: u64,
+) -> Result<Option<CodeObjects>> {
     let at = |what: &str, offset: u64, size: u64| -> Result<Vec<u8>> {
         if offset.checked_add(size).is_none_or(|end| end > len) {
             bail!(
@@ -54,8 +59,7 @@ pub fn read_from(file: &impl FileExt, len: u64) -> Result<Option<CodeObjects>> {
             );
         }
         let mut buf = vec![0u8; usize::try_from(size)?];
-        file.read_exact_at(&mut buf, offset)
-            .with_context(|| format!("cannot read its {what}"))?;
+        read_at(&mut buf, offset).with_context(|| format!("cannot read its {what}"))?;
         Ok(buf)
     };
     let header_bytes = at("ELF header", 0, 64)?;
@@ -162,73 +166,6 @@ fn bundle_triples(bundle: &[u8]) -> (Vec<&str>, usize) {
         out.push(std::str::from_utf8(name).unwrap_or(""));
     }
     (out, pos)
-}
-
-/// What to do about HSA_OVERRIDE_GFX_VERSION, given the code objects of
-/// torch's libtorch_hip.so (`None`: not known) and the cards in the KFD
-/// topology.
-pub struct Advice {
-    /// Nothing to change.
-    pub fine: bool,
-    pub detail: String,
-    pub fix: Option<String>,
-}
-
-/// It is needed exactly when torch has no code for the card: with a
-/// pytorch.org ROCm wheel (no gfx101x) it must stay set, and MIOpen then sees
-/// gfx1030; with a torch built for gfx101x it must go.
-pub fn override_advice(
-    code: Option<&CodeObjects>,
-    value: Option<&str>,
-    cards: &[String],
-) -> Advice {
-    let cards = if cards.is_empty() {
-        "unknown".to_owned()
-    } else {
-        cards.join(", ")
-    };
-    let reports = |v: &str| {
-        crate::inspect::gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into())
-    };
-    let inert = "MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing, while the fast-find patch (0003) still acts, since its detection reads the real chip from the KFD topology";
-    match (value, code.map(CodeObjects::has_gfx101x)) {
-        (Some(v), Some(false)) => Advice {
-            fine: true,
-            detail: format!(
-                "HSA_OVERRIDE_GFX_VERSION={v} (ROCm reports {}, the card is {cards}): required, torch has no gfx101x code. {inert}",
-                reports(v)
-            ),
-            fix: None,
-        },
-        (Some(v), Some(true)) => Advice {
-            fine: false,
-            detail: format!(
-                "HSA_OVERRIDE_GFX_VERSION={v} makes ROCm report {} and load code built for that chip, but torch carries gfx101x code of its own",
-                reports(v)
-            ),
-            fix: Some("unset HSA_OVERRIDE_GFX_VERSION: with this torch, MIOpen sees the real gfx101x and every patch acts".into()),
-        },
-        (Some(v), None) => Advice {
-            fine: false,
-            detail: format!(
-                "HSA_OVERRIDE_GFX_VERSION={v}: ROCm reports {} while the card is {cards}; whether your torch needs it depends on the GPU code it carries",
-                reports(v)
-            ),
-            fix: Some("run `rdna1-patch doctor --python PATH` with the python of your torch to find out".into()),
-        },
-        (None, Some(false)) => Advice {
-            fine: false,
-            detail: "HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code: on an RDNA1 card its GPU operators will not load".into(),
-            fix: Some(format!(
-                "export HSA_OVERRIDE_GFX_VERSION=10.3.0 ({inert}); or install a torch built for gfx101x (TheRock's `pip install \"torch[device-gfx1010]\"`), which needs no override"
-            )),
-        },
-        (None, _) => Advice {
-            fine: true,
-            detail: "HSA_OVERRIDE_GFX_VERSION is not set".into(),
-            fix: None,
-        },
-    }
 }
 
 #[cfg(test)]

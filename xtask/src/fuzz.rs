@@ -1,0 +1,205 @@
+//! `cargo xtask fuzz [--seconds N] [--jobs J]`: libFuzzer on the ELF and
+//! offload-bundle readers (fuzz/fuzz_targets/elf.rs), seeded with real
+//! libraries: clang's HIP fat binaries (one arch and three) and the fake
+//! runtime's ELF files. Not in CI: it runs for
+//! minutes. It fails on any crash, abort, out-of-memory or slow input
+//! (`-timeout=1` on inputs of at most 1 MiB: no input may take 1 s per MB).
+//!
+//! The fuzz crate is built with stable rustc and the flags cargo-fuzz
+//! passes for libFuzzer's coverage (sancov), so no nightly is needed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::run;
+
+const MAX_LEN: usize = 1 << 20;
+
+pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
+    let mut seconds = 600u64;
+    let mut jobs = 2usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().context("a value is missing");
+        match a.as_str() {
+            "--seconds" => seconds = value()?.parse()?,
+            "--jobs" => jobs = value()?.parse()?,
+            other => {
+                bail!("unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J]")
+            }
+        }
+    }
+    let work = root.join("target/fuzz");
+    let bin = build(root)?;
+    let seeds = seeds(&work.join("seeds"))?;
+    let corpus = work.join("corpus");
+    let artifacts = work.join("artifacts");
+    for d in [&corpus, &artifacts] {
+        std::fs::create_dir_all(d)?;
+    }
+    let log = work.join("fuzz.log");
+    eprintln!(
+        "xtask: fuzzing for {seconds} s with {jobs} job(s); corpus {}, log {}",
+        corpus.display(),
+        log.display()
+    );
+    let out = Command::new(&bin)
+        .arg(format!("-fork={jobs}"))
+        .args(["-ignore_crashes=1", "-ignore_timeouts=1", "-ignore_ooms=1"])
+        .arg(format!("-max_total_time={seconds}"))
+        .arg(format!("-max_len={MAX_LEN}"))
+        .args(["-timeout=1", "-rss_limit_mb=2048", "-print_final_stats=1"])
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .arg(&corpus)
+        .arg(&seeds)
+        .output()
+        .context("cannot run the fuzz target")?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    std::fs::write(&log, &text)?;
+    let summary = Summary::read(&text)
+        .with_context(|| format!("no libFuzzer statistics in {}", log.display()))?;
+    let found: Vec<PathBuf> = std::fs::read_dir(&artifacts)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    println!(
+        "fuzz: {} inputs in {} s, corpus {} inputs, coverage {}; crashes {}, timeouts {}, ooms {}; {} artifact(s) in {}",
+        summary.runs,
+        seconds,
+        std::fs::read_dir(&corpus)?.count(),
+        summary.cov,
+        summary.crashes,
+        summary.timeouts,
+        summary.ooms,
+        found.len(),
+        artifacts.display()
+    );
+    if summary.crashes + summary.timeouts + summary.ooms > 0 || !found.is_empty() {
+        bail!("the readers failed on fuzzed input; see {}", log.display());
+    }
+    Ok(())
+}
+
+/// The last statistics line of a fork-mode run:
+/// `#N: cov: C ft: F corp: K exec/s: E oom/timeout/crash: O/T/X time: Ss ...`.
+struct Summary {
+    runs: u64,
+    cov: u64,
+    ooms: u64,
+    timeouts: u64,
+    crashes: u64,
+}
+
+impl Summary {
+    fn read(log: &str) -> Option<Summary> {
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('#') && l.contains("oom/timeout/crash:"))?;
+        let after = |key: &str| -> Option<&str> {
+            let rest = &line[line.find(key)? + key.len()..];
+            rest.split_whitespace().next()
+        };
+        let runs = line[1..].split(':').next()?.trim().parse().ok()?;
+        let mut counts = after("oom/timeout/crash:")?.split('/');
+        let mut next = || counts.next()?.parse().ok();
+        Some(Summary {
+            runs,
+            cov: after("cov:")?.parse().ok()?,
+            ooms: next()?,
+            timeouts: next()?,
+            crashes: next()?,
+        })
+    }
+}
+
+/// Build the fuzz target as cargo-fuzz does (sancov instrumentation, debug
+/// assertions and overflow checks on), with the stable toolchain.
+fn build(root: &Path) -> Result<PathBuf> {
+    let flags = [
+        "-Cpasses=sancov-module",
+        "-Cllvm-args=-sanitizer-coverage-level=4",
+        "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",
+        "-Cllvm-args=-sanitizer-coverage-pc-table",
+        "-Cllvm-args=-sanitizer-coverage-trace-compares",
+        "--cfg=fuzzing",
+        "-Cdebug-assertions",
+        "-Coverflow-checks",
+    ];
+    let target = root.join("target/fuzz/build");
+    // With --target, RUSTFLAGS reach the target only, not build scripts
+    // (which would then need libFuzzer's symbols too).
+    let triple = host_triple()?;
+    run(crate::cargo()
+        .args(["build", "--release", "--target", &triple, "--manifest-path"])
+        .arg(root.join("fuzz/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .env("RUSTFLAGS", flags.join(" ")))?;
+    Ok(target.join(triple).join("release/elf"))
+}
+
+fn host_triple() -> Result<String> {
+    let out = Command::new("rustc").arg("-vV").output()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .context("rustc -vV names no host")
+}
+
+/// Real libraries to start from: clang's HIP fat binaries (one arch, and
+/// three) and the fake runtime's plain ELF libraries.
+fn seeds(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let scratch = tempfile::tempdir()?;
+    for archs in [&["gfx1030"][..], &["gfx1010", "gfx1012", "gfx900"]] {
+        let lib = rdna1_testkit::fat_library(scratch.path(), archs);
+        copy_small(&lib, dir)?;
+    }
+    let runtime = rdna1_testkit::build_runtime(&scratch.path().join("runtime"));
+    for e in walk(&runtime) {
+        copy_small(&e, dir)?;
+    }
+    Ok(dir.to_owned())
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.is_file() && !p.is_symlink() {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn copy_small(file: &Path, dir: &Path) -> Result<()> {
+    let bytes = std::fs::read(file)?;
+    if bytes.len() <= MAX_LEN && bytes.starts_with(b"\x7fELF") {
+        std::fs::write(dir.join(file.file_name().context("a file name")?), bytes)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_last_statistics_line() {
+        let log = "#1024: cov: 10 ft: 20 corp: 3 exec/s: 5 oom/timeout/crash: 0/0/0 time: 1s\n\
+                   #52311: cov: 1542 ft: 4033 corp: 611 exec/s: 87 oom/timeout/crash: 1/2/3 time: 600s job: 12 dft_time: 0\n\
+                   INFO: exiting: 0 time: 601s\n";
+        let s = Summary::read(log).unwrap();
+        assert_eq!(
+            (s.runs, s.cov, s.ooms, s.timeouts, s.crashes),
+            (52311, 1542, 1, 2, 3)
+        );
+    }
+}
