@@ -24,7 +24,15 @@ pub struct Output {
     pub elapsed: Duration,
 }
 
+/// The most a captured child may print on stdout, and again on stderr.
+/// Every helper answers in far less (git's longest, a file's content, is a
+/// few MB); one that goes on is broken or hostile, and is stopped rather
+/// than let grow this process without bound.
+pub const OUTPUT_CAP: usize = 64 << 20;
+
 /// Run `cmd` in its own process group; past `limit`, SIGKILL the group.
+/// Past [`OUTPUT_CAP`] on either stream, the group is killed too and the
+/// run is an error that names the cap.
 pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     let start = Instant::now();
     let mut child = cmd
@@ -34,15 +42,12 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
         .process_group(0)
         .spawn()
         .map_err(|e| spawn_error(&cmd, e))?;
-    // Readers send what they read as they read it, so a pipe that a
-    // grandchild keeps open cannot hold us past the limit, nor cost us what
-    // the child itself printed.
-    // Readers send what they read as they read it, so a pipe that a
-    // grandchild keeps open cannot hold us past the limit, nor cost us what
-    // the child itself printed.
-    let out = pump(child.stdout.take().expect("piped"));
-    let err = pump(child.stderr.take().expect("piped"));
     let pgid = child.id() as i32;
+    // Readers send what they read as they read it, so a pipe that a
+    // grandchild keeps open cannot hold us past the limit, nor cost us what
+    // the child itself printed.
+    let out = pump(child.stdout.take().expect("piped"), OUTPUT_CAP, pgid);
+    let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, pgid);
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
     // A waiting thread, not a polling loop: a helper that answers in 2 ms
@@ -54,16 +59,14 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     let status = match done_rx.recv_timeout(limit) {
         Ok(status) => Some(status?),
         Err(_) => {
-            // SAFETY: kill(2) on the group we created; no memory involved.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            kill_group(pgid);
             let _ = done_rx.recv();
             None
         }
     };
     // Whatever the child left running in its group goes with it; anything
     // that left the group (setsid) gets until the limit to close its pipes.
-    // SAFETY: as above.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    kill_group(pgid);
     drop(guard);
     if let Some(sig) = crate::interrupt::interrupted() {
         return Err(crate::interrupt::stopped(
@@ -71,37 +74,85 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
             sig,
         ));
     }
-    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>,
+                   stream: &str|
+     -> Result<(String, bool)> {
         let deadline = start + limit.max(start.elapsed() + Duration::from_millis(200));
         let mut buf = Vec::new();
         while let Ok(chunk) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             buf.extend_from_slice(&chunk);
         }
-        match String::from_utf8(buf) {
+        if buf.len() > OUTPUT_CAP {
+            anyhow::bail!(
+                "`{}` printed more than {} MiB on {stream}, and was stopped",
+                shown(&cmd),
+                OUTPUT_CAP >> 20
+            );
+        }
+        Ok(match String::from_utf8(buf) {
             Ok(text) => (text, false),
             Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
-        }
+        })
     };
-    let (stdout, stdout_lossy) = collect(out);
+    let (stdout, stdout_lossy) = collect(out, "stdout")?;
     Ok(Output {
         status,
         stdout,
         stdout_lossy,
-        stderr: collect(err).0,
+        stderr: collect(err, "stderr")?.0,
         elapsed: start.elapsed(),
     })
 }
 
+fn kill_group(pgid: i32) {
+    // SAFETY: kill(2) on a process group we created; no memory involved.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+/// A command as a person would type it, on one line (a `python -c` script
+/// has several), cut to 200 characters.
+fn shown(cmd: &Command) -> String {
+    let text = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .flat_map(|a| {
+            a.to_string_lossy()
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    match text.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
 /// A thread that reads `pipe` to its end and sends each chunk as it comes.
-fn pump(mut pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+/// Past `cap` bytes it sends one byte more (so the reader sees the cap was
+/// passed), kills the process group `pgid` and stops reading.
+fn pump(
+    mut pipe: impl Read + Send + 'static,
+    cap: usize,
+    pgid: i32,
+) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
+        let mut total = 0usize;
         loop {
             match pipe.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if tx.send(buf[..n].to_vec()).is_err() {
+                    let room = cap - total;
+                    let over = n > room;
+                    let take = if over { room + 1 } else { n };
+                    total += take;
+                    if tx.send(buf[..take].to_vec()).is_err() {
+                        break;
+                    }
+                    if over {
+                        kill_group(pgid);
                         break;
                     }
                 }
@@ -119,14 +170,7 @@ pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
 /// Run a helper program to the end within [`HELPER_LIMIT`]; a hang is an
 /// error that names the program.
 pub fn helper(cmd: Command) -> Result<Finished> {
-    let shown = format!(
-        "{} {}",
-        cmd.get_program().to_string_lossy(),
-        cmd.get_args()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let shown = shown(&cmd);
     let out = run(cmd, HELPER_LIMIT)?;
     match out.status {
         Some(status) => Ok(Finished {
@@ -136,8 +180,7 @@ pub fn helper(cmd: Command) -> Result<Finished> {
             stderr: out.stderr,
         }),
         None => anyhow::bail!(
-            "`{}` did not finish within {} s and was killed",
-            shown.chars().take(200).collect::<String>(),
+            "`{shown}` did not finish within {} s and was killed",
             HELPER_LIMIT.as_secs()
         ),
     }
@@ -184,6 +227,10 @@ fn spawn_error(cmd: &Command, e: std::io::Error) -> anyhow::Error {
     anyhow::Error::new(e).context(format!("cannot run {program}"))
 }
 
+/// The longest line [`stream`] hands on; a longer one (a child printing
+/// without a newline) comes in pieces of this size.
+pub const LINE_CAP: usize = 1 << 20;
+
 /// What a streamed child did.
 pub struct Streamed {
     /// None when it was killed for printing nothing for too long.
@@ -217,7 +264,9 @@ pub fn stream_watched(
     // Our copies of the writing end must go, or the read never ends.
     drop(cmd);
     let guard = crate::interrupt::ChildGroup::new(child.id());
-    let rx = pump(reader);
+    // No cap on the whole: each line is handed on (to a log on disk), not
+    // kept; one line is cut at LINE_CAP instead.
+    let rx = pump(reader, usize::MAX, child.id() as i32);
     let mut pending: Vec<u8> = Vec::new();
     let mut emit = |bytes: &[u8]| {
         let line = String::from_utf8_lossy(bytes);
@@ -256,6 +305,10 @@ pub fn stream_watched(
                 _ => {
                     pending.push(b);
                     after_cr = false;
+                    if pending.len() >= LINE_CAP {
+                        emit(&pending);
+                        pending.clear();
+                    }
                 }
             }
         }
@@ -294,6 +347,39 @@ mod tests {
             "{}",
             crate::error::render(&err)
         );
+    }
+
+    #[test]
+    fn output_past_the_cap_stops_the_child_and_names_the_cap() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "yes; echo never"]);
+        let err = run(c, Duration::from_secs(60)).err().unwrap();
+        assert_eq!(
+            format!("{err:#}"),
+            "`sh -c yes; echo never` printed more than 64 MiB on stdout, and was stopped"
+        );
+        let mut c = Command::new("sh");
+        c.args(["-c", "yes >&2"]);
+        let err = run(c, Duration::from_secs(60)).err().unwrap();
+        assert!(
+            format!("{err:#}").ends_with("printed more than 64 MiB on stderr, and was stopped")
+        );
+        // Just under the cap is fine, and whole.
+        let mut c = Command::new("sh");
+        c.args(["-c", "head -c 67108864 /dev/zero"]);
+        assert_eq!(
+            run(c, Duration::from_secs(60)).unwrap().stdout.len(),
+            OUTPUT_CAP
+        );
+    }
+
+    #[test]
+    fn a_streamed_line_without_end_comes_in_pieces() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "head -c 2621440 /dev/zero | tr '\\0' a; echo; echo b"]);
+        let mut lens = Vec::new();
+        stream(c, |l| lens.push(l.len())).unwrap();
+        assert_eq!(lens, [LINE_CAP, LINE_CAP, LINE_CAP / 2, 1]);
     }
 
     #[test]

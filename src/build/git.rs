@@ -17,6 +17,9 @@ use crate::proc;
 /// `sparse-checkout set --cone` and fetching by commit id over protocol v2.
 const MIN_VERSION: (u32, u32) = (2, 25);
 
+/// The last lines of a streamed git command kept for its error message.
+const MESSAGES_KEPT: usize = 200;
+
 pub struct Git {
     dir: PathBuf,
 }
@@ -125,7 +128,14 @@ impl Git {
                 Some(silence),
                 |line| match parse_progress(line) {
                     Some((label, done, total)) => on_progress(label, done, total),
-                    None if !line.trim().is_empty() => messages.push(line.to_owned()),
+                    None if !line.trim().is_empty() => {
+                        // The error is read from the last lines; a server
+                        // that talks without end must not grow us.
+                        if messages.len() == MESSAGES_KEPT {
+                            messages.remove(0);
+                        }
+                        messages.push(line.to_owned());
+                    }
                     None => {}
                 },
             )?;

@@ -89,12 +89,7 @@ pub fn find(torch_dir: &Path, python: Option<&Path>) -> Result<Option<Sdk>> {
             return Err(several(&a.installed));
         }
         if let (Some(version), Some(family), Some(miopen)) = (&a.version, &a.family, &a.miopen) {
-            let package = package_of(miopen).with_context(|| {
-                format!(
-                    "rocm_sdk.find_libraries('miopen') gave {}, which is not in a {LIBRARIES_PREFIX}* package",
-                    miopen.display()
-                )
-            })?;
+            let package = confined(miopen, site)?;
             return Ok(Some(Sdk {
                 version: version.clone(),
                 family: family.clone(),
@@ -123,11 +118,54 @@ pub fn find(torch_dir: &Path, python: Option<&Path>) -> Result<Option<Sdk>> {
     Ok(fallback)
 }
 
+/// The swap replaces the file python names, so python's answer is held to
+/// what torch's own preload can load: a `libMIOpen.so*` in `lib/` of a
+/// libraries package in torch's own site-packages. Anything else (another
+/// environment's package, the HIP runtime, a path outside site-packages)
+/// is refused before a byte is written.
+fn confined(miopen: &Path, site: &Path) -> Result<PathBuf> {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let named_miopen = miopen
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libMIOpen.so"));
+    match package_of(miopen) {
+        Some(package)
+            if named_miopen
+                && package
+                    .parent()
+                    .is_some_and(|p| canonical(p) == canonical(site)) =>
+        {
+            Ok(package)
+        }
+        _ => Err(hint(
+            format!(
+                "rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a {LIBRARIES_PREFIX}* package beside torch in {}",
+                miopen.display(),
+                site.display()
+            ),
+            "rdna1-patch replaces only the MIOpen of torch's own environment; run it with that environment's python (--python), or check what ROCM_SDK_TARGET_FAMILY and rocm_sdk say. Nothing was changed",
+        )),
+    }
+}
+
+/// How long the rocm_sdk query may take: it imports a pure-python package
+/// and answers in well under a second; past this the files are read instead
+/// (a hung python must not cost the user the helpers' two minutes).
+const QUERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn ask(python: &Path) -> Result<Answer> {
     let mut cmd = std::process::Command::new(python.as_os_str());
     cmd.args(["-c", QUERY]);
-    let out = crate::proc::helper(cmd)?;
-    if !out.status.success() {
+    let out = crate::proc::run(cmd, QUERY_LIMIT)?;
+    let Some(status) = out.status else {
+        anyhow::bail!(
+            "{} did not answer the rocm_sdk query within {} s and was stopped",
+            python.display(),
+            QUERY_LIMIT.as_secs()
+        );
+    };
+    if !status.success() {
         anyhow::bail!("{} failed: {}", python.display(), out.stderr.trim());
     }
     let a: Answer = serde_json::from_str(out.stdout.trim())
@@ -182,8 +220,10 @@ fn from_files(site: &Path) -> Result<Option<Sdk>> {
     }
     packages.sort();
     // The package name is the family with `-` as `_`, then perhaps a nonce.
+    // Empty is unset, as for rocm_sdk itself (`os.environ.get(..) or`).
     let wanted = std::env::var("ROCM_SDK_TARGET_FAMILY")
         .ok()
+        .filter(|w| !w.is_empty())
         .map(|w| w.replace('-', "_"));
     let chosen: Vec<_> = packages
         .iter()

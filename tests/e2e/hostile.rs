@@ -176,3 +176,126 @@ fn a_fat_binary_that_lies_about_its_sizes_is_an_error_not_a_crash() {
     .unwrap();
     sb2.install(&["--no-relink"]).ok();
 }
+
+/// A `python` that answers rdna1-patch's rocm_sdk query with `answer` (a
+/// shell command) and runs everything else with python3.
+fn python_answering(sb: &Sandbox, name: &str, answer: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = sb.root.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *find_libraries*) {answer};; esac\nexec python3 \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// A rocm-sdk torch with the fixture built against its devel SDK, as a
+/// TheRock user builds it.
+fn rocm_sdk_built(families: &[&str]) -> (Sandbox, rdna1_testkit::FakeRocmSdk) {
+    let sb = Sandbox::new();
+    let sdk = crate::rocm_sdk::sdk(&sb, families);
+    crate::rocm_sdk::build_against(&sb, &sdk.devel);
+    (sb, sdk)
+}
+
+#[test]
+fn a_child_that_prints_without_end_is_stopped_at_the_cap() {
+    let (sb, sdk) = rocm_sdk_built(&["gfx101X-dgpu"]);
+    let python = python_answering(&sb, "python-yes", "exec yes");
+    let before = std::fs::read(&sdk.miopen).unwrap();
+    // The query's endless answer is cut at 64 MiB and the files are read
+    // instead, as for any other failed query.
+    let run = sb.install(&["--python", &python]).ok();
+    run.says(&format!("Installed {}", sdk.miopen.display()));
+    let verify = sb.verify(&["--python", &python]).ok();
+    let layout = verify
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ok    layout"))
+        .unwrap_or_else(|| panic!("no layout line:\n{}", verify.stdout));
+    assert!(
+        layout.contains(&format!(
+            "(found by filesystem; python's rocm_sdk: `{python} -c import json,"
+        )) && layout.ends_with("...` printed more than 64 MiB on stdout, and was stopped)"),
+        "{layout}"
+    );
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(&sdk.miopen).unwrap(), before);
+}
+
+#[test]
+fn a_rocm_sdk_answer_outside_torchs_own_libraries_package_is_refused() {
+    let sb = Sandbox::built();
+    let sdk = crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu"]);
+    // Another environment's package, of the same shape.
+    let other = rdna1_testkit::FakeRocmSdk::create(
+        &sb.root.join("other-env/site"),
+        crate::support::runtime(),
+        crate::rocm_sdk::SDK,
+        &["gfx101X-dgpu"],
+    );
+    let hip = sdk.site.join("_rocm_sdk_core/lib/libamdhip64.so.7");
+    for (name, wrong) in [("python-other", &other.miopen), ("python-hip", &hip)] {
+        let answer = format!(
+            "echo '{{\"version\": \"7.14.0\", \"installed\": [\"gfx101X-dgpu\"], \"family\": \"gfx101X-dgpu\", \"miopen\": \"{}\", \"core\": \"{}\"}}'; exit 0",
+            wrong.display(),
+            hip.parent().unwrap().display()
+        );
+        let python = python_answering(&sb, name, &answer);
+        let before = [
+            std::fs::read(&sdk.miopen).unwrap(),
+            std::fs::read(&other.miopen).unwrap(),
+            std::fs::read(&hip).unwrap(),
+        ];
+        let run = sb.install(&["--python", &python]).fails();
+        run.error_is(&format!(
+            "error: rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a _rocm_sdk_libraries_* package beside torch in {}\nhelp: rdna1-patch replaces only the MIOpen of torch's own environment[..]",
+            wrong.display(),
+            sdk.site.display()
+        ));
+        let after = [
+            std::fs::read(&sdk.miopen).unwrap(),
+            std::fs::read(&other.miopen).unwrap(),
+            std::fs::read(&hip).unwrap(),
+        ];
+        assert!(before == after, "{name}: a library was changed");
+    }
+}
+
+#[test]
+fn an_empty_target_family_is_unset_and_a_hung_query_falls_back_soon() {
+    let sb = Sandbox::built();
+    let sdk = crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu", "gfx110X-all"]);
+    let torch_dir = sdk.torch.dir.display().to_string();
+    let prefix = sb.prefix.display().to_string();
+    let out = sb
+        .cmd()
+        .args(["install", "--into-torch", "--prefix", &prefix])
+        .args(["--state-dir", &sb.state(), "--torch-dir", &torch_dir])
+        .env("ROCM_SDK_TARGET_FAMILY", "")
+        .output()
+        .unwrap();
+    crate::support::Run::from(out).fails().says(
+        "error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads",
+    );
+
+    // A python whose rocm_sdk query never answers: the files decide, after
+    // the query's own limit (15 s), not the helpers' two minutes.
+    let (sb, sdk) = rocm_sdk_built(&["gfx101X-dgpu"]);
+    let python = python_answering(&sb, "python-hang", "exec sleep 600");
+    sb.install(&["--python", &python])
+        .ok()
+        .says(&format!("Installed {}", sdk.miopen.display()));
+    let verify = sb.verify(&["--python", &python]);
+    assert!(
+        verify
+            .stdout
+            .contains("did not answer the rocm_sdk query within 15 s and was stopped"),
+        "{}",
+        verify.stdout
+    );
+}

@@ -7,14 +7,14 @@ use std::path::Path;
 use crate::support::{Sandbox, runtime};
 use rdna1_testkit::FakeRocmSdk;
 
-const SDK: &str = "7.14.0";
+pub const SDK: &str = "7.14.0";
 
-fn sdk(sb: &Sandbox, families: &[&str]) -> FakeRocmSdk {
+pub fn sdk(sb: &Sandbox, families: &[&str]) -> FakeRocmSdk {
     FakeRocmSdk::create(&sb.root.join("site"), runtime(), SDK, families)
 }
 
 /// Build the fixture against the devel SDK, as a TheRock user would.
-fn build_against(sb: &Sandbox, devel: &Path) {
+pub fn build_against(sb: &Sandbox, devel: &Path) {
     let devel = devel.display().to_string();
     let mut args = sb.build_args(&[]);
     let at = args.iter().position(|a| a == "--rocm").unwrap();
