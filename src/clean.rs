@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::build::workdir::WorkDir;
+use crate::build::workdir::{ComponentDirs, WorkDir};
 use crate::swap::txn::{State, StateDir};
 
 pub struct CleanRequest {
@@ -30,6 +30,8 @@ pub struct Removed {
     pub path: PathBuf,
     pub bytes: u64,
     pub what: &'static str,
+    /// A component dir the record names: dropped from it once removed.
+    pub recorded: Option<(ComponentDirs, &'static str)>,
 }
 
 #[derive(Default)]
@@ -52,6 +54,9 @@ pub fn run(req: &CleanRequest) -> Result<Cleaned> {
     if !req.dry_run {
         for r in &out.removed {
             crate::fsutil::remove_path(&r.path)?;
+            if let Some((dirs, name)) = &r.recorded {
+                dirs.forget(name)?;
+            }
         }
     }
     Ok(out)
@@ -80,25 +85,43 @@ fn work_dir(req: &CleanRequest, out: &mut Cleaned) -> Result<()> {
             let dirs = req
                 .work
                 .component(&profile.file_name().to_string_lossy(), &name);
+            let made = dirs.made();
             if req.builds {
-                for (path, what) in [
-                    (dirs.build, "build dir"),
-                    (dirs.src, "checkout"),
-                    (dirs.state, "build state"),
+                for (name, what) in [
+                    ("build", "build dir"),
+                    ("src", "checkout"),
+                    ("state", "build state"),
                 ] {
-                    if path.is_dir() {
+                    let path = dirs.base.join(name);
+                    let real_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+                    if real_dir && made.contains(name) {
                         out.removed.push(Removed {
                             bytes: size(&path),
                             path,
                             what,
+                            recorded: Some((dirs.clone(), name)),
                         });
+                    } else if std::fs::symlink_metadata(&path).is_ok() {
+                        out.kept.push(not_ours(&path, &dirs));
                     }
                 }
             }
-            old_logs(&dirs.logs, req.keep_logs, out);
+            if made.contains("logs") {
+                old_logs(&dirs.logs, req.keep_logs, out);
+            } else if dirs.logs.exists() {
+                out.kept.push(not_ours(&dirs.logs, &dirs));
+            }
         }
     }
     Ok(())
+}
+
+fn not_ours(path: &Path, dirs: &ComponentDirs) -> String {
+    format!(
+        "{}: rdna1-patch has no record of making it ({} does not name it); remove it yourself if it should go",
+        path.display(),
+        dirs.record().display()
+    )
 }
 
 /// Every log but the newest `keep` (log names start with their time) and
@@ -124,6 +147,7 @@ fn old_logs(dir: &Path, keep: usize, out: &mut Cleaned) {
             bytes: size(&path),
             path,
             what: "log",
+            recorded: None,
         });
     }
 }
@@ -174,6 +198,7 @@ fn backups(req: &CleanRequest, out: &mut Cleaned) -> Result<()> {
             bytes: size(path),
             path: path.to_owned(),
             what: "backup",
+            recorded: None,
         });
     }
     Ok(())

@@ -412,7 +412,8 @@ impl BuildPlan<'_> {
     }
 
     /// Every dir of this build that the tool writes must be reached from
-    /// the work dir without a symlink.
+    /// the work dir without a symlink; those missing are made, and recorded
+    /// as the tool's (what `clean` may remove).
     fn check_work_dirs(&self) -> Result<()> {
         for (dir, what) in [
             (&self.dirs.src, "checkout"),
@@ -422,7 +423,7 @@ impl BuildPlan<'_> {
         ] {
             self.opts.work_dir.check_confined(dir, what)?;
         }
-        Ok(())
+        self.dirs.create_recorded()
     }
 
     /// The project's directory is the origin's content: patches and CMake

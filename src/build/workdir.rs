@@ -7,6 +7,9 @@
 //! <work>/<profile>/<component>/build/   CMake build dir, kept across runs
 //! <work>/<profile>/<component>/logs/    one log per run, latest.log -> newest
 //! <work>/<profile>/<component>/state/   what the patch and install stages did
+//! <work>/<profile>/<component>/made-by-rdna1-patch
+//!                                       which of those four the tool created:
+//!                                       `clean` removes nothing else
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -51,6 +54,7 @@ impl WorkDir {
             build: base.join("build"),
             logs: base.join("logs"),
             state: base.join("state"),
+            base,
         }
     }
 }
@@ -88,6 +92,8 @@ impl WorkDir {
 
 #[derive(Debug, Clone)]
 pub struct ComponentDirs {
+    /// `<work>/<profile>/<component>`, which holds the others.
+    pub base: PathBuf,
     /// The git checkout's root.
     pub src: PathBuf,
     pub build: PathBuf,
@@ -95,7 +101,69 @@ pub struct ComponentDirs {
     pub state: PathBuf,
 }
 
+/// The file that names the dirs of a component the tool created.
+const MADE: &str = "made-by-rdna1-patch";
+
 impl ComponentDirs {
+    /// The four dirs, with their names in the record.
+    pub fn all(&self) -> [(&'static str, &Path); 4] {
+        [
+            ("src", &self.src),
+            ("build", &self.build),
+            ("logs", &self.logs),
+            ("state", &self.state),
+        ]
+    }
+
+    /// Create whichever of the four dirs is missing, and record that the
+    /// tool made it (after it exists: a kill in between leaves an empty dir
+    /// unrecorded, which `clean` then leaves alone, never the reverse).
+    pub fn create_recorded(&self) -> Result<()> {
+        let mut made = self.made();
+        let before = made.len();
+        for (name, dir) in self.all() {
+            if std::fs::symlink_metadata(dir).is_err() {
+                crate::fsutil::create_dir_all(dir)?;
+                made.insert(name.to_owned());
+            }
+        }
+        if made.len() != before {
+            self.save_made(&made)?;
+        }
+        Ok(())
+    }
+
+    /// The record of the dirs the tool made.
+    pub fn record(&self) -> PathBuf {
+        self.base.join(MADE)
+    }
+
+    /// The names of the dirs the record says the tool made.
+    pub fn made(&self) -> std::collections::BTreeSet<String> {
+        std::fs::read_to_string(self.record())
+            .unwrap_or_default()
+            .lines()
+            .map(str::trim)
+            .filter(|l| self.all().iter().any(|(n, _)| n == l))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Drop `name` from the record once its dir is gone, so that a dir
+    /// someone makes there later is not taken for ours.
+    pub fn forget(&self, name: &str) -> Result<()> {
+        let mut made = self.made();
+        if made.remove(name) {
+            self.save_made(&made)?;
+        }
+        Ok(())
+    }
+
+    fn save_made(&self, made: &std::collections::BTreeSet<String>) -> Result<()> {
+        let text: String = made.iter().map(|n| format!("{n}\n")).collect();
+        crate::fsutil::write_atomic(&self.record(), text.as_bytes(), Some(0o644))
+    }
+
     /// The project's directory in the checkout: what CMake builds and the
     /// patches are relative to (`subdir` of a monorepo, else the root).
     pub fn project(&self, subdir: Option<&str>) -> PathBuf {

@@ -299,3 +299,66 @@ fn an_empty_target_family_is_unset_and_a_hung_query_falls_back_soon() {
         verify.stdout
     );
 }
+
+#[test]
+fn clean_removes_only_the_dirs_its_record_says_it_made() {
+    let sb = Sandbox::new();
+    sb.build(&["--stop-after", "configure"]).ok();
+    // A user's own directories where clean looks: a component dir the tool
+    // never made, with a `build` and logs in it.
+    let theirs = sb.work.join("mini/notes");
+    for d in ["build", "src", "logs"] {
+        std::fs::create_dir_all(theirs.join(d)).unwrap();
+    }
+    std::fs::write(theirs.join("build/thesis.tex"), "years of work").unwrap();
+    std::fs::write(theirs.join("logs/2020-01-01-notes.log"), "keep").unwrap();
+    std::fs::write(theirs.join("logs/2020-01-02-notes.log"), "keep").unwrap();
+    let mine = sb.work.join("mini/miopen");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("made-by-rdna1-patch")).unwrap(),
+        "build\nlogs\nsrc\nstate\n"
+    );
+    let before = snapshot(&theirs);
+    let run = sb
+        .run(&[
+            "clean",
+            "--builds",
+            "--keep-logs",
+            "0",
+            "--work-dir",
+            sb.work.to_str().unwrap(),
+            "--state-dir",
+            &sb.state(),
+        ])
+        .ok();
+    run.prints(&format!(
+        "removed build dir {}",
+        mine.join("build").display()
+    ))
+    .prints(&format!("removed checkout {}", mine.join("src").display()));
+    run.prints(&format!(
+        "kept {}: rdna1-patch has no record of making it ({} does not name it); remove it yourself if it should go",
+        theirs.join("build").display(),
+        theirs.join("made-by-rdna1-patch").display()
+    ));
+    assert_eq!(snapshot(&theirs), before, "clean removed a user's file");
+    assert!(theirs.join("build").is_dir() && theirs.join("src").is_dir());
+    assert!(!mine.join("build").exists() && !mine.join("src").exists());
+    // What was removed is no longer claimed: a dir made there by hand now
+    // is the user's.
+    assert_eq!(
+        std::fs::read_to_string(mine.join("made-by-rdna1-patch")).unwrap(),
+        "logs\n"
+    );
+    std::fs::create_dir_all(mine.join("build")).unwrap();
+    sb.run(&[
+        "clean",
+        "--builds",
+        "--work-dir",
+        sb.work.to_str().unwrap(),
+        "--state-dir",
+        &sb.state(),
+    ])
+    .ok();
+    assert!(mine.join("build").is_dir());
+}
