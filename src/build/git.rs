@@ -17,6 +17,39 @@ use crate::proc;
 /// `sparse-checkout set --cone` and fetching by commit id over protocol v2.
 const MIN_VERSION: (u32, u32) = (2, 25);
 
+/// Every git run gets these, over the user's own config: the settings that
+/// would change the bytes checked out (the patches must match them
+/// exactly) or run code of the user's or of the origin's. One list, so that
+/// each is tested (tests/e2e/hostile.rs) and none is forgotten on one path.
+/// (The upload-pack program is set on the fetch itself: see source.rs.)
+pub const SETTINGS: &[&str] = &[
+    "core.autocrlf=false",
+    "core.eol=lf",
+    // Hooks (post-checkout, reference-transaction, ...) run programs.
+    "core.hooksPath=/dev/null",
+    // `git status` and checkout would run the user's file-system monitor.
+    "core.fsmonitor=false",
+    // ext:: runs an arbitrary command as the "transport"; fd:: talks to a
+    // file descriptor: neither is a way to fetch MIOpen.
+    "protocol.ext.allow=never",
+    "protocol.fd.allow=never",
+    // Smudge/clean filters named by the origin's .gitattributes are also
+    // switched off by the attributes file `protect` writes; this is LFS's
+    // own switch, for a git that reads the filter before the attributes.
+    "filter.lfs.required=false",
+    "advice.detachedHead=false",
+    // The work dir is a cache: no repack of 20k fresh objects (a second)
+    // after a fetch.
+    "gc.auto=0",
+    "maintenance.auto=false",
+];
+
+/// `.git/info/attributes`, which wins over every .gitattributes in the
+/// tree: no filter (smudge runs a program the origin names and the user's
+/// config defines), no eol or encoding conversion, no `$Id$` expansion.
+/// The files are then the commit's bytes exactly.
+pub const INFO_ATTRIBUTES: &str = "* -filter -text -eol -ident -working-tree-encoding\n";
+
 /// The last lines of a streamed git command kept for its error message.
 const MESSAGES_KEPT: usize = 200;
 
@@ -42,19 +75,7 @@ impl Git {
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("git");
         c.arg("-C").arg(&self.dir);
-        // Settings of the user's that would change the bytes checked out
-        // (patches must match them exactly) or run their code.
-        for setting in [
-            "core.autocrlf=false",
-            "core.eol=lf",
-            "core.hooksPath=/dev/null",
-            "advice.detachedHead=false",
-            "filter.lfs.required=false",
-            // The work dir is a cache: no repack of 20k fresh objects
-            // (a second) after a fetch.
-            "gc.auto=0",
-            "maintenance.auto=false",
-        ] {
+        for setting in SETTINGS {
             c.args(["-c", setting]);
         }
         c.args(args);
@@ -75,6 +96,17 @@ impl Git {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_LFS_SKIP_SMUDGE", "1");
         c
+    }
+
+    /// Write [`INFO_ATTRIBUTES`] into this repository (once; it is kept).
+    pub fn protect(&self) -> Result<()> {
+        let dir = self.dir.join(".git/info");
+        let path = dir.join("attributes");
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(INFO_ATTRIBUTES) {
+            crate::fsutil::create_dir_all(&dir)?;
+            crate::fsutil::write_atomic(&path, INFO_ATTRIBUTES.as_bytes(), Some(0o644))?;
+        }
+        Ok(())
     }
 
     /// Run git to the end; its stdout, or an error with what it said.

@@ -210,6 +210,13 @@ fn repo_prefix(subdir: Option<&str>) -> String {
     subdir.map(|s| format!("{s}/")).unwrap_or_default()
 }
 
+/// A local fetch runs upload-pack on this machine, and the user's config
+/// may name another program for it (`remote.origin.uploadpack`, which `-c`
+/// cannot override: git takes its first value). The option wins. A
+/// monorepo checkout's lazy blob fetches read the remote's config and are
+/// not covered by this.
+const UPLOAD_PACK: &str = "--upload-pack=git-upload-pack";
+
 /// The commit a profile pins without a tag, once fetched.
 const PIN_REF: &str = "refs/rdna1-patch/pin";
 
@@ -217,6 +224,7 @@ pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
     let c = req.component;
     git::check_version()?;
     let git = open_or_init(req.src, c)?;
+    git.protect()?;
     configure_remote(&git, c)?;
     let local = match (&c.tag, &c.commit) {
         (Some(tag), _) => tag_commit(&git, tag)?,
@@ -309,6 +317,7 @@ fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
         Git::new(parent)
             .run(&[
                 "clone",
+                UPLOAD_PACK,
                 "-q",
                 "--local",
                 "--no-checkout",
@@ -388,6 +397,7 @@ fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Res
         "-c",
         &low_speed,
         "fetch",
+        UPLOAD_PACK,
         "--progress",
         "--no-tags",
         "--no-write-fetch-head",

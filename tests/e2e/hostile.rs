@@ -362,3 +362,144 @@ fn clean_removes_only_the_dirs_its_record_says_it_made() {
     .ok();
     assert!(mine.join("build").is_dir());
 }
+
+/// One of the user's git settings that runs code, and what a build with it
+/// in their global config must do.
+struct GitCase {
+    name: &'static str,
+    /// Lines of the user's ~/.gitconfig; `@RUN@` is a script that leaves a
+    /// mark when run (and passes its input through, as a filter must).
+    config: &'static str,
+    /// `.gitattributes` committed in the origin, if any.
+    attributes: Option<&'static str>,
+    /// The profile's URL instead of the origin's path (`@MARK@`: the mark).
+    url: Option<&'static str>,
+}
+
+fn git_case(case: &GitCase) {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let mark = sb.root.join("ran");
+    let script = sb.root.join("run.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\ntouch {}\nexec cat\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hooks = sb.root.join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in [
+        "post-checkout",
+        "reference-transaction",
+        "post-index-change",
+    ] {
+        std::os::unix::fs::symlink(&script, hooks.join(hook)).unwrap();
+    }
+    let global = sb.root.join("gitconfig");
+    std::fs::write(
+        &global,
+        case.config
+            .replace("@RUN@", script.to_str().unwrap())
+            .replace("@HOOKS@", hooks.to_str().unwrap()),
+    )
+    .unwrap();
+    if let Some(attrs) = case.attributes {
+        std::fs::write(sb.origin.join(".gitattributes"), attrs).unwrap();
+        std::fs::write(sb.origin.join("data.txt"), "line\r\n$Id$\n").unwrap();
+        git(&sb.origin, &["add", "-A"]);
+        git(&sb.origin, &["commit", "-q", "-m", "attributes"]);
+        git(
+            &sb.origin,
+            &["tag", "-f", "-a", "rocm-6.2.4", "-m", "moved"],
+        );
+    }
+    if let Some(url) = case.url {
+        profile_with(&sb, &url.replace("@MARK@", mark.to_str().unwrap()), "");
+    }
+    let out = sb
+        .cmd()
+        .args(sb.build_args(&["--stop-after", "patch"]))
+        .env("GIT_CONFIG_GLOBAL", &global)
+        .output()
+        .unwrap();
+    let run = crate::support::Run::from(out);
+    assert!(
+        !mark.exists(),
+        "{}: the user's code ran\n{}",
+        case.name,
+        run.stderr
+    );
+    if case.url.is_some() {
+        run.fails().says("error: ");
+        return;
+    }
+    run.ok();
+    if case.attributes.is_some() {
+        // The commit's bytes, not what a filter or eol conversion makes.
+        let blob = std::process::Command::new("git")
+            .args(["cat-file", "blob", "rocm-6.2.4:data.txt"])
+            .current_dir(&sb.origin)
+            .output()
+            .unwrap()
+            .stdout;
+        assert!(blob.ends_with(b"$Id$\n"), "{blob:?}");
+        assert_eq!(
+            std::fs::read(sb.src().join("data.txt")).unwrap(),
+            blob,
+            "{}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn the_users_git_settings_that_run_code_are_off_one_by_one() {
+    let cases = [
+        GitCase {
+            name: "core.fsmonitor",
+            config: "[core]\n\tfsmonitor = @RUN@\n",
+            attributes: None,
+            url: None,
+        },
+        GitCase {
+            name: "core.hooksPath",
+            config: "[core]\n\thooksPath = @HOOKS@\n",
+            attributes: None,
+            url: None,
+        },
+        GitCase {
+            name: "a smudge filter the origin names",
+            config: "[filter \"evil\"]\n\tsmudge = @RUN@\n\tclean = @RUN@\n\trequired = true\n",
+            attributes: Some("* filter=evil\n"),
+            url: None,
+        },
+        GitCase {
+            name: "a failing LFS filter, eol and ident",
+            config: "[filter \"lfs\"]\n\tsmudge = @RUN@; false\n\tprocess = false\n\trequired = true\n[core]\n\tautocrlf = true\n",
+            attributes: Some("* filter=lfs text eol=lf ident\n"),
+            url: None,
+        },
+        GitCase {
+            name: "remote.origin.uploadpack",
+            config: "[remote \"origin\"]\n\tuploadpack = @RUN@\n",
+            attributes: None,
+            url: None,
+        },
+        GitCase {
+            name: "protocol.ext.allow",
+            config: "[protocol \"ext\"]\n\tallow = always\n",
+            attributes: None,
+            url: Some("ext::sh -c touch% @MARK@"),
+        },
+        GitCase {
+            name: "protocol.fd.allow",
+            config: "[protocol \"fd\"]\n\tallow = always\n",
+            attributes: None,
+            url: Some("fd::0"),
+        },
+    ];
+    for case in &cases {
+        git_case(case);
+    }
+}
