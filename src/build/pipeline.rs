@@ -158,14 +158,20 @@ impl Options {
             return "the project's default (the profile sets no GPU_TARGETS)".into();
         };
         let found = crate::inspect::gpu::rdna1_targets(&self.sysfs);
+        let unread = crate::inspect::gpu::scan_all(&self.sysfs).problems.len();
+        let unread = if unread == 0 {
+            String::new()
+        } else {
+            format!(", {unread} node(s) of it unreadable: `rdna1-patch doctor` says which")
+        };
         if found.is_empty() {
             return format!(
-                "{profile_value} (the profile's: no RDNA1 card in the KFD topology; --gpu-targets to choose)"
+                "{profile_value} (the profile's: no RDNA1 card in the KFD topology{unread}; --gpu-targets to choose)"
             );
         }
         let value = found.join(";");
         defines.insert(KEY.into(), value.clone());
-        format!("{value} (the RDNA1 card(s) in the KFD topology; --gpu-targets to choose)")
+        format!("{value} (the RDNA1 card(s) in the KFD topology{unread}; --gpu-targets to choose)")
     }
 
     /// The profile names AMD's layout (`{rocm}/llvm/bin/amdclang++`); a

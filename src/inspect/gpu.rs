@@ -129,10 +129,18 @@ pub fn scan_all(sysfs: &Path) -> Scan {
     let Ok(rd) = std::fs::read_dir(topology(sysfs)) else {
         return out;
     };
-    let mut nodes: Vec<(u32, PathBuf)> = rd
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
-        .collect();
+    let mut nodes: Vec<(u32, PathBuf)> = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        match name.to_str().and_then(|n| n.parse().ok()) {
+            Some(node) => nodes.push((node, e.path())),
+            None => out.problems.push(format!(
+                "{}: not a node number (0 to {}); left out",
+                e.path().display(),
+                u32::MAX
+            )),
+        }
+    }
     nodes.sort();
     for (node, path) in nodes {
         let text = match crate::fsutil::read_small(&path.join("properties"), SYSFS_LIMIT) {
@@ -158,7 +166,17 @@ fn parse_node(node: u32, text: &str) -> Result<Option<Gpu>, String> {
         let Some((k, v)) = line.split_once(' ') else {
             continue;
         };
-        props.insert(k, v.trim());
+        if let Some(was) = props.insert(k, v.trim())
+            && was != v.trim()
+        {
+            // The kernel writes each key once: two values mean the file is
+            // not what the driver wrote, and neither can be trusted.
+            return Err(format!(
+                "{k} is given twice (`{}`, then `{}`)",
+                was.escape_debug(),
+                v.trim().escape_debug()
+            ));
+        }
     }
     let prop = |key: &str| -> Result<u64, String> {
         match props.get(key) {
@@ -180,6 +198,13 @@ fn parse_node(node: u32, text: &str) -> Result<Option<Gpu>, String> {
     if gfx == 0 {
         // Older kernels do not export gfx_target_version: know RDNA1 by its PCI id.
         gfx = rdna1_by_pci_id(device_id).unwrap_or(0);
+    }
+    let (minor, step) = ((gfx / 100) % 100, gfx % 100);
+    if minor > 0xf || step > 0xf {
+        // gfx names take one hex digit each: 100199 would read as gfx10163.
+        return Err(format!(
+            "gfx_target_version is {gfx}: its minor version ({minor}) or stepping ({step}) is over 15, so it names no GPU arch"
+        ));
     }
     let loc = prop("location_id")?;
     Ok(Some(Gpu {
@@ -331,6 +356,63 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn impossible_versions_odd_node_names_and_doubled_keys_are_named() {
+        let t = spoiled("rx5600xt-gfx1010", "1", |p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            std::fs::write(
+                p,
+                text.replace("gfx_target_version 100100", "gfx_target_version 100199"),
+            )
+            .unwrap();
+        });
+        let s = scan_all(&t.path().join("sys"));
+        assert!(s.gpus.is_empty());
+        assert_eq!(
+            s.problems,
+            [
+                "node 1: gfx_target_version is 100199: its minor version (1) or stepping (99) is over 15, so it names no GPU arch"
+            ]
+        );
+
+        let t = spoiled("rx5600xt-gfx1010", "1", |p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            std::fs::write(p, format!("{text}gfx_target_version 100300\n")).unwrap();
+        });
+        let s = scan_all(&t.path().join("sys"));
+        assert!(s.gpus.is_empty());
+        assert_eq!(
+            s.problems,
+            ["node 1: gfx_target_version is given twice (`100100`, then `100300`)"]
+        );
+
+        use std::os::unix::ffi::OsStrExt;
+        let t = spoiled("rx5600xt-gfx1010", "1", |_| {});
+        let nodes = topology(&t.path().join("sys"));
+        copy(&nodes.join("1"), &nodes.join("4294967296"));
+        copy(
+            &nodes.join("1"),
+            &nodes.join(std::ffi::OsStr::from_bytes(b"\xff")),
+        );
+        let s = scan_all(&t.path().join("sys"));
+        assert_eq!(s.gpus.len(), 1, "node 1 still counts");
+        let mut problems = s.problems.clone();
+        problems.sort();
+        assert_eq!(
+            problems,
+            [
+                format!(
+                    "{}: not a node number (0 to 4294967295); left out",
+                    nodes.join("4294967296").display()
+                ),
+                format!(
+                    "{}/\u{fffd}: not a node number (0 to 4294967295); left out",
+                    nodes.display()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -103,8 +103,19 @@ fn nothing(
     last: Option<&txn::Journal>,
     ui: &Ui,
 ) -> Result<()> {
-    if let Some(torch) = torch
-        && let Ok(torch) = crate::swap::torch::locate(torch)
+    let found = torch.map(crate::swap::torch::locate);
+    if let (None, Some(Err(e))) = (last, &found) {
+        // No record at all, and no torch to look at: "nothing to roll back"
+        // would be a guess, and wrong if another state dir patched torch.
+        return Err(crate::error::hint(
+            format!(
+                "no transactions in {}, and no torch to check whether it holds an rdna1-patch build: {e:#}",
+                state.root().display()
+            ),
+            "name the torch with --python PATH or --torch-dir DIR, and the state dir that installed into it with --state-dir DIR; nothing was changed",
+        ));
+    }
+    if let Some(Ok(torch)) = found
         && txn::is_patched(&torch.target)
     {
         return Err(crate::error::hint(

@@ -503,3 +503,59 @@ fn the_users_git_settings_that_run_code_are_off_one_by_one() {
         git_case(case);
     }
 }
+
+#[test]
+fn an_unreadable_kfd_node_is_said_by_build_and_doctor() {
+    let sb = Sandbox::new();
+    let sys = sb.root.join("sys");
+    copy_dir(&fixtures().join("sysfs/rx5600xt-gfx1010"), &sys);
+    let nodes = sys.join("class/kfd/kfd/topology/nodes");
+    copy_dir(&nodes.join("1"), &nodes.join("4294967296"));
+    let sysfs = sys.to_str().unwrap();
+    let mut args = sb.build_args(&["--dry-run"]);
+    let at = args.iter().position(|a| a == "--sysfs-root").unwrap();
+    args[at + 1] = sysfs.to_owned();
+    let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).ok();
+    run.prints("targets:   gfx1010 (the RDNA1 card(s) in the KFD topology, 1 node(s) of it unreadable: `rdna1-patch doctor` says which; --gpu-targets to choose)");
+    let doctor = sb.run(&["doctor", "--need-space", "0", "--sysfs-root", sysfs]);
+    let all = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert!(
+        all.contains(&format!(
+            "{}: not a node number (0 to 4294967295); left out",
+            nodes.join("4294967296").display()
+        )),
+        "{all}"
+    );
+}
+
+#[test]
+fn rollback_with_no_state_and_no_torch_does_not_say_all_is_well() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    std::fs::remove_dir_all(sb.state()).unwrap();
+    // The torch is not where python3 looks (another venv), and no
+    // --torch-dir says where it is.
+    let out = sb
+        .cmd()
+        .args(["rollback", "--state-dir", &sb.state()])
+        .env("PYTHONPATH", sb.root.join("nowhere"))
+        .output()
+        .unwrap();
+    let run = crate::support::Run::from(out).fails();
+    run.says(&format!(
+        "error: no transactions in {}, and no torch to check whether it holds an rdna1-patch build: ",
+        sb.state()
+    ))
+    .says("help: name the torch with --python PATH or --torch-dir DIR");
+    assert!(
+        !run.stderr.contains("nothing to roll back"),
+        "{}",
+        run.stderr
+    );
+    // Named, it is found to be patched, as before.
+    let dir = torch.dir.display().to_string();
+    sb.rollback(&["--torch-dir", &dir])
+        .fails()
+        .says("is an rdna1-patch build, but no transaction in");
+}
