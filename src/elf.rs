@@ -26,7 +26,12 @@ pub struct Library {
 /// Read and parse `path`. The whole file is read: goblin parses from memory,
 /// and the libraries here are read at most once per command.
 pub fn read(path: &Path) -> Result<Library> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    use std::io::Read;
+    // A FIFO or a device where a library should be must fail, not block.
+    let mut bytes = Vec::new();
+    crate::fsutil::open_regular(path)?
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     parse(&bytes).with_context(|| format!("{} is not a usable ELF library", path.display()))
 }
 
@@ -133,5 +138,16 @@ mod tests {
     #[test]
     fn a_text_file_is_not_elf() {
         assert!(parse(b"#!/bin/sh\necho hi\n").is_err());
+    }
+
+    #[test]
+    fn a_fifo_where_a_library_should_be_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("libMIOpen.so");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = read(&fifo).unwrap_err().to_string();
+        assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
     }
 }
