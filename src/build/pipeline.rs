@@ -350,6 +350,9 @@ impl BuildPlan<'_> {
             None
         };
 
+        // Made (and recorded as the tool's, what `clean` may remove) once
+        // the checks that need no fetch have passed.
+        self.dirs.create_recorded()?;
         let record = PatchRecord::load(&self.patch_record());
         let edited = self.local_edits(&record)?;
         if !edited.is_empty() && self.opts.update {
@@ -418,8 +421,7 @@ impl BuildPlan<'_> {
     }
 
     /// Every dir of this build that the tool writes must be reached from
-    /// the work dir without a symlink; those missing are made, and recorded
-    /// as the tool's (what `clean` may remove).
+    /// the work dir without a symlink.
     fn check_work_dirs(&self) -> Result<()> {
         for (dir, what) in [
             (&self.dirs.src, "checkout"),
@@ -429,7 +431,7 @@ impl BuildPlan<'_> {
         ] {
             self.opts.work_dir.check_confined(dir, what)?;
         }
-        self.dirs.create_recorded()
+        Ok(())
     }
 
     /// The project's directory is the origin's content: patches and CMake

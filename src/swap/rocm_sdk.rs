@@ -1,8 +1,10 @@
 //! The rocm-sdk layout (TheRock's Python packages, and pytorch.org ROCm
 //! wheels from 7.14): torch bundles no ROCm library, and `torch/_rocm_init.py`
 //! preloads each one by absolute path through `rocm_sdk.initialize_process`.
-//! MIOpen is `lib/libMIOpen.so*` in the `_rocm_sdk_libraries_<family>`
-//! package beside torch in site-packages.
+//! MIOpen is `lib/libMIOpen.so*` in the libraries package beside torch in
+//! site-packages: `_rocm_sdk_libraries` with per-target device overlays
+//! (the multi-arch index, `torch[device-gfx1010]`), or one
+//! `_rocm_sdk_libraries_<family>` per target family (the older releases).
 //!
 //! We ask the user's python with `import rocm_sdk` only (pure python; no GPU
 //! initialisation) and the target family fixed, so that `find_libraries`
@@ -16,17 +18,26 @@ use serde::Deserialize;
 
 use crate::error::hint;
 
-/// The name of the libraries packages, before the target family.
-pub const LIBRARIES_PREFIX: &str = "_rocm_sdk_libraries_";
+/// The libraries package's name: alone (multi-arch), or before the family.
+pub const LIBRARIES_PACKAGE: &str = "_rocm_sdk_libraries";
+
+/// Whether `name` is a rocm-sdk libraries package: `_rocm_sdk_libraries`,
+/// or that with `_<family>` and perhaps a nonce after it.
+pub fn is_libraries_package(name: &str) -> bool {
+    name.strip_prefix(LIBRARIES_PACKAGE)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+}
 
 /// Where the rocm-sdk layout keeps torch's MIOpen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sdk {
-    /// rocm_sdk.__version__, e.g. "7.14.0".
+    /// The SDK's version, e.g. "7.14.0" (pip's, else rocm_sdk.__version__).
     pub version: String,
-    /// The target family, e.g. "gfx101X-dgpu".
+    /// Which libraries: "gfx101X-dgpu" (a per-family package), or
+    /// "multi-arch, device gfx1010, gfx1030" with the device overlays
+    /// installed.
     pub family: String,
-    /// `site-packages/_rocm_sdk_libraries_<family>`: the library must stay in it.
+    /// The libraries package in torch's site-packages: the library must stay in it.
     pub package: PathBuf,
     /// The path `rocm_sdk.find_libraries("miopen")` gives: what the preload loads.
     pub library: PathBuf,
@@ -38,18 +49,46 @@ pub struct Sdk {
     pub note: Option<String>,
 }
 
+/// How a multi-arch install is named: its device overlays, sorted.
+fn multi_arch(targets: &[String]) -> String {
+    let mut t = targets.to_vec();
+    t.sort();
+    if t.is_empty() {
+        "multi-arch, no device package".to_owned()
+    } else {
+        format!("multi-arch, device {}", t.join(", "))
+    }
+}
+
+/// Asked of the user's python. With per-family packages the family is fixed
+/// first, from ROCM_SDK_TARGET_FAMILY or the one installed, so that
+/// `find_libraries` never runs `offload-arch`; with the arch-neutral
+/// package of the multi-arch index there is no family to fix, and torch's
+/// own preload asks for none.
 const QUERY: &str = r#"
 import json, os, sys
 out = {}
 try:
     import rocm_sdk
     from rocm_sdk import _dist_info as d
+    try:
+        from importlib import metadata
+        out["version"] = metadata.version("rocm")
+    except Exception:
+        out["version"] = rocm_sdk.__version__
     pkg = d.ALL_PACKAGES["libraries"]
-    installed = [f for f in d.AVAILABLE_TARGET_FAMILIES if pkg.has_py_package(f)]
-    family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or (installed[0] if len(installed) == 1 else None)
-    out = {"version": rocm_sdk.__version__, "installed": installed, "family": family}
-    if family:
-        os.environ["ROCM_SDK_TARGET_FAMILY"] = family
+    if pkg.is_target_specific:
+        installed = sorted(f for f in d.AVAILABLE_TARGET_FAMILIES if pkg.has_py_package(f))
+        family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or (installed[0] if len(installed) == 1 else None)
+        out.update(installed=installed, family=family)
+        if family:
+            os.environ["ROCM_SDK_TARGET_FAMILY"] = family
+    else:
+        from importlib import metadata
+        prefix = "rocm-sdk-device-"
+        names = {(dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions()}
+        out["targets"] = sorted(n[len(prefix):] for n in names if n.startswith(prefix))
+    if out.get("family") or not pkg.is_target_specific:
         out["miopen"] = str(rocm_sdk.find_libraries("miopen")[0])
         out["core"] = str(rocm_sdk.find_libraries("amdhip64")[0].parent)
 except Exception as e:
@@ -63,6 +102,8 @@ struct Answer {
     #[serde(default)]
     installed: Vec<String>,
     family: Option<String>,
+    /// Device overlays of a multi-arch install; None for per-family.
+    targets: Option<Vec<String>>,
     miopen: Option<PathBuf>,
     core: Option<PathBuf>,
     error: Option<String>,
@@ -88,11 +129,15 @@ pub fn find(torch_dir: &Path, python: Option<&Path>) -> Result<Option<Sdk>> {
         if a.installed.len() > 1 && a.family.is_none() {
             return Err(several(&a.installed));
         }
-        if let (Some(version), Some(family), Some(miopen)) = (&a.version, &a.family, &a.miopen) {
+        let family = match (&a.targets, &a.family) {
+            (Some(targets), _) => Some(multi_arch(targets)),
+            (None, family) => family.clone(),
+        };
+        if let (Some(version), Some(family), Some(miopen)) = (&a.version, family, &a.miopen) {
             let package = confined(miopen, site)?;
             return Ok(Some(Sdk {
                 version: version.clone(),
-                family: family.clone(),
+                family,
                 package,
                 library: miopen.clone(),
                 core_lib: a.core.clone(),
@@ -140,7 +185,7 @@ fn confined(miopen: &Path, site: &Path) -> Result<PathBuf> {
         }
         _ => Err(hint(
             format!(
-                "rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a {LIBRARIES_PREFIX}* package beside torch in {}",
+                "rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a {LIBRARIES_PACKAGE}* package beside torch in {}",
                 miopen.display(),
                 site.display()
             ),
@@ -174,6 +219,8 @@ fn ask(python: &Path) -> Result<Answer> {
 }
 
 fn several(families: &[String]) -> anyhow::Error {
+    let mut families = families.to_vec();
+    families.sort();
     hint(
         format!(
             "several rocm-sdk libraries packages are installed ({}), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads",
@@ -189,58 +236,52 @@ fn several(families: &[String]) -> anyhow::Error {
     )
 }
 
-/// `site-packages/_rocm_sdk_libraries_<family>` above `lib/libMIOpen.so*`.
+/// The libraries package (`_rocm_sdk_libraries[_<family>]`) above
+/// `lib/libMIOpen.so*`.
 pub fn package_of(library: &Path) -> Option<PathBuf> {
     let package = library.parent()?.parent()?;
-    let name = package.file_name()?.to_str()?;
-    name.starts_with(LIBRARIES_PREFIX)
-        .then(|| package.to_owned())
+    is_libraries_package(package.file_name()?.to_str()?).then(|| package.to_owned())
 }
 
-/// The same answer from the files: the one libraries package in `site` (or
-/// the one ROCM_SDK_TARGET_FAMILY names), its first `lib/libMIOpen.so*` in
-/// sorted order as `find_libraries` takes it, and the version pip recorded.
+/// The same answer from the files: the arch-neutral libraries package of a
+/// multi-arch install, else the one per-family package in `site` (or the
+/// one ROCM_SDK_TARGET_FAMILY names); its first `lib/libMIOpen.so*` in
+/// sorted order as `find_libraries` takes it; the version pip recorded.
 fn from_files(site: &Path) -> Result<Option<Sdk>> {
     let mut packages = Vec::new();
+    let mut neutral = None;
     let mut core_lib = None;
+    let mut targets = Vec::new();
     let Ok(entries) = std::fs::read_dir(site) else {
         return Ok(None);
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(t) = name
+            .strip_prefix("rocm_sdk_device_")
+            .and_then(|r| r.split_once('-'))
+            .filter(|(_, rest)| rest.ends_with(".dist-info"))
+        {
+            targets.push(t.0.to_owned());
+        }
         let lib = e.path().join("lib");
         if !lib.is_dir() {
             continue;
         }
-        if let Some(rest) = name.strip_prefix(LIBRARIES_PREFIX) {
+        if name == LIBRARIES_PACKAGE {
+            neutral = Some(e.path());
+        } else if let Some(rest) = name.strip_prefix(&format!("{LIBRARIES_PACKAGE}_")) {
             packages.push((rest.to_owned(), e.path()));
         } else if name.starts_with("_rocm_sdk_core") {
             core_lib = Some(lib);
         }
     }
-    packages.sort();
-    // The package name is the family with `-` as `_`, then perhaps a nonce.
-    // Empty is unset, as for rocm_sdk itself (`os.environ.get(..) or`).
-    let wanted = std::env::var("ROCM_SDK_TARGET_FAMILY")
-        .ok()
-        .filter(|w| !w.is_empty())
-        .map(|w| w.replace('-', "_"));
-    let chosen: Vec<_> = packages
-        .iter()
-        .filter(|(fam, _)| {
-            wanted
-                .as_deref()
-                .is_none_or(|w| fam == w || fam.starts_with(&format!("{w}_")))
-        })
-        .collect();
-    let (family, package) = match chosen.as_slice() {
-        [] => return Ok(None),
-        [one] => (*one).clone(),
-        many => {
-            return Err(several(
-                &many.iter().map(|(f, _)| family_name(f)).collect::<Vec<_>>(),
-            ));
-        }
+    let (family, package) = match neutral {
+        Some(p) if packages.is_empty() || multi_arch_meta(site) => (multi_arch(&targets), p),
+        _ => match choose_family(packages)? {
+            Some(chosen) => chosen,
+            None => return Ok(None),
+        },
     };
     let mut libs: Vec<PathBuf> = std::fs::read_dir(package.join("lib"))?
         .flatten()
@@ -257,7 +298,7 @@ fn from_files(site: &Path) -> Result<Option<Sdk>> {
     };
     Ok(Some(Sdk {
         version: version_in(site).unwrap_or_else(|| "unknown".to_owned()),
-        family: family_name(&family),
+        family,
         package,
         library,
         core_lib,
@@ -266,13 +307,52 @@ fn from_files(site: &Path) -> Result<Option<Sdk>> {
     }))
 }
 
+/// Whether the installed rocm_sdk is a multi-arch build: its
+/// `_dist_info.py` names the libraries package without a family.
+fn multi_arch_meta(site: &Path) -> bool {
+    std::fs::read_to_string(site.join("rocm_sdk/_dist_info.py")).is_ok_and(|t| {
+        t.lines().any(|l| {
+            l.starts_with("ALL_PACKAGES[\"libraries\"].dist_package_template")
+                && !l.contains("{target_family}")
+        })
+    })
+}
+
+/// The per-family package torch loads: the one installed, or the one
+/// ROCM_SDK_TARGET_FAMILY names. `packages` are (name after the prefix, dir).
+fn choose_family(mut packages: Vec<(String, PathBuf)>) -> Result<Option<(String, PathBuf)>> {
+    packages.sort();
+    // The package name is the family with `-` as `_`, then perhaps a nonce.
+    // Empty is unset, as for rocm_sdk itself (`os.environ.get(..) or`).
+    let wanted = std::env::var("ROCM_SDK_TARGET_FAMILY")
+        .ok()
+        .filter(|w| !w.is_empty())
+        .map(|w| w.replace('-', "_"));
+    let chosen: Vec<_> = packages
+        .into_iter()
+        .filter(|(fam, _)| {
+            wanted
+                .as_deref()
+                .is_none_or(|w| fam == w || fam.starts_with(&format!("{w}_")))
+        })
+        .collect();
+    match chosen.as_slice() {
+        [] => Ok(None),
+        [(family, package)] => Ok(Some((family_name(family), package.clone()))),
+        many => Err(several(
+            &many.iter().map(|(f, _)| family_name(f)).collect::<Vec<_>>(),
+        )),
+    }
+}
+
 /// "gfx101X_dgpu" (the package name's form) -> "gfx101X-dgpu".
 fn family_name(package_suffix: &str) -> String {
     package_suffix.replace('_', "-")
 }
 
-/// The SDK version: pip's `rocm-<version>.dist-info`, else the
-/// `__version__` line of rocm_sdk/_dist_info.py.
+/// The SDK version: pip's `rocm-<version>.dist-info`, else the last
+/// `__version__` of rocm_sdk/_dist_info.py (the template says "DEFAULT",
+/// and the build appends the real one after it).
 pub fn version_in(site: &Path) -> Option<String> {
     let entries = std::fs::read_dir(site).ok()?;
     for e in entries.flatten() {
@@ -285,13 +365,13 @@ pub fn version_in(site: &Path) -> Option<String> {
         }
     }
     let text = std::fs::read_to_string(site.join("rocm_sdk/_dist_info.py")).ok()?;
-    text.lines().find_map(|l| {
+    text.lines().rev().find_map(|l| {
         let rest = l
             .strip_prefix("__version__")?
             .trim_start()
             .strip_prefix('=')?;
         let v = rest.trim().trim_matches(['"', '\'']);
-        (!v.is_empty()).then(|| v.to_owned())
+        (!v.is_empty() && v != "DEFAULT").then(|| v.to_owned())
     })
 }
 

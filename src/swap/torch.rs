@@ -294,7 +294,7 @@ fn which_library(
                     format!(
                         "torch {named} (hip {hip}) at {} has no MIOpen: torch/lib has no libMIOpen.so, and there is no rocm-sdk libraries package ({}*) beside it in {}",
                         dir.display(),
-                        crate::swap::rocm_sdk::LIBRARIES_PREFIX,
+                        crate::swap::rocm_sdk::LIBRARIES_PACKAGE,
                         dir.parent().unwrap_or(Path::new("/")).display()
                     ),
                     "reinstall torch (a pytorch.org ROCm wheel bundles libMIOpen.so; TheRock's torch needs its libraries: `pip install \"rocm[libraries]\"`)",

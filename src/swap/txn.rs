@@ -207,7 +207,7 @@ impl Journal {
                         .package
                         .file_name()
                         .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(crate::swap::rocm_sdk::LIBRARIES_PREFIX))
+                        .is_some_and(crate::swap::rocm_sdk::is_libraries_package)
                     && sdk.library.parent().and_then(Path::parent) == Some(sdk.package.as_path());
                 if !sibling {
                     return Err(format!(

@@ -236,7 +236,7 @@ fn a_rocm_sdk_answer_outside_torchs_own_libraries_package_is_refused() {
         &sb.root.join("other-env/site"),
         crate::support::runtime(),
         crate::rocm_sdk::SDK,
-        &["gfx101X-dgpu"],
+        rdna1_testkit::SdkShape::PerFamily(&["gfx101X-dgpu"]),
     );
     let hip = sdk.site.join("_rocm_sdk_core/lib/libamdhip64.so.7");
     for (name, wrong) in [("python-other", &other.miopen), ("python-hip", &hip)] {
@@ -253,7 +253,7 @@ fn a_rocm_sdk_answer_outside_torchs_own_libraries_package_is_refused() {
         ];
         let run = sb.install(&["--python", &python]).fails();
         run.error_is(&format!(
-            "error: rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a _rocm_sdk_libraries_* package beside torch in {}\nhelp: rdna1-patch replaces only the MIOpen of torch's own environment[..]",
+            "error: rocm_sdk.find_libraries('miopen') gave {}, which is not a libMIOpen.so* in a _rocm_sdk_libraries* package beside torch in {}\nhelp: rdna1-patch replaces only the MIOpen of torch's own environment[..]",
             wrong.display(),
             sdk.site.display()
         ));

@@ -5,12 +5,29 @@
 use std::path::Path;
 
 use crate::support::{Sandbox, runtime};
-use rdna1_testkit::FakeRocmSdk;
+use rdna1_testkit::{FakeRocmSdk, SdkShape};
 
 pub const SDK: &str = "7.14.0";
 
+/// TheRock's older per-family layout.
 pub fn sdk(sb: &Sandbox, families: &[&str]) -> FakeRocmSdk {
-    FakeRocmSdk::create(&sb.root.join("site"), runtime(), SDK, families)
+    FakeRocmSdk::create(
+        &sb.root.join("site"),
+        runtime(),
+        SDK,
+        SdkShape::PerFamily(families),
+    )
+}
+
+/// TheRock's multi-arch layout, as `pip install "torch[device-gfx1010]"`
+/// from its multi-arch index leaves it.
+pub fn multi(sb: &Sandbox, targets: &[&str]) -> FakeRocmSdk {
+    FakeRocmSdk::create(
+        &sb.root.join("site"),
+        runtime(),
+        SDK,
+        SdkShape::MultiArch(targets),
+    )
 }
 
 /// Build the fixture against the devel SDK, as a TheRock user would.
@@ -180,8 +197,94 @@ fn doctor_names_the_layout_and_the_devel_sdk() {
             "devel SDK at {}: build with --rocm {0}",
             sdk.devel.display()
         ));
+    // rocm[devel] not installed: neither its package nor its tree.
     std::fs::remove_dir_all(&sdk.devel).unwrap();
+    std::fs::remove_dir_all(sdk.site.join("rocm_sdk_devel")).unwrap();
     let run = doctor(&sb);
     run.prints("rocm_sdk path --root failed: ERROR: Could not load the `rocm[devel]` package")
         .prints("pip install \"rocm[devel]\"");
+}
+
+/// `pip install "torch[device-gfx1010]"` from TheRock's multi-arch index:
+/// one `_rocm_sdk_libraries` package with device overlays, no family in
+/// any name, and no ROCM_SDK_TARGET_FAMILY needed (torch's preload does not
+/// ask for one).
+#[test]
+fn install_verify_and_rollback_on_the_multi_arch_layout() {
+    let sb = Sandbox::new();
+    let sdk = multi(&sb, &["gfx1010", "gfx1011", "gfx1012", "gfx1030"]);
+    assert!(
+        sdk.miopen
+            .ends_with("_rocm_sdk_libraries/lib/libMIOpen.so.1")
+    );
+    build_against(&sb, &sdk.devel);
+    let original = std::fs::read(&sdk.miopen).unwrap();
+    let devel_copy = sdk.devel.join("lib/libMIOpen.so.1");
+    assert!(
+        same_inode(&devel_copy, &sdk.miopen),
+        "the devel tree links the package's file"
+    );
+    assert!(sdk.record_matches(&sdk.miopen));
+    let maps = sb.maps_after_import();
+    assert!(maps.contains(&sdk.miopen.display().to_string()), "{maps}");
+    let preloaded = rdna1_testkit::TORCH_PRELOADS.len();
+    assert_eq!(preloaded, 20);
+
+    let run = sb.install(&[]).ok();
+    run.says(&format!(
+        "rocm-sdk {SDK} multi-arch, device gfx1010, gfx1011, gfx1012, gfx1030"
+    ))
+    .says("installing the library as built (no relink)")
+    .says(&format!("Installed {}", sdk.miopen.display()));
+    assert_eq!(
+        std::fs::read(&sdk.miopen).unwrap(),
+        std::fs::read(sb.prefix.join("lib/libMIOpen.so.1")).unwrap()
+    );
+    // The swap renamed a new file into place: the devel tree's hard link
+    // still holds the original, byte for byte.
+    assert_eq!(std::fs::read(&devel_copy).unwrap(), original);
+    assert!(!sdk.record_matches(&sdk.miopen));
+    assert!(
+        sb.maps_after_import()
+            .contains(&sdk.miopen.display().to_string())
+    );
+    sb.verify(&["--python", "python3", "--runtime"])
+        .ok()
+        .prints(&format!(
+            "ok    layout    rocm-sdk {SDK} (multi-arch, device gfx1010, gfx1011, gfx1012, gfx1030): torch's preload loads {} (found by rocm_sdk)",
+            sdk.miopen.display()
+        ))
+        .prints("ok    runtime")
+        .prints("ok    links");
+    sb.status().prints("layout rocm-sdk");
+
+    sb.rollback(&[]).ok().says("copied back from the backup");
+    assert_eq!(std::fs::read(&sdk.miopen).unwrap(), original);
+    assert!(
+        sdk.record_matches(&sdk.miopen),
+        "pip's RECORD hash matches again"
+    );
+}
+
+/// The same install found from the files alone (no python answer), and
+/// the version from pip's metadata, not the template's `DEFAULT`.
+#[test]
+fn the_multi_arch_layout_is_read_from_the_files_too() {
+    let sb = Sandbox::new();
+    let sdk = multi(&sb, &["gfx1010"]);
+    build_against(&sb, &sdk.devel);
+    std::fs::remove_dir_all(sdk.site.join(format!("rocm-{SDK}.dist-info"))).unwrap();
+    let dir = sdk.torch.dir.display().to_string();
+    sb.install(&["--torch-dir", &dir])
+        .ok()
+        .says(&format!("rocm-sdk {SDK} multi-arch, device gfx1010"))
+        .says("found by filesystem");
+    sb.rollback(&[]).ok();
+    assert!(sdk.record_matches(&sdk.miopen));
+}
+
+fn same_inode(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
 }

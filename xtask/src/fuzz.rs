@@ -3,7 +3,8 @@
 //! libraries: clang's HIP fat binaries (one arch and three) and the fake
 //! runtime's ELF files. Not in CI: it runs for
 //! minutes. It fails on any crash, abort, out-of-memory or slow input
-//! (`-timeout=1` on inputs of at most 1 MiB: no input may take 1 s per MB).
+//! (`-timeout=1` on inputs of at most 1 MiB), and then on any corpus input
+//! that, repeated to 4 MiB, takes 1 s per MB.
 //!
 //! The fuzz crate is built with stable rustc and the flags cargo-fuzz
 //! passes for libFuzzer's coverage (sancov), so no nightly is needed.
@@ -79,6 +80,64 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     if summary.crashes + summary.timeouts + summary.ooms > 0 || !found.is_empty() {
         bail!("the readers failed on fuzzed input; see {}", log.display());
     }
+    scale(&bin, &corpus, &work.join("scaled"))
+}
+
+/// Fuzzed inputs are small; a reader that is not linear shows on large
+/// ones. Each corpus input is repeated up to 4 MiB (a section of many
+/// bundles, a file of many headers) and run once; none may take 1 s per MB.
+fn scale(bin: &Path, corpus: &Path, dir: &Path) -> Result<()> {
+    const SIZE: usize = 4 << 20;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let mut inputs = Vec::new();
+    for e in std::fs::read_dir(corpus)?.flatten() {
+        let bytes = std::fs::read(e.path())?;
+        if bytes.is_empty() {
+            continue;
+        }
+        let big: Vec<u8> = bytes.iter().copied().cycle().take(SIZE).collect();
+        let path = dir.join(e.file_name());
+        std::fs::write(&path, big)?;
+        inputs.push(path);
+    }
+    let mut worst = (0.0f64, PathBuf::new());
+    for batch in inputs.chunks(100) {
+        let out = Command::new(bin)
+            .arg("-timeout=4")
+            .args(batch)
+            .output()
+            .context("cannot run the fuzz target")?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("a repeated input failed:\n{text}");
+        }
+        for line in text.lines() {
+            // "Executed /path in 12 ms"
+            let Some(rest) = line.strip_prefix("Executed ") else {
+                continue;
+            };
+            let Some((path, ms)) = rest.rsplit_once(" in ") else {
+                continue;
+            };
+            let ms: f64 = ms.trim_end_matches(" ms").parse().unwrap_or(0.0);
+            let per_mb = ms / 1000.0 / (SIZE as f64 / (1 << 20) as f64);
+            if per_mb > worst.0 {
+                worst = (per_mb, PathBuf::from(path));
+            }
+        }
+    }
+    println!(
+        "fuzz: {} corpus inputs repeated to {} MiB: the slowest took {:.4} s per MB ({})",
+        inputs.len(),
+        SIZE >> 20,
+        worst.0,
+        worst.1.display()
+    );
+    if worst.0 >= 1.0 {
+        bail!("{} took {:.2} s per MB", worst.1.display(), worst.0);
+    }
+    let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
 
