@@ -20,5 +20,6 @@ pub(crate) mod inspect;
 pub(crate) mod interrupt;
 pub(crate) mod output;
 pub(crate) mod proc;
+pub(crate) mod select;
 pub mod swap;
 pub(crate) mod ui;

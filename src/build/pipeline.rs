@@ -31,6 +31,8 @@ pub enum Stage {
 
 pub struct Options {
     pub profile: Profile,
+    /// Why this profile, when it was chosen for the user's torch.
+    pub profile_why: Option<String>,
     pub component: String,
     pub work_dir: WorkDir,
     pub prefix: Option<PathBuf>,
@@ -276,8 +278,14 @@ impl BuildPlan<'_> {
         let commit = source::planned_commit(&self.source_request())?
             .unwrap_or_else(|| "(resolved on first fetch)".into());
         lines.push(format!(
-            "profile:   {} ({})",
-            self.opts.profile.name, self.opts.profile.origin
+            "profile:   {} ({}){}",
+            self.opts.profile.name,
+            self.opts.profile.origin,
+            self.opts
+                .profile_why
+                .as_deref()
+                .map(|w| format!(", chosen {w}"))
+                .unwrap_or_default()
         ));
         lines.push(format!(
             "source:    {} {} commit {}{}",
@@ -333,12 +341,20 @@ impl BuildPlan<'_> {
         Ok(lines.join("\n"))
     }
 
-    fn execute(&self, ui: &Ui) -> Result<()> {
-        let stop = self.opts.stop_after;
+    /// What was chosen for the user, before anything runs.
+    fn announce(&self, ui: &Ui) {
+        if let Some(why) = &self.opts.profile_why {
+            ui.stage("Profile", format!("{} {why}", self.opts.profile.name));
+        }
         if let Some(note) = &self.compiler_note {
             ui.stage("Compiler", note);
         }
         ui.stage("Targets", &self.targets_note);
+    }
+
+    fn execute(&self, ui: &Ui) -> Result<()> {
+        let stop = self.opts.stop_after;
+        self.announce(ui);
         self.check_work_dirs()?;
         if stop >= Stage::Install {
             prefix::preflight(&self.prefix)?;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use super::ProfileArg;
+use super::{ProfileArg, TorchArg};
 use crate::build::pipeline::{self, Stage};
 use crate::build::tools::Generator;
 use crate::build::workdir::WorkDir;
@@ -16,6 +16,9 @@ pub struct Args {
     component: String,
     #[command(flatten)]
     profile: ProfileArg,
+    /// Without --profile, the profile is the one for this torch
+    #[command(flatten)]
+    torch: TorchArg,
     /// Cache for sources, build dirs and logs [default: $XDG_CACHE_HOME/rdna1-patch]
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
@@ -97,8 +100,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             _ => bail!("-D {d}: expected KEY=VALUE"),
         }
     }
+    let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
     let opts = pipeline::Options {
-        profile: args.profile.load()?,
+        profile,
+        profile_why,
         component: args.component,
         work_dir: WorkDir::new(args.work_dir.as_deref())?,
         prefix: args.prefix,

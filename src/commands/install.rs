@@ -43,8 +43,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "`rdna1-patch install --into-torch --python ~/venv/bin/python`; `rdna1-patch build` already installed the prefix",
         ));
     }
+    let term = super::term::Term::new();
+    let ui = Ui::new(&term);
+    let (prefix, why) = args.prefix.resolve_for(&args.torch)?;
+    if let Some(why) = why {
+        ui.stage("Profile", why);
+    }
     let req = InstallRequest {
-        prefix: args.prefix.resolve()?,
+        prefix,
         torch: args.torch.locator(),
         state: args.state.open()?,
         force: args.force,
@@ -52,6 +58,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         jobs: crate::checksum::default_jobs(),
         sysfs: args.sysfs.root,
     };
-    into_torch::run(&req, &Ui::new(&super::term::Term::new()))?;
+    into_torch::run(&req, &ui)?;
     Ok(ExitCode::SUCCESS)
 }

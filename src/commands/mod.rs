@@ -21,14 +21,27 @@ use crate::build::profile::{DEFAULT_PROFILE, Profile};
 /// `--profile NAME|FILE`, shared by the verbs that need one.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProfileArg {
-    /// A built-in profile name, or a profile TOML file
-    #[arg(long, value_name = "NAME|FILE", default_value = DEFAULT_PROFILE)]
-    pub profile: String,
+    /// A built-in profile name, or a profile TOML file [default: rocm-6.2.4;
+    /// build and install choose the one for your torch]
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
 }
 
 impl ProfileArg {
     pub fn load(&self) -> Result<Profile> {
-        Profile::load(&self.profile)
+        Profile::load(self.profile.as_deref().unwrap_or(DEFAULT_PROFILE))
+    }
+
+    /// The profile named, else the one for the torch `torch` finds, with
+    /// why it was chosen.
+    pub fn for_torch(&self, torch: &TorchArg) -> Result<(Profile, Option<String>)> {
+        match &self.profile {
+            Some(p) => Ok((Profile::load(p)?, None)),
+            None => {
+                let c = crate::select::profile_for(&torch.locator())?;
+                Ok((c.profile, Some(c.why)))
+            }
+        }
     }
 }
 
@@ -91,6 +104,19 @@ impl PrefixArg {
         match &self.prefix {
             Some(p) => Ok(std::path::absolute(p)?),
             None => self.profile.load()?.install_prefix(),
+        }
+    }
+
+    /// [`PrefixArg::resolve`], where no --profile means the profile for
+    /// `torch`; with why, when it was chosen so.
+    pub fn resolve_for(&self, torch: &TorchArg) -> Result<(PathBuf, Option<String>)> {
+        match &self.prefix {
+            Some(p) => Ok((std::path::absolute(p)?, None)),
+            None => {
+                let (profile, why) = self.profile.for_torch(torch)?;
+                let why = why.map(|w| format!("{} {w}", profile.name));
+                Ok((profile.install_prefix()?, why))
+            }
         }
     }
 }

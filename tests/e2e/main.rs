@@ -12,6 +12,7 @@ mod monorepo;
 mod patches;
 mod reliability;
 mod rocm_sdk;
+mod select;
 mod support;
 mod targets;
 mod torch;

@@ -1,0 +1,98 @@
+//! Which built-in profile a torch needs, when the user names none: the one
+//! built for the ROCm line the torch was built for (torch.version.hip's
+//! major.minor for a bundled MIOpen, the rocm-sdk version for TheRock's
+//! packages). Above `build` and `swap`: it reads the torch the swap finds
+//! and answers with a profile the build loads.
+
+use anyhow::Result;
+
+use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
+use crate::build::tools::major_minor;
+use crate::error::hint;
+use crate::swap::torch::{self, Layout, Locator};
+
+/// The profile chosen, and why, for the user to read.
+pub struct Chosen {
+    pub profile: Profile,
+    pub why: String,
+}
+
+/// The built-in profile for the torch `loc` finds. No ROCm torch to be
+/// found: the default profile, said as such. A ROCm line with no profile:
+/// an error naming the lines there are and the routes to them.
+pub fn profile_for(loc: &Locator) -> Result<Chosen> {
+    let t = match torch::locate(loc) {
+        Ok(t) => t,
+        Err(e) => {
+            return Ok(Chosen {
+                profile: Profile::load(DEFAULT_PROFILE)?,
+                why: format!(
+                    "the default: no ROCm torch to match ({}); --profile chooses",
+                    first_line(&format!("{e:#}"))
+                ),
+            });
+        }
+    };
+    let line = major_minor(t.rocm());
+    let (what, key) = match &t.layout {
+        Layout::Bundled => ("torch.version.hip", t.hip.as_str()),
+        Layout::RocmSdk(_) => ("rocm-sdk", t.rocm()),
+    };
+    let profiles = builtin()?;
+    if let Some(p) = profiles
+        .iter()
+        .find(|p| major_minor(&p.rocm.torch_hip) == line)
+    {
+        return Ok(Chosen {
+            profile: p.clone(),
+            why: format!(
+                "for torch {} at {} ({what} {key}: ROCm {line})",
+                t.version,
+                t.dir.display()
+            ),
+        });
+    }
+    let lines: Vec<String> = profiles
+        .iter()
+        .map(|p| format!("ROCm {} ({})", major_minor(&p.rocm.torch_hip), p.name))
+        .collect();
+    Err(hint(
+        format!(
+            "no built-in profile is for torch {} at {} ({what} {key}: ROCm {line}); there are profiles for {}",
+            t.version,
+            t.dir.display(),
+            lines.join(", ")
+        ),
+        {
+            let from = nearest(&profiles, &line).unwrap_or(DEFAULT_PROFILE);
+            format!(
+                "a library built for another ROCm line crashes in this torch, so none is picked for you. Use a torch of one of those lines; for an RX 5000 card the best is TheRock's native gfx101x torch (`pip install \"torch[device-gfx1010]\"` from TheRock's multi-arch index, profile therock-7.14). Or write a profile for ROCm {line}, starting from the nearest: `rdna1-patch profiles export {from} DIR`, then --profile DIR/{from}.toml"
+            )
+        },
+    ))
+}
+
+fn builtin() -> Result<Vec<Profile>> {
+    profile::builtin_names()
+        .iter()
+        .map(|n| Profile::load(n))
+        .collect()
+}
+
+/// The profile whose line is closest to `line` (numerically), to start from.
+fn nearest<'a>(profiles: &'a [Profile], line: &str) -> Option<&'a str> {
+    let num = |v: &str| -> Option<f64> {
+        let (a, b) = v.split_once('.')?;
+        Some(a.parse::<f64>().ok()? * 100.0 + b.parse::<f64>().ok()?)
+    };
+    let want = num(line)?;
+    profiles
+        .iter()
+        .filter_map(|p| Some((num(&major_minor(&p.rocm.torch_hip))?, p.name.as_str())))
+        .min_by(|a, b| (a.0 - want).abs().total_cmp(&(b.0 - want).abs()))
+        .map(|(_, n)| n)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}

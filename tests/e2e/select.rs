@@ -1,0 +1,97 @@
+//! `build` and `install` without --profile take the profile for the torch
+//! they target, say which and why, and refuse a ROCm line with no profile.
+
+use crate::support::{FakeTorch, Run, Sandbox, TorchKind, fixtures, runtime};
+
+/// `build miopen --dry-run` with no --profile, against python3's torch.
+fn dry_run(sb: &Sandbox) -> Run {
+    let no_gpu = fixtures().join("sysfs/no-gpu");
+    sb.run(&[
+        "build",
+        "miopen",
+        "--dry-run",
+        "--work-dir",
+        sb.work.to_str().unwrap(),
+        "--sysfs-root",
+        no_gpu.to_str().unwrap(),
+    ])
+}
+
+fn bundled(sb: &Sandbox, version: &str, hip: &str) -> FakeTorch {
+    FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Rocm,
+        version,
+        hip,
+    )
+}
+
+#[test]
+fn build_picks_the_profile_for_each_torch_line_or_refuses() {
+    for (version, hip, profile) in [
+        ("2.5.1+rocm6.2", "6.2.41133-dd7f95766", "rocm-6.2.4"),
+        ("2.7.1+rocm6.3", "6.3.42131-fa1d09cbd", "rocm-6.3.1"),
+    ] {
+        let sb = Sandbox::new();
+        let t = bundled(&sb, version, hip);
+        dry_run(&sb).ok().prints(&format!(
+            "profile:   {profile} (built-in), chosen for torch {version} at {} (torch.version.hip {hip}: ROCm {})",
+            t.dir.canonicalize().unwrap().display(),
+            &hip[..3]
+        ));
+    }
+    for (version, hip, line, nearest) in [
+        ("2.8.0+rocm6.4", "6.4.43482-0f2d60242", "6.4", "rocm-6.3.1"),
+        (
+            "2.10.0+rocm7.2",
+            "7.2.26015-fc0010cf6",
+            "7.2",
+            "therock-7.14",
+        ),
+    ] {
+        let sb = Sandbox::new();
+        let t = bundled(&sb, version, hip);
+        let run = dry_run(&sb).fails();
+        run.error_is(&format!(
+            "error: no built-in profile is for torch {version} at {} (torch.version.hip {hip}: ROCm {line}); there are profiles for ROCm 6.2 (rocm-6.2.4), ROCm 6.3 (rocm-6.3.1), ROCm 7.14 (therock-7.14)
+help: a library built for another ROCm line crashes in this torch, so none is picked for you. [..]`rdna1-patch profiles export {nearest} DIR`, then --profile DIR/{nearest}.toml",
+            t.dir.canonicalize().unwrap().display()
+        ));
+        run.says("pip install \"torch[device-gfx1010]\"");
+    }
+}
+
+#[test]
+fn a_therock_torch_gets_the_therock_profile_and_no_torch_gets_the_default() {
+    let sb = Sandbox::new();
+    let sdk = crate::rocm_sdk::multi(&sb, &["gfx1010"]);
+    dry_run(&sb).ok().prints(&format!(
+        "profile:   therock-7.14 (built-in), chosen for torch 2.11.0+rocm7.14.0 at {} (rocm-sdk 7.14.0: ROCm 7.14)",
+        sdk.torch.dir.canonicalize().unwrap().display()
+    ));
+    // No torch where python3 looks: the default, said as such.
+    let sb = Sandbox::new();
+    dry_run(&sb)
+        .ok()
+        .prints("profile:   rocm-6.2.4 (built-in), chosen the default: no ROCm torch to match (");
+}
+
+#[test]
+fn install_without_a_profile_uses_the_prefix_of_the_torchs_profile() {
+    let sb = Sandbox::new();
+    bundled(&sb, "2.7.1+rocm6.3", "6.3.42131-fa1d09cbd");
+    let data = sb.root.join("xdg-data");
+    let out = sb
+        .cmd()
+        .args(["install", "--into-torch", "--state-dir", &sb.state()])
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .unwrap();
+    let run = Run::from(out).fails();
+    run.says("Profile rocm-6.3.1 for torch 2.7.1+rocm6.3")
+        .says(&format!(
+            "{}",
+            data.join("rdna1-patch/rocm-6.3.1").display()
+        ));
+}
