@@ -144,9 +144,7 @@ mod tests {
     fn a_fifo_where_a_library_should_be_fails_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("libMIOpen.so");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        crate::fsutil::mkfifo(&fifo);
         let err = read(&fifo).unwrap_err().to_string();
         assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
     }

@@ -258,6 +258,14 @@ pub fn try_lock_dir(dir: &Path) -> Result<Option<std::fs::File>> {
     }
 }
 
+/// Make a FIFO at `path`, for the tests that check one is refused.
+#[cfg(test)]
+pub fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,9 +274,7 @@ mod tests {
     fn a_fifo_or_device_is_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        mkfifo(&fifo);
         let err = open_regular(&fifo).unwrap_err().to_string();
         assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
         let err = open_regular(Path::new("/dev/zero"))

@@ -324,9 +324,7 @@ mod tests {
     fn a_fifo_or_bad_values_are_named_not_hidden() {
         let fifo = spoiled("rx5600xt-gfx1010", "1", |p| {
             std::fs::remove_file(p).unwrap();
-            let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
-            // SAFETY: a valid C string.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+            crate::fsutil::mkfifo(p);
         });
         let s = scan_all(&fifo.path().join("sys"));
         assert!(s.gpus.is_empty());
