@@ -32,29 +32,26 @@ fn build_picks_the_profile_for_each_torch_line_or_refuses() {
     for (version, hip, profile) in [
         ("2.5.1+rocm6.2", "6.2.41133-dd7f95766", "rocm-6.2.4"),
         ("2.7.1+rocm6.3", "6.3.42131-fa1d09cbd", "rocm-6.3.1"),
+        ("2.8.0+rocm6.4", "6.4.43482-0f2d60242", "rocm-6.4.3"),
+        ("2.10.0+rocm7.2", "7.2.26015-fc0010cf6", "rocm-7.2"),
     ] {
         let sb = Sandbox::new();
         let t = bundled(&sb, version, hip);
         dry_run(&sb).ok().prints(&format!(
             "profile:   {profile} (built-in), chosen for torch {version} at {} (torch.version.hip {hip}: ROCm {})",
             t.dir.canonicalize().unwrap().display(),
-            &hip[..3]
+            &hip[..hip.find('.').unwrap() + 2]
         ));
     }
     for (version, hip, line, nearest) in [
-        ("2.8.0+rocm6.4", "6.4.43482-0f2d60242", "6.4", "rocm-6.3.1"),
-        (
-            "2.10.0+rocm7.2",
-            "7.2.26015-fc0010cf6",
-            "7.2",
-            "therock-7.14",
-        ),
+        ("2.4.1+rocm6.1", "6.1.40091-a8dbc0c19", "6.1", "rocm-6.2.4"),
+        ("2.9.1+rocm7.0", "7.0.51831-a3e329ad8", "7.0", "rocm-7.2"),
     ] {
         let sb = Sandbox::new();
         let t = bundled(&sb, version, hip);
         let run = dry_run(&sb).fails();
         run.error_is(&format!(
-            "error: no built-in profile is for torch {version} at {} (torch.version.hip {hip}: ROCm {line}); there are profiles for ROCm 6.2 (rocm-6.2.4), ROCm 6.3 (rocm-6.3.1), ROCm 7.14 (therock-7.14)
+            "error: no built-in profile is for torch {version} at {} (torch.version.hip {hip}: ROCm {line}); there are profiles for ROCm 6.2 (rocm-6.2.4), ROCm 6.3 (rocm-6.3.1), ROCm 6.4 (rocm-6.4.3), ROCm 7.2 (rocm-7.2), ROCm 7.14 (therock-7.14)
 help: a library built for another ROCm line crashes in this torch, so none is picked for you. [..]`rdna1-patch profiles export {nearest} DIR`, then --profile DIR/{nearest}.toml",
             t.dir.canonicalize().unwrap().display()
         ));

@@ -6,6 +6,12 @@
 //! The results replace this profile's section of FIDELITY.md. It fails when
 //! the patched kernels do not all compile or the gfx1030 control does not,
 //! since then either the series or the harness is wrong.
+//!
+//! `cargo xtask fidelity --release VERSION` does the kernel part for a
+//! release whose sources cannot be had here: the batch-norm kernel texts
+//! Debian's libmiopen1 VERSION embeds (6.4.3 in unstable, 7.2.4 in
+//! experimental), pristine and with the bn-gfx101x series' change made to
+//! them (fidelity-release.sh, release_kernels.py, apply_release.py).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,20 +22,29 @@ use anyhow::{Context, Result, bail};
 use crate::rocm_env;
 
 const SCRIPT: &str = include_str!("fidelity.sh");
+const HARNESS: &str = include_str!("bn-kernels.sh");
+const RELEASE_SCRIPT: &str = include_str!("fidelity-release.sh");
+const EXTRACT: &str = include_str!("release_kernels.py");
+const APPLY: &str = include_str!("apply_release.py");
 const ARCHES: [&str; 4] = ["gfx1010", "gfx1011", "gfx1012", "gfx1030"];
 
 pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let mut src = None;
     let mut profile = "rocm-6.2.4".to_owned();
+    let mut release = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--miopen-src" => src = Some(PathBuf::from(it.next().context("--miopen-src DIR")?)),
             "--profile" => profile = it.next().context("--profile NAME")?.clone(),
+            "--release" => release = Some(it.next().context("--release VERSION")?.clone()),
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME]"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --release VERSION"
             ),
         }
+    }
+    if let Some(version) = release {
+        return fidelity_release(root, &version);
     }
     let src = src.context(
         "--miopen-src DIR is required: a MIOpen checkout or tree at the profile's tag \
@@ -45,6 +60,7 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let fid = env.chroot.join("fid");
     std::fs::create_dir_all(&fid)?;
     std::fs::write(fid.join("fidelity.sh"), SCRIPT)?;
+    std::fs::write(fid.join("bn-kernels.sh"), HARNESS)?;
     copy_tree(&root.join("patches/compat"), &fid.join("compat"))?;
     env.run(
         root,
@@ -52,12 +68,52 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
         &format!("bash /fid/fidelity.sh {profile}"),
     )?;
 
-    let results = fid.join(&profile).join("results");
-    let section = render(&profile, &results)?;
+    write_section(root, &profile, &fid.join(&profile).join("results"))
+}
+
+/// The kernels Debian's libmiopen1 `version` embeds, pristine and patched.
+fn fidelity_release(root: &Path, version: &str) -> Result<()> {
+    let env = rocm_env::ensure(root)?;
+    // Debian experimental carries the 7.x packages; at its default pin it
+    // never replaces what unstable installed.
+    let experimental = env.chroot.join("etc/apt/sources.list.d/experimental.list");
+    std::fs::write(
+        &experimental,
+        "deb http://deb.debian.org/debian experimental main\n",
+    )?;
+    let fid = env.chroot.join("fid");
+    std::fs::create_dir_all(&fid)?;
+    for (name, text) in [
+        ("fidelity-release.sh", RELEASE_SCRIPT),
+        ("bn-kernels.sh", HARNESS),
+        ("release_kernels.py", EXTRACT),
+        ("apply_release.py", APPLY),
+    ] {
+        std::fs::write(fid.join(name), text)?;
+    }
+    copy_tree(
+        &root.join("patches/miopen/bn-gfx101x"),
+        &fid.join("bn-gfx101x"),
+    )?;
+    env.run(
+        root,
+        None,
+        &format!(
+            "apt-get -o Acquire::Check-Valid-Until=false update -qq && bash /fid/fidelity-release.sh {version}"
+        ),
+    )?;
+    let label = format!("release-{version}");
+    write_section(root, &label, &fid.join(&label).join("results"))
+}
+
+/// Render `label`'s results into its section of FIDELITY.md; fail when they
+/// do not show what the harness must show.
+fn write_section(root: &Path, label: &str, results: &Path) -> Result<()> {
+    let section = render(label, results)?;
     let path = root.join("FIDELITY.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, splice(&old, &profile, &section.text))?;
-    eprintln!("xtask: wrote the {profile} section of {}", path.display());
+    std::fs::write(&path, splice(&old, label, &section.text))?;
+    eprintln!("xtask: wrote the {label} section of {}", path.display());
     if !section.failures.is_empty() {
         bail!("{}", section.failures.join("; "));
     }
@@ -112,7 +168,10 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
     let mut failures = Vec::new();
     let mut s = String::new();
     let read = |name: &str| std::fs::read_to_string(results.join(name)).unwrap_or_default();
-    writeln!(s, "## `cargo xtask fidelity --profile {profile}`\n")?;
+    match profile.strip_prefix("release-") {
+        Some(v) => writeln!(s, "## `cargo xtask fidelity --release {v}`\n")?,
+        None => writeln!(s, "## `cargo xtask fidelity --profile {profile}`\n")?,
+    }
     writeln!(
         s,
         "Generated by the xtask on {}, with `{}`, in the rocm-env chroot. Source: {}.\n",
