@@ -533,6 +533,17 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    /// rocm-7.2's series carries bn-gfx101x's OpenCL patch as a copy (a
+    /// series names only files of its own directory): the two must not drift.
+    #[test]
+    fn the_copied_batchnorm_patch_is_the_same() {
+        let file = |p: &str| PATCHES.get_file(p).map(|f| f.contents()).unwrap();
+        assert_eq!(
+            file("miopen/rocm-7.2/0004-batchnorm-gfx101x.patch"),
+            file("miopen/bn-gfx101x/0004-batchnorm-gfx101x.patch")
+        );
+    }
+
     #[test]
     fn every_builtin_profile_parses_and_has_its_series() {
         assert!(!builtin_names().is_empty());
