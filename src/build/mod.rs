@@ -3,6 +3,7 @@
 //! `series` holds the `patches` verbs.
 
 pub(crate) mod cmake;
+pub(crate) mod compat;
 pub(crate) mod git;
 pub(crate) mod launcher;
 pub mod patch;

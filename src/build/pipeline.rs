@@ -52,6 +52,8 @@ pub struct Options {
     pub net_timeout: std::time::Duration,
     /// `--gpu-targets`: the offload arches to build for.
     pub gpu_targets: Option<Vec<String>>,
+    /// `--no-compat NAME`: compat fixes not to apply ("all": none).
+    pub no_compat: Vec<String>,
     /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
     pub sysfs: PathBuf,
 }
@@ -75,12 +77,14 @@ struct BuildPlan<'a> {
     compiler_note: Option<String>,
     /// GPU_TARGETS, and where it came from.
     targets_note: String,
+    /// What this toolchain needs of the build, and how it is met.
+    compat: Vec<crate::build::compat::Need>,
 }
 
 impl Options {
     fn plan(&self) -> Result<BuildPlan<'_>> {
         let component = self.profile.component(&self.component)?;
-        let series =
+        let mut series =
             crate::build::series::load(&self.profile, component, self.extra_patches.as_deref())?;
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
@@ -91,6 +95,7 @@ impl Options {
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let compat = self.meet_compat(component, &rocm, &mut series, &mut defines)?;
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
         let targets_note = self.choose_gpu_targets(&mut defines);
         // The profile's and the user's own launcher defines win.
@@ -131,7 +136,41 @@ impl Options {
             launcher,
             compiler_note,
             targets_note,
+            compat,
         })
+    }
+
+    /// What the toolchain at `rocm` needs of this build (a distribution's
+    /// ROCm: Boost 1.92, half.hpp where MIOpen does not look, comgr 3),
+    /// among the fixes the profile lists: compat series go after the
+    /// profile's, defines into `defines`.
+    fn meet_compat(
+        &self,
+        component: &crate::build::profile::Component,
+        rocm: &Path,
+        series: &mut Series,
+        defines: &mut std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::build::compat::Need>> {
+        use crate::build::compat::{self, Fix};
+        let needs = compat::needs(
+            &compat::read(rocm),
+            &component.compat,
+            &self.no_compat,
+            defines,
+            &self.defines,
+            &self.work_dir.profile_dir(&self.profile.name),
+        )?;
+        for n in &needs {
+            match &n.fix {
+                Fix::Series(name) => {
+                    series.append(Series::load(&Profile::compat_series(name)?)?)?;
+                }
+                Fix::Define { key, value, .. } => {
+                    defines.insert(key.clone(), value.display().to_string());
+                }
+            }
+        }
+        Ok(needs)
     }
 
     /// GPU_TARGETS: `--gpu-targets`, else a `-D` of the user's, else the
@@ -323,6 +362,13 @@ impl BuildPlan<'_> {
             lines.push(format!("compiler:  {note}"));
         }
         lines.push(format!("targets:   {}", self.targets_note));
+        for n in &self.compat {
+            lines.push(format!(
+                "compat:    {} (--no-compat {} to leave it out)",
+                n.describe(),
+                n.name
+            ));
+        }
         lines.push(format!(
             "launcher:  {}",
             self.launcher
@@ -341,6 +387,18 @@ impl BuildPlan<'_> {
         Ok(lines.join("\n"))
     }
 
+    /// Make what the compat defines point at, inside the work dir.
+    fn prepare_compat(&self) -> Result<()> {
+        for n in &self.compat {
+            if let crate::build::compat::Fix::Define { link, .. } = &n.fix {
+                self.opts
+                    .work_dir
+                    .check_confined(&link.0, "compat header link")?;
+            }
+        }
+        crate::build::compat::prepare(&self.compat)
+    }
+
     /// What was chosen for the user, before anything runs.
     fn announce(&self, ui: &Ui) {
         if let Some(why) = &self.opts.profile_why {
@@ -350,6 +408,9 @@ impl BuildPlan<'_> {
             ui.stage("Compiler", note);
         }
         ui.stage("Targets", &self.targets_note);
+        for n in &self.compat {
+            ui.stage("Compat", n.describe());
+        }
     }
 
     fn execute(&self, ui: &Ui) -> Result<()> {
@@ -369,6 +430,7 @@ impl BuildPlan<'_> {
         // Made (and recorded as the tool's, what `clean` may remove) once
         // the checks that need no fetch have passed.
         self.dirs.create_recorded()?;
+        self.prepare_compat()?;
         let record = PatchRecord::load(&self.patch_record());
         let edited = self.local_edits(&record)?;
         if !edited.is_empty() && self.opts.update {

@@ -81,6 +81,10 @@ pub struct Component {
     pub extra_patches: Option<String>,
     /// SONAME of the library the component installs, e.g. "libMIOpen.so.1".
     pub soname: String,
+    /// What a toolchain may need of this release that is known to apply to
+    /// it (`build::compat::KNOWN`): met when the toolchain needs it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compat: Vec<String>,
     pub cmake: CmakeSettings,
 }
 
@@ -317,6 +321,7 @@ impl Profile {
                     "invalid profile {label}: components.{name}.sparse needs a `subdir` (without one, the whole repository is checked out)"
                 );
             }
+            check_compat(label, name, c)?;
             if c.cmake.defines.contains_key("CMAKE_INSTALL_PREFIX") {
                 bail!(
                     "invalid profile {label}: set the install prefix with the top-level `prefix` key, not CMAKE_INSTALL_PREFIX"
@@ -349,6 +354,15 @@ impl Profile {
             Origin::File(file) => file.parent().unwrap_or(Path::new(".")).join(dir),
             Origin::Embedded => PathBuf::from(dir),
         })
+    }
+
+    /// A shipped compat series, `patches/compat/<name>`.
+    pub fn compat_series(name: &str) -> Result<SeriesDir> {
+        let path = format!("compat/{name}");
+        let dir = PATCHES
+            .get_dir(&path)
+            .ok_or_else(|| anyhow::anyhow!("patches/{path} is not in this binary"))?;
+        Ok(SeriesDir::Embedded(dir, path))
     }
 
     /// The patch series of a component, embedded or on disk.
@@ -412,6 +426,24 @@ impl CmakeSettings {
             defines.insert(k.clone(), v.clone());
         }
         defines
+    }
+}
+
+/// A component's `compat` names only fixes this version knows.
+fn check_compat(label: &str, name: &str, c: &Component) -> Result<()> {
+    match c
+        .compat
+        .iter()
+        .find(|n| !crate::build::compat::KNOWN.contains(&n.as_str()))
+    {
+        Some(bad) => Err(hint(
+            format!("invalid profile {label}: components.{name}.compat names `{bad}`"),
+            format!(
+                "known compat names: {}",
+                crate::build::compat::KNOWN.join(", ")
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

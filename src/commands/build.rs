@@ -70,8 +70,23 @@ pub struct Args {
     /// the RDNA1 cards this machine has, else gfx1010, gfx1011 and gfx1012]
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_gfx)]
     gpu_targets: Option<Vec<String>>,
+    /// Leave out a compat fix the toolchain would get (boost-1.92, half,
+    /// comgr-2), or `all`; repeatable
+    #[arg(long, value_name = "NAME", value_parser = parse_compat)]
+    no_compat: Vec<String>,
     #[command(flatten)]
     sysfs: super::SysfsArg,
+}
+
+fn parse_compat(s: &str) -> Result<String, String> {
+    if s == "all" || crate::build::compat::KNOWN.contains(&s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "expected all or one of {}",
+            crate::build::compat::KNOWN.join(", ")
+        ))
+    }
 }
 
 /// `gfx1010`, `gfx90a`, `gfx1010:xnack-`: what clang takes as an offload arch.
@@ -120,6 +135,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         extra_patches: args.extra_patches,
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
         gpu_targets: args.gpu_targets,
+        no_compat: args.no_compat,
         sysfs: args.sysfs.root,
     };
     if opts.dry_run {

@@ -324,6 +324,9 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
             ),
         }
     }
+    if path.is_dir() {
+        compat(req, &path, r);
+    }
     let hipcc = ["bin/hipcc", "llvm/bin/amdclang++", "bin/amdclang++"]
         .iter()
         .map(|p| path.join(p))
@@ -341,6 +344,43 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
 }
 
 /// The GPU checks; returns the cards' gfx names, read once from sysfs.
+/// What the toolchain at `path` would need of this profile's build, as
+/// `build` would meet it (build::compat).
+fn compat(req: &DoctorRequest, path: &std::path::Path, r: &mut CheckReport) {
+    use crate::build::compat;
+    let Some(c) = req.profile.components.values().next() else {
+        return;
+    };
+    let defines = c.cmake.effective_defines(path, &[]);
+    match compat::needs(
+        &compat::read(path),
+        &c.compat,
+        &[],
+        &defines,
+        &[],
+        std::path::Path::new("<work>"),
+    ) {
+        Ok(needs) if needs.is_empty() => r.push(
+            "compat",
+            Status::Ok,
+            format!("{} needs nothing of this toolchain", req.profile.name),
+        ),
+        Ok(needs) => r.push(
+            "compat",
+            Status::Ok,
+            format!(
+                "build will add: {}",
+                needs
+                    .iter()
+                    .map(compat::Need::describe)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+        Err(e) => r.push_error("compat", Status::Fail, &e),
+    }
+}
+
 fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
     let scan = gpu::scan_all(&req.sysfs);
     for p in &scan.problems {

@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod compat;
 mod conventions;
 mod detection;
 mod hostile;

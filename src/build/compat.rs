@@ -1,0 +1,151 @@
+//! What a toolchain needs of a build that the profile cannot know: a
+//! distribution's ROCm puts things where MIOpen does not look, or ships
+//! newer libraries than the release was written for. Each need is read from
+//! the toolchain itself (headers under `{rocm}/include`), offered only for
+//! the compat names the profile lists (`compat = [...]`: what is known to
+//! apply to its MIOpen), shown in the plan, the stage output and the
+//! provenance, and turned off with `--no-compat NAME`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::error::hint;
+
+/// The compat names a profile may list.
+pub const KNOWN: &[&str] = &["boost-1.92", "half", "comgr-2"];
+
+/// What one need adds to the build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fix {
+    /// A shipped compat series (`patches/compat/<name>`), after the profile's.
+    Series(String),
+    /// A define, with a directory the build makes first (a symlink farm
+    /// that puts a header where the project looks).
+    Define {
+        key: String,
+        value: PathBuf,
+        link: (PathBuf, PathBuf),
+    },
+}
+
+/// A need found, and how it is met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    pub name: &'static str,
+    /// What was found, for the user.
+    pub found: String,
+    pub fix: Fix,
+}
+
+impl Need {
+    pub fn describe(&self) -> String {
+        let how = match &self.fix {
+            Fix::Series(s) => format!("series compat/{s}"),
+            Fix::Define { key, value, .. } => format!("-D {key}={}", value.display()),
+        };
+        format!("{}: {} -> {how}", self.name, self.found)
+    }
+}
+
+/// The toolchain facts compat decides on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Toolchain {
+    /// BOOST_VERSION, e.g. 109200 for 1.92.
+    pub boost: Option<u32>,
+    /// Where a bare `half.hpp` is (Debian's libhalf-dev), when no
+    /// `half/half.hpp` is.
+    pub bare_half: Option<PathBuf>,
+    /// AMD_COMGR_INTERFACE_VERSION_MAJOR.
+    pub comgr_major: Option<u32>,
+}
+
+/// Read the facts from `{rocm}/include`.
+pub fn read(rocm: &Path) -> Toolchain {
+    let include = rocm.join("include");
+    let define = |file: &str, name: &str| -> Option<u32> {
+        let text = crate::fsutil::read_small(&include.join(file), 1 << 20).ok()?;
+        text.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("#define")?.trim_start();
+            rest.strip_prefix(name)?.trim().parse().ok()
+        })
+    };
+    Toolchain {
+        boost: define("boost/version.hpp", "BOOST_VERSION"),
+        bare_half: (!include.join("half/half.hpp").is_file() && include.join("half.hpp").is_file())
+            .then(|| include.join("half.hpp")),
+        comgr_major: define("amd_comgr/amd_comgr.h", "AMD_COMGR_INTERFACE_VERSION_MAJOR"),
+    }
+}
+
+/// The needs of `t` among the profile's `listed` compat names, less those
+/// in `off` ("all" turns every one off) and the defines the user gave.
+/// `dir` is where a define's symlink farm goes. An unmet need that nothing
+/// shipped can meet is an error, before anything is fetched.
+pub fn needs(
+    t: &Toolchain,
+    listed: &[String],
+    off: &[String],
+    defines: &BTreeMap<String, String>,
+    user_defines: &[(String, String)],
+    dir: &Path,
+) -> Result<Vec<Need>> {
+    let wanted = |name: &str| {
+        listed.iter().any(|l| l == name) && !off.iter().any(|o| o == name || o == "all")
+    };
+    let mut out = Vec::new();
+    if wanted("boost-1.92")
+        && let Some(v) = t.boost.filter(|v| *v >= 109200)
+    {
+        out.push(Need {
+            name: "boost-1.92",
+            found: format!("Boost {}.{}", v / 100_000, v / 100 % 1000),
+            fix: Fix::Series("boost-1.92".into()),
+        });
+    }
+    let given = |k: &str| user_defines.iter().any(|(d, _)| d == k);
+    if wanted("half")
+        && !given("HALF_INCLUDE_DIR")
+        && !defines.contains_key("HALF_INCLUDE_DIR")
+        && let Some(bare) = &t.bare_half
+    {
+        let value = dir.join("half-include");
+        out.push(Need {
+            name: "half",
+            found: format!("{} (no half/half.hpp beside it)", bare.display()),
+            fix: Fix::Define {
+                key: "HALF_INCLUDE_DIR".into(),
+                link: (value.join("half/half.hpp"), bare.clone()),
+                value,
+            },
+        });
+    }
+    if wanted("comgr-2")
+        && let Some(major) = t.comgr_major.filter(|m| *m >= 3)
+    {
+        return Err(hint(
+            format!(
+                "this ROCm's comgr is version {major}, and this MIOpen release is written for comgr 2: its src/comgr.cpp uses actions comgr 3 removed, and the build would stop there after most of an hour"
+            ),
+            "build a profile whose MIOpen has the comgr 3 port (rocm-6.3.1 and later), or use a ROCm with comgr 2; --no-compat comgr-2 builds anyway. Nothing was changed",
+        ));
+    }
+    Ok(out)
+}
+
+/// Make what a define needs (before configure; a dry run does not).
+pub fn prepare(needs: &[Need]) -> Result<()> {
+    for n in needs {
+        if let Fix::Define { link: (at, to), .. } = &n.fix {
+            if let Some(parent) = at.parent() {
+                crate::fsutil::create_dir_all(parent)?;
+            }
+            if std::fs::read_link(at).ok().as_deref() != Some(to.as_path()) {
+                crate::fsutil::remove_own_file(at)?;
+                std::os::unix::fs::symlink(to, at)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! What a distribution's ROCm needs of a build (issue 26), read from the
+//! toolchain's own headers: each need chosen, shown, and turned off by the
+//! user. The fake ROCm's include dir stands for Debian's /usr/include.
+
+use crate::support::{Run, Sandbox};
+
+/// A fake ROCm shaped like Debian unstable's: Boost 1.92, a bare half.hpp,
+/// comgr 3.
+fn debian_like(sb: &Sandbox) {
+    let inc = sb.rocm.join("include");
+    for (file, text) in [
+        (
+            "boost/version.hpp",
+            "#define BOOST_VERSION 109200\n#define BOOST_LIB_VERSION \"1_92\"\n",
+        ),
+        (
+            "half.hpp",
+            "// half: IEEE 754-based half-precision floating point library\n",
+        ),
+        (
+            "amd_comgr/amd_comgr.h",
+            "#define AMD_COMGR_INTERFACE_VERSION_MAJOR 3\n",
+        ),
+    ] {
+        std::fs::create_dir_all(inc.join(file).parent().unwrap()).unwrap();
+        std::fs::write(inc.join(file), text).unwrap();
+    }
+}
+
+fn with_compat(sb: &Sandbox, names: &str) {
+    sb.write_profile(|t| {
+        t.replace(
+            "soname = \"libMIOpen.so.1\"",
+            &format!("soname = \"libMIOpen.so.1\"\ncompat = [{names}]"),
+        )
+    });
+}
+
+fn dry(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut args = vec!["--dry-run"];
+    args.extend(extra);
+    sb.build(&args)
+}
+
+#[test]
+fn each_need_is_read_from_the_toolchain_and_can_be_turned_off() {
+    let sb = Sandbox::new();
+    debian_like(&sb);
+    with_compat(&sb, "\"boost-1.92\", \"half\"");
+    let half_dir = sb.work.join("mini/half-include");
+    let run = dry(&sb, &[]).ok();
+    run.prints("compat:    boost-1.92: Boost 1.92 -> series compat/boost-1.92 (--no-compat boost-1.92 to leave it out)")
+        .prints(&format!(
+            "compat:    half: {} (no half/half.hpp beside it) -> -D HALF_INCLUDE_DIR={} (--no-compat half to leave it out)",
+            sb.rocm.join("include/half.hpp").display(),
+            half_dir.display()
+        ))
+        .prints("then built-in patches/compat/boost-1.92)")
+        .prints(&format!("'-DHALF_INCLUDE_DIR={}'", half_dir.display()));
+
+    let off = dry(&sb, &["--no-compat", "boost-1.92"]).ok();
+    assert!(!off.stdout.contains("compat/boost-1.92"), "{}", off.stdout);
+    off.prints("compat:    half:");
+    let none = dry(&sb, &["--no-compat", "all"]).ok();
+    assert!(!none.stdout.contains("compat:"), "{}", none.stdout);
+    // A define of the user's wins over the one compat would make.
+    let given = dry(&sb, &["-D", "HALF_INCLUDE_DIR=/mine"]).ok();
+    assert!(
+        !given.stdout.contains("compat:    half"),
+        "{}",
+        given.stdout
+    );
+    given.prints("'-DHALF_INCLUDE_DIR=/mine'");
+    // A profile that lists nothing gets nothing, whatever the toolchain.
+    with_compat(&sb, "");
+    assert!(!dry(&sb, &[]).ok().stdout.contains("compat:"));
+    sb.build(&["--dry-run", "--no-compat", "fast"]).fails();
+}
+
+#[test]
+fn a_real_build_makes_the_half_link_and_records_the_define() {
+    let sb = Sandbox::new();
+    debian_like(&sb);
+    with_compat(&sb, "\"half\"");
+    let run = sb.build(&[]).ok();
+    let half_dir = sb.work.join("mini/half-include");
+    run.says(&format!(
+        "Compat half: {} (no half/half.hpp beside it) -> -D HALF_INCLUDE_DIR={}",
+        sb.rocm.join("include/half.hpp").display(),
+        half_dir.display()
+    ));
+    assert_eq!(
+        std::fs::read_link(half_dir.join("half/half.hpp")).unwrap(),
+        sb.rocm.join("include/half.hpp")
+    );
+    let provenance =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(
+        provenance.contains(&format!("HALF_INCLUDE_DIR = \"{}\"", half_dir.display())),
+        "{provenance}"
+    );
+}
+
+#[test]
+fn comgr_3_stops_a_release_written_for_comgr_2_before_the_fetch() {
+    let sb = Sandbox::new();
+    debian_like(&sb);
+    with_compat(&sb, "\"comgr-2\"");
+    let run = sb.build(&[]).fails();
+    run.error_is("error: this ROCm's comgr is version 3, and this MIOpen release is written for comgr 2: [..]\nhelp: build a profile whose MIOpen has the comgr 3 port (rocm-6.3.1 and later), or use a ROCm with comgr 2; --no-compat comgr-2 builds anyway. Nothing was changed");
+    assert!(!sb.work.exists(), "something was made before the stop");
+    sb.build(&["--dry-run", "--no-compat", "comgr-2"]).ok();
+}
