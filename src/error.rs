@@ -86,7 +86,7 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
         "schema_version": crate::output::SCHEMA_VERSION,
         "ok": false,
         "error": {
-            "message": format!("{err:#}"),
+            "message": chain(err),
             "causes": err.chain().map(|e| e.to_string()).collect::<Vec<_>>(),
             "help": help(err),
             "exit_code": code,
@@ -95,10 +95,31 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
+/// The causes of `err` joined by `: `, as `{:#}` joins them, less a cause
+/// that the one before it already ends with: some errors (walkdir's, say)
+/// print their source themselves and return it as their source too, which
+/// would say "No such file or directory (os error 2)" twice.
+pub fn chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
 /// The text the top level prints for `err`: the chain on one line, then
 /// the first hint's help on its own line (`output::error` prints it).
 pub fn render(err: &anyhow::Error) -> String {
-    let mut text = format!("error: {err:#}");
+    let mut text = format!("error: {}", chain(err));
     if let Some(help) = help(err) {
         text.push_str("\nhelp: ");
         text.push_str(help);
@@ -127,5 +148,18 @@ mod tests {
             "error: cannot install: no prefix\nhelp: pass --prefix"
         );
         assert_eq!(exit_code(&err), FAILED);
+    }
+
+    #[test]
+    fn a_cause_that_repeats_its_own_source_is_said_once() {
+        let walk = walkdir::WalkDir::new("/nonexistent-rdna1-patch-test")
+            .into_iter()
+            .next()
+            .unwrap()
+            .unwrap_err();
+        let err = anyhow::Error::new(walk).context("cannot walk /nope");
+        let text = render(&err);
+        assert_eq!(text.matches("(os error 2)").count(), 1, "{text}");
+        assert!(text.starts_with("error: cannot walk /nope: IO error for operation on /nonexistent-rdna1-patch-test: "), "{text}");
     }
 }

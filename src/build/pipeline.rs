@@ -187,7 +187,24 @@ impl Options {
         if let Some(list) = &self.gpu_targets {
             let value = list.join(";");
             defines.insert(KEY.into(), value.clone());
-            return format!("{value} (--gpu-targets)");
+            let other: Vec<&str> = list
+                .iter()
+                .map(String::as_str)
+                .filter(|t| {
+                    !["gfx1010", "gfx1011", "gfx1012"].contains(&t.split(':').next().unwrap_or(t))
+                })
+                .collect();
+            if other.is_empty() {
+                return format!("{value} (--gpu-targets)");
+            }
+            return format!(
+                "{value} (--gpu-targets); {} not RDNA1 (gfx1010, gfx1011, gfx1012): check the name, since RX 5000 cards run only code built for those",
+                if other.len() == 1 {
+                    format!("{} is", other[0])
+                } else {
+                    format!("{} are", other.join(", "))
+                }
+            );
         }
         if self.defines.iter().any(|(k, _)| k == KEY) {
             return format!(

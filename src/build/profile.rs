@@ -229,8 +229,17 @@ impl Profile {
     }
 
     pub fn from_file(path: &Path) -> Result<Profile> {
-        let text = crate::fsutil::read_small(path, PROFILE_LIMIT)
-            .with_context(|| format!("cannot read profile {}", path.display()))?;
+        if !path.exists() {
+            return Err(hint(
+                format!("there is no profile file {}", path.display()),
+                format!(
+                    "give the path of a profile file, or a built-in profile's name ({})",
+                    builtin_names().join(", ")
+                ),
+            ));
+        }
+        // read_small names the file; "profile" says what it was read for.
+        let text = crate::fsutil::read_small(path, PROFILE_LIMIT).context("reading a profile")?;
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         Profile::parse(&text, &path.display().to_string(), Origin::File(abs))
     }

@@ -118,6 +118,12 @@ pub struct Checked {
 }
 
 pub fn check(req: &CheckRequest) -> Result<Checked> {
+    if !req.source.is_dir() {
+        return Err(hint(
+            format!("there is no directory {}", req.source.display()),
+            "--source names a MIOpen source tree (a checkout of the profile's tag)",
+        ));
+    }
     let p = req.profile;
     let c = p.component(req.component)?;
     let series = load(p, c, req.extra)?;

@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 
 use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
 
@@ -43,8 +43,12 @@ pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
             }
         }
         ProfilesCommand::Show { name } => {
-            let text = profile::builtin_text(&name)
-                .ok_or_else(|| anyhow!("no built-in profile `{name}`"))?;
+            let text = profile::builtin_text(&name).ok_or_else(|| {
+                crate::error::hint(
+                    format!("no built-in profile named `{name}`"),
+                    format!("built-in profiles: {}", profile::builtin_names().join(", ")),
+                )
+            })?;
             crate::outln!("{}", text.trim_end_matches('\n'));
         }
         ProfilesCommand::Export { name, dir } => {
