@@ -31,3 +31,68 @@ fn a_gpu_target_that_is_not_rdna1_is_named() {
         .ok();
     assert!(!run.stdout.contains("not RDNA1"), "{}", run.stdout);
 }
+
+/// What bash offers for the words typed, through the script the binary
+/// prints, in a real bash.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let script = std::process::Command::new(crate::support::BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap()
+        .stdout;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rdna1-patch.bash");
+    std::fs::write(&path, script).unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let cword = words.len() - 1;
+    let prev = if cword > 0 { words[cword - 1] } else { "" };
+    let cmd = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={cword}; _rdna1__patch rdna1-patch '{}' '{prev}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        path.display(),
+        quoted.join(" "),
+        words[cword]
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &cmd])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completes_nested_verbs_and_flag_values_but_not_hidden_flags() {
+    assert_eq!(
+        bash_completes(&["rdna1-patch", "build", "--pro"]),
+        ["--profile"]
+    );
+    assert_eq!(bash_completes(&["rdna1-patch", "profiles", "s"]), ["show"]);
+    assert_eq!(
+        bash_completes(&["rdna1-patch", "build", "--stop-after", ""]),
+        ["fetch", "patch", "configure", "build", "install"]
+    );
+    assert!(bash_completes(&["rdna1-patch", "build", "--sys"]).is_empty());
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = std::process::Command::new(crate::support::BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap()
+            .stdout;
+        let text = String::from_utf8(script).unwrap();
+        assert!(!text.is_empty());
+        let offered = text
+            .lines()
+            .filter(|l| l.contains("sysfs-root") && !l.trim_start().starts_with("--sysfs-root)"))
+            .count();
+        assert_eq!(offered, 0, "{shell} offers the hidden --sysfs-root");
+    }
+}
