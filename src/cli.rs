@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
 
@@ -123,7 +123,12 @@ pub fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     crate::interrupt::install();
-    let cli = Cli::parse();
+    // clap colours its own errors and help before `--color` is parsed:
+    // read the flag first, so `--color never` holds for them too.
+    let matches = Cli::command()
+        .color(color_flag(std::env::args_os()))
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,
@@ -180,6 +185,27 @@ impl Command {
             _ => false,
         }
     }
+}
+
+/// The `--color` a command line gives (the last one wins, as in clap),
+/// for clap's own output.
+fn color_flag(args: impl Iterator<Item = std::ffi::OsString>) -> clap::ColorChoice {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut choice = clap::ColorChoice::Auto;
+    for (i, a) in args.iter().enumerate() {
+        let value = match a.strip_prefix("--color") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        };
+        match value {
+            Some("never") => choice = clap::ColorChoice::Never,
+            Some("always") => choice = clap::ColorChoice::Always,
+            Some("auto") => choice = clap::ColorChoice::Auto,
+            _ => {}
+        }
+    }
+    choice
 }
 
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {

@@ -96,3 +96,35 @@ fn bash_completes_nested_verbs_and_flag_values_but_not_hidden_flags() {
         assert_eq!(offered, 0, "{shell} offers the hidden --sysfs-root");
     }
 }
+
+/// stdout and stderr of the binary run on a pseudo-terminal (`script`), so
+/// that colour is what a person would see.
+fn on_a_terminal(args: &str) -> String {
+    let out = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} {args}", crate::support::BIN),
+            "/dev/null",
+        ])
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR_FORCE")
+        .output()
+        .expect("script (util-linux) runs the binary on a pty");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn color_never_holds_for_the_parsers_own_errors_and_help() {
+    // On a terminal the parser's error is coloured...
+    assert!(on_a_terminal("build --bogus").contains('\u{1b}'));
+    // ...and --color never, in either spelling and place, turns it off.
+    for args in [
+        "--color never build --bogus",
+        "build --bogus --color=never",
+        "build --color never --help",
+    ] {
+        let text = on_a_terminal(args);
+        assert!(!text.is_empty(), "{args}");
+        assert!(!text.contains('\u{1b}'), "{args}: {text:?}");
+    }
+}
