@@ -60,7 +60,7 @@ const ROLLBACK_EXAMPLES: &str = "Examples:
   rdna1-patch rollback --to 1     # undo everything down to transaction 1";
 const STATUS_EXAMPLES: &str = "Examples:
   rdna1-patch status
-  rdna1-patch status --json | jq .transactions";
+  rdna1-patch status --json | jq .installed   # the transactions torch holds now";
 const VERIFY_EXAMPLES: &str = "Examples:
   rdna1-patch verify                          # prefix, markers, torch's library, links
   rdna1-patch verify --runtime --python ~/venv/bin/python

@@ -128,3 +128,32 @@ fn color_never_holds_for_the_parsers_own_errors_and_help() {
         assert!(!text.contains('\u{1b}'), "{args}: {text:?}");
     }
 }
+
+/// Every `jq .KEY` in a verb's help names a key its `--json` document has
+/// (`status --help` once said `.transactions`, which gave null).
+#[test]
+fn the_json_keys_the_help_examples_read_exist() {
+    let sb = crate::support::Sandbox::built();
+    sb.torch(crate::support::TorchKind::Rocm, crate::support::HIP);
+    sb.install(&[]).ok();
+    let help = sb.run(&["status", "--help"]).ok().stdout;
+    let keys: Vec<&str> = help
+        .lines()
+        .filter_map(|l| l.split("jq .").nth(1))
+        .map(|k| k.split_whitespace().next().unwrap())
+        .collect();
+    assert!(!keys.is_empty(), "{help}");
+    let prefix = sb.prefix.display().to_string();
+    let json = sb
+        .run_with_state(&["status", "--json", "--prefix", &prefix], &[])
+        .ok()
+        .stdout;
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for key in keys {
+        let value = &doc[key];
+        assert!(
+            value.as_array().is_some_and(|a| !a.is_empty()),
+            "status --json has no non-empty .{key}: {doc}"
+        );
+    }
+}
