@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 
-use crate::build::patch::{self, ApplyOutcome, Series};
+use crate::build::patch::{self, Series};
 use crate::build::profile::{Component, Profile, SeriesDir};
 use crate::build::{cmake, source};
 use crate::error::hint;
@@ -115,6 +115,8 @@ pub struct CheckRequest<'a> {
 pub struct Checked {
     pub ok: bool,
     pub report: String,
+    /// Why the series does not apply: the first failing patch's error.
+    pub failure: Option<String>,
 }
 
 pub fn check(req: &CheckRequest) -> Result<Checked> {
@@ -142,40 +144,62 @@ pub fn check(req: &CheckRequest) -> Result<Checked> {
             "patches": checked,
             "unread_defines": unread,
         }))?;
-        return Ok(Checked { ok, report });
+        let failure = checked.iter().find_map(|c| c.error.clone());
+        return Ok(Checked {
+            ok,
+            report,
+            failure,
+        });
     }
-    let plan = match patch::plan(&series, req.source, &base, &Default::default()) {
-        Ok(plan) => plan,
-        Err(e) if e.chain().any(|c| c.is::<patch::ApplyError>()) => {
-            return Ok(Checked {
-                ok: false,
-                report: crate::error::render(&e),
-            });
+    // The per-patch picture, as the JSON has it; the plan alone also
+    // catches what applying would refuse besides hunks (a symlink).
+    let checked = patch::check(&series, &base)?;
+    let ok = checked.iter().all(|c| c.status != "failed");
+    if ok {
+        patch::plan(&series, req.source, &base, &Default::default())?;
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for c in &checked {
+        lines.push(match c.status {
+            "ok" => format!("ok       {}", c.name),
+            "already-applied" => format!("applied  {} (already in the tree)", c.name),
+            "failed" => format!("FAILED   {}", c.name),
+            _ => format!(
+                "-        {} (not tried: it comes after the one that failed)",
+                c.name
+            ),
+        });
+        if let Some(e) = &c.error {
+            lines.push(format!("         {e}"));
         }
-        Err(e) => return Err(e),
-    };
-    let mut lines: Vec<String> = plan
-        .outcomes
-        .iter()
-        .map(|(name, outcome)| match outcome {
-            ApplyOutcome::Applied => format!("ok       {name}"),
-            ApplyOutcome::AlreadyApplied => format!("applied  {name} (already in the tree)"),
-        })
-        .collect();
+    }
     for name in unread {
         lines.push(format!(
             "warning  define {name} is not read by any CMake file in {}",
             req.source.display()
         ));
     }
-    lines.push(format!(
-        "{} patches apply cleanly to {}",
-        plan.outcomes.len(),
-        req.source.display()
-    ));
+    let applied = checked
+        .iter()
+        .filter(|c| c.status != "failed" && c.status != "not-tried")
+        .count();
+    lines.push(if ok {
+        format!(
+            "{} patches apply cleanly to {}",
+            checked.len(),
+            req.source.display()
+        )
+    } else {
+        format!(
+            "{applied} of {} patches apply to {}; the series does not",
+            checked.len(),
+            req.source.display()
+        )
+    });
     Ok(Checked {
-        ok: true,
+        ok,
         report: lines.join("\n"),
+        failure: checked.iter().find_map(|c| c.error.clone()),
     })
 }
 

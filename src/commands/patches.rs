@@ -86,12 +86,20 @@ pub fn run(cmd: PatchesCommand) -> Result<ExitCode> {
                 extra: extra_patches.as_deref(),
                 json,
             })?;
-            if checked.ok || json {
-                crate::outln!("{}", checked.report);
-            } else {
-                crate::errln!("{}", checked.report);
-            }
+            crate::outln!("{}", checked.report);
             if !checked.ok {
+                if !json {
+                    crate::errln!(
+                        "{}",
+                        crate::error::render(&crate::error::hint(
+                            checked.failure.clone().unwrap_or_else(|| format!(
+                                "the series does not apply to {}",
+                                source.display()
+                            )),
+                            "check that --source is a checkout of the profile's tag; to carry the series to this tree, edit the patched checkout and `rdna1-patch patches refresh` the patch that failed",
+                        ))
+                    );
+                }
                 return Ok(ExitCode::from(crate::error::CHECK_FAILED));
             }
         }
