@@ -49,6 +49,10 @@ pub struct Rocm {
     pub version: String,
     /// The `torch.version.hip` major.minor a matching torch wheel reports, e.g. "6.2".
     pub torch_hip: String,
+    /// How a user gets this ROCm, when it is not AMD's installer (TheRock's
+    /// devel SDK comes from pip): what `doctor` says when it is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub get: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

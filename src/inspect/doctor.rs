@@ -293,10 +293,12 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
                 path.display(),
                 req.profile.name
             ),
-            format!(
-                "install ROCm {} (amdgpu-install --usecase=rocm), or pass --rocm DIR",
-                tools::major_minor(want)
-            ),
+            req.profile.rocm.get.clone().unwrap_or_else(|| {
+                format!(
+                    "install ROCm {} (amdgpu-install --usecase=rocm), or pass --rocm DIR",
+                    tools::major_minor(want)
+                )
+            }),
         );
     } else {
         match tools::rocm_version(&path) {

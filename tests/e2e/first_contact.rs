@@ -157,3 +157,67 @@ fn the_json_keys_the_help_examples_read_exist() {
         );
     }
 }
+
+/// Help fits the terminal: on an 80-column pty no line of any verb's help
+/// is wider (it used to break mid-word past 80).
+#[test]
+fn help_wraps_to_an_80_column_terminal() {
+    for verb in [
+        "", "build", "install", "rollback", "status", "verify", "doctor", "patches", "profiles",
+        "clean",
+    ] {
+        let out = std::process::Command::new("script")
+            .args([
+                "-qec",
+                &format!(
+                    "stty rows 24 cols 80; {} {verb} --help",
+                    crate::support::BIN
+                ),
+                "/dev/null",
+            ])
+            .env_remove("COLUMNS")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let plain = strip_ansi(&text);
+        assert!(plain.lines().count() > 5, "{verb}: {plain}");
+        for line in plain.lines() {
+            let line = line.trim_end_matches('\r');
+            assert!(line.chars().count() <= 80, "{verb} --help: {line:?}");
+        }
+    }
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn doctor_gives_therocks_route_to_its_sdk() {
+    let sb = Sandbox::new();
+    let run = sb.run(&[
+        "doctor",
+        "--profile",
+        "therock-7.14",
+        "--rocm",
+        "/nonexistent/rocm",
+        "--need-space",
+        "0",
+    ]);
+    run.prints("FAIL  rocm      no ROCm at /nonexistent/rocm (profile therock-7.14 wants ROCm 7.14.0)")
+        .prints("fix: pip install \"rocm[devel]\" in torch's environment, then pass --rocm \"$(python -m rocm_sdk path --root)\"");
+    assert!(!run.stdout.contains("amdgpu-install"), "{}", run.stdout);
+}
