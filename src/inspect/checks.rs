@@ -32,6 +32,10 @@ pub struct Check {
     /// What to do about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// The failed check this one follows from (a missing ROCm has no
+    /// compiler): shown under it, and fixed by its fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -46,6 +50,7 @@ impl CheckReport {
             status,
             detail: detail.into(),
             fix: None,
+            cause: None,
         });
     }
 
@@ -62,6 +67,7 @@ impl CheckReport {
             status,
             detail: detail.into(),
             fix: Some(fix.into()),
+            cause: None,
         });
     }
 
@@ -74,6 +80,7 @@ impl CheckReport {
             status,
             detail: format!("{err:#}"),
             fix: crate::error::help(err).map(str::to_owned),
+            cause: None,
         });
     }
 
@@ -81,10 +88,61 @@ impl CheckReport {
         self.checks.iter().any(|c| c.status == Status::Fail)
     }
 
-    /// One line per check, and a `fix:` line under each that has one.
+    /// Mark the failed checks among `effects` as following from the
+    /// failed check `cause`: one cause, one fix.
+    pub fn follows_from(&mut self, cause: &'static str, effects: &[&str]) {
+        let failed = |c: &Check| c.status == Status::Fail;
+        if !self.checks.iter().any(|c| c.name == cause && failed(c)) {
+            return;
+        }
+        for c in &mut self.checks {
+            if effects.contains(&c.name) && failed(c) {
+                c.cause = Some(cause);
+                c.fix = None;
+            }
+        }
+    }
+
+    /// One line that says where things stand: what blocks (the causes, not
+    /// what follows from them), and how many warnings.
+    pub fn verdict(&self) -> String {
+        let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
+        let causes: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail && c.cause.is_none())
+            .map(|c| c.name)
+            .collect();
+        let warnings = match count(Status::Warn) {
+            0 => String::new(),
+            1 => "; 1 warning".to_owned(),
+            n => format!("; {n} warnings"),
+        };
+        if causes.is_empty() {
+            format!("verdict: no problem found{warnings}")
+        } else {
+            let follow = count(Status::Fail) - causes.len();
+            format!(
+                "verdict: {} to fix: {}{}{warnings}",
+                if causes.len() == 1 {
+                    "1 problem"
+                } else {
+                    "problems"
+                },
+                causes.join(", "),
+                match follow {
+                    0 => String::new(),
+                    n => format!(" ({n} more check(s) fail because of it, shown under it)"),
+                }
+            )
+        }
+    }
+
+    /// The verdict, then one line per check, with a `fix:` line under each
+    /// that has one, and the checks that follow from a failure under it.
     pub fn text(&self) -> String {
-        let mut lines = Vec::new();
-        for c in &self.checks {
+        let mut lines = vec![self.verdict()];
+        for c in self.checks.iter().filter(|c| c.cause.is_none()) {
             lines.push(format!(
                 "{:<4}  {:<9} {}",
                 c.status.label(),
@@ -94,6 +152,15 @@ impl CheckReport {
             if let Some(fix) = &c.fix {
                 lines.push(format!("{:<4}  {:<9} fix: {fix}", "", ""));
             }
+            for e in self.checks.iter().filter(|e| e.cause == Some(c.name)) {
+                lines.push(format!(
+                    "{:<4}  {:<9} {} (because of {} above)",
+                    e.status.label(),
+                    e.name,
+                    e.detail,
+                    c.name
+                ));
+            }
         }
         lines.join("\n")
     }
@@ -102,6 +169,7 @@ impl CheckReport {
         let summary = serde_json::json!({
             "schema_version": crate::output::SCHEMA_VERSION,
             "ok": !self.failed(),
+            "verdict": self.verdict(),
             "checks": self.checks,
         });
         serde_json::to_string_pretty(&summary).unwrap_or_default()

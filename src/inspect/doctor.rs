@@ -35,6 +35,8 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     disk(req, &mut r);
     let code = torch_checks(req, &mut r);
     gfx_override(req, &cards, code.as_ref(), &mut r);
+    // No ROCm: no compiler in it, no hipcc; one cause, one fix.
+    r.follows_from("rocm", &["compiler", "hipcc", "compat"]);
     r
 }
 

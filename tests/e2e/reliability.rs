@@ -392,7 +392,7 @@ fn md5sums_naming_a_fifo_or_a_device_fails_at_once() {
     let prefix = run
         .stdout
         .lines()
-        .find(|l| l.contains("prefix"))
+        .find(|l| l.get(6..).is_some_and(|r| r.starts_with("prefix ")))
         .unwrap()
         .to_owned();
     assert!(
@@ -592,7 +592,7 @@ fn doctor_names_a_sysfs_node_it_cannot_read_instead_of_hanging() {
     let disk = run
         .stdout
         .lines()
-        .find(|l| l.contains(" disk "))
+        .find(|l| l.get(6..).is_some_and(|r| r.starts_with("disk ")))
         .unwrap()
         .to_owned();
     assert!(disk.starts_with("FAIL"), "{disk}");

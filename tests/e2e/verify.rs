@@ -164,7 +164,10 @@ fn smoke_runs_on_a_gpu_skips_without_one_and_a_hang_becomes_a_fail() {
     let took = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let l = stdout.lines().find(|l| l.contains("smoke")).unwrap();
+    let l = stdout
+        .lines()
+        .find(|l| l.get(6..).is_some_and(|r| r.starts_with("smoke")))
+        .unwrap();
     assert!(
         l.starts_with("FAIL") && l.contains("did not finish: killed after 2."),
         "{l}"
@@ -204,14 +207,28 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .lines()
         .filter(|l| l.starts_with("FAIL"))
         .collect();
+    // One cause, one fix: the missing compiler and hipcc are shown under
+    // the missing ROCm, without fixes of their own, and the verdict leads.
     assert_eq!(
         fails,
         [
-            "FAIL  compiler  /nonexistent/rocm/llvm/bin/amdclang++ is not there, and no hipconfig names HIP's clang",
             "FAIL  rocm      no ROCm at /nonexistent/rocm (profile rocm-6.2.4 wants ROCm 6.2.4)",
-            "FAIL  hipcc     no hipcc or amdclang++ in /nonexistent/rocm or on PATH",
+            "FAIL  compiler  /nonexistent/rocm/llvm/bin/amdclang++ is not there, and no hipconfig names HIP's clang (because of rocm above)",
+            "FAIL  hipcc     no hipcc or amdclang++ in /nonexistent/rocm or on PATH (because of rocm above)",
         ],
-        "only the compiler, ROCm and hipcc block a build here"
+        "only ROCm blocks a build here"
+    );
+    assert!(
+        run.stdout.starts_with(
+            "verdict: 1 problem to fix: rocm (2 more check(s) fail because of it, shown under it)"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("fix: install ROCm's compiler"),
+        "{}",
+        run.stdout
     );
 
     // A ROCm with hipcc and, as a distribution lays it out, a hipconfig that
