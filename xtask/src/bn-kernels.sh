@@ -1,10 +1,23 @@
-# The batch-norm kernel harness, sourced by fidelity.sh and
-# fidelity-release.sh: compile every OpenCL batch-norm kernel of $PRISTINE
-# and $PATCHED (each with src/kernels), every variant in fp32, fp16 and
-# mixed, for gfx1010/1011/1012 and a gfx1030 control, with clang as MIOpen's
-# offline OpenCL path runs it (hipoc_program.cpp), the MIO_BN_GFX*X names in
-# $flags_pristine / $flags_patched set as the solvers set them. Needs $F, $R
-# and step/now/since from the caller; writes $R/kernels.tsv.
+# Shared by fidelity.sh and fidelity-release.sh (sourced first): the
+# results dir and step log, and the batch-norm kernel harness, bn_kernels:
+# compile every OpenCL batch-norm kernel of $PRISTINE and $PATCHED (each with
+# src/kernels), every variant in fp32, fp16 and mixed, for gfx1010/1011/1012
+# and a gfx1030 control, with clang as MIOpen's offline OpenCL path runs it
+# (hipoc_program.cpp), the MIO_BN_GFX*X names in $flags_pristine /
+# $flags_patched set as the solvers set them. Writes $R/kernels.tsv.
+
+# $F and $R (set by the caller) made ready, and the step log's helpers.
+results_dir() {
+    mkdir -p "$R"
+    rm -f "$R"/*.tsv "$R"/*.log
+    export PATH=/usr/local/bin:$PATH
+}
+step() { # name rc seconds detail
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$R/steps.tsv"
+}
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
 # Sizes as the solvers pick them: N=32, C=64, a workgroup of 1024 (LDS
 # 1024, 16 wavefronts) and, per variant, an image size that selects it
 # (0: HW <= 512, 1 and 2: HW > 1024, 3: 512 < HW <= 1024). The
@@ -30,22 +43,6 @@ shape() { # variant -> the size defines
 clflags="-target amdgcn-amd-amdhsa -x cl -D__AMD__=1 -O3 -cl-kernel-arg-info
  -cl-denorms-are-zero -cl-std=CL2.0 -mllvm -amdgpu-early-inline-all
  -mllvm -amdgpu-internalize-symbols"
-kernels=$(cd "$PATCHED/src/kernels" && grep -l 'batchnorm_functions.h\|reduction_functions.h\|MIOPEN_USE_AMDGCN' MIOpenBatchNorm*.cl | sort)
-jobs=$F/jobs.txt
-: >"$jobs"
-for k in $kernels; do
-    variants=$(grep -o 'MIO_BN_VARIANT *== *[0-9]*' "$PATCHED/src/kernels/$k" | grep -o '[0-9]*$' | sort -un)
-    [ -n "$variants" ] || variants=-
-    for v in $variants; do
-        for prec in fp32 fp16 mixed; do
-            for arch in gfx1010 gfx1011 gfx1012 gfx1030; do
-                for tree in pristine patched; do
-                    echo "$k $v $prec $arch $tree" >>"$jobs"
-                done
-            done
-        done
-    done
-done
 compile_one() {
     local k=$1 v=$2 prec=$3 arch=$4 tree=$5 dir flags defs=""
     if [ "$tree" = pristine ]; then dir=$PRISTINE; flags=$flags_pristine; else dir=$PATCHED; flags=$flags_patched; fi
@@ -72,7 +69,28 @@ compile_one() {
     first=$(printf '%s\n' "$err" | grep -m1 'error:' | sed 's/^[^ ]*: error: //' | tr '\t' ' ')
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$v" "$prec" "$arch" "$tree" "$rc" "$first"
 }
+# The compiles to run, one per line of $F/jobs.txt.
+bn_jobs() {
+    kernels=$(cd "$PATCHED/src/kernels" && grep -l 'batchnorm_functions.h\|reduction_functions.h\|MIOPEN_USE_AMDGCN' MIOpenBatchNorm*.cl | sort)
+    jobs=$F/jobs.txt
+    : >"$jobs"
+    for k in $kernels; do
+        variants=$(grep -o 'MIO_BN_VARIANT *== *[0-9]*' "$PATCHED/src/kernels/$k" | grep -o '[0-9]*$' | sort -un)
+        [ -n "$variants" ] || variants=-
+        for v in $variants; do
+            for prec in fp32 fp16 mixed; do
+                for arch in gfx1010 gfx1011 gfx1012 gfx1030; do
+                    for tree in pristine patched; do
+                        echo "$k $v $prec $arch $tree" >>"$jobs"
+                    done
+                done
+            done
+        done
+    done
+}
+
 bn_kernels() {
+    bn_jobs
     export -f compile_one shape
     export F PRISTINE PATCHED flags_pristine flags_patched common clflags
     local t

@@ -9,14 +9,8 @@ set -u
 V=$1
 F=/fid/release-$V
 R=$F/results
-mkdir -p "$R"
-rm -f "$R"/*.tsv "$R"/*.log
-export PATH=/usr/local/bin:$PATH
-step() { # name rc seconds detail
-    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$R/steps.tsv"
-}
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+. /fid/bn-kernels.sh
+results_dir
 
 dpkg-query -W -f '${Package}\t${Version}\n' clang-21 binutils >"$R/toolchain.tsv"
 rdna1-patch --version | head -1 >"$R/tool.txt"
@@ -54,6 +48,5 @@ flags_pristine=$(cat "$F"/pristine/src/kernels/*.cl | grep -o '^#ifndef MIO_BN_G
 flags_patched=$flags_pristine
 echo "pristine and patched: $flags_pristine" >"$R/flags.txt"
 PRISTINE=$F/pristine PATCHED=$F/patched
-. /fid/bn-kernels.sh
 bn_kernels
 exit 0

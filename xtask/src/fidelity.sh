@@ -8,14 +8,8 @@ set -u
 P=$1
 F=/fid/$P
 R=$F/results
-mkdir -p "$R"
-rm -f "$R"/*.tsv "$R"/*.log
-export PATH=/usr/local/bin:$PATH
-step() { # name rc seconds detail
-    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$R/steps.tsv"
-}
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+. /fid/bn-kernels.sh
+results_dir
 
 dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev libamd-comgr-dev \
     librocblas-dev libhiprtc-builtins6 rocm-cmake clang-21 cmake ninja-build libboost-dev \
@@ -97,6 +91,5 @@ echo "pristine: $flags_pristine" | tr '\n' ' ' >"$R/flags.txt"
 echo >>"$R/flags.txt"
 echo "patched: $flags_patched" | tr '\n' ' ' >>"$R/flags.txt"
 PRISTINE=$F/pristine PATCHED=$SRC
-. /fid/bn-kernels.sh
 bn_kernels
 exit 0
