@@ -115,8 +115,12 @@ enum Command {
     /// Print a shell completion script
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions { shell: clap_complete::Shell },
-    /// Print the manual page (roff): `rdna1-patch man | man -l -`
-    Man,
+    /// Print the manual page (roff): `rdna1-patch man | man -l -`; with a
+    /// verb, the page of its own that the main page lists for it
+    Man {
+        /// The verb whose page to print, e.g. build
+        verb: Option<String>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -150,7 +154,7 @@ pub fn main() -> ExitCode {
         Command::Profiles(cmd) => commands::profiles::run(cmd),
         Command::Clean(args) => commands::clean::run(args),
         Command::Completions { shell } => completions(shell),
-        Command::Man => man(),
+        Command::Man { verb } => man(verb.as_deref()),
     };
     // A command that reports errors as data (doctor, verify) still ends
     // with the signal's status when a signal stopped one of its programs.
@@ -240,9 +244,30 @@ fn completion_script(shell: clap_complete::Shell, script: &str) -> String {
         .join("\n")
 }
 
-fn man() -> anyhow::Result<ExitCode> {
+fn man(verb: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut out = Vec::new();
-    clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+    let page = match verb {
+        None => Cli::command(),
+        Some(v) => {
+            let mut cli = Cli::command();
+            // Built, so that clap's own `help` verb (on the main page) is
+            // there too.
+            cli.build();
+            let names: Vec<String> = cli
+                .get_subcommands()
+                .map(|s| s.get_name().to_owned())
+                .collect();
+            let sub = cli.find_subcommand(v).ok_or_else(|| {
+                crate::error::hint(
+                    format!("rdna1-patch has no verb `{v}`"),
+                    format!("pages: rdna1-patch man {{{}}}", names.join(",")),
+                )
+            })?;
+            // The page's name, as the main page's SUBCOMMANDS list names it.
+            sub.clone().name(format!("rdna1-patch-{v}"))
+        }
+    };
+    clap_mangen::Man::new(page).render(&mut out)?;
     crate::outln!("{}", String::from_utf8_lossy(&out).trim_end());
     Ok(ExitCode::SUCCESS)
 }

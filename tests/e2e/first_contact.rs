@@ -221,3 +221,47 @@ fn doctor_gives_therocks_route_to_its_sdk() {
         .prints("fix: pip install \"rocm[devel]\" in torch's environment, then pass --rocm \"$(python -m rocm_sdk path --root)\"");
     assert!(!run.stdout.contains("amdgpu-install"), "{}", run.stdout);
 }
+
+/// Every page the main manual page refers to (rdna1-patch-VERB(1)) exists:
+/// `rdna1-patch man VERB` prints it, and man(1) renders it.
+#[test]
+fn every_verb_the_manual_lists_has_its_own_page() {
+    let sb = Sandbox::new();
+    let main = sb.run(&["man"]).ok().stdout;
+    let verbs: Vec<String> = main
+        .split("rdna1\\-patch\\-")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("(1)").map(|(v, _)| v.to_owned()))
+        .collect();
+    assert!(verbs.len() >= 10, "{verbs:?}");
+    for verb in &verbs {
+        let page = sb.run(&["man", verb]).ok().stdout;
+        let file = sb.root.join(format!("rdna1-patch-{verb}.1"));
+        std::fs::write(&file, page).unwrap();
+        let out = std::process::Command::new("man")
+            .arg("-l")
+            .arg(&file)
+            .env("MANWIDTH", "100")
+            .env("MANPAGER", "cat")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The NAME section names the page (man justifies the line's spaces).
+        let name = text.split("NAME").nth(1).unwrap_or_default();
+        assert!(
+            name.trim_start()
+                .starts_with(&format!("rdna1-patch-{verb} ")),
+            "{verb}:\n{text}"
+        );
+    }
+    let build = sb.run(&["man", "build"]).ok().stdout;
+    assert!(build.contains("gpu\\-targets"), "{build}");
+    sb.run(&["man", "nope"]).fails().error_is(
+        "error: rdna1-patch has no verb `nope`\nhelp: pages: rdna1-patch man {build,[..]}",
+    );
+}
