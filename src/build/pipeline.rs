@@ -190,9 +190,7 @@ impl Options {
             let other: Vec<&str> = list
                 .iter()
                 .map(String::as_str)
-                .filter(|t| {
-                    !["gfx1010", "gfx1011", "gfx1012"].contains(&t.split(':').next().unwrap_or(t))
-                })
+                .filter(|t| !crate::inspect::gpu::is_rdna1_arch(t))
                 .collect();
             if other.is_empty() {
                 return format!("{value} (--gpu-targets)");
@@ -215,8 +213,9 @@ impl Options {
         let Some(profile_value) = defines.get(KEY).cloned() else {
             return "the project's default (the profile sets no GPU_TARGETS)".into();
         };
-        let found = crate::inspect::gpu::rdna1_targets(&self.sysfs);
-        let unread = crate::inspect::gpu::scan_all(&self.sysfs).problems.len();
+        let scan = crate::inspect::gpu::scan_all(&self.sysfs);
+        let found = scan.rdna1_targets();
+        let unread = scan.problems.len();
         let unread = if unread == 0 {
             String::new()
         } else {

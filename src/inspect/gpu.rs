@@ -65,16 +65,28 @@ pub fn scan(sysfs: &Path) -> Vec<Gpu> {
 /// The gfx names of the RDNA1 cards the topology shows, in node order and
 /// each once: what a build for this machine needs in GPU_TARGETS.
 pub fn rdna1_targets(sysfs: &Path) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for g in scan(sysfs)
-        .into_iter()
-        .filter(|g| g.is_amd() && g.is_rdna1())
-    {
-        if !out.contains(&g.gfx()) {
-            out.push(g.gfx());
+    scan_all(sysfs).rdna1_targets()
+}
+
+/// Whether an offload arch (`gfx1010`, `gfx1012:xnack-`) is an RDNA1 chip.
+pub fn is_rdna1_arch(arch: &str) -> bool {
+    matches!(
+        arch.split(':').next().unwrap_or(arch),
+        "gfx1010" | "gfx1011" | "gfx1012"
+    )
+}
+
+impl Scan {
+    /// [`rdna1_targets`] of a scan already made.
+    pub fn rdna1_targets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for g in self.gpus.iter().filter(|g| g.is_amd() && g.is_rdna1()) {
+            if !out.contains(&g.gfx()) {
+                out.push(g.gfx());
+            }
         }
+        out
     }
-    out
 }
 
 /// The RDNA1 cards' arches that a build for `targets` (GPU_TARGETS, e.g.

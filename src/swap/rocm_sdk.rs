@@ -67,12 +67,12 @@ fn multi_arch(targets: &[String]) -> String {
 /// own preload asks for none.
 const QUERY: &str = r#"
 import json, os, sys
+from importlib import metadata
 out = {}
 try:
     import rocm_sdk
     from rocm_sdk import _dist_info as d
     try:
-        from importlib import metadata
         out["version"] = metadata.version("rocm")
     except Exception:
         out["version"] = rocm_sdk.__version__
@@ -84,7 +84,6 @@ try:
         if family:
             os.environ["ROCM_SDK_TARGET_FAMILY"] = family
     else:
-        from importlib import metadata
         prefix = "rocm-sdk-device-"
         names = {(dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions()}
         out["targets"] = sorted(n[len(prefix):] for n in names if n.startswith(prefix))
