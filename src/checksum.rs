@@ -25,6 +25,23 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// MD5 over data as it streams by.
+pub struct Md5(Hasher);
+
+impl Md5 {
+    pub fn new() -> Result<Md5> {
+        Ok(Md5(Hasher::new(MessageDigest::md5())?))
+    }
+
+    pub fn update(&mut self, data: &[u8]) -> Result<()> {
+        Ok(self.0.update(data)?)
+    }
+
+    pub fn finish(mut self) -> Result<String> {
+        Ok(hex(&self.0.finish()?))
+    }
+}
+
 /// MD5 of a file's contents (following symlinks, as md5sum does), lowercase hex.
 pub fn md5_file(path: &Path) -> Result<String> {
     Ok(md5_file_scanning(path, b"")?.0)

@@ -75,6 +75,11 @@ const PATCHES_EXAMPLES: &str = "Examples:
 const PROFILES_EXAMPLES: &str = "Examples:
   rdna1-patch profiles list
   rdna1-patch profiles export rocm-6.2.4 ~/my-profiles   # a profile file with its series, to edit";
+const PUBLISH_EXAMPLES: &str = "Examples:
+  minisign -G                                                # a signing key, once
+  rdna1-patch publish oci://ghcr.io/you/miopen-rdna1         # tagged <profile>-<build key>
+  rdna1-patch publish --profile rocm-6.3.1 /mnt/usb/miopen-builds
+Users then trust your public key and run: rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1";
 const CLEAN_EXAMPLES: &str = "Examples:
   rdna1-patch clean --dry-run     # what would go, and how much
   rdna1-patch clean";
@@ -87,7 +92,7 @@ const COMPLETIONS_EXAMPLES: &str = "Examples:
 enum Command {
     /// Fetch, patch, configure, build and install a component (today: miopen)
     #[command(after_help = BUILD_EXAMPLES)]
-    Build(commands::build::Args),
+    Build(Box<commands::build::Args>),
     /// Swap the built library into torch (journaled; `rollback` undoes it)
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(commands::install::Args),
@@ -109,6 +114,10 @@ enum Command {
     /// Show the built-in profiles, or export one to edit
     #[command(subcommand, after_help = PROFILES_EXAMPLES)]
     Profiles(commands::profiles::ProfilesCommand),
+    /// Share a finished build: push the prefix, signed, to an OCI registry
+    /// or layout directory
+    #[command(after_help = PUBLISH_EXAMPLES)]
+    Publish(commands::publish::Args),
     /// Free space: old logs, backups no rollback can need, old work dirs
     #[command(after_help = CLEAN_EXAMPLES)]
     Clean(commands::clean::Args),
@@ -144,7 +153,7 @@ pub fn main() -> ExitCode {
     });
     let json = cli.command.json();
     let result = match cli.command {
-        Command::Build(args) => commands::build::run(args),
+        Command::Build(args) => commands::build::run(*args),
         Command::Install(args) => commands::install::run(args),
         Command::Rollback(args) => commands::rollback::run(args),
         Command::Status(args) => commands::status::run(args),
@@ -153,6 +162,7 @@ pub fn main() -> ExitCode {
         Command::Patches(cmd) => commands::patches::run(cmd),
         Command::Profiles(cmd) => commands::profiles::run(cmd),
         Command::Clean(args) => commands::clean::run(args),
+        Command::Publish(args) => commands::publish::run(args),
         Command::Completions { shell } => completions(shell),
         Command::Man { verb } => man(verb.as_deref()),
     };

@@ -186,6 +186,24 @@ pub fn helper(cmd: Command) -> Result<Finished> {
     }
 }
 
+/// A program that may ask the user something (minisign's password), on
+/// this terminal: stdin, stdout and stderr are ours, and it stays in our
+/// process group so the terminal's Ctrl-C reaches it. Without a terminal
+/// it runs as a [`helper`], its stderr passed on in the error.
+pub fn interactive(mut cmd: Command) -> Result<bool> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        let status = cmd.status().map_err(|e| spawn_error(&cmd, e))?;
+        return Ok(status.success());
+    }
+    let shown = shown(&cmd);
+    let out = helper(cmd)?;
+    if !out.status.success() {
+        anyhow::bail!("`{shown}` failed: {}", out.stderr.trim());
+    }
+    Ok(true)
+}
+
 /// A helper that ran to the end.
 pub struct Finished {
     pub status: ExitStatus,

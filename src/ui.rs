@@ -57,4 +57,27 @@ impl<'a> Ui<'a> {
     pub fn progress(&self, len: u64) -> Box<dyn Progress> {
         self.reporter.progress(len)
     }
+
+    /// A handle that reports nothing, for work too small to report.
+    pub fn silent() -> Ui<'static> {
+        Ui { reporter: &Silent }
+    }
+}
+
+struct Silent;
+
+impl Reporter for Silent {
+    fn stage(&self, _: &str, _: &str) {}
+    fn warn(&self, _: &str) {}
+    fn note(&self, _: &str) {}
+    fn progress(&self, _: u64) -> Box<dyn Progress> {
+        Box::new(Silent)
+    }
+}
+
+impl Progress for Silent {
+    fn set_prefix(&self, _: &'static str) {}
+    fn update(&self, _: u64, _: u64, _: &str) {}
+    fn step(&self, _: u64, _: u64, _: &str) {}
+    fn finish(&self) {}
 }

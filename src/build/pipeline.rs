@@ -9,10 +9,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use std::collections::BTreeMap;
+
 use crate::build::cmake::{self, Configure, Log};
+use crate::build::key::KeyInputs;
 use crate::build::patch::{self, ApplyOutcome, Series};
 use crate::build::prefix::{self, Provenance};
 use crate::build::profile::Profile;
+use crate::build::shared::{Choice, Want};
 use crate::build::source::{self, short};
 use crate::build::tools::{self, Generator};
 use crate::build::workdir::{ComponentDirs, WorkDir};
@@ -56,6 +60,9 @@ pub struct Options {
     pub no_compat: Vec<String>,
     /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
     pub sysfs: PathBuf,
+    /// Where a finished build may be pulled from instead of compiling:
+    /// `--from`, else the config's caches.
+    pub shared: crate::build::shared::Sources,
 }
 
 /// What a build would do, worked out without touching anything.
@@ -79,6 +86,12 @@ struct BuildPlan<'a> {
     targets_note: String,
     /// What this toolchain needs of the build, and how it is met.
     compat: Vec<crate::build::compat::Need>,
+    /// The defines the profile and `-D` ask for, before the toolchain's
+    /// and the GPU targets are added: the source part of the build key.
+    asked: std::collections::BTreeMap<String, String>,
+    /// How many of the series' patches are the profile's and the user's
+    /// (the compat series follow).
+    source_patches: usize,
 }
 
 impl Options {
@@ -95,6 +108,8 @@ impl Options {
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let asked = defines.clone();
+        let source_patches = series.patches.len();
         let compat = self.meet_compat(component, &rocm, &mut series, &mut defines)?;
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
         let targets_note = self.choose_gpu_targets(&mut defines);
@@ -137,6 +152,8 @@ impl Options {
             compiler_note,
             targets_note,
             compat,
+            asked,
+            source_patches,
         })
     }
 
@@ -273,6 +290,18 @@ impl Options {
 pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
     let start = std::time::Instant::now();
     let plan = opts.plan()?;
+    if opts.stop_after == Stage::Install && plan.pull(ui)? {
+        ui.stage(
+            "Finished",
+            format!(
+                "{} {} in {} (pulled, nothing compiled)",
+                opts.component,
+                plan.component.pin(),
+                took(start.elapsed())
+            ),
+        );
+        return Ok(());
+    }
     // One build per profile and work dir at a time; `clean` takes it too.
     let dir = opts.work_dir.profile_dir(&opts.profile.name);
     crate::fsutil::create_dir_all(&dir)?;
@@ -398,6 +427,15 @@ impl BuildPlan<'_> {
             self.jobs
         ));
         lines.push(format!("install:   {}", self.prefix.display()));
+        let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
+        lines.push(format!(
+            "key:       {} (tag {})",
+            inputs.key(),
+            inputs.tag()
+        ));
+        if self.opts.stop_after == Stage::Install {
+            lines.push(format!("shared:    {}", self.shared_plan(&inputs)));
+        }
         lines.push(format!("stop after: {:?}", self.opts.stop_after));
         lines.push("(dry run: nothing was changed)".to_owned());
         Ok(lines.join("\n"))
@@ -631,10 +669,12 @@ impl BuildPlan<'_> {
     ) -> Result<()> {
         let mut provenance = self.provenance(&checkout.commit, tools);
         provenance.local_edits = local;
+        let key = self.key_inputs(Some(checkout.commit.clone()));
         let stamp_path = self.install_stamp();
         if steps == 0
             && prefix::Stamp::load(&stamp_path)
                 .is_some_and(|s| s.matches(&self.prefix, &provenance))
+            && prefix::read_key(&self.prefix).is_ok_and(|k| k == key)
         {
             ui.stage(
                 "Install",
@@ -650,6 +690,7 @@ impl BuildPlan<'_> {
             &staging,
             &manifest,
             provenance.clone(),
+            &key,
             self.jobs,
         )?;
         if !installed.removed.is_empty() {
@@ -786,6 +827,140 @@ impl BuildPlan<'_> {
         }
         done.save(&self.patch_record())?;
         Ok((plan.touched, local))
+    }
+
+    /// `{rocm}` and `{work}` for this machine's paths, so the same build
+    /// elsewhere has the same key.
+    fn portable(&self, v: &str) -> String {
+        v.replace(&self.rocm.display().to_string(), "{rocm}")
+            .replace(&self.opts.work_dir.root().display().to_string(), "{work}")
+    }
+
+    /// The build key's inputs (see `build::key`).
+    fn key_inputs(&self, commit: Option<String>) -> KeyInputs {
+        const TARGETS: &str = "GPU_TARGETS";
+        let portable = |m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+            m.iter()
+                .filter(|(k, _)| *k != TARGETS)
+                .map(|(k, v)| (k.clone(), self.portable(v)))
+                .collect()
+        };
+        let asked = portable(&self.asked);
+        let derived = portable(&self.defines)
+            .into_iter()
+            .filter(|(k, v)| asked.get(k) != Some(v))
+            .collect();
+        let line =
+            |p: &patch::PatchFile| format!("{}  {}", prefix::sha256_hex(p.text.as_bytes()), p.name);
+        let (ours, compat) = self.series.patches.split_at(self.source_patches);
+        let c = self.component;
+        KeyInputs {
+            schema: crate::build::key::SCHEMA,
+            profile: self.opts.profile.name.clone(),
+            component: self.opts.component.clone(),
+            url: c.url.clone(),
+            pin: c.pin(),
+            commit,
+            patches: ours.iter().map(line).collect(),
+            defines: asked,
+            gpu_targets: self
+                .defines
+                .get(TARGETS)
+                .map(|t| {
+                    t.split(';')
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            toolchain: crate::build::key::Toolchain {
+                rocm_version: self
+                    .rocm
+                    .is_dir()
+                    .then(|| tools::rocm_version(&self.rocm))
+                    .flatten(),
+                compiler: self.compiler_identity(),
+                compat: compat.iter().map(line).collect(),
+                defines: derived,
+            },
+        }
+    }
+
+    /// The first line of the C++ compiler's `--version`, when it runs.
+    fn compiler_identity(&self) -> Option<String> {
+        let out = tools::version_output(&tools::cxx(&self.defines).ok()?).ok()?;
+        out.lines().next().map(|l| l.trim().to_owned())
+    }
+
+    fn want<'a>(&self, inputs: &'a KeyInputs) -> Want<'a> {
+        Want {
+            inputs,
+            toolchain: inputs.toolchain.rocm_version.is_some()
+                && inputs.toolchain.compiler.is_some(),
+            rocm_release: tools::major_minor(&self.opts.profile.rocm.version),
+        }
+    }
+
+    /// What `--dry-run` says of `--from` and the caches.
+    fn shared_plan(&self, inputs: &KeyInputs) -> String {
+        let shared = &self.opts.shared;
+        if !shared.any() {
+            return format!("no --from and no caches in {}; compiling", shared.config);
+        }
+        match shared.choose(&self.want(inputs), &Ui::silent()) {
+            Ok(Choice::Pull(_, c)) => format!(
+                "would pull {} ({}, signed by key {}) instead of compiling",
+                c.reference, c.digest, c.key_id
+            ),
+            Ok(Choice::Build(why)) => format!("would compile: {why}"),
+            Err(e) => format!("would stop: {}", crate::error::chain(&e)),
+        }
+    }
+
+    /// Pull and install a shared build when one is this build; false when
+    /// there is none (said why) and the build should run.
+    fn pull(&self, ui: &Ui) -> Result<bool> {
+        let shared = &self.opts.shared;
+        if !shared.any() {
+            return Ok(false);
+        }
+        let commit = source::planned_commit(&self.source_request())?;
+        let inputs = self.key_inputs(commit);
+        let want = self.want(&inputs);
+        if !want.toolchain {
+            ui.note(format!(
+                "no ROCm toolchain at {}: a shared build made with ROCm {} is taken as it is",
+                self.rocm.display(),
+                want.rocm_release
+            ));
+        }
+        match shared.choose(&want, ui)? {
+            Choice::Build(why) => {
+                ui.stage("Shared", format!("compiling instead: {why}"));
+                Ok(false)
+            }
+            Choice::Pull(store, c) => {
+                ui.stage(
+                    "Shared",
+                    format!(
+                        "{} is this build (key {}, signed by trusted key {})",
+                        c.reference,
+                        &c.config.key[..16],
+                        c.key_id
+                    ),
+                );
+                let files = crate::build::artifact::install(&store, &c, &self.prefix, ui)?;
+                ui.stage(
+                    "Installed",
+                    format!(
+                        "{files} files into {}, digest, signature and checksums verified ({})",
+                        self.prefix.display(),
+                        prefix::MD5SUMS
+                    ),
+                );
+                Ok(true)
+            }
+        }
     }
 
     fn provenance(&self, commit: &str, tools: &tools::Toolchain) -> Provenance {

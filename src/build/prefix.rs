@@ -20,6 +20,8 @@ use crate::fsutil;
 pub const RECORD_DIR: &str = "share/rdna1-patch";
 pub const MD5SUMS: &str = "share/rdna1-patch/MD5SUMS";
 pub const PROVENANCE: &str = "share/rdna1-patch/provenance.toml";
+/// The build key's inputs (`build::key`), as JSON: what `publish` tags by.
+pub const KEY: &str = "share/rdna1-patch/build-key.json";
 const STAGING: &str = ".rdna1-patch-staging";
 
 /// What was built, from what, with what: written to the prefix.
@@ -110,6 +112,12 @@ impl Provenance {
         let text = fsutil::read_small(&path, 16 << 20)?;
         toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
     }
+}
+
+pub fn read_key(prefix: &Path) -> Result<crate::build::key::KeyInputs> {
+    let path = prefix.join(KEY);
+    let text = fsutil::read_small(&path, 1 << 20)?;
+    serde_json::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -204,6 +212,7 @@ pub fn commit(
     staging: &Path,
     manifest: &[PathBuf],
     mut provenance: Provenance,
+    key: &crate::build::key::KeyInputs,
     jobs: usize,
 ) -> Result<Installed> {
     let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
@@ -229,8 +238,13 @@ pub fn commit(
         Some(0o644),
     )?;
 
+    fsutil::write_atomic(
+        &staged_root.join(KEY),
+        serde_json::to_string_pretty(key)?.as_bytes(),
+        Some(0o644),
+    )?;
     let mut listed = rels;
-    listed.push(PROVENANCE.to_owned());
+    listed.extend([KEY.to_owned(), PROVENANCE.to_owned()]);
     let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
     let mut entries = Vec::new();
     for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {
@@ -255,6 +269,16 @@ pub fn commit(
         files: entries.len(),
         removed,
     })
+}
+
+/// Move a staged prefix whose files were checked against `entries` as
+/// they were written (a pulled artifact) into place, MD5SUMS last.
+/// Renames do not change bytes, so nothing is read again.
+pub fn commit_verified(prefix: &Path, staging: &Path, entries: &[Entry]) -> Result<Vec<String>> {
+    let removed = move_into_place(prefix, staging, entries)?;
+    std::fs::remove_dir_all(staging)
+        .with_context(|| format!("cannot remove {}", staging.display()))?;
+    Ok(removed)
 }
 
 /// The files CMake installed, relative to the prefix, sorted; anything
@@ -338,6 +362,7 @@ pub fn incomplete(prov: &Provenance, entries: &[Entry]) -> Vec<String> {
         return problems;
     }
     let mut must: Vec<&str> = vec![PROVENANCE];
+    let records = [PROVENANCE, KEY];
     if !prov.library.path.is_empty() {
         must.push(&prov.library.path);
     }
@@ -349,7 +374,7 @@ pub fn incomplete(prov: &Provenance, entries: &[Entry]) -> Vec<String> {
     }
     if !prov.files.is_empty() {
         for extra in listed {
-            if extra != PROVENANCE && !prov.files.iter().any(|f| f == extra) {
+            if !records.contains(&extra) && !prov.files.iter().any(|f| f == extra) {
                 problems.push(format!(
                     "{MD5SUMS} lists {extra}, which the build did not install"
                 ));

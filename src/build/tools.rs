@@ -79,15 +79,7 @@ pub fn preflight(
         }
     };
 
-    let cxx = match defines.get("CMAKE_CXX_COMPILER") {
-        Some(c) => resolve(c).ok_or_else(|| c.clone()),
-        None => std::env::var("CXX")
-            .ok()
-            .and_then(|c| resolve(&c))
-            .or_else(|| ["c++", "g++", "clang++"].iter().find_map(|c| find(c)))
-            .ok_or_else(|| "c++".to_owned()),
-    };
-    if let Err(name) = cxx {
+    if let Err(name) = cxx(defines) {
         missing.push(format!(
             "a C++ compiler: `{name}` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)"
         ));
@@ -129,6 +121,19 @@ pub fn preflight(
         generator_fallback,
         rocm: rocm.expect("checked above"),
     })
+}
+
+/// The C++ compiler CMake will use: the define, else $CXX, else c++, g++
+/// or clang++ on PATH; the name looked for when there is none.
+pub fn cxx(defines: &BTreeMap<String, String>) -> Result<PathBuf, String> {
+    match defines.get("CMAKE_CXX_COMPILER") {
+        Some(c) => resolve(c).ok_or_else(|| c.clone()),
+        None => std::env::var("CXX")
+            .ok()
+            .and_then(|c| resolve(&c))
+            .or_else(|| ["c++", "g++", "clang++"].iter().find_map(|c| find(c)))
+            .ok_or_else(|| "c++".to_owned()),
+    }
 }
 
 fn resolve(cmd: &str) -> Option<PathBuf> {

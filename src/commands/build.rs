@@ -74,8 +74,21 @@ pub struct Args {
     /// comgr-2), or `all`; repeatable
     #[arg(long, value_name = "NAME", value_parser = parse_compat)]
     no_compat: Vec<String>,
+    /// Install a shared build from here instead of compiling, when a
+    /// trusted key signed it and it is this build (oci://HOST/REPO[:TAG],
+    /// or an OCI layout DIR[:TAG]); else compile, and say why
+    #[arg(long, value_name = "REF", value_parser = parse_reference)]
+    from: Option<crate::oci::Reference>,
+    /// Do not look in the config's caches
+    #[arg(long, conflicts_with = "from")]
+    no_caches: bool,
     #[command(flatten)]
     sysfs: super::SysfsArg,
+}
+
+pub fn parse_reference(s: &str) -> Result<crate::oci::Reference, String> {
+    crate::oci::Reference::parse(s)
+        .map_err(|e| format!("{e}; {}", crate::error::help(&e).unwrap_or_default()))
 }
 
 fn parse_compat(s: &str) -> Result<String, String> {
@@ -116,6 +129,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
+    let config = crate::config::Config::load()?;
+    let shared = crate::build::shared::Sources {
+        from: args.from,
+        caches: if args.no_caches {
+            Vec::new()
+        } else {
+            config
+                .caches
+                .iter()
+                .map(|c| crate::oci::Reference::parse(c))
+                .collect::<Result<_>>()?
+        },
+        trusted: config.trusted_keys.clone(),
+        config: config.describe(),
+        net_timeout: std::time::Duration::from_secs(args.net_timeout),
+    };
     let opts = pipeline::Options {
         profile,
         profile_why,
@@ -137,6 +166,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         gpu_targets: args.gpu_targets,
         no_compat: args.no_compat,
         sysfs: args.sysfs.root,
+        shared,
     };
     if opts.dry_run {
         crate::outln!("{}", pipeline::dry_run(&opts)?);

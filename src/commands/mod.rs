@@ -6,6 +6,7 @@ pub(crate) mod doctor;
 pub(crate) mod install;
 pub(crate) mod patches;
 pub(crate) mod profiles;
+pub(crate) mod publish;
 pub(crate) mod rollback;
 pub(crate) mod status;
 pub(crate) mod term;

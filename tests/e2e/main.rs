@@ -15,6 +15,7 @@ mod patches;
 mod reliability;
 mod rocm_sdk;
 mod select;
+mod shared;
 mod support;
 mod targets;
 mod torch;

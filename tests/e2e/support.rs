@@ -174,6 +174,13 @@ fn built_prefix() -> &'static Path {
     })
 }
 
+/// The origin the shared build was made from: a user who should get that
+/// build points their profile at it.
+pub fn built_origin() -> PathBuf {
+    built_prefix();
+    shared("built").join("origin")
+}
+
 impl Sandbox {
     pub fn new() -> Sandbox {
         let tmp = tempfile::tempdir().unwrap();

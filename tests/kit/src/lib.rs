@@ -4,6 +4,8 @@
 //! fixture's patch series, a profile pointing at all of them, and fake torch
 //! packages with real ELF libraries.
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

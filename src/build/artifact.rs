@@ -1,0 +1,858 @@
+//! A finished prefix as an OCI artifact, so one build serves everyone with
+//! the same build key.
+//!
+//! - the layer: the files MD5SUMS lists, and MD5SUMS, as a tar compressed
+//!   with zstd (`application/vnd.oci.image.layer.v1.tar+zstd`);
+//! - the config: the build key, its inputs and the provenance, as JSON;
+//! - annotations a person can read in any registry UI;
+//! - a minisign signature of the manifest's bytes, stored the way cosign
+//!   stores its signatures: an artifact tagged `sha256-<manifest hex>.sig`.
+//!
+//! Pulling trusts nothing it has not checked: the manifest's signature
+//! against the user's trusted keys, every blob against its digest and
+//! size, every file against MD5SUMS while it is written, and the prefix's
+//! records against the signed config. Only then does anything move into
+//! the prefix, the way the install stage does it.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::build::key::KeyInputs;
+use crate::build::prefix::{self, Provenance};
+use crate::checksum::{self, Entry};
+use crate::error::hint;
+use crate::oci::{self, Reference, Store};
+use crate::ui::Ui;
+
+pub const CONFIG_TYPE: &str = "application/vnd.rdna1-patch.build.v1+json";
+pub const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+pub const SIGNATURE_TYPE: &str = "application/vnd.rdna1-patch.minisign.v1";
+const EMPTY_TYPE: &str = "application/vnd.oci.empty.v1+json";
+const ANNOTATION: &str = "dev.rdna1-patch";
+
+/// The config blob: the build key, what it was made from, and the prefix's
+/// provenance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub key: String,
+    pub inputs: KeyInputs,
+    pub provenance: Provenance,
+}
+
+/// Signs with the maintainer's own minisign, as `minisign -S` would: the
+/// key file stays the one `minisign -G` wrote (its password asked for by
+/// minisign itself on the terminal), and the signature is what `minisign
+/// -V` checks. Signatures are verified here with the minisign crate, so
+/// users need no minisign.
+pub struct Signer {
+    key: PathBuf,
+    minisign: PathBuf,
+}
+
+impl Signer {
+    pub fn load(path: &Path) -> Result<Signer> {
+        let minisign = crate::build::tools::find("minisign").ok_or_else(|| {
+            hint(
+                "publish signs with minisign, which is not installed",
+                "apt-get install minisign (or see https://jedisct1.github.io/minisign/); nothing was pushed",
+            )
+        })?;
+        let text = crate::fsutil::read_small(path, 64 << 10).map_err(|e| {
+            hint(
+                format!("cannot read the signing key {}: {e:#}", path.display()),
+                "make one with `minisign -G` (it writes ~/.minisign/minisign.key), or name yours with --sign-key FILE",
+            )
+        })?;
+        // A secret key file: a comment line, then the key, base64 of
+        // "Ed" and a KDF name; a public key's line is shorter.
+        let key_line = text.lines().nth(1).unwrap_or_default();
+        if !text.starts_with("untrusted comment:")
+            || !key_line.starts_with("RW")
+            || key_line.len() < 100
+        {
+            return Err(hint(
+                format!("{} is not a minisign secret key", path.display()),
+                "give the secret key file `minisign -G` wrote (not the .pub file)",
+            ));
+        }
+        Ok(Signer {
+            key: path.to_owned(),
+            minisign,
+        })
+    }
+
+    /// A detached signature of `data` whose trusted comment is `trusted`.
+    fn sign(&self, data: &[u8], trusted: &str) -> Result<String> {
+        let dir = tempfile::tempdir()?;
+        let (file, sig) = (
+            dir.path().join("manifest.json"),
+            dir.path().join("manifest.minisig"),
+        );
+        std::fs::write(&file, data)?;
+        let mut cmd = std::process::Command::new(&self.minisign);
+        cmd.arg("-S")
+            .arg("-s")
+            .arg(&self.key)
+            .arg("-m")
+            .arg(&file)
+            .arg("-x")
+            .arg(&sig)
+            .args(["-t", trusted]);
+        let ok = crate::proc::interactive(cmd)?;
+        if !ok {
+            return Err(hint(
+                format!("minisign could not sign with {}", self.key.display()),
+                "check the key and its password (minisign says what went wrong above); nothing was signed",
+            ));
+        }
+        Ok(std::fs::read_to_string(&sig)?)
+    }
+}
+
+/// minisign prints key ids as 16 hex digits of the little-endian number.
+fn key_id(keynum: &[u8]) -> String {
+    keynum.iter().rev().map(|b| format!("{b:02X}")).collect()
+}
+
+fn signature_key_id(signature: &str) -> Result<String> {
+    let b = minisign::SignatureBox::from_string(signature)
+        .map_err(|e| anyhow::anyhow!("minisign wrote a signature that does not parse: {e}"))?;
+    Ok(key_id(b.keynum()))
+}
+
+/// What `publish` did.
+pub struct Published {
+    pub key_id: String,
+    pub reference: Reference,
+    pub digest: String,
+    pub key: String,
+    pub layer_size: u64,
+    pub files: usize,
+    pub uploaded: bool,
+}
+
+/// Push the prefix as an artifact; without a tag, under the build key's.
+pub fn publish(
+    prefix_dir: &Path,
+    reference: &Reference,
+    signer: &Signer,
+    net: oci::Net,
+    ui: &Ui,
+) -> Result<Published> {
+    let (prov, inputs, entries) = read_prefix(prefix_dir)?;
+    let key = inputs.key();
+    let reference = match &reference.tag {
+        Some(_) => reference.clone(),
+        None => reference.with_tag(&inputs.tag()),
+    };
+    let tag = reference.tag.clone().expect("a tag was set");
+    ui.stage(
+        "Packing",
+        format!("{} files of {}", entries.len(), prefix_dir.display()),
+    );
+    let layer = pack(prefix_dir, &entries)?;
+    let config = serde_json::to_vec_pretty(&Config {
+        key: key.clone(),
+        inputs: inputs.clone(),
+        provenance: prov.clone(),
+    })?;
+    let store = Store::open(&reference, net)?;
+    ui.stage(
+        "Pushing",
+        format!("{} ({})", reference, human_size(layer.size)),
+    );
+    let uploaded = store.put_blob(layer.file.path(), &layer.digest, layer.size, ui)?;
+    let config_digest = store.put_small_blob(&config)?;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": oci::MANIFEST,
+        "artifactType": CONFIG_TYPE,
+        "config": { "mediaType": CONFIG_TYPE, "digest": config_digest, "size": config.len() },
+        "layers": [ { "mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size } ],
+        "annotations": annotations(&key, &inputs, &prov),
+    }))?;
+    let digest = store.put_manifest(&tag, &manifest)?;
+    let trusted = format!("rdna1-patch build {key} manifest {digest}");
+    let signature = signer.sign(&manifest, &trusted)?;
+    let sig_digest = store.put_small_blob(signature.as_bytes())?;
+    let empty = store.put_small_blob(b"{}")?;
+    let sig_manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": oci::MANIFEST,
+        "artifactType": SIGNATURE_TYPE,
+        "config": { "mediaType": EMPTY_TYPE, "digest": empty, "size": 2 },
+        "layers": [ { "mediaType": SIGNATURE_TYPE, "digest": sig_digest, "size": signature.len() } ],
+        "subject": { "mediaType": oci::MANIFEST, "digest": digest, "size": manifest.len() },
+        "annotations": { format!("{ANNOTATION}.key-id"): signature_key_id(&signature)? },
+    }))?;
+    store.put_manifest(&signature_tag(&digest), &sig_manifest)?;
+    Ok(Published {
+        key_id: signature_key_id(&signature)?,
+        reference,
+        digest,
+        key,
+        layer_size: layer.size,
+        files: entries.len(),
+        uploaded,
+    })
+}
+
+fn annotations(key: &str, inputs: &KeyInputs, prov: &Provenance) -> HashMap<String, String> {
+    let a = |k: &str| format!("{ANNOTATION}.{k}");
+    let mut m = HashMap::new();
+    m.insert(
+        "org.opencontainers.image.title".into(),
+        format!("{} {}", prov.component, prov.profile),
+    );
+    m.insert("org.opencontainers.image.created".into(), prov.date.clone());
+    m.insert(
+        "org.opencontainers.image.source".into(),
+        prov.source.url.clone(),
+    );
+    m.insert(
+        "org.opencontainers.image.revision".into(),
+        prov.source.commit.clone(),
+    );
+    m.insert(a("key"), key.to_owned());
+    m.insert(a("profile"), prov.profile.clone());
+    m.insert(a("pin"), prov.source.tag.clone());
+    m.insert(a("gpu-targets"), inputs.gpu_targets.join(";"));
+    m.insert(a("series-sha256"), series_sha256(&inputs.patches));
+    m.insert(
+        a("rocm"),
+        inputs
+            .toolchain
+            .rocm_version
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
+    );
+    m.insert(
+        a("compiler"),
+        inputs
+            .toolchain
+            .compiler
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
+    );
+    m.insert(a("tool"), prov.tool.clone());
+    m
+}
+
+/// One hash for the whole series: SHA-256 of its `<sha256>  <name>` lines.
+fn series_sha256(patches: &[String]) -> String {
+    let mut h = Sha256::new();
+    for p in patches {
+        h.update(p.as_bytes());
+        h.update(b"\n");
+    }
+    checksum::hex(&h.finalize())
+}
+
+pub fn signature_tag(manifest_digest: &str) -> String {
+    format!("{}.sig", manifest_digest.replace(':', "-"))
+}
+
+/// A prefix fit to publish: its records, and every file checked.
+fn read_prefix(dir: &Path) -> Result<(Provenance, KeyInputs, Vec<Entry>)> {
+    let not_built = |e: anyhow::Error| {
+        hint(
+            format!("{} holds no finished build: {e:#}", dir.display()),
+            "build it first (`rdna1-patch build`), or name the prefix with --prefix",
+        )
+    };
+    let prov = Provenance::read(dir).map_err(not_built)?;
+    let entries = prefix::read_md5sums(dir).map_err(not_built)?;
+    let inputs = prefix::read_key(dir).map_err(|e| {
+        hint(
+            format!("{} has no build key: {e:#}", dir.display()),
+            "it was built by an rdna1-patch before 0.2; build it again (only the install stage runs) and publish that",
+        )
+    })?;
+    let mut problems = prefix::incomplete(&prov, &entries);
+    problems.extend(
+        checksum::verify(dir, &entries, checksum::default_jobs())
+            .iter()
+            .map(ToString::to_string),
+    );
+    if !problems.is_empty() {
+        return Err(hint(
+            format!(
+                "{} does not match its MD5SUMS, so it cannot be published:\n  {}",
+                dir.display(),
+                problems.join("\n  ")
+            ),
+            "build it again (`rdna1-patch build`), then publish; nothing was pushed",
+        ));
+    }
+    Ok((prov, inputs, entries))
+}
+
+struct Layer {
+    file: tempfile::NamedTempFile,
+    digest: String,
+    size: u64,
+}
+
+/// A writer that hashes and counts what passes through.
+struct Hashing<W> {
+    inner: W,
+    sha: Sha256,
+    size: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sha.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The tar of MD5SUMS' files and MD5SUMS itself, in the listed order,
+/// with owner root and time zero so the same prefix packs to the same
+/// bytes; a symlink stays a symlink.
+fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
+    let file = tempfile::NamedTempFile::new()?;
+    let out = Hashing {
+        inner: std::io::BufWriter::with_capacity(1 << 20, file.reopen()?),
+        sha: Sha256::new(),
+        size: 0,
+    };
+    let mut enc = zstd::Encoder::new(out, 3)?;
+    enc.multithread(checksum::default_jobs() as u32)?;
+    let mut tar = tar::Builder::new(enc);
+    tar.follow_symlinks(false);
+    let paths = entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .chain([prefix::MD5SUMS]);
+    for rel in paths {
+        let path = dir.join(rel);
+        let meta = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_mode(0o777);
+            h.set_size(0);
+            tar.append_link(&mut h, rel, &target)?;
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_mode(meta.permissions().mode() & 0o755);
+            h.set_size(meta.len());
+            let f = crate::fsutil::open_regular(&path)?;
+            tar.append_data(&mut h, rel, f)?;
+        }
+    }
+    let enc = tar.into_inner()?;
+    let mut out = enc.finish()?;
+    out.flush()?;
+    Ok(Layer {
+        digest: format!("sha256:{}", checksum::hex(&out.sha.finalize())),
+        size: out.size,
+        file,
+    })
+}
+
+pub fn human_size(n: u64) -> String {
+    match n {
+        0..1_000_000 => format!("{:.1} kB", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", n as f64 / 1e6),
+        _ => format!("{:.2} GB", n as f64 / 1e9),
+    }
+}
+
+/// An artifact whose signature and config were checked, not yet pulled.
+pub struct Candidate {
+    pub reference: Reference,
+    pub digest: String,
+    pub config: Config,
+    pub key_id: String,
+    layer: (String, u64),
+}
+
+/// Why an artifact was not taken: said, and then the build goes on.
+#[derive(Debug)]
+pub struct Declined(pub String);
+
+/// Read a manifest and its signature, and the config it vouches for.
+/// `Ok(Err(..))`: no artifact there, or one not signed by a trusted key.
+/// `Err`: something is wrong that a person must look at (a signature by a
+/// trusted key that does not verify, a blob that is not what the signed
+/// manifest says, a registry that is down).
+pub fn examine(
+    store: &Store,
+    reference: &Reference,
+    trusted: &[String],
+) -> Result<std::result::Result<Candidate, Declined>> {
+    let name = reference
+        .digest
+        .clone()
+        .or_else(|| reference.tag.clone())
+        .context("the reference names no tag or digest")?;
+    let Some((manifest, digest)) = store.manifest(&name)? else {
+        return Ok(Err(Declined(format!("{reference} does not exist"))));
+    };
+    let Some((sig_manifest, _)) = store.manifest(&signature_tag(&digest))? else {
+        return Ok(Err(Declined(format!("{reference} is not signed"))));
+    };
+    let signature = read_signature(store, &sig_manifest)?;
+    let sig_box = minisign::SignatureBox::from_string(&signature)
+        .map_err(|e| tampered(reference, &format!("its signature is not minisign's: {e}")))?;
+    let id = key_id(sig_box.keynum());
+    let keys = trusted_keys(trusted)?;
+    let Some(pk) = keys.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
+        return Ok(Err(Declined(format!(
+            "{reference} is signed by key {id}, which is not in your trusted-keys"
+        ))));
+    };
+    minisign::verify(
+        pk,
+        &sig_box,
+        std::io::Cursor::new(&manifest),
+        true,
+        false,
+        false,
+    )
+    .map_err(|e| {
+        tampered(
+            reference,
+            &format!("its signature by trusted key {id} does not verify: {e}"),
+        )
+    })?;
+    let m: serde_json::Value = serde_json::from_slice(&manifest)
+        .map_err(|e| tampered(reference, &format!("its manifest is not JSON: {e}")))?;
+    let config_desc = descriptor(&m["config"], CONFIG_TYPE)
+        .ok_or_else(|| tampered(reference, "its manifest has no rdna1-patch config"))?;
+    let layer = match m["layers"].as_array().map(Vec::as_slice) {
+        Some([l]) => descriptor(l, LAYER_TYPE),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        tampered(
+            reference,
+            "its manifest does not have exactly one zstd tar layer",
+        )
+    })?;
+    let config_bytes = store.small_blob(&config_desc.0, config_desc.1)?;
+    let config: Config = serde_json::from_slice(&config_bytes).map_err(|e| {
+        tampered(
+            reference,
+            &format!("its config is not an rdna1-patch build config: {e}"),
+        )
+    })?;
+    if config.inputs.key() != config.key {
+        return Err(tampered(
+            reference,
+            "its config's key is not the hash of its inputs",
+        ));
+    }
+    Ok(Ok(Candidate {
+        reference: reference.clone(),
+        digest,
+        config,
+        key_id: id,
+        layer,
+    }))
+}
+
+fn descriptor(v: &serde_json::Value, media_type: &str) -> Option<(String, u64)> {
+    let digest = v["digest"].as_str()?;
+    let ok = v["mediaType"] == media_type
+        && digest
+            .strip_prefix("sha256:")
+            .is_some_and(oci::is_sha256_hex);
+    ok.then(|| Some((digest.to_owned(), v["size"].as_u64()?)))
+        .flatten()
+}
+
+fn read_signature(store: &Store, sig_manifest: &[u8]) -> Result<String> {
+    let m: serde_json::Value =
+        serde_json::from_slice(sig_manifest).context("the signature's manifest is not JSON")?;
+    let (digest, size) = match m["layers"].as_array().map(Vec::as_slice) {
+        Some([l]) => descriptor(l, SIGNATURE_TYPE),
+        _ => None,
+    }
+    .context("the signature's manifest holds no minisign signature")?;
+    let bytes = store.small_blob(&digest, size)?;
+    String::from_utf8(bytes).context("the signature is not text")
+}
+
+fn trusted_keys(trusted: &[String]) -> Result<Vec<minisign::PublicKey>> {
+    trusted
+        .iter()
+        .map(|k| {
+            let k = k.trim();
+            let key = if Path::new(k).is_file() {
+                minisign::PublicKey::from_file(k)
+            } else {
+                minisign::PublicKey::from_base64(k)
+            };
+            key.map_err(|e| {
+                hint(
+                    format!("trusted-keys has `{k}`, which is not a minisign public key: {e}"),
+                    "a trusted key is the second line of a minisign .pub file (RW...), or the path of that file",
+                )
+            })
+        })
+        .collect()
+}
+
+fn tampered(reference: &Reference, what: &str) -> anyhow::Error {
+    hint(
+        format!("{reference} cannot be trusted: {what}"),
+        "it may have been tampered with or damaged on the way; ask its publisher, or build without it (leave out --from); nothing was installed",
+    )
+}
+
+/// Pull the layer into `prefix_dir`: stream it through its digest, zstd and
+/// tar into a staging dir, hashing every file as it is written; check all
+/// of it against the signed config and MD5SUMS; then move the files in.
+pub fn install(store: &Store, c: &Candidate, prefix_dir: &Path, ui: &Ui) -> Result<usize> {
+    prefix::preflight(prefix_dir)?;
+    let staging = prefix::begin(prefix_dir)?;
+    let result = unpack(store, c, &staging, ui).and_then(|written| {
+        let entries = check_staged(c, &staging, &written)?;
+        prefix::commit_verified(prefix_dir, &staging, &entries)?;
+        Ok(entries.len())
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result
+}
+
+/// What was written: each regular file's MD5, each symlink's target.
+struct Written {
+    md5: HashMap<String, String>,
+    links: HashMap<String, PathBuf>,
+}
+
+fn unpack(store: &Store, c: &Candidate, staging: &Path, ui: &Ui) -> Result<Written> {
+    let (digest, size) = c.layer.clone();
+    let blob = store.blob(&digest, size)?;
+    let progress = ui.progress(size);
+    progress.set_prefix("Pulling");
+    // One thread downloads, hashes and decompresses; this one unpacks and
+    // hashes each file: the two halves take about as long.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    let reference = c.reference.clone();
+    let producer = std::thread::spawn(move || -> Result<()> {
+        let mut counted = Counting {
+            inner: blob,
+            sha: Sha256::new(),
+            size: 0,
+        };
+        {
+            let mut dec = zstd::Decoder::new(&mut counted)?;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = read_full(&mut dec, &mut buf).map_err(|e| tampered_or_io(&reference, e))?;
+                if n == 0 {
+                    break;
+                }
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        std::io::copy(&mut counted, &mut std::io::sink())?;
+        let got = format!("sha256:{}", checksum::hex(&counted.sha.clone().finalize()));
+        if got != digest || counted.size != size {
+            return Err(tampered(
+                &reference,
+                &format!(
+                    "its layer is not what the signed manifest says ({} bytes with digest {got}, expected {size} bytes with {digest})",
+                    counted.size
+                ),
+            ));
+        }
+        Ok(())
+    });
+    let reader = ChannelReader {
+        rx,
+        chunk: Vec::new(),
+        pos: 0,
+    };
+    let unpacked = unpack_tar(reader, staging, &c.reference, &*progress, size);
+    progress.finish();
+    let produced = producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the download thread failed"))?;
+    produced?;
+    unpacked
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn tampered_or_io(reference: &Reference, e: std::io::Error) -> anyhow::Error {
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other
+    ) && !e.to_string().contains("registry")
+    {
+        tampered(reference, &format!("its layer does not decompress: {e}"))
+    } else {
+        anyhow::Error::new(e).context(format!("pulling {reference} failed"))
+    }
+}
+
+struct Counting<R> {
+    inner: R,
+    sha: Sha256,
+    size: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+}
+
+struct ChannelReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(c) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// A path in the layer: relative, plain components, UTF-8.
+fn layer_path(p: &Path) -> Option<String> {
+    let ok = !p.as_os_str().is_empty()
+        && p.components().all(|c| match c {
+            Component::Normal(n) => !crate::fsutil::is_git_dir_name(n),
+            _ => false,
+        });
+    ok.then(|| p.to_str().map(str::to_owned)).flatten()
+}
+
+fn unpack_tar(
+    reader: impl Read,
+    staging: &Path,
+    reference: &Reference,
+    progress: &dyn crate::ui::Progress,
+    size: u64,
+) -> Result<Written> {
+    let mut archive = tar::Archive::new(reader);
+    let mut written = Written {
+        md5: HashMap::new(),
+        links: HashMap::new(),
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    for entry in archive
+        .entries()
+        .map_err(|e| tampered(reference, &format!("its layer is not a tar: {e}")))?
+    {
+        let mut entry = entry.map_err(|e| tampered_or_io(reference, e))?;
+        let raw = entry
+            .path()
+            .map_err(|e| tampered_or_io(reference, e))?
+            .into_owned();
+        let rel = layer_path(&raw).ok_or_else(|| {
+            tampered(
+                reference,
+                &format!("its layer has the path {}", raw.display()),
+            )
+        })?;
+        if written.md5.contains_key(&rel) || written.links.contains_key(&rel) {
+            return Err(tampered(reference, &format!("its layer has {rel} twice")));
+        }
+        if let Some(link) = crate::fsutil::first_symlink(staging, Path::new(&rel)) {
+            return Err(tampered(
+                reference,
+                &format!(
+                    "its layer writes {rel} through the symlink {}",
+                    link.display()
+                ),
+            ));
+        }
+        let to = staging.join(&rel);
+        if let Some(dir) = to.parent() {
+            crate::fsutil::create_dir_all(dir)?;
+        }
+        match entry.header().entry_type() {
+            tar::EntryType::Regular => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode | 0o600)
+                    .open(&to)
+                    .with_context(|| format!("cannot write {}", to.display()))?;
+                let mut md5 = checksum::Md5::new()?;
+                loop {
+                    let n = entry
+                        .read(&mut buf)
+                        .map_err(|e| tampered_or_io(reference, e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    md5.update(&buf[..n])?;
+                    out.write_all(&buf[..n])
+                        .with_context(|| format!("cannot write {}", to.display()))?;
+                    total += n as u64;
+                    progress.update(total.min(size), size, &rel);
+                }
+                written.md5.insert(rel, md5.finish()?);
+            }
+            tar::EntryType::Symlink => {
+                let target = entry
+                    .link_name()
+                    .map_err(|e| tampered_or_io(reference, e))?
+                    .context("a symlink without a target")?
+                    .into_owned();
+                if !link_stays_inside(&rel, &target) {
+                    return Err(tampered(
+                        reference,
+                        &format!(
+                            "its layer links {rel} to {}, outside the prefix",
+                            target.display()
+                        ),
+                    ));
+                }
+                std::os::unix::fs::symlink(&target, &to)
+                    .with_context(|| format!("cannot write {}", to.display()))?;
+                written.links.insert(rel, target);
+            }
+            other => {
+                return Err(tampered(
+                    reference,
+                    &format!("its layer has {rel} as a {other:?}, not a file or symlink"),
+                ));
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// A relative target that, resolved from the link's dir, stays below the
+/// prefix at every step.
+fn link_stays_inside(rel: &str, target: &Path) -> bool {
+    let mut depth = Path::new(rel).components().count() as i64 - 1;
+    for c in target.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The staged prefix against the signed config: MD5SUMS lists exactly the
+/// files written, each with the MD5 it had as it was written; the records
+/// are the config's.
+fn check_staged(c: &Candidate, staging: &Path, written: &Written) -> Result<Vec<Entry>> {
+    let r = &c.reference;
+    let md5sums = written
+        .md5
+        .contains_key(prefix::MD5SUMS)
+        .then(|| prefix::read_md5sums(staging))
+        .ok_or_else(|| tampered(r, "its layer has no MD5SUMS"))?
+        .map_err(|e| tampered(r, &format!("its MD5SUMS: {e:#}")))?;
+    let mut problems = Vec::new();
+    for e in &md5sums {
+        let got = match (written.md5.get(&e.path), written.links.get(&e.path)) {
+            (Some(m), _) => Some(m.clone()),
+            (None, Some(_)) => checksum::md5_file(&staging.join(&e.path)).ok(),
+            (None, None) => None,
+        };
+        match got {
+            Some(m) if m == e.md5 => {}
+            Some(m) => problems.push(format!("{}: MD5 {m}, MD5SUMS says {}", e.path, e.md5)),
+            None => problems.push(format!("{}: listed in MD5SUMS, not in the layer", e.path)),
+        }
+    }
+    for f in written.md5.keys().chain(written.links.keys()) {
+        if f != prefix::MD5SUMS && !md5sums.iter().any(|e| &e.path == f) {
+            problems.push(format!("{f}: in the layer, not in MD5SUMS"));
+        }
+    }
+    let prov = Provenance::read(staging).map_err(|e| tampered(r, &format!("{e:#}")))?;
+    if prov != c.config.provenance {
+        problems.push("its provenance is not the signed config's".to_owned());
+    }
+    match prefix::read_key(staging) {
+        Ok(k) if k == c.config.inputs => {}
+        _ => problems.push("its build key is not the signed config's".to_owned()),
+    }
+    problems.extend(prefix::incomplete(&prov, &md5sums));
+    if !problems.is_empty() {
+        return Err(tampered(r, &problems.join("; ")));
+    }
+    Ok(md5sums)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_stay_inside() {
+        assert!(link_stays_inside(
+            "lib/libMIOpen.so",
+            Path::new("libMIOpen.so.1")
+        ));
+        assert!(link_stays_inside("lib/a/b", Path::new("../c")));
+        assert!(!link_stays_inside("lib/a", Path::new("../../etc/passwd")));
+        assert!(!link_stays_inside("a", Path::new("/etc/passwd")));
+        assert!(layer_path(Path::new("lib/x")).is_some());
+        for bad in ["../x", "/x", "a/../b", "a/.git/x", ""] {
+            assert!(layer_path(Path::new(bad)).is_none(), "{bad}");
+        }
+        assert_eq!(key_id(&[0x01, 0x02]), "0201");
+    }
+}

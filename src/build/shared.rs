@@ -1,0 +1,137 @@
+//! Finding a shared build to pull instead of compiling one: `build --from
+//! REF`, else each of the config's `caches`. An artifact is taken only when
+//! a trusted key signed it and its build key's inputs are this build's
+//! (`KeyInputs::accepts`); otherwise the build goes on and says why.
+//!
+//! `--from` names one artifact, so what is wrong with it (a registry that
+//! is down, a layer that is not what its signed manifest says) stops the
+//! run. A cache is a place to look: such a fault there is a warning, and
+//! the next cache, or the build, follows.
+
+use anyhow::Result;
+
+use crate::build::artifact::{self, Candidate, Declined};
+use crate::build::key::KeyInputs;
+use crate::oci::{self, Reference, Store};
+use crate::ui::Ui;
+
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub from: Option<Reference>,
+    pub caches: Vec<Reference>,
+    pub trusted: Vec<String>,
+    /// The config file the caches and keys came from, for messages.
+    pub config: String,
+    pub net_timeout: std::time::Duration,
+}
+
+/// What to do: pull this, or build, and why.
+pub enum Choice {
+    Pull(Store, Box<Candidate>),
+    Build(String),
+}
+
+/// What this machine can say of its toolchain: with none, the publisher's
+/// is taken when its ROCm release is the profile's.
+pub struct Want<'a> {
+    pub inputs: &'a KeyInputs,
+    pub toolchain: bool,
+    pub rocm_release: String,
+}
+
+impl Sources {
+    pub fn any(&self) -> bool {
+        self.from.is_some() || !self.caches.is_empty()
+    }
+
+    fn net(&self) -> oci::Net {
+        oci::Net {
+            timeout: self.net_timeout,
+        }
+    }
+
+    pub fn choose(&self, want: &Want, ui: &Ui) -> Result<Choice> {
+        if let Some(r) = &self.from {
+            let store = Store::open(r, self.net())?;
+            return Ok(match self.look(&store, r, want)? {
+                Ok(c) => Choice::Pull(store, Box::new(c)),
+                Err(Declined(why)) => Choice::Build(why),
+            });
+        }
+        let mut why = Vec::new();
+        for r in &self.caches {
+            let found = Store::open(r, self.net()).and_then(|store| {
+                Ok(match self.look(&store, r, want)? {
+                    Ok(c) => Ok((store, c)),
+                    Err(d) => Err(d),
+                })
+            });
+            match found {
+                Ok(Ok((store, c))) => return Ok(Choice::Pull(store, Box::new(c))),
+                Ok(Err(Declined(w))) => why.push(w),
+                Err(e) => {
+                    let e = crate::error::chain(&e);
+                    ui.warn(format!("cache {r}: {e}"));
+                    why.push(format!("cache {r} failed: {e}"));
+                }
+            }
+        }
+        Ok(Choice::Build(if why.is_empty() {
+            format!("no caches in {}", self.config)
+        } else {
+            why.join("; ")
+        }))
+    }
+
+    /// The artifact `r` names, or with no tag, the one of this build in
+    /// that repository: its own tag first, then every tag of the profile.
+    fn look(
+        &self,
+        store: &Store,
+        r: &Reference,
+        want: &Want,
+    ) -> Result<std::result::Result<Candidate, Declined>> {
+        if r.tag.is_some() || r.digest.is_some() {
+            return Ok(match artifact::examine(store, r, &self.trusted)? {
+                Ok(c) => self.judge(c, want),
+                Err(d) => Err(d),
+            });
+        }
+        let own = want.inputs.tag();
+        let prefix = format!("{}-", want.inputs.profile);
+        let mut tags: Vec<String> = store
+            .tags()?
+            .into_iter()
+            .filter(|t| t.starts_with(&prefix) && !t.ends_with(".sig"))
+            .collect();
+        tags.sort_by_key(|t| *t != own);
+        let mut why = Vec::new();
+        for t in &tags {
+            match artifact::examine(store, &r.with_tag(t), &self.trusted)? {
+                Ok(c) => match self.judge(c, want) {
+                    Ok(c) => return Ok(Ok(c)),
+                    Err(Declined(w)) => why.push(w),
+                },
+                Err(Declined(w)) => why.push(w),
+            }
+        }
+        Ok(Err(Declined(match why.len() {
+            0 => format!("{r} has no build of {}", want.inputs.profile),
+            1 => why.remove(0),
+            n => format!(
+                "none of the {n} builds of {} in {r} is this one (the first: {})",
+                want.inputs.profile, why[0]
+            ),
+        })))
+    }
+
+    fn judge(&self, c: Candidate, want: &Want) -> std::result::Result<Candidate, Declined> {
+        match want
+            .inputs
+            .accepts(&c.config.inputs, want.toolchain, &want.rocm_release)
+        {
+            Ok(()) => Ok(c),
+            Err(why) => Err(Declined(format!("{} is another build: {why}", c.reference))),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::PrefixArg;
+use crate::build::artifact::{self, Signer};
+use crate::ui::Ui;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where to: oci://HOST[:PORT]/REPO[:TAG], or a directory for an OCI
+    /// image layout, DIR[:TAG] [default tag: <profile>-<build key>]
+    #[arg(value_name = "REF", value_parser = super::build::parse_reference)]
+    reference: crate::oci::Reference,
+    #[command(flatten)]
+    prefix: PrefixArg,
+    /// The minisign secret key to sign with [default: ~/.minisign/minisign.key,
+    /// where `minisign -G` puts it]
+    #[arg(long, value_name = "FILE")]
+    sign_key: Option<PathBuf>,
+    /// Give up on a registry that sends nothing for this long
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    net_timeout: u64,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let prefix = args.prefix.resolve()?;
+    let key_file = match args.sign_key {
+        Some(k) => k,
+        None => directories::BaseDirs::new()
+            .map(|d| d.home_dir().join(".minisign/minisign.key"))
+            .ok_or_else(|| {
+                anyhow::anyhow!("no home directory: name the key with --sign-key FILE")
+            })?,
+    };
+    let signer = Signer::load(&key_file)?;
+    let net = crate::oci::Net {
+        timeout: std::time::Duration::from_secs(args.net_timeout),
+    };
+    let term = super::term::Term::new();
+    let p = artifact::publish(&prefix, &args.reference, &signer, net, &Ui::new(&term))?;
+    let ui = Ui::new(&term);
+    ui.stage(
+        "Published",
+        format!(
+            "{} files ({} compressed{}) as {}",
+            p.files,
+            artifact::human_size(p.layer_size),
+            if p.uploaded { "" } else { ", already there" },
+            p.reference
+        ),
+    );
+    crate::outln!("{}@{}", p.reference, p.digest);
+    ui.note(format!("build key {}", p.key));
+    ui.note(format!(
+        "signed by key {}: users add its public key (the second line of the .pub file) to trusted-keys in their config",
+        p.key_id
+    ));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,382 @@
+//! The OCI distribution API over HTTP(S): `/v2/<repo>/blobs`, `/manifests`
+//! and `/tags/list`, with the Basic and Bearer-token logins registries use.
+//! Plain HTTP only for a registry on this machine (localhost, 127.0.0.1,
+//! [::1]), as docker allows; HTTPS for every other host.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+
+use super::{Net, auth};
+use crate::error::hint;
+use crate::ui::Ui;
+
+type Response = ureq::http::Response<ureq::Body>;
+
+pub struct Registry {
+    host: String,
+    repo: String,
+    base: String,
+    agent: ureq::Agent,
+    net: Net,
+    /// The Authorization header, once the registry asked for one.
+    authorization: OnceLock<Option<String>>,
+    push: std::cell::Cell<bool>,
+}
+
+fn is_local(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name == "localhost" || name == "::1" || name.starts_with("127.")
+}
+
+impl Registry {
+    pub fn new(host: &str, repo: &str, net: Net) -> Result<Registry> {
+        let scheme = if is_local(host) { "http" } else { "https" };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(net.timeout))
+            .timeout_recv_response(Some(net.timeout))
+            .timeout_per_read(Some(net.timeout))
+            .timeout_per_write(Some(net.timeout))
+            .user_agent(format!("rdna1-patch/{}", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Ok(Registry {
+            host: host.to_owned(),
+            repo: repo.to_owned(),
+            base: format!("{scheme}://{host}/v2"),
+            agent,
+            net,
+            authorization: OnceLock::new(),
+            push: std::cell::Cell::new(false),
+        })
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("{}/{}/{rest}", self.base, self.repo)
+    }
+
+    /// What went wrong talking to the registry, with what to check.
+    fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
+        let why = match &e {
+            ureq::Error::Timeout(_) => format!(
+                "the registry {} sent nothing for {} s",
+                self.host,
+                self.net.timeout.as_secs()
+            ),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                format!(
+                    "cannot reach the registry {}: connection refused",
+                    self.host
+                )
+            }
+            _ => format!("cannot talk to the registry {}: {e}", self.host),
+        };
+        hint(
+            why,
+            format!(
+                "check that the registry is up and is an OCI registry (curl {}/), or give --net-timeout more seconds; nothing was changed",
+                self.base
+            ),
+        )
+    }
+
+    fn failed(&self, what: &str, resp: Response) -> anyhow::Error {
+        let status = resp.status();
+        let help = match status.as_u16() {
+            401 | 403 => format!(
+                "log in to {} (docker login, podman login, or an auths entry in one of {}); nothing was changed",
+                self.host,
+                auth::files()
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => "check the reference and the registry; nothing was changed".to_owned(),
+        };
+        hint(
+            format!(
+                "the registry {} refused to {what}: HTTP {status}",
+                self.host
+            ),
+            help,
+        )
+    }
+
+    /// Find out once whether the registry wants a login, and get the
+    /// header for it (a Bearer token from the registry's token service,
+    /// or Basic credentials).
+    fn authorization(&self) -> Result<Option<String>> {
+        if let Some(a) = self.authorization.get() {
+            return Ok(a.clone());
+        }
+        let resp = self
+            .agent
+            .get(format!("{}/", self.base))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        let header = if resp.status() == 401 {
+            let challenge = resp
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let creds = auth::lookup(&self.host).map(|(c, _)| c);
+            match auth::bearer_params(&challenge) {
+                Some(params) => Some(self.token(&params, creds.as_ref())?),
+                None => creds.map(|c| c.header()),
+            }
+        } else {
+            None
+        };
+        Ok(self.authorization.get_or_init(|| header).clone())
+    }
+
+    fn token(&self, params: &[(String, String)], creds: Option<&auth::Basic>) -> Result<String> {
+        let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.as_str());
+        let realm = get("realm").context("the registry's login challenge names no realm")?;
+        let action = if self.push.get() { "pull,push" } else { "pull" };
+        let scope = format!("repository:{}:{action}", self.repo);
+        let mut req = self.agent.get(realm).query("scope", &scope);
+        if let Some(service) = get("service") {
+            req = req.query("service", service);
+        }
+        if let Some(c) = creds {
+            req = req.header("Authorization", c.header());
+        }
+        let mut resp = req.call().map_err(|e| self.unreachable(e))?;
+        if !resp.status().is_success() {
+            return Err(self.failed("give a login token", resp));
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(super::SMALL_LIMIT)
+            .read_to_vec()
+            .map_err(|e| self.unreachable(e))?;
+        let body: serde_json::Value = serde_json::from_slice(&bytes)
+            .context("the registry's token service did not answer JSON")?;
+        let token = body["token"]
+            .as_str()
+            .or(body["access_token"].as_str())
+            .context("the registry's token service gave no token")?;
+        Ok(format!("Bearer {token}"))
+    }
+
+    fn with_auth<B>(&self, req: ureq::RequestBuilder<B>) -> Result<ureq::RequestBuilder<B>> {
+        Ok(match self.authorization()? {
+            Some(a) => req.header("Authorization", a),
+            None => req,
+        })
+    }
+
+    pub fn put_blob(&self, file: &Path, digest: &str, size: u64, ui: &Ui) -> Result<bool> {
+        self.push.set(true);
+        let head = self
+            .with_auth(self.agent.head(self.url(&format!("blobs/{digest}"))))?
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if head.status().is_success() {
+            return Ok(false);
+        }
+        let start = self
+            .with_auth(self.agent.post(self.url("blobs/uploads/")))?
+            .send_empty()
+            .map_err(|e| self.unreachable(e))?;
+        if start.status() != 202 {
+            return Err(self.failed("start an upload", start));
+        }
+        let location = start
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .context("the registry started an upload without saying where")?;
+        let location = if location.starts_with('/') {
+            let origin = self.base.trim_end_matches("/v2");
+            format!("{origin}{location}")
+        } else {
+            location.to_owned()
+        };
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let file = crate::fsutil::open_regular(file)?;
+        let progress = ui.progress(size);
+        progress.set_prefix("Pushing");
+        let body = Counted {
+            inner: file,
+            done: 0,
+            size,
+            progress: &*progress,
+        };
+        let mut body = body;
+        let resp = self
+            .with_auth(self.agent.put(format!("{location}{sep}digest={digest}")))?
+            .header("Content-Type", "application/octet-stream")
+            .header("Content-Length", size.to_string())
+            .send(ureq::SendBody::from_reader(&mut body))
+            .map_err(|e| self.unreachable(e))?;
+        progress.finish();
+        if resp.status() != 201 {
+            return Err(self.failed(&format!("take blob {digest}"), resp));
+        }
+        Ok(true)
+    }
+
+    pub fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {
+        self.push.set(true);
+        let resp = self
+            .with_auth(self.agent.put(self.url(&format!("manifests/{tag}"))))?
+            .header("Content-Type", super::MANIFEST)
+            .send(bytes)
+            .map_err(|e| self.unreachable(e))?;
+        if resp.status() != 201 {
+            return Err(self.failed(&format!("take the manifest for {tag}"), resp));
+        }
+        Ok(super::sha256_digest(bytes))
+    }
+
+    pub fn manifest(&self, reference: &str) -> Result<Option<Vec<u8>>> {
+        let mut resp = self
+            .with_auth(self.agent.get(self.url(&format!("manifests/{reference}"))))?
+            .header("Accept", super::MANIFEST)
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if resp.status() == 404 {
+            return Ok(None);
+        }
+        if !resp.status().is_success() {
+            return Err(self.failed(&format!("give the manifest {reference}"), resp));
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(super::SMALL_LIMIT)
+            .read_to_vec()
+            .map_err(|e| self.unreachable(e))?;
+        Ok(Some(bytes))
+    }
+
+    pub fn blob(&self, digest: &str, size: u64) -> Result<Box<dyn Read + Send>> {
+        let resp = self
+            .with_auth(self.agent.get(self.url(&format!("blobs/{digest}"))))?
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if !resp.status().is_success() {
+            return Err(self.failed(&format!("give blob {digest}"), resp));
+        }
+        // One byte more than promised is enough to tell a lie.
+        let reader = resp
+            .into_body()
+            .into_with_config()
+            .limit(size.saturating_add(1))
+            .reader();
+        let host = self.host.clone();
+        let secs = self.net.timeout.as_secs();
+        Ok(Box::new(Explained {
+            inner: reader,
+            host,
+            secs,
+        }))
+    }
+
+    pub fn tags(&self) -> Result<Vec<String>> {
+        let mut resp = self
+            .with_auth(self.agent.get(self.url("tags/list")).query("n", "10000"))?
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if resp.status() == 404 {
+            return Ok(Vec::new());
+        }
+        if !resp.status().is_success() {
+            return Err(self.failed("list its tags", resp));
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(super::SMALL_LIMIT)
+            .read_to_vec()
+            .map_err(|e| self.unreachable(e))?;
+        let body: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            hint(
+                format!(
+                    "the registry {} listed its tags in something not JSON: {e}",
+                    self.host
+                ),
+                "check that it is an OCI registry; nothing was changed",
+            )
+        })?;
+        Ok(body["tags"]
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .filter_map(|t| t.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// An upload body that moves the progress bar.
+struct Counted<'a, R> {
+    inner: R,
+    done: u64,
+    size: u64,
+    progress: &'a dyn crate::ui::Progress,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        self.progress.update(self.done, self.size, "");
+        Ok(n)
+    }
+}
+
+/// A download whose I/O errors say which registry stopped sending.
+struct Explained<R> {
+    inner: R,
+    host: String,
+    secs: u64,
+}
+
+impl<R: Read> Read for Explained<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            let what =
+                if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("imeout") {
+                    format!(
+                        "the registry {} sent nothing for {} s",
+                        self.host, self.secs
+                    )
+                } else {
+                    format!("the download from {} broke off: {e}", self.host)
+                };
+            std::io::Error::new(e.kind(), what)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn local_hosts_use_http() {
+        for h in [
+            "localhost:5000",
+            "127.0.0.1:41234",
+            "[::1]:5000",
+            "localhost",
+        ] {
+            assert!(super::is_local(h), "{h}");
+        }
+        for h in ["ghcr.io", "registry.example:5000", "128.0.0.1"] {
+            assert!(!super::is_local(h), "{h}");
+        }
+    }
+}
