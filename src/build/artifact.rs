@@ -14,7 +14,7 @@
 //! records against the signed config. Only then does anything move into
 //! the prefix, the way the install stage does it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
@@ -203,9 +203,10 @@ pub fn publish(
     })
 }
 
-fn annotations(key: &str, inputs: &KeyInputs, prov: &Provenance) -> HashMap<String, String> {
+/// Sorted, so the same prefix gives the same manifest bytes.
+fn annotations(key: &str, inputs: &KeyInputs, prov: &Provenance) -> BTreeMap<String, String> {
     let a = |k: &str| format!("{ANNOTATION}.{k}");
-    let mut m = HashMap::new();
+    let mut m = BTreeMap::new();
     m.insert(
         "org.opencontainers.image.title".into(),
         format!("{} {}", prov.component, prov.profile),
@@ -718,29 +719,11 @@ fn unpack_tar(
         }
         match entry.header().entry_type() {
             tar::EntryType::Regular => {
-                use std::os::unix::fs::OpenOptionsExt;
-                let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
-                let mut out = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode | 0o600)
-                    .open(&to)
-                    .with_context(|| format!("cannot write {}", to.display()))?;
-                let mut md5 = checksum::Md5::new()?;
-                loop {
-                    let n = entry
-                        .read(&mut buf)
-                        .map_err(|e| tampered_or_io(reference, e))?;
-                    if n == 0 {
-                        break;
-                    }
-                    md5.update(&buf[..n])?;
-                    out.write_all(&buf[..n])
-                        .with_context(|| format!("cannot write {}", to.display()))?;
-                    total += n as u64;
+                let md5 = write_file(&mut entry, &to, &mut buf, reference, &mut |n| {
+                    total += n;
                     progress.update(total.min(size), size, &rel);
-                }
-                written.md5.insert(rel, md5.finish()?);
+                })?;
+                written.md5.insert(rel, md5);
             }
             tar::EntryType::Symlink => {
                 let target = entry
@@ -770,6 +753,36 @@ fn unpack_tar(
         }
     }
     Ok(written)
+}
+
+/// Write one regular file of the layer, hashing it as it goes; its MD5.
+fn write_file(
+    entry: &mut tar::Entry<impl Read>,
+    to: &Path,
+    buf: &mut [u8],
+    reference: &Reference,
+    moved: &mut dyn FnMut(u64),
+) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode | 0o600)
+        .open(to)
+        .with_context(|| format!("cannot write {}", to.display()))?;
+    let mut md5 = checksum::Md5::new()?;
+    loop {
+        let n = entry.read(buf).map_err(|e| tampered_or_io(reference, e))?;
+        if n == 0 {
+            break;
+        }
+        md5.update(&buf[..n])?;
+        out.write_all(&buf[..n])
+            .with_context(|| format!("cannot write {}", to.display()))?;
+        moved(n as u64);
+    }
+    md5.finish()
 }
 
 /// A relative target that, resolved from the link's dir, stays below the

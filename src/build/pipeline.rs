@@ -427,15 +427,7 @@ impl BuildPlan<'_> {
             self.jobs
         ));
         lines.push(format!("install:   {}", self.prefix.display()));
-        let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
-        lines.push(format!(
-            "key:       {} (tag {})",
-            inputs.key(),
-            inputs.tag()
-        ));
-        if self.opts.stop_after == Stage::Install {
-            lines.push(format!("shared:    {}", self.shared_plan(&inputs)));
-        }
+        lines.extend(self.describe_shared()?);
         lines.push(format!("stop after: {:?}", self.opts.stop_after));
         lines.push("(dry run: nothing was changed)".to_owned());
         Ok(lines.join("\n"))
@@ -901,7 +893,21 @@ impl BuildPlan<'_> {
         }
     }
 
-    /// What `--dry-run` says of `--from` and the caches.
+    /// The build key's line of `--dry-run`, and what it says of `--from`
+    /// and the caches.
+    fn describe_shared(&self) -> Result<Vec<String>> {
+        let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
+        let mut lines = vec![format!(
+            "key:       {} (tag {})",
+            inputs.key(),
+            inputs.tag()
+        )];
+        if self.opts.stop_after == Stage::Install {
+            lines.push(format!("shared:    {}", self.shared_plan(&inputs)));
+        }
+        Ok(lines)
+    }
+
     fn shared_plan(&self, inputs: &KeyInputs) -> String {
         let shared = &self.opts.shared;
         if !shared.any() {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{FakeTorch, HIP, Run, Sandbox, TorchKind, contains_bytes, fixtures};
+use crate::support::{FakeTorch, HIP, Run, Sandbox, Tmpfs, TorchKind, contains_bytes, fixtures};
 
 fn md5(path: &Path) -> String {
     rdna1_patch::checksum::md5_file(path).unwrap()
@@ -42,33 +42,6 @@ fn install_args(sb: &Sandbox) -> Vec<String> {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// A tmpfs mounted for one test, unmounted when dropped. Tests run as root
-/// here and in CI (a sudo-less developer cannot run these two).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "this test mounts a tmpfs and needs root: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 fn free_bytes(dir: &Path) -> u64 {

@@ -261,20 +261,16 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     user.build(&["--from", &tagged, "--dry-run", "--gpu-targets", "gfx1030"])
         .ok()
         .prints("the artifact has no code for gfx1030");
-    // ... or another patch series: the run compiles, and says why first.
+    // ... or another patch series: it says which patch, and compiles.
     let user2 = User::new(&[&publisher.keys.public], &[]);
-    let extra = user2.sb.root.join("extra");
-    copy_dir(&user2.sb.series, &extra);
-    std::fs::write(extra.join("series"), "").unwrap();
-    let run = user2.build(&[
-        "--from",
-        &tagged,
-        "--extra-patches",
-        extra.to_str().unwrap(),
-        "--stop-after",
-        "install",
-    ]);
-    let _ = run;
+    user2
+        .sb
+        .edit_patch("0003-find-fast-mode.patch", "Subject:", "Subject: (mine)");
+    user2
+        .build(&["--from", &tagged, "--dry-run"])
+        .ok()
+        .prints("would compile: ")
+        .prints("patch 0003-find-fast-mode.patch differs from the artifact's");
 
     // Unsigned: the signature's tag is gone.
     let index = dir.join("index.json");
@@ -291,4 +287,477 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     user.build(&["--from", &tagged, "--dry-run"])
         .ok()
         .prints("is not signed");
+}
+
+/// The build key `build --dry-run` prints for this sandbox.
+fn key_of(sb: &Sandbox, extra: &[&str]) -> String {
+    let run = sb.build(&[&["--dry-run"], extra].concat()).ok();
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("key:"))
+        .unwrap_or_else(|| panic!("no key line:\n{}", run.stdout))
+        .to_owned();
+    line.split_whitespace().nth(1).unwrap().to_owned()
+}
+
+/// The key before and after `change`; they must differ, and the same
+/// sandbox unchanged must give the same key twice.
+fn key_changes(change: impl FnOnce(&Sandbox) -> Vec<String>) {
+    let sb = Sandbox::new();
+    let before = key_of(&sb, &[]);
+    assert_eq!(key_of(&sb, &[]), before, "the key is not stable");
+    let extra = change(&sb);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let after = key_of(&sb, &extra);
+    assert_ne!(before, after, "the key did not change");
+}
+
+#[test]
+fn build_key_changes_with_the_profile() {
+    key_changes(|sb| {
+        sb.write_profile(|t| t.replace("name = \"mini\"", "name = \"mini-b\""));
+        vec![]
+    });
+}
+
+#[test]
+fn build_key_changes_with_the_commit() {
+    // The same tag, moved to another commit: the lock file records which.
+    let sb = Sandbox::new();
+    sb.build(&["--stop-after", "fetch"]).ok();
+    let before = key_of(&sb, &[]);
+    std::fs::write(sb.origin.join("NEWS"), "a later commit\n").unwrap();
+    git(&sb.origin, &["add", "NEWS"]);
+    git(&sb.origin, &["commit", "-q", "-m", "later"]);
+    git(
+        &sb.origin,
+        &["tag", "-f", "-a", "rocm-6.2.4", "-m", "moved"],
+    );
+    sb.build(&["--stop-after", "fetch", "--update"]).ok();
+    assert_ne!(key_of(&sb, &[]), before);
+}
+
+#[test]
+fn build_key_changes_with_a_patch() {
+    key_changes(|sb| {
+        sb.edit_patch("0003-find-fast-mode.patch", "Subject:", "Subject: (edited)");
+        vec![]
+    });
+}
+
+#[test]
+fn build_key_changes_with_a_define() {
+    key_changes(|_| vec!["-D".into(), "MIOPEN_USE_MLIR=ON".into()]);
+}
+
+#[test]
+fn build_key_changes_with_the_gpu_targets() {
+    key_changes(|_| vec!["--gpu-targets".into(), "gfx1010".into()]);
+}
+
+#[test]
+fn build_key_changes_with_the_rocm_version() {
+    key_changes(|sb| {
+        std::fs::write(sb.rocm.join(".info/version"), "6.2.3-1\n").unwrap();
+        vec![]
+    });
+}
+
+#[test]
+fn build_key_changes_with_the_compiler() {
+    // The same CMAKE_CXX_COMPILER path, another compiler behind it.
+    let sb = Sandbox::new();
+    let cxx = sb.root.join("cxx");
+    let script = |real: &str| {
+        std::fs::write(&cxx, format!("#!/bin/sh\nexec {real} \"$@\"\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cxx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script("g++");
+    sb.write_profile(|t| {
+        t.replace(
+            "[components.miopen.cmake.defines]",
+            &format!(
+                "[components.miopen.cmake.defines]\nCMAKE_CXX_COMPILER = \"{}\"",
+                cxx.display()
+            ),
+        )
+    });
+    let before = key_of(&sb, &[]);
+    script("clang++");
+    assert_ne!(key_of(&sb, &[]), before);
+}
+
+// What must stop an install from a shared build, and leave nothing behind.
+
+/// A published layout, and a user who trusts its key.
+fn published_layout() -> (Publisher, PathBuf, String, User) {
+    let publisher = Publisher::new();
+    let dir = publisher.sb.root.join("builds");
+    let printed = publisher.published(dir.to_str().unwrap());
+    let tagged = printed.split('@').next().unwrap().to_owned();
+    let user = User::new(&[&publisher.keys.public], &[]);
+    (publisher, dir, tagged, user)
+}
+
+/// The manifest `tag` names in a layout, as JSON, and its digest.
+fn layout_manifest(dir: &Path, tag: &str) -> (serde_json::Value, String) {
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
+    let digest = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = std::fs::read_to_string(blob(dir, &digest)).unwrap();
+    (serde_json::from_str(&text).unwrap(), digest)
+}
+
+fn blob(dir: &Path, digest: &str) -> PathBuf {
+    dir.join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
+}
+
+fn flip_a_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// After a refused pull: nothing in the prefix, and the same command
+/// with a good source then installs (the next run is clean).
+fn refused_then_clean(user: &User, run: Run, message: &str, good: &str) {
+    let run = run.fails();
+    run.says(message);
+    user.nothing_installed();
+    user.build(&["--from", good])
+        .ok()
+        .says("pulled, nothing compiled");
+    let profile = user.sb.profile.to_str().unwrap().to_owned();
+    user.sb.run(&["verify", "--profile", &profile]).ok();
+}
+
+#[test]
+fn a_tampered_layer_in_the_registry_is_refused() {
+    let reg = Registry::start(None);
+    let publisher = Publisher::new();
+    let reference = registry_ref(&reg, "rdna1/miopen");
+    let printed = publisher.published(&reference);
+    let digest = printed.split('@').nth(1).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(reg.blob_path(digest)).unwrap()).unwrap();
+    let layer = reg.blob_path(manifest["layers"][0]["digest"].as_str().unwrap());
+    let good = std::fs::read(&layer).unwrap();
+    flip_a_byte(&layer);
+    let user = User::new(&[&publisher.keys.public], &[]);
+    let run = user.build(&["--from", &reference]);
+    let run = run.fails();
+    run.says("cannot be trusted");
+    user.nothing_installed();
+    std::fs::write(&layer, good).unwrap();
+    user.build(&["--from", &reference])
+        .ok()
+        .says("pulled, nothing compiled");
+}
+
+/// Store `bytes` as a blob of the layout; its digest.
+fn put_blob(dir: &Path, bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    let hex: String = sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(dir.join("blobs/sha256").join(&hex), bytes).unwrap();
+    format!("sha256:{hex}")
+}
+
+#[test]
+fn a_signature_of_other_bytes_by_a_trusted_key_is_refused() {
+    let (publisher, dir, tagged, user) = published_layout();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (_, digest) = layout_manifest(&dir, tag);
+    let sig_tag = format!("{}.sig", digest.replace(':', "-"));
+    let (mut sig_manifest, _) = layout_manifest(&dir, &sig_tag);
+    // The trusted key signs something else, and that signature is stored,
+    // correctly addressed, in place of the real one.
+    let other = publisher.sb.root.join("other.txt");
+    std::fs::write(&other, "not the manifest\n").unwrap();
+    let out = std::process::Command::new("minisign")
+        .args(["-S", "-s"])
+        .arg(&publisher.keys.secret)
+        .arg("-m")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let forged = std::fs::read(publisher.sb.root.join("other.txt.minisig")).unwrap();
+    sig_manifest["layers"][0]["digest"] = put_blob(&dir, &forged).into();
+    sig_manifest["layers"][0]["size"] = forged.len().into();
+    let bytes = serde_json::to_vec(&sig_manifest).unwrap();
+    let new_digest = put_blob(&dir, &bytes);
+    let index_path = dir.join("index.json");
+    let real_index = std::fs::read_to_string(&index_path).unwrap();
+    let mut index: serde_json::Value = serde_json::from_str(&real_index).unwrap();
+    for m in index["manifests"].as_array_mut().unwrap() {
+        if m["annotations"]["org.opencontainers.image.ref.name"] == sig_tag.as_str() {
+            m["digest"] = new_digest.clone().into();
+            m["size"] = bytes.len().into();
+        }
+    }
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let run = user.build(&["--from", &tagged]).fails();
+    run.says("cannot be trusted: its signature by trusted key")
+        .says("does not verify");
+    user.nothing_installed();
+    std::fs::write(&index_path, real_index).unwrap();
+    user.build(&["--from", &tagged]).ok();
+}
+
+#[test]
+fn a_registry_that_is_down_slow_or_answers_garbage_is_a_clear_error() {
+    let (_publisher, _dir, tagged, user) = published_layout();
+    // Down: nothing listens on the port.
+    let down = format!(
+        "oci://127.0.0.1:{}/rdna1/miopen:x",
+        rdna1_testkit::registry::free_port()
+    );
+    refused_then_clean(
+        &user,
+        user.build(&["--from", &down]),
+        "connection refused",
+        &tagged,
+    );
+
+    // Slow: accepts, reads, and never answers.
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_ref = format!("oci://{}/rdna1/miopen:x", slow.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let conns: Vec<_> = slow.incoming().take(1).collect();
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        drop(conns);
+    });
+    let started = std::time::Instant::now();
+    let run = user.build(&["--from", &slow_ref, "--net-timeout", "1"]);
+    assert!(started.elapsed().as_secs() < 4, "the timeout did not hold");
+    let user2 = User::new(&[&_publisher.keys.public], &[]);
+    refused_then_clean(&user2, run, "sent nothing for 1 s", &tagged);
+    held.join().unwrap();
+
+    // Garbage: bytes that are not HTTP.
+    let junk = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let junk_ref = format!("oci://{}/rdna1/miopen:x", junk.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut c in junk.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"\x00\xffSSH-2.0-not-a-registry\r\n\x13\x37");
+        }
+    });
+    let user3 = User::new(&[&_publisher.keys.public], &[]);
+    let run = user3.build(&["--from", &junk_ref]);
+    refused_then_clean(&user3, run, "cannot talk to the registry", &tagged);
+}
+
+#[test]
+fn a_full_disk_during_a_pull_leaves_nothing_in_the_prefix() {
+    let (_publisher, _dir, tagged, user) = published_layout();
+    let mount = Tmpfs::mount(&user.sb.prefix, "8k");
+    let run = user.build(&["--from", &tagged]).fails();
+    run.says("No space left on device");
+    user.nothing_installed();
+    drop(mount);
+    user.build(&["--from", &tagged]).ok();
+}
+
+#[test]
+fn registry_credentials_come_from_the_auth_file_and_are_never_printed() {
+    let password = "s3cret-Pa55word";
+    let reg = Registry::start(Some(("maintainer", password)));
+    let publisher = Publisher::new();
+    let reference = registry_ref(&reg, "rdna1/miopen");
+    // No credentials: the registry's refusal, and where to log in.
+    let run = publisher.publish(&reference).fails();
+    run.says("HTTP 401").says("log in to");
+    let auth = publisher.sb.root.join("auth.json");
+    let encoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("maintainer:{password}"))
+    };
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{encoded}"}}}}}}"#,
+            reg.addr
+        ),
+    )
+    .unwrap();
+    let out = publisher
+        .sb
+        .cmd()
+        .env("REGISTRY_AUTH_FILE", &auth)
+        .args([
+            "publish",
+            "--prefix",
+            publisher.sb.prefix.to_str().unwrap(),
+            "--sign-key",
+            publisher.keys.secret.to_str().unwrap(),
+            "-v",
+            &reference,
+        ])
+        .output()
+        .unwrap();
+    let run = Run::from(out).ok();
+    for text in [&run.stdout, &run.stderr] {
+        assert!(
+            !text.contains(password) && !text.contains(&encoded),
+            "{text}"
+        );
+    }
+    // A user with the same auth file pulls.
+    let user = User::new(&[&publisher.keys.public], &[]);
+    let mut args = user.sb.build_args(&["--from", &reference]);
+    let at = args.iter().position(|a| a == "--rocm").unwrap();
+    args[at + 1] = user.sb.root.join("no-rocm").display().to_string();
+    let out = user
+        .sb
+        .cmd()
+        .env("RDNA1_PATCH_CONFIG", &user.config)
+        .env("REGISTRY_AUTH_FILE", &auth)
+        .args(&args)
+        .output()
+        .unwrap();
+    let run = Run::from(out).ok();
+    run.says("pulled, nothing compiled");
+    assert!(!run.stderr.contains(password));
+}
+
+/// Add a `size`-byte file to a built prefix, listed in MD5SUMS and in the
+/// provenance's files, as a larger build would have.
+fn grow_prefix(prefix: &Path, size: usize) {
+    let rel = "lib/kernels.bin";
+    // Incompressible, so the layer is as large as the file.
+    let mut data = vec![0u8; size];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in data.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(prefix.join(rel), &data).unwrap();
+    let prov_path = prefix.join("share/rdna1-patch/provenance.toml");
+    let mut prov: toml::Table = std::fs::read_to_string(&prov_path)
+        .unwrap()
+        .parse()
+        .unwrap();
+    prov["files"].as_array_mut().unwrap().push(rel.into());
+    std::fs::write(&prov_path, toml::to_string(&prov).unwrap()).unwrap();
+    let sums = prefix.join("share/rdna1-patch/MD5SUMS");
+    let out = std::process::Command::new("md5sum")
+        .args([rel, "share/rdna1-patch/provenance.toml"])
+        .current_dir(prefix)
+        .output()
+        .unwrap();
+    let fresh = String::from_utf8(out.stdout).unwrap();
+    let kept: String = std::fs::read_to_string(&sums)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.ends_with("provenance.toml"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&sums, kept + &fresh).unwrap();
+}
+
+/// Forwards to `upstream`, sending answers back 16 KiB at a time with a
+/// pause between: a slow link, so a pull can be killed part way.
+fn slow_proxy(upstream: String) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let up = std::net::TcpStream::connect(&upstream).unwrap();
+            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_read, &mut u_write);
+            });
+            let (mut u_read, mut c_write) = (up, client);
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 16 << 10];
+                while let Ok(n) = u_read.read(&mut buf) {
+                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_pull_killed_at_any_instant_leaves_the_prefix_untouched_and_the_next_run_clean() {
+    let reg = Registry::start(None);
+    let publisher = Publisher::new();
+    grow_prefix(&publisher.sb.prefix, 4 << 20);
+    publisher.published(&registry_ref(&reg, "rdna1/miopen"));
+    let proxy = slow_proxy(reg.addr.clone());
+    let slow = format!("oci://{proxy}/rdna1/miopen");
+    // A seed from the clock, printed, so a failing instant can be rerun.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    eprintln!("kill seed {seed}");
+    let mut mid_pull = 0;
+    for round in 0..3u64 {
+        let user = User::new(&[&publisher.keys.public], &[]);
+        let mut args = user.sb.build_args(&["--from", &slow]);
+        let at = args.iter().position(|a| a == "--rocm").unwrap();
+        args[at + 1] = user.sb.root.join("no-rocm").display().to_string();
+        let mut child = user
+            .sb
+            .cmd()
+            .env("RDNA1_PATCH_CONFIG", &user.config)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The whole pull takes about 1.5 s through the proxy.
+        let after = 200 + (seed.wrapping_mul(round + 7) % 1000);
+        std::thread::sleep(std::time::Duration::from_millis(after));
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let status = child.wait().unwrap();
+        let left: Vec<PathBuf> = walk(&user.sb.prefix)
+            .into_iter()
+            .filter(|p| !p.starts_with(user.sb.prefix.join(".rdna1-patch-staging")))
+            .collect();
+        let complete = user.sb.prefix.join("share/rdna1-patch/MD5SUMS").is_file();
+        let staged = user.sb.prefix.join(".rdna1-patch-staging").exists();
+        eprintln!("round {round}: killed after {after} ms, staging {staged}, complete {complete}");
+        mid_pull += usize::from(staged);
+        assert!(
+            left.is_empty() || (complete && status.success()),
+            "killed after {after} ms: the prefix holds {left:?}"
+        );
+        // The next run, straight from the registry, is clean.
+        user.build(&["--from", &registry_ref(&reg, "rdna1/miopen")])
+            .ok()
+            .says("pulled, nothing compiled");
+        assert!(!user.sb.prefix.join(".rdna1-patch-staging").exists());
+        let profile = user.sb.profile.to_str().unwrap().to_owned();
+        user.sb.run(&["verify", "--profile", &profile]).ok();
+    }
+    // The instants fall inside the pull (they are chosen to): at least one
+    // kill found files half-way in the staging dir.
+    assert!(mid_pull > 0, "no kill landed during the pull");
 }

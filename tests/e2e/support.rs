@@ -392,3 +392,30 @@ fn wildcard_lines() {
     assert!(line_matches("a [..] b [..]", "a 1 b 2"));
     assert!(!line_matches("a[..]b[..]c", "a b"));
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped. Tests run as root
+/// here and in CI (a sudo-less developer cannot run these two).
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this test mounts a tmpfs and needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
