@@ -805,6 +805,32 @@ fn link_stays_inside(rel: &str, target: &Path) -> bool {
     true
 }
 
+/// The regular file of the layer that the symlink `rel` leads to, through
+/// other links of the layer; `None` when it leads elsewhere.
+fn link_target_in_layer(rel: &str, written: &Written) -> Option<String> {
+    let mut at = rel.to_owned();
+    for _ in 0..40 {
+        if written.md5.contains_key(&at) {
+            return Some(at);
+        }
+        let target = written.links.get(&at)?;
+        let mut parts: Vec<&str> = at.split('/').collect();
+        parts.pop();
+        for c in target.components() {
+            match c {
+                Component::Normal(n) => parts.push(n.to_str()?),
+                Component::ParentDir => {
+                    parts.pop()?;
+                }
+                Component::CurDir => {}
+                _ => return None,
+            }
+        }
+        at = parts.join("/");
+    }
+    None
+}
+
 /// The staged prefix against the signed config: MD5SUMS lists exactly the
 /// files written, each with the MD5 it had as it was written; the records
 /// are the config's.
@@ -820,7 +846,12 @@ fn check_staged(c: &Candidate, staging: &Path, written: &Written) -> Result<Vec<
     for e in &md5sums {
         let got = match (written.md5.get(&e.path), written.links.get(&e.path)) {
             (Some(m), _) => Some(m.clone()),
-            (None, Some(_)) => checksum::md5_file(&staging.join(&e.path)).ok(),
+            (None, Some(_)) => match link_target_in_layer(&e.path, written) {
+                // md5sum follows the link: the MD5 of the file it leads to,
+                // already taken as it was written.
+                Some(file) => written.md5.get(&file).cloned(),
+                None => checksum::md5_file(&staging.join(&e.path)).ok(),
+            },
             (None, None) => None,
         };
         match got {
@@ -867,5 +898,28 @@ mod tests {
             assert!(layer_path(Path::new(bad)).is_none(), "{bad}");
         }
         assert_eq!(key_id(&[0x01, 0x02]), "0201");
+        let written = Written {
+            md5: [("lib/libMIOpen.so.1.0.0".to_owned(), "m".to_owned())].into(),
+            links: [
+                (
+                    "lib/libMIOpen.so".to_owned(),
+                    PathBuf::from("libMIOpen.so.1"),
+                ),
+                (
+                    "lib/libMIOpen.so.1".to_owned(),
+                    PathBuf::from("./libMIOpen.so.1.0.0"),
+                ),
+                ("lib/up".to_owned(), PathBuf::from("../lib/libMIOpen.so")),
+                ("lib/loop".to_owned(), PathBuf::from("loop")),
+            ]
+            .into(),
+        };
+        for l in ["lib/libMIOpen.so", "lib/up"] {
+            assert_eq!(
+                link_target_in_layer(l, &written).as_deref(),
+                Some("lib/libMIOpen.so.1.0.0")
+            );
+        }
+        assert_eq!(link_target_in_layer("lib/loop", &written), None);
     }
 }
