@@ -232,12 +232,20 @@ fn layout_directory_round_trip_and_caches_find_the_build_by_key() {
         .ok()
         .says("already there");
 
-    // No --from: the config's cache is searched for this build's key.
-    let user = User::new(&[&publisher.keys.public], &[dir.to_str().unwrap()]);
+    // No --from: the config's caches are searched for this build's key; a
+    // cache that is down is a warning, and the next one is looked in.
+    let down = format!(
+        "oci://127.0.0.1:{}/rdna1/miopen",
+        rdna1_testkit::registry::free_port()
+    );
+    let user = User::new(&[&publisher.keys.public], &[&down, dir.to_str().unwrap()]);
     let dry = user.build(&["--dry-run"]).ok();
     dry.prints("would pull");
     user.nothing_installed();
-    user.build(&[]).ok().says("is this build");
+    user.build(&[])
+        .ok()
+        .says(&format!("warning: cache {down}: cannot reach the registry"))
+        .says("is this build");
     let profile = user.sb.profile.to_str().unwrap().to_owned();
     user.sb.run(&["verify", "--profile", &profile]).ok();
 }
