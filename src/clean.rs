@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::build::workdir::{ComponentDirs, WorkDir};
+use crate::builder::workdir::{ComponentDirs, WorkDir};
 use crate::swap::txn::{State, StateDir};
 
 pub struct CleanRequest {
@@ -213,20 +213,4 @@ fn size(path: &Path) -> u64 {
         .filter(|m| !m.is_dir())
         .map(|m| m.len())
         .sum()
-}
-
-/// Bytes for people: 1.2 GiB, 340 MiB, 12 KiB.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
 }

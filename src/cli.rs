@@ -6,13 +6,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
 
-/// `--version`: the package version and the commit it was built from.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("RDNA1_PATCH_COMMIT"),
-    ")"
-);
+pub use crate::version::VERSION;
 
 #[derive(Parser)]
 #[command(

@@ -83,7 +83,7 @@ pub fn help(err: &anyhow::Error) -> Option<&str> {
 /// causes outermost first, the help, and the exit status.
 pub fn json(err: &anyhow::Error, code: u8) -> String {
     let doc = serde_json::json!({
-        "schema_version": crate::output::SCHEMA_VERSION,
+        "schema_version": crate::version::SCHEMA_VERSION,
         "ok": false,
         "error": {
             "message": chain(err),

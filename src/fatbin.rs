@@ -2,7 +2,7 @@
 //! `.hip_fatbin` section, whose entries are named like
 //! `hipv4-amdgcn-amd-amdhsa--gfx1030`. Read by doctor and by the swap (a
 //! torch whose libtorch_hip.so has no gfx101x entry needs
-//! HSA_OVERRIDE_GFX_VERSION on an RDNA1 card; see `inspect::advice`).
+//! HSA_OVERRIDE_GFX_VERSION on an RDNA1 card; see `swap::advice`).
 //! The file is hostile input: `cargo xtask fuzz` runs this reader.
 
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@
 // One step per function: clippy.toml sets the limit at 80 lines.
 #![warn(clippy::too_many_lines)]
 
-pub mod build;
+pub mod builder;
 pub mod checksum;
 pub(crate) mod clean;
 pub mod cli;
@@ -17,11 +17,14 @@ pub mod elf;
 pub(crate) mod error;
 pub mod fatbin;
 pub(crate) mod fsutil;
+pub(crate) mod gpu;
 pub(crate) mod inspect;
 pub(crate) mod interrupt;
 pub(crate) mod oci;
 pub(crate) mod output;
 pub(crate) mod proc;
+pub(crate) mod rocm_sdk;
 pub(crate) mod select;
 pub mod swap;
 pub(crate) mod ui;
+pub(crate) mod version;

@@ -13,10 +13,6 @@ use std::sync::OnceLock;
 
 use anstyle::{AnsiColor, Style};
 
-/// The version of every JSON document the CLI prints (README, "JSON").
-/// Raised when a field changes meaning or goes away; new fields do not.
-pub const SCHEMA_VERSION: u32 = 1;
-
 /// How much to say, and whether in colour: the global `-q`, `-v` and
 /// `--color`, set once by the CLI before any output.
 #[derive(Debug, Clone, Copy, Default)]

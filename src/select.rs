@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
-use crate::build::tools::major_minor;
+use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
+use crate::builder::tools::major_minor;
 use crate::error::hint;
 use crate::swap::torch::{self, Layout, Locator};
 

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use super::{ProfileArg, TorchArg};
-use crate::build::pipeline::{self, Stage};
-use crate::build::tools::Generator;
-use crate::build::workdir::WorkDir;
+use crate::builder::pipeline::{self, Stage};
+use crate::builder::tools::Generator;
+use crate::builder::workdir::WorkDir;
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -41,7 +41,7 @@ pub struct Args {
     generator: Option<String>,
     /// Compiler launcher [default: the profile's, else ccache when installed]
     #[arg(long, value_enum)]
-    launcher: Option<crate::build::launcher::Kind>,
+    launcher: Option<crate::builder::launcher::Kind>,
     /// Stop after this stage
     #[arg(long, value_enum, default_value = "install")]
     stop_after: Stage,
@@ -92,12 +92,12 @@ pub fn parse_reference(s: &str) -> Result<crate::oci::Reference, String> {
 }
 
 fn parse_compat(s: &str) -> Result<String, String> {
-    if s == "all" || crate::build::compat::KNOWN.contains(&s) {
+    if s == "all" || crate::builder::compat::KNOWN.contains(&s) {
         Ok(s.to_owned())
     } else {
         Err(format!(
             "expected all or one of {}",
-            crate::build::compat::KNOWN.join(", ")
+            crate::builder::compat::KNOWN.join(", ")
         ))
     }
 }
@@ -130,7 +130,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
     let config = crate::config::Config::load()?;
-    let shared = crate::build::shared::Sources {
+    let shared = crate::builder::shared::Sources {
         from: args.from,
         caches: if args.no_caches {
             Vec::new()

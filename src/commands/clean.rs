@@ -4,8 +4,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::StateArg;
-use crate::build::workdir::WorkDir;
-use crate::clean::{self, CleanRequest, human};
+use crate::builder::workdir::WorkDir;
+use crate::clean::{self, CleanRequest};
+use crate::fsutil::human_bytes as human;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{ProfileArg, ReportArgs, TorchArg};
-use crate::build::workdir::WorkDir;
+use crate::builder::workdir::WorkDir;
 use crate::inspect::doctor::{self, DoctorRequest};
 
 #[derive(clap::Args, Debug)]

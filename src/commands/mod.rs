@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::build::profile::{DEFAULT_PROFILE, Profile};
+use crate::builder::profile::{DEFAULT_PROFILE, Profile};
 
 /// `--profile NAME|FILE`, shared by the verbs that need one.
 #[derive(clap::Args, Debug, Clone)]

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::build::profile::{self, DEFAULT_PROFILE, Profile};
+use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ProfilesCommand {

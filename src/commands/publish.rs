@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::PrefixArg;
-use crate::build::artifact::{self, Signer};
+use crate::builder::artifact::{self, Signer};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         format!(
             "{} files ({} compressed{}) as {}",
             p.files,
-            artifact::human_size(p.layer_size),
+            crate::fsutil::human_bytes(p.layer_size),
             if p.uploaded { "" } else { ", already there" },
             p.reference
         ),

@@ -167,7 +167,7 @@ impl CheckReport {
 
     pub fn json(&self) -> String {
         let summary = serde_json::json!({
-            "schema_version": crate::output::SCHEMA_VERSION,
+            "schema_version": crate::version::SCHEMA_VERSION,
             "ok": !self.failed(),
             "verdict": self.verdict(),
             "checks": self.checks,

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::build::profile::Profile;
-use crate::build::tools;
+use crate::builder::profile::Profile;
+use crate::builder::tools;
 use crate::fatbin;
-use crate::inspect::advice;
+use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
-use crate::inspect::gpu;
+use crate::swap::advice;
 use crate::swap::torch::{self, Locator};
 
 pub struct DoctorRequest {
@@ -70,7 +70,7 @@ fn build_tools(r: &mut CheckReport) {
             "sudo apt install patchelf",
         ),
     }
-    match crate::build::git::check_version() {
+    match crate::builder::git::check_version() {
         Ok((major, minor, patch)) => {
             r.push("git", Status::Ok, format!("git {major}.{minor}.{patch}"))
         }
@@ -228,7 +228,8 @@ fn launchers(r: &mut CheckReport) {
             format!("found {}", found.join(", ")),
         );
     }
-    if let Ok(Some(l)) = crate::build::launcher::resolve(Some(crate::build::launcher::Kind::Distcc))
+    if let Ok(Some(l)) =
+        crate::builder::launcher::resolve(Some(crate::builder::launcher::Kind::Distcc))
     {
         match std::env::var("DISTCC_HOSTS") {
             Ok(hosts) => r.push(
@@ -351,7 +352,7 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
 /// What the toolchain at `path` would need of this profile's build, as
 /// `build` would meet it (build::compat).
 fn compat(req: &DoctorRequest, path: &std::path::Path, r: &mut CheckReport) {
-    use crate::build::compat;
+    use crate::builder::compat;
     let Some(c) = req.profile.components.values().next() else {
         return;
     };

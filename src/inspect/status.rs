@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::build::prefix::Provenance;
+use crate::builder::prefix::Provenance;
 use crate::swap::txn::{Journal, State, StateDir};
 
 #[derive(Debug)]
@@ -99,29 +99,11 @@ pub fn transaction_json(j: &Journal) -> serde_json::Value {
 pub fn transactions_json(state: &StateDir) -> Result<serde_json::Value> {
     let all = state.read()?;
     Ok(serde_json::json!({
-        "schema_version": crate::output::SCHEMA_VERSION,
+        "schema_version": crate::version::SCHEMA_VERSION,
         "state_dir": state.root(),
         "transactions": all.list.iter().map(transaction_json).collect::<Vec<_>>(),
         "damaged": all.damaged,
     }))
-}
-
-/// One line for a transaction, as `status` and `rollback --list` show it.
-pub fn describe(j: &Journal) -> String {
-    format!(
-        "{:>4}  {}  {:<12}  {}  torch {} ({})  build {} ROCm {}",
-        j.id,
-        j.created,
-        j.state.name(),
-        j.torch.dir.display(),
-        j.torch.version,
-        match &j.torch.sdk {
-            None => format!("hip {}", j.torch.hip),
-            Some(s) => format!("rocm-sdk {} {}", s.version, s.family),
-        },
-        crate::build::source::short(&j.build.commit),
-        j.build.rocm
-    )
 }
 
 impl StatusReport {
@@ -129,7 +111,7 @@ impl StatusReport {
     pub fn json(&self) -> serde_json::Value {
         let list = |js: &[Journal]| js.iter().map(transaction_json).collect::<Vec<_>>();
         serde_json::json!({
-            "schema_version": crate::output::SCHEMA_VERSION,
+            "schema_version": crate::version::SCHEMA_VERSION,
             "state_dir": self.state_dir,
             "prefix": self.prefix,
             "build": self.build,
@@ -151,7 +133,7 @@ impl StatusReport {
                     self.prefix.display(),
                     p.component,
                     p.source.tag,
-                    crate::build::source::short(&p.source.commit),
+                    crate::builder::git::short(&p.source.commit),
                     p.profile,
                     p.rocm.found.as_deref().unwrap_or(&p.rocm.version),
                     p.date
@@ -203,7 +185,7 @@ impl StatusReport {
             ));
         }
         match &self.last {
-            Some(j) => lines.push(format!("last:     {}", describe(j))),
+            Some(j) => lines.push(format!("last:     {}", j.describe())),
             None => lines.push(format!(
                 "last:       no transactions in {}",
                 self.state_dir.display()

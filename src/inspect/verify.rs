@@ -7,12 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use crate::build::prefix::{self, Provenance};
-use crate::build::tools;
+use crate::builder::prefix::{self, Provenance};
+use crate::builder::tools;
 use crate::checksum;
 use crate::elf;
+use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
-use crate::inspect::gpu;
 use crate::proc;
 use crate::swap::linker;
 use crate::swap::torch::{self, Locator, Torch};
@@ -110,7 +110,7 @@ fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance,
                         entries.len(),
                         prov.component,
                         prov.source.tag,
-                        crate::build::source::short(&prov.source.commit)
+                        crate::builder::git::short(&prov.source.commit)
                     ),
                 );
             } else {
@@ -130,7 +130,7 @@ fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance,
             format!(
                 "built with local edits to {} {} (--keep-local): {}",
                 prov.source.tag,
-                crate::build::source::short(&prov.source.commit),
+                crate::builder::git::short(&prov.source.commit),
                 prov.local_edits.join(", ")
             ),
         );

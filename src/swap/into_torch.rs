@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::build::prefix::{self, Provenance};
-use crate::build::tools;
+use crate::builder::prefix::{self, Provenance};
+use crate::builder::tools;
 use crate::checksum;
 use crate::elf::{self, Library};
 use crate::error::hint;
@@ -142,7 +142,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
             "{} ({} {} at {}, ROCm {}), MD5SUMS ok",
             build.library.display(),
             build.provenance.source.tag,
-            crate::build::source::short(&build.provenance.source.commit),
+            crate::builder::git::short(&build.provenance.source.commit),
             build.provenance.profile,
             build.rocm()
         ),
@@ -168,7 +168,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     check_versions(&build, &torch, req.force, ui)?;
     warn_about_override(&torch, ui);
     if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
-        && let Some((detail, fix)) = crate::inspect::gpu::targets_warning(targets, &req.sysfs)
+        && let Some((detail, fix)) = crate::gpu::targets_warning(targets, &req.sysfs)
     {
         ui.warn(format!("{detail}; {fix}"));
     }
@@ -220,7 +220,7 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
         && !code.archs.is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
-        let a = crate::inspect::advice::override_advice(Some(&code), value.as_deref(), &[]);
+        let a = crate::swap::advice::override_advice(Some(&code), value.as_deref(), &[]);
         if !a.fine {
             ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
         }

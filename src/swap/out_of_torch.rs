@@ -3,9 +3,8 @@
 
 use anyhow::Result;
 
-use crate::inspect::status::describe;
 use crate::swap::torch::Locator;
-use crate::swap::txn::{self, Rolled, StateDir};
+use crate::swap::txn::{self, Journal, Rolled, StateDir};
 use crate::ui::Ui;
 
 /// What `rollback` was asked to do.
@@ -92,7 +91,7 @@ fn list(state: &StateDir, ui: &Ui) -> Result<Vec<String>> {
             state.root().display()
         )]);
     }
-    Ok(all.list.iter().map(describe).collect())
+    Ok(all.list.iter().map(Journal::describe).collect())
 }
 
 /// Nothing installed here. That does not mean torch is clean: the state dir

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use crate::error::hint;
-pub use crate::swap::rocm_sdk::Sdk;
+pub use crate::rocm_sdk::Sdk;
 
 /// How the user pointed at torch.
 #[derive(Debug, Clone)]
@@ -276,7 +276,7 @@ fn which_library(
     Ok(if library.symlink_metadata().is_ok() {
         (library, Layout::Bundled)
     } else {
-        match crate::swap::rocm_sdk::find(dir, python)? {
+        match crate::rocm_sdk::find(dir, python)? {
             Some(mut sdk) => {
                 // Canonical directories, so that journals and "inside the
                 // package" compare like with like; the file name is kept,
@@ -294,7 +294,7 @@ fn which_library(
                     format!(
                         "torch {named} (hip {hip}) at {} has no MIOpen: torch/lib has no libMIOpen.so, and there is no rocm-sdk libraries package ({}*) beside it in {}",
                         dir.display(),
-                        crate::swap::rocm_sdk::LIBRARIES_PACKAGE,
+                        crate::rocm_sdk::LIBRARIES_PACKAGE,
                         dir.parent().unwrap_or(Path::new("/")).display()
                     ),
                     "reinstall torch (a pytorch.org ROCm wheel bundles libMIOpen.so; TheRock's torch needs its libraries: `pip install \"rocm[libraries]\"`)",

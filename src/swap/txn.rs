@@ -164,6 +164,24 @@ fn now() -> String {
 pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
 
 impl Journal {
+    /// One line for a transaction, as `status` and `rollback --list` show it.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:>4}  {}  {:<12}  {}  torch {} ({})  build {} ROCm {}",
+            self.id,
+            self.created,
+            self.state.name(),
+            self.torch.dir.display(),
+            self.torch.version,
+            match &self.torch.sdk {
+                None => format!("hip {}", self.torch.hip),
+                Some(s) => format!("rocm-sdk {} {}", s.version, s.family),
+            },
+            crate::builder::git::short(&self.build.commit),
+            self.build.rocm
+        )
+    }
+
     /// The name torch loads the library by.
     fn library(&self) -> PathBuf {
         match &self.torch.sdk {
@@ -207,7 +225,7 @@ impl Journal {
                         .package
                         .file_name()
                         .and_then(|n| n.to_str())
-                        .is_some_and(crate::swap::rocm_sdk::is_libraries_package)
+                        .is_some_and(crate::rocm_sdk::is_libraries_package)
                     && sdk.library.parent().and_then(Path::parent) == Some(sdk.package.as_path());
                 if !sibling {
                     return Err(format!(

@@ -630,7 +630,7 @@ fn an_extra_series_goes_after_the_profiles_and_into_provenance() {
     let rel = "include/miopen/miopen.h";
     let before = std::fs::read_to_string(sb.origin.join(rel)).unwrap();
     let after = format!("{before}// compat: a distribution's newer toolchain\n");
-    let diff = rdna1_patch::build::patch::render_diff(rel, Some(&before), Some(&after));
+    let diff = rdna1_patch::builder::patch::render_diff(rel, Some(&before), Some(&after));
     std::fs::write(
         extra.join("9001-compat.patch"),
         format!("Subject: [PATCH] compat\n\nFor a newer toolchain.\n---\n{diff}"),
@@ -661,7 +661,7 @@ fn an_extra_series_goes_after_the_profiles_and_into_provenance() {
         extra.join("9001-compat.patch"),
         format!(
             "Subject: [PATCH] compat\n\n---\n{}",
-            rdna1_patch::build::patch::render_diff(rel, Some("not\nthis\n"), Some("at\nall\n"))
+            rdna1_patch::builder::patch::render_diff(rel, Some("not\nthis\n"), Some("at\nall\n"))
         ),
     )
     .unwrap();

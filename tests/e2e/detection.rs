@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rdna1_patch::build::patch::{Series, Workspace};
-use rdna1_patch::build::profile::Profile;
+use rdna1_patch::builder::patch::{Series, Workspace};
+use rdna1_patch::builder::profile::Profile;
 
 use crate::support::fixtures;
 

@@ -114,7 +114,7 @@ impl Provenance {
     }
 }
 
-pub fn read_key(prefix: &Path) -> Result<crate::build::key::KeyInputs> {
+pub fn read_key(prefix: &Path) -> Result<crate::builder::key::KeyInputs> {
     let path = prefix.join(KEY);
     let text = fsutil::read_small(&path, 1 << 20)?;
     serde_json::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
@@ -212,7 +212,7 @@ pub fn commit(
     staging: &Path,
     manifest: &[PathBuf],
     mut provenance: Provenance,
-    key: &crate::build::key::KeyInputs,
+    key: &crate::builder::key::KeyInputs,
     jobs: usize,
 ) -> Result<Installed> {
     let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));

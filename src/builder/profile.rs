@@ -105,7 +105,7 @@ pub struct CmakeSettings {
     pub defines: BTreeMap<String, String>,
     /// ccache, sccache, distcc or none; unset: ccache when installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launcher: Option<crate::build::launcher::Kind>,
+    pub launcher: Option<crate::builder::launcher::Kind>,
 }
 
 fn default_generator() -> String {
@@ -447,13 +447,13 @@ fn check_compat(label: &str, name: &str, c: &Component) -> Result<()> {
     match c
         .compat
         .iter()
-        .find(|n| !crate::build::compat::KNOWN.contains(&n.as_str()))
+        .find(|n| !crate::builder::compat::KNOWN.contains(&n.as_str()))
     {
         Some(bad) => Err(hint(
             format!("invalid profile {label}: components.{name}.compat names `{bad}`"),
             format!(
                 "known compat names: {}",
-                crate::build::compat::KNOWN.join(", ")
+                crate::builder::compat::KNOWN.join(", ")
             ),
         )),
         None => Ok(()),
@@ -490,7 +490,7 @@ impl Component {
     pub fn pin(&self) -> String {
         match (&self.tag, &self.commit) {
             (Some(tag), _) => tag.clone(),
-            (None, Some(commit)) => format!("commit {}", crate::build::source::short(commit)),
+            (None, Some(commit)) => format!("commit {}", crate::builder::git::short(commit)),
             (None, None) => "(no pin)".to_owned(),
         }
     }
@@ -532,7 +532,7 @@ pub fn list_json() -> Result<serde_json::Value> {
         out.push(v);
     }
     Ok(serde_json::json!({
-        "schema_version": crate::output::SCHEMA_VERSION,
+        "schema_version": crate::version::SCHEMA_VERSION,
         "profiles": out,
     }))
 }
@@ -598,7 +598,7 @@ mod tests {
             for c in p.components.values() {
                 let dir = p.series_dir(c).unwrap();
                 // Loading parses every patch and rejects paths outside the tree.
-                let series = crate::build::patch::Series::load(&dir).unwrap();
+                let series = crate::builder::patch::Series::load(&dir).unwrap();
                 assert!(!series.patches.is_empty(), "{dir} has no patches");
                 for patch in &series.patches {
                     let marker = patch.marker.as_deref().unwrap_or_default();

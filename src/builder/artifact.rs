@@ -22,8 +22,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::build::key::KeyInputs;
-use crate::build::prefix::{self, Provenance};
+use crate::builder::key::KeyInputs;
+use crate::builder::prefix::{self, Provenance};
 use crate::checksum::{self, Entry};
 use crate::error::hint;
 use crate::oci::{self, Reference, Store};
@@ -57,7 +57,7 @@ pub struct Signer {
 
 impl Signer {
     pub fn load(path: &Path) -> Result<Signer> {
-        let minisign = crate::build::tools::find("minisign").ok_or_else(|| {
+        let minisign = crate::builder::tools::find("minisign").ok_or_else(|| {
             hint(
                 "publish signs with minisign, which is not installed",
                 "apt-get install minisign (or see https://jedisct1.github.io/minisign/); nothing was pushed",
@@ -165,7 +165,7 @@ pub fn publish(
     let store = Store::open(&reference, net)?;
     ui.stage(
         "Pushing",
-        format!("{} ({})", reference, human_size(layer.size)),
+        format!("{} ({})", reference, crate::fsutil::human_bytes(layer.size)),
     );
     let uploaded = store.put_blob(layer.file.path(), &layer.digest, layer.size, ui)?;
     let config_digest = store.put_small_blob(&config)?;
@@ -369,14 +369,6 @@ fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
         size: out.size,
         file,
     })
-}
-
-pub fn human_size(n: u64) -> String {
-    match n {
-        0..1_000_000 => format!("{:.1} kB", n as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} MB", n as f64 / 1e6),
-        _ => format!("{:.2} GB", n as f64 / 1e9),
-    }
 }
 
 /// An artifact whose signature and config were checked, not yet pulled.

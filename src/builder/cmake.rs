@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
-use crate::build::tools::{Generator, Toolchain};
+use crate::builder::tools::{Generator, Toolchain};
 use crate::checksum::hex;
 use crate::error::{Hint, Interrupted, hint};
 use crate::fsutil;
@@ -343,7 +343,12 @@ pub fn cmake_files(
     touched
         .iter()
         .filter(|f| f.ends_with("CMakeLists.txt") || f.ends_with(".cmake"))
-        .map(|f| Ok((f.clone(), crate::build::patch::read_optional(&src.join(f))?)))
+        .map(|f| {
+            Ok((
+                f.clone(),
+                crate::builder::patch::read_optional(&src.join(f))?,
+            ))
+        })
         .collect()
 }
 

@@ -154,7 +154,7 @@ pub fn rocm_version(rocm: &Path) -> Option<String> {
         .file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("_rocm_sdk_devel"));
-    if devel && let Some(v) = rocm.parent().and_then(crate::swap::rocm_sdk::version_in) {
+    if devel && let Some(v) = rocm.parent().and_then(crate::rocm_sdk::version_in) {
         return Some(v);
     }
     if let Ok(s) = std::fs::read_to_string(rocm.join(".info/version")) {

@@ -131,7 +131,7 @@ impl KeyInputs {
                 .toolchain
                 .rocm_version
                 .as_deref()
-                .map(crate::build::tools::major_minor);
+                .map(crate::builder::tools::major_minor);
             if release.as_deref() == Some(rocm_release) {
                 Ok(())
             } else {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 
-use crate::build::patch::{self, Series};
-use crate::build::profile::{Component, Profile, SeriesDir};
-use crate::build::{cmake, source};
+use crate::builder::patch::{self, Series};
+use crate::builder::profile::{Component, Profile, SeriesDir};
+use crate::builder::{cmake, source};
 use crate::error::hint;
 use crate::fsutil;
 
@@ -95,7 +95,7 @@ pub fn list_json(profiles: &[Profile]) -> Result<serde_json::Value> {
         }));
     }
     Ok(serde_json::json!({
-        "schema_version": crate::output::SCHEMA_VERSION,
+        "schema_version": crate::version::SCHEMA_VERSION,
         "series": out,
     }))
 }
@@ -135,7 +135,7 @@ pub fn check(req: &CheckRequest) -> Result<Checked> {
         let checked = patch::check(&series, &base)?;
         let ok = checked.iter().all(|c| c.status != "failed");
         let report = serde_json::to_string_pretty(&serde_json::json!({
-            "schema_version": crate::output::SCHEMA_VERSION,
+            "schema_version": crate::version::SCHEMA_VERSION,
             "profile": p.name,
             "component": req.component,
             "tag": c.tag,

@@ -13,7 +13,7 @@ use std::path::{Component as PathComponent, Path};
 use anyhow::{Context, Result, anyhow, bail};
 use diffy::patch_set::{FileOperation, ParseOptions, PatchKind, PatchSet};
 
-use crate::build::profile::SeriesDir;
+use crate::builder::profile::SeriesDir;
 use crate::error::hint;
 use crate::fsutil;
 

@@ -11,15 +11,16 @@ use anyhow::{Context, Result};
 
 use std::collections::BTreeMap;
 
-use crate::build::cmake::{self, Configure, Log};
-use crate::build::key::KeyInputs;
-use crate::build::patch::{self, ApplyOutcome, Series};
-use crate::build::prefix::{self, Provenance};
-use crate::build::profile::Profile;
-use crate::build::shared::{Choice, Want};
-use crate::build::source::{self, short};
-use crate::build::tools::{self, Generator};
-use crate::build::workdir::{ComponentDirs, WorkDir};
+use crate::builder::cmake::{self, Configure, Log};
+use crate::builder::git::short;
+use crate::builder::key::KeyInputs;
+use crate::builder::patch::{self, ApplyOutcome, Series};
+use crate::builder::prefix::{self, Provenance};
+use crate::builder::profile::Profile;
+use crate::builder::shared::{Choice, Want};
+use crate::builder::source;
+use crate::builder::tools::{self, Generator};
+use crate::builder::workdir::{ComponentDirs, WorkDir};
 use crate::error::hint;
 use crate::fsutil;
 use crate::ui::Ui;
@@ -44,7 +45,7 @@ pub struct Options {
     pub defines: Vec<(String, String)>,
     pub jobs: Option<usize>,
     pub generator: Option<Generator>,
-    pub launcher: Option<crate::build::launcher::Kind>,
+    pub launcher: Option<crate::builder::launcher::Kind>,
     pub stop_after: Stage,
     pub dry_run: bool,
     pub clean: bool,
@@ -62,13 +63,13 @@ pub struct Options {
     pub sysfs: PathBuf,
     /// Where a finished build may be pulled from instead of compiling:
     /// `--from`, else the config's caches.
-    pub shared: crate::build::shared::Sources,
+    pub shared: crate::builder::shared::Sources,
 }
 
 /// What a build would do, worked out without touching anything.
 struct BuildPlan<'a> {
     opts: &'a Options,
-    component: &'a crate::build::profile::Component,
+    component: &'a crate::builder::profile::Component,
     series: Series,
     dirs: ComponentDirs,
     /// The project's directory in the checkout (see `ComponentDirs::project`).
@@ -79,13 +80,13 @@ struct BuildPlan<'a> {
     defines: std::collections::BTreeMap<String, String>,
     generator: Generator,
     jobs: usize,
-    launcher: Option<crate::build::launcher::Launcher>,
+    launcher: Option<crate::builder::launcher::Launcher>,
     /// Set when the profile's compiler was replaced by the one hipconfig names.
     compiler_note: Option<String>,
     /// GPU_TARGETS, and where it came from.
     targets_note: String,
     /// What this toolchain needs of the build, and how it is met.
-    compat: Vec<crate::build::compat::Need>,
+    compat: Vec<crate::builder::compat::Need>,
     /// The defines the profile and `-D` ask for, before the toolchain's
     /// and the GPU targets are added: the source part of the build key.
     asked: std::collections::BTreeMap<String, String>,
@@ -98,7 +99,7 @@ impl Options {
     fn plan(&self) -> Result<BuildPlan<'_>> {
         let component = self.profile.component(&self.component)?;
         let mut series =
-            crate::build::series::load(&self.profile, component, self.extra_patches.as_deref())?;
+            crate::builder::series::load(&self.profile, component, self.extra_patches.as_deref())?;
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = match &self.prefix {
@@ -106,7 +107,8 @@ impl Options {
             None => absolute(&self.profile.install_prefix()?)?,
         };
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
-        let launcher = crate::build::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
+        let launcher =
+            crate::builder::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
         let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
         let asked = defines.clone();
         let source_patches = series.patches.len();
@@ -163,12 +165,12 @@ impl Options {
     /// profile's, defines into `defines`.
     fn meet_compat(
         &self,
-        component: &crate::build::profile::Component,
+        component: &crate::builder::profile::Component,
         rocm: &Path,
         series: &mut Series,
         defines: &mut std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<crate::build::compat::Need>> {
-        use crate::build::compat::{self, Fix};
+    ) -> Result<Vec<crate::builder::compat::Need>> {
+        use crate::builder::compat::{self, Fix};
         let needs = compat::needs(
             &compat::read(rocm),
             &component.compat,
@@ -207,7 +209,7 @@ impl Options {
             let other: Vec<&str> = list
                 .iter()
                 .map(String::as_str)
-                .filter(|t| !crate::inspect::gpu::is_rdna1_arch(t))
+                .filter(|t| !crate::gpu::is_rdna1_arch(t))
                 .collect();
             if other.is_empty() {
                 return format!("{value} (--gpu-targets)");
@@ -230,7 +232,7 @@ impl Options {
         let Some(profile_value) = defines.get(KEY).cloned() else {
             return "the project's default (the profile sets no GPU_TARGETS)".into();
         };
-        let scan = crate::inspect::gpu::scan_all(&self.sysfs);
+        let scan = crate::gpu::scan_all(&self.sysfs);
         let found = scan.rdna1_targets();
         let unread = scan.problems.len();
         let unread = if unread == 0 {
@@ -436,13 +438,13 @@ impl BuildPlan<'_> {
     /// Make what the compat defines point at, inside the work dir.
     fn prepare_compat(&self) -> Result<()> {
         for n in &self.compat {
-            if let crate::build::compat::Fix::Define { link, .. } = &n.fix {
+            if let crate::builder::compat::Fix::Define { link, .. } = &n.fix {
                 self.opts
                     .work_dir
                     .check_confined(&link.0, "compat header link")?;
             }
         }
-        crate::build::compat::prepare(&self.compat)
+        crate::builder::compat::prepare(&self.compat)
     }
 
     /// What was chosen for the user, before anything runs.
@@ -847,7 +849,7 @@ impl BuildPlan<'_> {
         let (ours, compat) = self.series.patches.split_at(self.source_patches);
         let c = self.component;
         KeyInputs {
-            schema: crate::build::key::SCHEMA,
+            schema: crate::builder::key::SCHEMA,
             profile: self.opts.profile.name.clone(),
             component: self.opts.component.clone(),
             url: c.url.clone(),
@@ -865,7 +867,7 @@ impl BuildPlan<'_> {
                         .collect()
                 })
                 .unwrap_or_default(),
-            toolchain: crate::build::key::Toolchain {
+            toolchain: crate::builder::key::Toolchain {
                 rocm_version: self
                     .rocm
                     .is_dir()
@@ -955,7 +957,7 @@ impl BuildPlan<'_> {
                         c.key_id
                     ),
                 );
-                let files = crate::build::artifact::install(&store, &c, &self.prefix, ui)?;
+                let files = crate::builder::artifact::install(&store, &c, &self.prefix, ui)?;
                 ui.stage(
                     "Installed",
                     format!(
@@ -972,7 +974,7 @@ impl BuildPlan<'_> {
     fn provenance(&self, commit: &str, tools: &tools::Toolchain) -> Provenance {
         let p = &self.opts.profile;
         Provenance {
-            tool: format!("rdna1-patch {}", crate::cli::VERSION),
+            tool: format!("rdna1-patch {}", crate::version::VERSION),
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             profile: p.name.clone(),
             component: self.opts.component.clone(),

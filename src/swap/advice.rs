@@ -26,9 +26,8 @@ pub fn override_advice(
     } else {
         cards.join(", ")
     };
-    let reports = |v: &str| {
-        crate::inspect::gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into())
-    };
+    let reports =
+        |v: &str| crate::gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into());
     let inert = "MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing, while the fast-find patch (0003) still acts, since its detection reads the real chip from the KFD topology";
     match (value, code.map(CodeObjects::has_gfx101x)) {
         (Some(v), Some(false)) => Advice {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::build::tools;
+use crate::builder::tools;
 use crate::error::hint;
 
 #[derive(

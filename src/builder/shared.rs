@@ -10,8 +10,8 @@
 
 use anyhow::Result;
 
-use crate::build::artifact::{self, Candidate, Declined};
-use crate::build::key::KeyInputs;
+use crate::builder::artifact::{self, Candidate, Declined};
+use crate::builder::key::KeyInputs;
 use crate::oci::{self, Reference, Store};
 use crate::ui::Ui;
 

@@ -14,8 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 
-use crate::build::git::{self, Git};
-use crate::build::profile::Component;
+use crate::builder::git::short;
+use crate::builder::git::{self, Git};
+use crate::builder::profile::Component;
 use crate::error::hint;
 use crate::fsutil;
 use crate::ui::Ui;
@@ -136,10 +137,6 @@ pub fn changed_files(src: &Path, subdir: Option<&str>) -> Result<Vec<String>> {
         .collect();
     files.sort_unstable();
     Ok(files)
-}
-
-pub fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
 }
 
 /// Component name -> what its tag resolved to.
@@ -432,7 +429,7 @@ fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Res
     let received = format!(
         "received {} objects, {}",
         after.0.saturating_sub(before.0),
-        crate::clean::human(after.1.saturating_sub(before.1) * 1024),
+        crate::fsutil::human_bytes(after.1.saturating_sub(before.1) * 1024),
     );
     ui.note(match &c.tag {
         Some(tag) => format!("{received}; {tag} is {}", short(&commit)),

@@ -181,6 +181,11 @@ impl Git {
     }
 }
 
+/// A commit id as messages show it: its first 12 digits.
+pub fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
 /// The line of git's output that says what went wrong: its last `fatal:` or
 /// `error:`, else its last line.
 pub fn last_message<'a>(lines: impl Iterator<Item = &'a str>) -> String {
