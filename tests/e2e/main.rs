@@ -8,6 +8,7 @@ mod conventions;
 mod detection;
 mod first_contact;
 mod hostile;
+mod house;
 mod launcher;
 mod miopen;
 mod monorepo;

@@ -1,0 +1,264 @@
+//! The swap itself: back up torch's original, put the new library in, one
+//! journaled step at a time.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::checksum;
+use crate::error::hint;
+use crate::fsutil;
+use crate::swap::torch::Torch;
+
+use super::journal::{
+    BuildRec, FileRec, Journal, Journals, MARKER_PREFIX, SdkRec, State, TorchRec, now,
+};
+use super::recover::supersede;
+use super::state::Locked;
+
+/// Everything a swap needs, checked by the caller.
+pub struct Swap<'a> {
+    pub torch: &'a Torch,
+    pub build: BuildRec,
+    /// The new library, ready to go in (relinked if asked), in the staging dir.
+    pub staged: &'a Path,
+    /// Run on the new file where it lands (next to the target), before it
+    /// takes the library's name.
+    pub check: &'a dyn Fn(&Path) -> Result<()>,
+}
+
+pub enum SwapOutcome {
+    Installed(Journal),
+    /// The same library is already there, from this transaction.
+    AlreadyInstalled(Journal),
+}
+
+/// The file holding torch's original library for `target`: the backup when
+/// an installed transaction's file is in place, else the target itself.
+pub fn original_of(locked: &Locked, target: &Path) -> Result<PathBuf> {
+    let journals = locked.journals()?;
+    let ours = journals
+        .list
+        .iter()
+        .rev()
+        .find(|j| j.state == State::Installed && j.torch.target == target);
+    if let Some(j) = ours
+        && checksum::md5_file(target).ok().as_ref() == Some(&j.new.md5)
+    {
+        return Ok(j.backup.clone());
+    }
+    Ok(target.to_owned())
+}
+
+/// Whether a file carries our markers: an rdna1-patch build.
+pub fn is_patched(path: &Path) -> bool {
+    checksum::md5_file_scanning(path, MARKER_PREFIX.as_bytes()).is_ok_and(|(_, found)| found)
+}
+
+/// The swap as a transaction: journal, back up the original (unless an
+/// earlier install of ours kept it), write and check the new file next to
+/// the target, rename it over the target, read it back.
+pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
+    let torch = swap.torch;
+    let target = &torch.target;
+    let journals = locked.journals()?;
+    let (current, patched) = checksum::md5_file_scanning(target, MARKER_PREFIX.as_bytes())?;
+    let new_md5 = checksum::md5_file(swap.staged)?;
+    let ours = journals
+        .list
+        .iter()
+        .rev()
+        .find(|j| j.state == State::Installed && j.torch.target == *target);
+    if current == new_md5
+        && let Some(j) = ours.filter(|j| j.new.md5 == new_md5)
+    {
+        return Ok(SwapOutcome::AlreadyInstalled(j.clone()));
+    }
+    let inherits = ours.filter(|j| j.new.md5 == current);
+    if inherits.is_none() && patched {
+        return Err(hint(
+            format!(
+                "{} is already an rdna1-patch build (it carries {MARKER_PREFIX} markers), but no transaction in {} put it there, so there is no original to go back to",
+                target.display(),
+                locked.state.root().display()
+            ),
+            format!(
+                "if another --state-dir installed it, run this with that one. If that state is lost, reinstall torch to get its own library back (`pip install --force-reinstall torch=={}` from the index you installed it from), then install again",
+                torch.version
+            ),
+        ));
+    }
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    ensure_writable(dir)?;
+
+    let mut j = new_journal(locked, swap, &journals, current, new_md5, inherits)?;
+    locked.save(&mut j)?;
+    crash_point!("install-begun");
+
+    if j.inherits.is_none()
+        && let Err(e) = write_backup(target, &j.backup, &j.original)
+    {
+        locked.set(&mut j, State::Aborted)?;
+        return Err(out_of_space(
+            e,
+            locked.state.root(),
+            "torch was not changed",
+        ));
+    }
+    locked.set(&mut j, State::BackedUp)?;
+    crash_point!("install-backed-up");
+    swap_in(locked, swap, &mut j)?;
+    locked.set(&mut j, State::Installed)?;
+    crash_point!("install-installed");
+    supersede(locked, &j)?;
+    Ok(SwapOutcome::Installed(j))
+}
+
+/// The journal of a new install. Over our own earlier install, the
+/// original (and its backup) is that transaction's.
+pub(super) fn new_journal(
+    locked: &Locked,
+    swap: &Swap,
+    journals: &Journals,
+    current: String,
+    new_md5: String,
+    inherits: Option<&Journal>,
+) -> Result<Journal> {
+    let torch = swap.torch;
+    let target = &torch.target;
+    let id = journals
+        .last_id
+        .max(journals.list.last().map_or(0, |j| j.id))
+        + 1;
+    let (original, backup, inherits) = match inherits {
+        Some(prev) => (prev.original.clone(), prev.backup.clone(), Some(prev.id)),
+        None => {
+            let meta = std::fs::metadata(target)?;
+            let original = FileRec {
+                md5: current.clone(),
+                size: meta.len(),
+                mode: fsutil::mode(target)?,
+            };
+            let backup = locked.state.backup_path(&current);
+            (original, backup, None)
+        }
+    };
+    Ok(Journal {
+        id,
+        state: State::Begun,
+        created: now(),
+        updated: String::new(),
+        torch: TorchRec {
+            dir: torch.dir.clone(),
+            version: torch.version.clone(),
+            hip: torch.hip.clone(),
+            target: target.clone(),
+            sdk: match &torch.layout {
+                crate::swap::torch::Layout::Bundled => None,
+                crate::swap::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
+                    version: sdk.version.clone(),
+                    family: sdk.family.clone(),
+                    package: sdk.package.clone(),
+                    library: sdk.library.clone(),
+                }),
+            },
+        },
+        build: swap.build.clone(),
+        original: original.clone(),
+        backup,
+        new: FileRec {
+            md5: new_md5,
+            size: std::fs::metadata(swap.staged)?.len(),
+            mode: original.mode,
+        },
+        inherits,
+    })
+}
+
+/// Write the new file next to the target, check it there, and rename it
+/// over the target; the journal says which step it got to.
+pub(super) fn swap_in(locked: &Locked, swap: &Swap, j: &mut Journal) -> Result<()> {
+    let target = &swap.torch.target;
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let temp = j.temp(false);
+    let written = fsutil::copy_synced(swap.staged, &temp, j.original.mode).and_then(|()| {
+        crash_point!("install-temp-written");
+        (swap.check)(&temp)
+    });
+    if let Err(e) = written {
+        let _ = fsutil::remove_own_file(&temp);
+        locked.set(j, State::Aborted)?;
+        return Err(out_of_space(e, dir, "torch was not changed"));
+    }
+    locked.set(j, State::Swapping)?;
+    crash_point!("install-swapping");
+
+    // The temp file is in the target's own directory, so this rename never
+    // crosses a filesystem.
+    std::fs::rename(&temp, target)
+        .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
+    fsutil::sync_dir(dir)?;
+    crash_point!("install-renamed");
+
+    let after = checksum::md5_file(target)?;
+    if after != j.new.md5 {
+        bail!(
+            "{} reads back as MD5 {after} after the swap, not {}; run `rdna1-patch rollback` to restore the original",
+            target.display(),
+            j.new.md5
+        );
+    }
+    Ok(())
+}
+
+/// Copy the original to its backup (unless an identical backup is there)
+/// and read it back. A partial copy never stays behind.
+pub(super) fn write_backup(target: &Path, backup: &Path, original: &FileRec) -> Result<()> {
+    let fresh = checksum::md5_file(backup).ok().as_ref() == Some(&original.md5);
+    if !fresh {
+        let tmp = backup.with_extension("so.tmp");
+        let copied = fsutil::copy_synced(target, &tmp, 0o444).and_then(|()| {
+            crash_point!("install-backup-written");
+            std::fs::rename(&tmp, backup)
+                .with_context(|| format!("cannot create {}", backup.display()))
+        });
+        if let Err(e) = copied {
+            let _ = fsutil::remove_own_file(&tmp);
+            return Err(e);
+        }
+        fsutil::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
+    }
+    let copy = checksum::md5_file(backup)?;
+    if copy != original.md5 {
+        bail!(
+            "the backup {} reads back as MD5 {copy}, not {}",
+            backup.display(),
+            original.md5
+        );
+    }
+    Ok(())
+}
+
+/// Add what was left as it was, and, when the disk was full, where.
+pub fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::Error {
+    if fsutil::is_disk_full(&e) {
+        hint(
+            format!("{e:#}; {unchanged} and the partial copy was removed"),
+            format!(
+                "free space on the disk holding {} (or pass a --state-dir on a disk with room), then run this again",
+                place.display()
+            ),
+        )
+    } else {
+        e.context(unchanged.to_owned())
+    }
+}
+
+pub(super) fn ensure_writable(dir: &Path) -> Result<()> {
+    fsutil::probe_writable(dir).map_err(|e| {
+            hint(
+                format!("cannot write to {}: {e}; nothing was changed", dir.display()),
+                "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own",
+            )
+        })
+}

@@ -1,0 +1,275 @@
+//! A transaction's journal: its state, the files and torch it names, and
+//! how journals are read back (damaged ones apart).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::hint;
+use crate::fsutil;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Journal written; torch untouched.
+    Begun,
+    /// The original is backed up and verified; torch untouched.
+    BackedUp,
+    /// About to rename the new file over the original: either may be there.
+    Swapping,
+    /// The new file is in place.
+    Installed,
+    /// A later install went over this one and kept its original.
+    Replaced,
+    /// Putting the original back: either may be there.
+    RollingBack,
+    RolledBack,
+    /// Stopped before the swap; torch was never changed.
+    Aborted,
+    /// Closed by the user without touching torch (e.g. torch was reinstalled).
+    Abandoned,
+}
+
+impl State {
+    pub fn unfinished(self) -> bool {
+        matches!(
+            self,
+            State::Begun | State::BackedUp | State::Swapping | State::RollingBack
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Begun => "begun",
+            State::BackedUp => "backed-up",
+            State::Swapping => "swapping",
+            State::Installed => "installed",
+            State::Replaced => "replaced",
+            State::RollingBack => "rolling-back",
+            State::RolledBack => "rolled-back",
+            State::Aborted => "aborted",
+            State::Abandoned => "abandoned",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRec {
+    pub md5: String,
+    pub size: u64,
+    pub mode: u32,
+}
+
+/// What went into torch: where from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildRec {
+    pub prefix: PathBuf,
+    pub library: PathBuf,
+    pub profile: String,
+    pub rocm: String,
+    pub commit: String,
+    pub build_id: Option<String>,
+    /// The patchelf edits made, or "" when installed as built.
+    pub relink: String,
+}
+
+/// Which torch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TorchRec {
+    pub dir: PathBuf,
+    pub version: String,
+    pub hip: String,
+    /// torch/lib/libMIOpen.so, or the file it links to.
+    pub target: PathBuf,
+    /// Set when torch loads MIOpen from the rocm-sdk packages; absent in
+    /// journals of the torch/lib layout (and in those written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<SdkRec>,
+}
+
+/// The rocm-sdk layout's MIOpen, as an install found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SdkRec {
+    pub version: String,
+    pub family: String,
+    /// `site-packages/_rocm_sdk_libraries_<family>`, torch's sibling.
+    pub package: PathBuf,
+    /// The name the preload loads.
+    pub library: PathBuf,
+}
+
+impl TorchRec {
+    pub fn layout(&self) -> &'static str {
+        if self.sdk.is_some() {
+            "rocm-sdk"
+        } else {
+            "torch/lib"
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    pub id: u32,
+    pub state: State,
+    pub created: String,
+    pub updated: String,
+    pub torch: TorchRec,
+    pub build: BuildRec,
+    pub original: FileRec,
+    pub backup: PathBuf,
+    pub new: FileRec,
+    /// The transaction whose original this one kept (installing twice).
+    pub inherits: Option<u32>,
+}
+
+pub(super) fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// What a torch library carries when it is one of our builds: every patch
+/// of the series declares a marker that starts so.
+pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
+
+impl Journal {
+    /// One line for a transaction, as `status` and `rollback --list` show it.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:>4}  {}  {:<12}  {}  torch {} ({})  build {} ROCm {}",
+            self.id,
+            self.created,
+            self.state.name(),
+            self.torch.dir.display(),
+            self.torch.version,
+            match &self.torch.sdk {
+                None => format!("hip {}", self.torch.hip),
+                Some(s) => format!("rocm-sdk {} {}", s.version, s.family),
+            },
+            crate::builder::git::short(&self.build.commit),
+            self.build.rocm
+        )
+    }
+
+    /// The name torch loads the library by.
+    pub(super) fn library(&self) -> PathBuf {
+        match &self.torch.sdk {
+            Some(sdk) => sdk.library.clone(),
+            None => self.torch.dir.join("lib").join(crate::swap::torch::LIBRARY),
+        }
+    }
+
+    /// The temp file an install (or, with `rollback`, a rollback) writes
+    /// next to the target; named here, never read from the journal.
+    pub(super) fn temp(&self, rollback: bool) -> PathBuf {
+        temp_path(&self.torch.target, self.id, rollback)
+    }
+
+    /// Remove what a killed install or rollback of this transaction left.
+    pub(super) fn remove_temps(&self) {
+        for rollback in [false, true] {
+            let _ = fsutil::remove_own_file(&self.temp(rollback));
+        }
+    }
+
+    /// The journal's paths are ones this tool could have written: the backup
+    /// is `backup`, the state dir's copy of the original, and the target is
+    /// a libMIOpen inside the torch the journal names.
+    pub(super) fn check(&self, backup: &Path) -> std::result::Result<(), String> {
+        if self.backup != backup {
+            return Err(format!(
+                "its backup {} is not {}",
+                self.backup.display(),
+                backup.display()
+            ));
+        }
+        let t = &self.torch;
+        // The rocm-sdk package must be torch's sibling and the preload's
+        // name inside it: a journal cannot point us anywhere else.
+        let root = match &t.sdk {
+            None => t.dir.clone(),
+            Some(sdk) => {
+                let sibling = sdk.package.parent() == t.dir.parent()
+                    && sdk
+                        .package
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(crate::rocm_sdk::is_libraries_package)
+                    && sdk.library.parent().and_then(Path::parent) == Some(sdk.package.as_path());
+                if !sibling {
+                    return Err(format!(
+                        "its rocm-sdk package {} is not a libraries package beside {}",
+                        sdk.package.display(),
+                        t.dir.display()
+                    ));
+                }
+                sdk.package.clone()
+            }
+        };
+        let named_ok = t
+            .target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libMIOpen.so"));
+        let dir = root.canonicalize().unwrap_or_else(|_| root.clone());
+        let inside = t.target.is_absolute()
+            && t.target
+                .components()
+                .all(|c| !matches!(c, std::path::Component::ParentDir))
+            && (t.target.starts_with(&dir) || t.target.starts_with(&root));
+        if !named_ok || !inside {
+            return Err(format!(
+                "its target {} is not a libMIOpen inside {}",
+                t.target.display(),
+                root.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn temp_path(target: &Path, id: u32, rollback: bool) -> PathBuf {
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    if rollback {
+        dir.join(format!(".{name}.rdna1-patch-{id}-rollback.tmp"))
+    } else {
+        dir.join(format!(".{name}.rdna1-patch-{id}.tmp"))
+    }
+}
+
+/// A journal file that cannot be read as one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub error: String,
+}
+
+impl Damaged {
+    pub(super) fn error(damaged: &[Damaged]) -> anyhow::Error {
+        let list: Vec<String> = damaged
+            .iter()
+            .map(|d| format!("{}: {}", d.path.display(), d.error))
+            .collect();
+        let first = &damaged[0].path;
+        hint(
+            format!(
+                "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",
+                damaged.len(),
+                list.join("\n  ")
+            ),
+            format!(
+                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv {0} {0}.damaged`) and run this again",
+                first.display()
+            ),
+        )
+    }
+}
+
+/// Every journal of a state dir, the damaged ones apart.
+#[derive(Debug, Default)]
+pub struct Journals {
+    pub list: Vec<Journal>,
+    pub damaged: Vec<Damaged>,
+    /// The highest id any journal file has, damaged or not.
+    pub(super) last_id: u32,
+}

@@ -1,0 +1,41 @@
+//! The swap into torch as a transaction, after rustup's
+//! dist/component/transaction.rs, but persisted: each transaction has a
+//! journal, written and fsynced before every step, so that a run killed at
+//! any point leaves either the original or the new file in place, the next
+//! run knows which, and `rollback` works from a later run.
+//!
+//! ```text
+//! <state>/lock                       held while anything here changes
+//! <state>/transactions/NNNN.toml     one journal per transaction
+//! <state>/backups/<md5>.so           originals, named by their checksum
+//! <state>/staging/                   the relinked library before the swap
+//! ```
+//!
+//! Nothing in a journal is trusted to name a file to write or delete: temp
+//! files are named from the transaction's id and target, the backup must be
+//! `backups/<md5>.so` of this state dir, and the target must be inside the
+//! torch the journal names, reached from torch's own library name.
+
+/// A crash point for the tests (cargo feature `failpoints`):
+/// `FAILPOINTS=<name>=return` aborts the process there, as kill -9 would,
+/// with no destructor or cleanup running.
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            let _ = fail::eval($name, |_| -> () { std::process::abort() });
+        }
+    };
+}
+
+mod install;
+mod journal;
+mod recover;
+mod rollback;
+mod state;
+
+pub use install::*;
+pub use journal::*;
+pub use recover::*;
+pub use rollback::*;
+pub use state::*;

@@ -1,0 +1,248 @@
+//! Undoing swaps: newest first, each from its verified backup.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use crate::checksum;
+use crate::error::hint;
+use crate::fsutil;
+
+use super::install::out_of_space;
+use super::journal::{Journal, State};
+use super::recover::{Found, changed_elsewhere, found};
+use super::state::Locked;
+
+/// What a rollback did.
+pub enum Rolled {
+    /// Each transaction rolled back, newest first, and whether its original
+    /// was already in place.
+    Done(Vec<(Journal, bool)>),
+    /// Nothing installed; the last transaction, if any.
+    Nothing(Option<Box<Journal>>),
+}
+
+/// Roll back the newest installed transaction, or with `to`, every one from
+/// the newest down to `to`. Transactions whose torch is gone are closed on
+/// the way (their notes go to `notes`).
+pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Result<Rolled> {
+    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced);
+    let all = locked.journals()?.list;
+    for j in all.iter().filter(live) {
+        if found(j, &all) == Found::Gone {
+            let mut j = j.clone();
+            locked.set(&mut j, State::Abandoned)?;
+            notes.push(format!(
+                "transaction {}: {} is gone, so it is closed; the original stays in {}",
+                j.id,
+                j.torch.target.display(),
+                j.backup.display()
+            ));
+        }
+    }
+    let journals = locked.journals()?.list;
+    let chosen: Vec<Journal> = match to {
+        Some(id) => {
+            let Some(j) = journals.iter().find(|j| j.id == id) else {
+                return Err(hint(
+                    format!("there is no transaction {id}"),
+                    "`rdna1-patch rollback --list` shows them",
+                ));
+            };
+            if !live(&j) {
+                return Err(hint(
+                    format!(
+                        "transaction {id} is {} already; there is nothing of it to undo",
+                        j.state.name()
+                    ),
+                    "`rdna1-patch rollback --list` shows every transaction and its state",
+                ));
+            }
+            journals
+                .iter()
+                .rev()
+                .filter(live)
+                .filter(|j| j.id >= id)
+                .cloned()
+                .collect()
+        }
+        None => match journals.iter().rev().find(|j| j.state == State::Installed) {
+            Some(j) => vec![j.clone()],
+            None => return Ok(Rolled::Nothing(journals.last().cloned().map(Box::new))),
+        },
+    };
+    // Lock every torch concerned, and check every backup, before changing anything.
+    let mut held = Vec::new();
+    for j in &chosen {
+        // One lock per directory: a second flock on it from this process
+        // would conflict with the first.
+        let dir = j.torch.target.parent().map(Path::to_owned);
+        if !held.iter().any(|(d, _)| *d == dir) {
+            held.push((dir, locked.lock_target(&j.torch.target)?));
+        }
+        if found(j, &journals) != Found::Original {
+            check_backup(j)?;
+        }
+    }
+    let mut done = Vec::new();
+    for id in chosen.iter().map(|j| j.id) {
+        // Re-read: undoing a later transaction may have settled this one.
+        let all = locked.journals()?.list;
+        let Some(mut j) = all.iter().find(|j| j.id == id).cloned() else {
+            continue;
+        };
+        if !live(&&j) {
+            continue;
+        }
+        let already = undo(locked, &mut j, &all)?;
+        let inherited = j.inherits;
+        done.push((j, already));
+        // Its original is the one the transaction it replaced kept.
+        if let Some(mut p) = inherited.and_then(|prev| {
+            all.iter()
+                // Installed too: a run killed before it marked `prev`
+                // replaced; either way `prev`'s original is back now.
+                .find(|p| p.id == prev && matches!(p.state, State::Replaced | State::Installed))
+                .cloned()
+        }) {
+            locked.set(&mut p, State::RolledBack)?;
+            done.push((p, true));
+        }
+    }
+    Ok(Rolled::Done(done))
+}
+
+pub(super) fn check_backup(j: &Journal) -> Result<()> {
+    let actual = checksum::md5_file(&j.backup);
+    if actual.as_ref().ok() == Some(&j.original.md5) {
+        return Ok(());
+    }
+    let what = match actual {
+        Ok(m) => format!("its MD5 is {m}"),
+        Err(e) => format!("{e:#}"),
+    };
+    Err(hint(
+        format!(
+            "the backup of the original {} is not the file transaction {} saved: {what}, the journal says {}; nothing was changed",
+            j.torch.target.display(),
+            j.id,
+            j.original.md5
+        ),
+        format!(
+            "rdna1-patch will not restore a damaged original. Reinstall torch {} to get a clean one (e.g. `pip install --force-reinstall torch=={}` with the index you installed it from)",
+            j.torch.version, j.torch.version
+        ),
+    ))
+}
+
+/// Put `j`'s original back; true when it already was.
+pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
+    match found(j, all) {
+        Found::Original => {
+            locked.set(j, State::RolledBack)?;
+            return Ok(true);
+        }
+        Found::New => {}
+        Found::Earlier(p) => {
+            return Err(changed_elsewhere(
+                j,
+                &format!("the build of transaction {p}"),
+            ));
+        }
+        Found::Gone => return Err(changed_elsewhere(j, "gone")),
+        Found::Other(what) => return Err(changed_elsewhere(j, &what)),
+    }
+    // The target must still be what torch loads: a journal edited to point
+    // elsewhere is not followed.
+    if j.library().canonicalize().ok().as_ref() != Some(&j.torch.target) {
+        return Err(hint(
+            format!(
+                "{} no longer leads to {}, which transaction {} changed; nothing was changed",
+                j.library().display(),
+                j.torch.target.display(),
+                j.id
+            ),
+            format!(
+                "if torch was reinstalled, `rdna1-patch rollback --abandon {}` closes the transaction; the original stays in {}",
+                j.id,
+                j.backup.display()
+            ),
+        ));
+    }
+    // `rollback` checked the backup before changing anything; what is
+    // checked here is the copy about to take the library's name.
+    let dir = j.torch.target.parent().unwrap_or(Path::new("/")).to_owned();
+    let temp = j.temp(true);
+    locked.set(j, State::RollingBack)?;
+    crash_point!("rollback-begun");
+    let copied = fsutil::copy_synced(&j.backup, &temp, j.original.mode)
+        .and_then(|()| checksum::md5_file(&temp));
+    let copy = match copied {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = fsutil::remove_own_file(&temp);
+            locked.set(j, State::Installed)?;
+            return Err(out_of_space(e, &dir, "torch was not changed"));
+        }
+    };
+    if copy != j.original.md5 {
+        let _ = fsutil::remove_own_file(&temp);
+        locked.set(j, State::Installed)?;
+        bail!(
+            "the copy of the backup {} reads back as MD5 {copy}, not {}; torch was not changed",
+            j.backup.display(),
+            j.original.md5
+        );
+    }
+    crash_point!("rollback-temp-written");
+    std::fs::rename(&temp, &j.torch.target).with_context(|| {
+        format!(
+            "cannot rename {} to {}",
+            temp.display(),
+            j.torch.target.display()
+        )
+    })?;
+    fsutil::sync_dir(&dir)?;
+    crash_point!("rollback-renamed");
+    let after = checksum::md5_file(&j.torch.target)?;
+    if after != j.original.md5 {
+        bail!(
+            "{} reads back as MD5 {after} after restoring, not {}",
+            j.torch.target.display(),
+            j.original.md5
+        );
+    }
+    locked.set(j, State::RolledBack)?;
+    Ok(false)
+}
+
+/// Close a transaction without touching torch: one whose library something
+/// else replaced, or whose torch is gone. Works whatever state the
+/// transaction was left in, unless our library is still in place.
+pub fn abandon(locked: &Locked, id: u32) -> Result<Journal> {
+    let all = locked.journals()?.list;
+    let mut j = all.iter().find(|j| j.id == id).cloned().ok_or_else(|| {
+        hint(
+            format!("there is no transaction {id}"),
+            "`rdna1-patch rollback --list` shows them",
+        )
+    })?;
+    if matches!(
+        j.state,
+        State::RolledBack | State::Aborted | State::Abandoned
+    ) {
+        bail!("transaction {id} is {} already", j.state.name());
+    }
+    if found(&j, &all) == Found::New {
+        return Err(hint(
+            format!(
+                "the library transaction {id} installed is still in {}",
+                j.torch.target.display()
+            ),
+            "use `rdna1-patch rollback` to put the original back",
+        ));
+    }
+    j.remove_temps();
+    locked.set(&mut j, State::Abandoned)?;
+    Ok(j)
+}

@@ -1,0 +1,248 @@
+//! The state dir: where journals and backups live, and the locks that keep
+//! two runs from changing it at once.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::error::hint;
+use crate::fsutil;
+
+use super::journal::{Damaged, Journal, Journals, State, now};
+
+/// Where transactions and backups live.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// `explicit` is `--state-dir`; otherwise `$XDG_STATE_HOME/rdna1-patch`.
+    pub fn new(explicit: Option<&Path>) -> Result<StateDir> {
+        let root = match explicit {
+            Some(p) => std::path::absolute(p)
+                .with_context(|| format!("bad --state-dir {}", p.display()))?,
+            None => crate::fsutil::project_dirs()
+                .and_then(|d| d.state_dir().map(Path::to_owned))
+                .context("cannot find a state directory ($HOME is not set); pass --state-dir")?,
+        };
+        Ok(StateDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(super) fn journal_dir(&self) -> PathBuf {
+        self.root.join("transactions")
+    }
+
+    pub(super) fn backup_path(&self, md5: &str) -> PathBuf {
+        self.root.join("backups").join(format!("{md5}.so"))
+    }
+
+    pub fn staging(&self) -> PathBuf {
+        self.root.join("staging")
+    }
+
+    /// A file name in the staging dir for this run; only names of this
+    /// shape are ever removed from there.
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        self.staging()
+            .join(format!("rdna1-patch-{}-{name}.tmp", std::process::id()))
+    }
+
+    /// Take the lock; a second run waits for nothing and says who holds it.
+    pub fn lock(&self) -> Result<Locked<'_>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        fsutil::create_dir_all(&self.root)?;
+        for dir in [
+            self.journal_dir(),
+            self.root.join("backups"),
+            self.staging(),
+        ] {
+            fsutil::create_own_dir(&dir)?;
+        }
+        let path = self.root.join("lock");
+        // O_NOFOLLOW: a symlink planted at `lock` must not get its target
+        // truncated by a run under sudo.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| {
+                hint(
+                    format!("cannot open the lock file {}: {e}", path.display()),
+                    format!(
+                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`rm {}`) and run again",
+                        path.display()
+                    ),
+                )
+            })?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            bail!(
+                "{} is not a regular file; remove it and run again",
+                path.display()
+            );
+        }
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(hint(
+                    format!(
+                        "another rdna1-patch run ({}) is changing torch right now; its lock is {}",
+                        holder.trim(),
+                        path.display()
+                    ),
+                    "wait for it to finish and run this again (the lock is released when that process exits, even if it is killed)",
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+        file.set_len(0)?;
+        write!(file, "pid {}", std::process::id())?;
+        self.remove_leftovers();
+        Ok(Locked {
+            state: self,
+            _file: file,
+        })
+    }
+
+    /// Partial files of a killed run: only names this tool gives its own
+    /// temp files, so a user's files in a shared --state-dir stay.
+    pub(super) fn remove_leftovers(&self) {
+        let ours = |dir: PathBuf, pred: &dyn Fn(&str) -> bool| {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if pred(name) && e.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        };
+        ours(self.staging(), &|n| {
+            n.starts_with("rdna1-patch-") && n.ends_with(".tmp")
+        });
+        ours(self.root.join("backups"), &|n| {
+            n.strip_suffix(".so.tmp")
+                .is_some_and(|md5| md5.len() == 32 && md5.chars().all(|c| c.is_ascii_hexdigit()))
+        });
+    }
+
+    /// Every journal, oldest first, and those that cannot be read. Reading
+    /// needs no lock: journals are replaced atomically.
+    pub fn read(&self) -> Result<Journals> {
+        let dir = self.journal_dir();
+        let mut out = Journals::default();
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+        };
+        for e in rd {
+            let path = e?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // `0002.toml.damaged`, set aside by the user, keeps its number.
+            let file_id = name
+                .split_once(".toml")
+                .and_then(|(stem, _)| stem.parse::<u32>().ok());
+            out.last_id = out.last_id.max(file_id.unwrap_or(0));
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let parsed = fsutil::read_small(&path, 1 << 20)
+                .and_then(|t| Ok(toml::from_str::<Journal>(&t)?))
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|j| {
+                    if Some(j.id) != file_id {
+                        return Err(format!("it says it is transaction {}", j.id));
+                    }
+                    j.check(&self.backup_path(&j.original.md5))?;
+                    Ok(j)
+                });
+            match parsed {
+                Ok(j) => out.list.push(j),
+                Err(error) => out.damaged.push(Damaged {
+                    path,
+                    error: error.trim().replace('\n', " "),
+                }),
+            }
+        }
+        out.list.sort_by_key(|j| j.id);
+        out.damaged.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// The readable journals, oldest first (for reports; damaged ones are
+    /// in [`StateDir::read`]).
+    pub fn journals(&self) -> Result<Vec<Journal>> {
+        Ok(self.read()?.list)
+    }
+}
+
+/// The state dir with its lock held.
+pub struct Locked<'a> {
+    pub state: &'a StateDir,
+    _file: File,
+}
+
+/// A lock on the directory holding one torch's library: two runs with
+/// different state dirs never change the same torch at once.
+pub struct TargetLock(#[allow(dead_code)] File);
+
+impl Locked<'_> {
+    /// The journals, refusing to go on if any is damaged: a change to torch
+    /// must know every transaction that may concern it.
+    pub fn journals(&self) -> Result<Journals> {
+        let j = self.state.read()?;
+        if !j.damaged.is_empty() {
+            return Err(Damaged::error(&j.damaged));
+        }
+        Ok(j)
+    }
+
+    pub fn lock_target(&self, target: &Path) -> Result<TargetLock> {
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        match fsutil::try_lock_dir(dir)? {
+            Some(f) => Ok(TargetLock(f)),
+            None => Err(hint(
+                format!(
+                    "another rdna1-patch run is changing {} right now (perhaps with another --state-dir)",
+                    dir.display()
+                ),
+                "wait for it to finish and run this again",
+            )),
+        }
+    }
+
+    pub(super) fn save(&self, j: &mut Journal) -> Result<()> {
+        j.updated = now();
+        let text = format!(
+            "# rdna1-patch transaction {}: do not edit; `rdna1-patch rollback --list` shows it.\n{}",
+            j.id,
+            toml::to_string(j)?
+        );
+        fsutil::write_atomic(
+            &self.state.journal_dir().join(format!("{:04}.toml", j.id)),
+            text.as_bytes(),
+            Some(0o644),
+        )
+    }
+
+    pub(super) fn set(&self, j: &mut Journal, state: State) -> Result<()> {
+        j.state = state;
+        self.save(j)
+    }
+}

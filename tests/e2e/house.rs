@@ -1,0 +1,115 @@
+//! The shape of the source: every `crate::` import runs down the flow and
+//! no modules import each other, read from the files themselves.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Each top-level module's layer: a module may import its own layer and
+/// those below, never above. The foundation (0) is what several wings read.
+fn layer(module: &str) -> usize {
+    let top = module.split("::").next().unwrap();
+    match top {
+        "builder" => 1,
+        "swap" => 2,
+        "inspect" | "select" | "clean" => 3,
+        "commands" => 4,
+        "cli" | "main" | "lib" => 5,
+        _ => 0,
+    }
+}
+
+/// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; each with its text, tests
+/// left out.
+fn modules() -> BTreeMap<String, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(&src).unwrap().with_extension("");
+                let mut name = rel.to_str().unwrap().replace('/', "::");
+                if let Some(parent) = name.strip_suffix("::mod") {
+                    name = parent.to_owned();
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap().to_owned();
+                out.insert(name, code);
+            }
+        }
+    }
+    out
+}
+
+/// What each module imports: `crate::x::y` and `super::x`, resolved to the
+/// longest module path that exists.
+fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let resolve = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+        (1..=parts.len())
+            .rev()
+            .map(|n| parts[..n].join("::"))
+            .find(|c| mods.contains_key(c))
+    };
+    let mut graph = BTreeMap::new();
+    for (name, code) in mods {
+        let mut to = BTreeSet::new();
+        let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
+        for (prefix, base) in [("crate::", String::new()), ("super::", parent.to_owned())] {
+            for (i, _) in code.match_indices(prefix) {
+                let rest: String = code[i + prefix.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let full = if base.is_empty() {
+                    rest
+                } else {
+                    format!("{base}::{rest}")
+                };
+                if let Some(m) = resolve(&full)
+                    && m != *name
+                    && !name.starts_with(&format!("{m}::"))
+                {
+                    to.insert(m);
+                }
+            }
+        }
+        graph.insert(name.clone(), to);
+    }
+    graph
+}
+
+#[test]
+fn every_import_runs_down_and_no_modules_import_each_other() {
+    let mods = modules();
+    assert!(mods.contains_key("builder::pipeline") && mods.contains_key("swap::txn::journal"));
+    let graph = imports(&mods);
+    let mut upward = Vec::new();
+    for (from, tos) in &graph {
+        for to in tos {
+            if layer(to) > layer(from) {
+                upward.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that run up: {upward:#?}");
+    // A loop: a module that reaches itself.
+    let mut loops = Vec::new();
+    for start in graph.keys() {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<&String> = graph[start].iter().collect();
+        while let Some(m) = stack.pop() {
+            if m == start {
+                loops.push(start.clone());
+                break;
+            }
+            if seen.insert(m.clone()) {
+                stack.extend(graph.get(m).into_iter().flatten());
+            }
+        }
+    }
+    assert!(loops.is_empty(), "modules on an import loop: {loops:?}");
+}
