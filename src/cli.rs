@@ -78,9 +78,9 @@ const CLEAN_EXAMPLES: &str = "Examples:
   rdna1-patch clean --dry-run     # what would go, and how much
   rdna1-patch clean";
 const COMPLETIONS_EXAMPLES: &str = "Examples:
-  rdna1-patch completions bash > ~/.local/share/bash-completion/completions/rdna1-patch
-  rdna1-patch completions zsh > ~/.zfunc/_rdna1-patch
-  rdna1-patch completions fish > ~/.config/fish/completions/rdna1-patch.fish";
+  mkdir -p ~/.local/share/bash-completion/completions && rdna1-patch completions bash > ~/.local/share/bash-completion/completions/rdna1-patch
+  mkdir -p ~/.zfunc && rdna1-patch completions zsh > ~/.zfunc/_rdna1-patch
+  mkdir -p ~/.config/fish/completions && rdna1-patch completions fish > ~/.config/fish/completions/rdna1-patch.fish";
 
 #[derive(Subcommand)]
 enum Command {
