@@ -38,25 +38,28 @@ enum Color {
     Never,
 }
 
+// Every example fits an 80-column terminal unwrapped (help wraps longer
+// lines, and a wrapped command cannot be pasted), and the test
+// examples::every_readme_and_help_example_runs runs each of them.
 const BUILD_EXAMPLES: &str = "Examples:
-  rdna1-patch build --dry-run                 # what would run, changing nothing
-  rdna1-patch build                           # rocm-6.2.4 into ~/.local/share/rdna1-patch/rocm-6.2.4
+  rdna1-patch build --dry-run       # what would run, changing nothing
+  rdna1-patch build                 # ~/.local/share/rdna1-patch/rocm-6.2.4
   rdna1-patch build --profile rocm-6.3.1 -D GPU_TARGETS=gfx1010
   sudo rdna1-patch build --prefix /opt/rocm-miopen-rdna1
-  rdna1-patch build                           # again after a failed install: only the install runs";
+  rdna1-patch build                 # after a failed install: installs only";
 const INSTALL_EXAMPLES: &str = "Examples:
-  rdna1-patch install --into-torch                           # the torch of python3 on PATH
+  rdna1-patch install --into-torch  # the torch of python3 on PATH
   rdna1-patch install --into-torch --python ~/venv/bin/python
   rdna1-patch install --into-torch --profile rocm-6.3.1 --force";
 const ROLLBACK_EXAMPLES: &str = "Examples:
-  rdna1-patch rollback            # undo the newest install
-  rdna1-patch rollback --list     # every transaction and its state
-  rdna1-patch rollback --to 1     # undo everything down to transaction 1";
+  rdna1-patch rollback              # undo the newest install
+  rdna1-patch rollback --list       # every transaction and its state
+  rdna1-patch rollback --to 1       # undo everything down to transaction 1";
 const STATUS_EXAMPLES: &str = "Examples:
   rdna1-patch status
-  rdna1-patch status --json | jq .installed   # the transactions torch holds now";
+  rdna1-patch status --json | jq .installed  # what torch holds now";
 const VERIFY_EXAMPLES: &str = "Examples:
-  rdna1-patch verify                          # prefix, markers, torch's library, links
+  rdna1-patch verify                # prefix, markers, torch's library, links
   rdna1-patch verify --runtime --python ~/venv/bin/python
   rdna1-patch verify --json";
 const DOCTOR_EXAMPLES: &str = "Examples:
@@ -65,22 +68,28 @@ const DOCTOR_EXAMPLES: &str = "Examples:
 const PATCHES_EXAMPLES: &str = "Examples:
   rdna1-patch patches list
   rdna1-patch patches check --source ~/src/MIOpen --profile rocm-6.3.1
-  rdna1-patch patches refresh 0004-batchnorm-gfx101x.patch --source ~/src/MIOpen --profile my/rocm-6.2.4.toml";
+  rdna1-patch profiles export rocm-6.2.4 my
+  rdna1-patch patches refresh 0004-batchnorm-gfx101x.patch \\
+      --source ~/src/MIOpen --profile my/rocm-6.2.4.toml";
 const PROFILES_EXAMPLES: &str = "Examples:
   rdna1-patch profiles list
-  rdna1-patch profiles export rocm-6.2.4 ~/my-profiles   # a profile file with its series, to edit";
+  rdna1-patch profiles export rocm-6.2.4 ~/my-profiles  # to edit";
 const PUBLISH_EXAMPLES: &str = "Examples:
-  minisign -G                                                # a signing key, once
-  rdna1-patch publish oci://ghcr.io/you/miopen-rdna1         # tagged <profile>-<build key>
+  minisign -G                       # a signing key, once
+  rdna1-patch publish oci://ghcr.io/you/miopen-rdna1  # tag <profile>-<key>
   rdna1-patch publish --profile rocm-6.3.1 /mnt/usb/miopen-builds
-Users then trust your public key and run: rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1";
+  rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1  # a user, after
+                                    # trusting your key (README)";
 const CLEAN_EXAMPLES: &str = "Examples:
-  rdna1-patch clean --dry-run     # what would go, and how much
+  rdna1-patch clean --dry-run       # what would go, and how much
   rdna1-patch clean";
 const COMPLETIONS_EXAMPLES: &str = "Examples:
-  mkdir -p ~/.local/share/bash-completion/completions && rdna1-patch completions bash > ~/.local/share/bash-completion/completions/rdna1-patch
+  mkdir -p ~/.local/share/bash-completion/completions
+  rdna1-patch completions bash \\
+      > ~/.local/share/bash-completion/completions/rdna1-patch
   mkdir -p ~/.zfunc && rdna1-patch completions zsh > ~/.zfunc/_rdna1-patch
-  mkdir -p ~/.config/fish/completions && rdna1-patch completions fish > ~/.config/fish/completions/rdna1-patch.fish";
+  mkdir -p ~/.config/fish/completions
+  rdna1-patch completions fish > ~/.config/fish/completions/rdna1-patch.fish";
 
 #[derive(Subcommand)]
 enum Command {

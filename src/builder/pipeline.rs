@@ -341,7 +341,9 @@ pub fn took(d: std::time::Duration) -> String {
 }
 
 /// The plan `--dry-run` prints; nothing is changed.
-pub fn dry_run(opts: &Options) -> Result<String> {
+/// What `--dry-run` prints, and the error the real run would stop with
+/// before fetching (a missing tool), if any.
+pub fn dry_run(opts: &Options) -> Result<(String, Option<anyhow::Error>)> {
     opts.plan()?.describe()
 }
 
@@ -358,7 +360,7 @@ impl BuildPlan<'_> {
     }
 
     /// What `--dry-run` shows: every stage as it would run.
-    fn describe(&self) -> Result<String> {
+    fn describe(&self) -> Result<(String, Option<anyhow::Error>)> {
         let mut lines = Vec::new();
         let c = self.component;
         let commit = source::planned_commit(&self.source_request())?
@@ -393,18 +395,7 @@ impl BuildPlan<'_> {
         for p in &self.series.patches {
             lines.push(format!("  {}  {}", p.name, p.subject));
         }
-        let args: Vec<String> = [
-            "-S".to_owned(),
-            self.tree.display().to_string(),
-            "-B".to_owned(),
-            self.dirs.build.display().to_string(),
-            "-G".to_owned(),
-            format!("'{}'", self.generator.cmake_name()),
-            format!("-DCMAKE_INSTALL_PREFIX={}", self.prefix.display()),
-        ]
-        .into_iter()
-        .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
-        .collect();
+        let args = self.configure_args();
         if let Some(note) = &self.compiler_note {
             lines.push(format!("compiler:  {note}"));
         }
@@ -429,10 +420,19 @@ impl BuildPlan<'_> {
             self.jobs
         ));
         lines.push(format!("install:   {}", self.prefix.display()));
-        lines.extend(self.describe_shared()?);
-        lines.push(format!("stop after: {:?}", self.opts.stop_after));
-        lines.push("(dry run: nothing was changed)".to_owned());
-        Ok(lines.join("\n"))
+        let (shared, pulls) = self.describe_shared()?;
+        lines.extend(shared);
+        let stop = self.preflight_stop(pulls);
+        lines.extend([
+            format!("stop after: {:?}", self.opts.stop_after),
+            match stop {
+                Some(_) => "preflight: would stop: see the error below",
+                None => "preflight: the tools the build needs are here",
+            }
+            .to_owned(),
+            "(dry run: nothing was changed)".to_owned(),
+        ]);
+        Ok((lines.join("\n"), stop))
     }
 
     /// Make what the compat defines point at, inside the work dir.
@@ -897,31 +897,69 @@ impl BuildPlan<'_> {
 
     /// The build key's line of `--dry-run`, and what it says of `--from`
     /// and the caches.
-    fn describe_shared(&self) -> Result<Vec<String>> {
+    /// The cmake configure command line, as `--dry-run` shows it.
+    fn configure_args(&self) -> Vec<String> {
+        [
+            "-S".to_owned(),
+            self.tree.display().to_string(),
+            "-B".to_owned(),
+            self.dirs.build.display().to_string(),
+            "-G".to_owned(),
+            format!("'{}'", self.generator.cmake_name()),
+            format!("-DCMAKE_INSTALL_PREFIX={}", self.prefix.display()),
+        ]
+        .into_iter()
+        .chain(self.defines.iter().map(|(k, v)| format!("'-D{k}={v}'")))
+        .collect()
+    }
+
+    /// The real run checks its tools before the fetch, unless it pulls a
+    /// shared build or stops before configuring; so does a dry run.
+    fn preflight_stop(&self, pulls: bool) -> Option<anyhow::Error> {
+        if pulls || self.opts.stop_after < Stage::Configure {
+            return None;
+        }
+        tools::preflight(self.generator, &self.rocm, &self.defines)
+            .err()
+            .map(|e| e.context("the build would stop before fetching"))
+    }
+
+    /// Its lines, and whether a shared build would be pulled (then no
+    /// toolchain is needed).
+    fn describe_shared(&self) -> Result<(Vec<String>, bool)> {
         let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
         let mut lines = vec![format!(
             "key:       {} (tag {})",
             inputs.key(),
             inputs.tag()
         )];
+        let mut pulls = false;
         if self.opts.stop_after == Stage::Install {
-            lines.push(format!("shared:    {}", self.shared_plan(&inputs)));
+            let (plan, pull) = self.shared_plan(&inputs);
+            lines.push(format!("shared:    {plan}"));
+            pulls = pull;
         }
-        Ok(lines)
+        Ok((lines, pulls))
     }
 
-    fn shared_plan(&self, inputs: &KeyInputs) -> String {
+    fn shared_plan(&self, inputs: &KeyInputs) -> (String, bool) {
         let shared = &self.opts.shared;
         if !shared.any() {
-            return format!("no --from and no caches in {}; compiling", shared.config);
+            return (
+                format!("no --from and no caches in {}; compiling", shared.config),
+                false,
+            );
         }
         match shared.choose(&self.want(inputs), &Ui::silent()) {
-            Ok(Choice::Pull(_, c)) => format!(
-                "would pull {} ({}, signed by key {}) instead of compiling",
-                c.reference, c.digest, c.key_id
+            Ok(Choice::Pull(_, c)) => (
+                format!(
+                    "would pull {} ({}, signed by key {}) instead of compiling",
+                    c.reference, c.digest, c.key_id
+                ),
+                true,
             ),
-            Ok(Choice::Build(why)) => format!("would compile: {why}"),
-            Err(e) => format!("would stop: {}", crate::error::chain(&e)),
+            Ok(Choice::Build(why)) => (format!("would compile: {why}"), false),
+            Err(e) => (format!("would stop: {}", crate::error::chain(&e)), false),
         }
     }
 

@@ -222,7 +222,15 @@ pub fn refresh(
     let series = Series::load(&dir)?;
     let checkout = source::open(source)?;
     let base = |rel: &str| checkout.pristine(rel);
-    let text = patch::refresh(&series, name, source, &base, add)?;
+    // The patches before `name` must apply to the tree as it is.
+    let text = patch::refresh(&series, name, source, &base, add).map_err(|e| {
+        hint(
+            format!("{e:#}"),
+            format!(
+                "--source must be a checkout of the profile's tag with the series applied up to {name} (the checkout `rdna1-patch build --stop-after patch` leaves); the patch file was left as it was"
+            ),
+        )
+    })?;
     let target = disk.join(name);
     if std::fs::read_to_string(&target).ok().as_deref() == Some(text.as_str()) {
         return Ok(format!("{name} is up to date"));

@@ -93,7 +93,12 @@ pub fn open(path: &Path) -> Result<Checkout> {
     let prefix = lines.next().unwrap_or_default().to_owned();
     let commit = git
         .query(&["rev-parse", "--verify", "-q", "HEAD^{commit}"])?
-        .ok_or_else(|| anyhow!("{} has no HEAD commit", path.display()))?;
+        .ok_or_else(|| {
+            hint(
+                format!("{} has no HEAD commit", path.display()),
+                "give a git checkout of the profile's source, e.g. the one `rdna1-patch build --stop-after patch` fetches",
+            )
+        })?;
     Ok(Checkout {
         path: path.to_owned(),
         commit,

@@ -169,7 +169,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         shared,
     };
     if opts.dry_run {
-        crate::outln!("{}", pipeline::dry_run(&opts)?);
+        let (plan, stop) = pipeline::dry_run(&opts)?;
+        crate::outln!("{plan}");
+        if let Some(e) = stop {
+            return Err(e);
+        }
     } else {
         pipeline::run(&opts, &Ui::new(&super::term::Term::new()))?;
     }

@@ -119,9 +119,13 @@ fn the_readme_profile_examples_run() {
         let mut c = Command::new("sh");
         c.args(["-ec", cmd]).current_dir(&dir).env("PATH", &path);
         let run = Run::from(c.output().unwrap());
-        assert_eq!(
-            run.code,
-            Some(0),
+        // A dry run on a machine with no ROCm prints its plan and then says
+        // the build would stop (exit 2); everything else must succeed.
+        let no_rocm = run.code == Some(2)
+            && cmd.contains("--dry-run")
+            && run.stderr.contains("the build would stop before fetching");
+        assert!(
+            run.code == Some(0) || no_rocm,
             "`{cmd}` failed\nstdout:\n{}\nstderr:\n{}",
             run.stdout,
             run.stderr
@@ -139,7 +143,6 @@ fn the_readme_profile_examples_run() {
         )
     };
     in_dir(&["build", "--profile", "my.toml", "--dry-run"])
-        .ok()
         .prints("patches:   3 (built-in patches/miopen/rocm-6.2.4)");
     in_dir(&["patches", "list", "--profile", "mine/rocm-6.2.4.toml"])
         .ok()

@@ -265,3 +265,22 @@ fn every_verb_the_manual_lists_has_its_own_page() {
         "error: rdna1-patch has no verb `nope`\nhelp: pages: rdna1-patch man {build,[..]}",
     );
 }
+
+#[test]
+fn a_dry_run_says_the_build_would_stop_for_a_missing_tool() {
+    let sb = Sandbox::new();
+    let nowhere = sb.root.join("no-rocm");
+    let mut args = sb.build_args(&["--dry-run"]);
+    let at = args.iter().position(|a| a == "--rocm").unwrap();
+    args[at + 1] = nowhere.display().to_string();
+    let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).fails();
+    // The plan is still printed, and ends with the stop.
+    run.prints("configure: cmake")
+        .prints("preflight: would stop: see the error below");
+    run.says("error: the build would stop before fetching: missing what the build needs:")
+        .says(&format!("ROCm at {}", nowhere.display()));
+    // With the tools there, it says so and succeeds.
+    sb.build(&["--dry-run"])
+        .ok()
+        .prints("preflight: the tools the build needs are here");
+}

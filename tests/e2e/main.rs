@@ -6,6 +6,7 @@ mod build;
 mod compat;
 mod conventions;
 mod detection;
+mod examples;
 mod first_contact;
 mod hostile;
 mod house;

@@ -3,13 +3,16 @@
 
 use crate::support::{FakeTorch, Run, Sandbox, TorchKind, fixtures, runtime};
 
-/// `build miopen --dry-run` with no --profile, against python3's torch.
+/// `build miopen --dry-run` with no --profile, against python3's torch;
+/// to the patch stage, which needs no ROCm here.
 fn dry_run(sb: &Sandbox) -> Run {
     let no_gpu = fixtures().join("sysfs/no-gpu");
     sb.run(&[
         "build",
         "miopen",
         "--dry-run",
+        "--stop-after",
+        "patch",
         "--work-dir",
         sb.work.to_str().unwrap(),
         "--sysfs-root",

@@ -261,22 +261,23 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     let stranger = keys(&publisher.sb.root, "stranger");
     let user = User::new(&[&stranger.public], &[]);
     user.build(&["--from", &tagged, "--dry-run"])
-        .ok()
+        .fails()
         .prints("which is not in your trusted-keys");
 
     // Trusted, but another build: GPU targets it has no code for.
     let user = User::new(&[&publisher.keys.public], &[]);
     user.build(&["--from", &tagged, "--dry-run", "--gpu-targets", "gfx1030"])
-        .ok()
+        .fails()
         .prints("the artifact has no code for gfx1030");
-    // ... or another patch series: it says which patch, and compiles.
+    // ... or another patch series: it says which patch, and compiles (here
+    // the dry run then says the build would stop: there is no ROCm).
     let user2 = User::new(&[&publisher.keys.public], &[]);
     user2
         .sb
         .edit_patch("0003-find-fast-mode.patch", "Subject:", "Subject: (mine)");
     user2
         .build(&["--from", &tagged, "--dry-run"])
-        .ok()
+        .fails()
         .prints("would compile: ")
         .prints("patch 0003-find-fast-mode.patch differs from the artifact's");
 
@@ -293,7 +294,7 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     std::fs::write(&index, json.to_string()).unwrap();
     let user = User::new(&[&publisher.keys.public], &[]);
     user.build(&["--from", &tagged, "--dry-run"])
-        .ok()
+        .fails()
         .prints("is not signed");
 }
 
