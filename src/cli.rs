@@ -143,8 +143,9 @@ pub fn main() -> ExitCode {
     // read the flag first, so `--color never` holds for them too.
     let matches = Cli::command()
         .color(color_flag(std::env::args_os()))
-        .get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        .try_get_matches()
+        .unwrap_or_else(|e| usage_error(e));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,
@@ -202,6 +203,32 @@ impl Command {
             _ => false,
         }
     }
+}
+
+/// A command line clap refuses: its message and usage, as clap prints
+/// them; with `--json` anywhere on it, stdout gets the error object every
+/// `--json` failure gives (README, "JSON"). `--help` and `--version` are
+/// not errors.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let refused = !matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if refused && std::env::args_os().any(|a| a == "--json") {
+        let first = e.render().to_string();
+        let message = first
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned();
+        let err = crate::error::hint(message, "run the command with --help for its arguments");
+        crate::outln!("{}", crate::error::json(&err, crate::error::FAILED));
+    }
+    e.exit()
 }
 
 /// The `--color` a command line gives (the last one wins, as in clap),

@@ -284,3 +284,25 @@ fn a_dry_run_says_the_build_would_stop_for_a_missing_tool() {
         .ok()
         .prints("preflight: the tools the build needs are here");
 }
+
+#[test]
+fn a_usage_error_with_json_still_prints_the_json_error_object() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["status", "--json", "--bogus"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout).expect("a JSON object on stdout");
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["error"]["exit_code"], 2);
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--bogus")
+    );
+    assert!(run.stderr.contains("Usage:"), "{}", run.stderr);
+    // Help is no error: nothing on stdout but the help.
+    let help = sb.run(&["status", "--json", "--help"]);
+    assert_eq!(help.code, Some(0));
+    assert!(!help.stdout.contains("\"ok\""));
+}

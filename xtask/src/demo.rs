@@ -7,10 +7,34 @@ use std::process::Command;
 use anyhow::Result;
 use rdna1_testkit::Fixture;
 
-use crate::run;
+/// Run a step and show it as a person would type it: the program's name
+/// and its arguments, the sandbox written `$SANDBOX` (not Command's debug
+/// form, four lines of paths and environment a step).
+fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
+    let shown: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| {
+            let a = a.to_string_lossy();
+            let name = Path::new(&*a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned());
+            match name {
+                Some(n) if n == "rdna1-patch" => n,
+                _ => a.replace(&*sandbox.to_string_lossy(), "$SANDBOX"),
+            }
+        })
+        .collect();
+    println!("$ {}", shown.join(" "));
+    let status = cmd.status()?;
+    if !status.success() {
+        anyhow::bail!("`{}` failed: {status}", shown.join(" "));
+    }
+    Ok(())
+}
 
 pub fn run_demo(root: &Path) -> Result<()> {
-    run(crate::cargo().args(["build", "--quiet", "--bin", "rdna1-patch"]))?;
+    eprintln!("demo: building rdna1-patch (cargo shows its progress)");
+    crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
     let bin = root.join("target/debug/rdna1-patch");
     let keep = std::env::var_os("RDNA1_DEMO_KEEP").is_some();
     let dir = tempfile::Builder::new()
@@ -26,6 +50,9 @@ pub fn run_demo(root: &Path) -> Result<()> {
             "removed at the end; RDNA1_DEMO_KEEP=1 keeps it"
         }
     );
+    println!(
+        "building the fake ROCm and torch runtime libraries (a small CMake project, about 10 s)"
+    );
     let runtime = rdna1_testkit::build_runtime(&sb.join("fake-runtime"));
     let fx = Fixture::create(sb, &runtime);
 
@@ -35,24 +62,32 @@ pub fn run_demo(root: &Path) -> Result<()> {
         c
     };
     println!("\n== the plan (--dry-run)");
-    run(&mut build(&["--dry-run"]))?;
+    step(sb, &mut build(&["--dry-run"]))?;
     for stage in ["fetch", "patch", "configure", "build"] {
         println!("\n== up to stage {stage}");
-        run(&mut build(&["--stop-after", stage]))?;
+        step(sb, &mut build(&["--stop-after", stage]))?;
     }
     println!("\n== install");
-    run(&mut build(&[]))?;
+    step(sb, &mut build(&[]))?;
     println!("\n== md5sum -c, run by coreutils, on what was installed");
-    run(Command::new("md5sum")
-        .args(["-c", "share/rdna1-patch/MD5SUMS"])
-        .current_dir(&fx.prefix))?;
+    step(
+        sb,
+        Command::new("md5sum")
+            .args(["-c", "share/rdna1-patch/MD5SUMS"])
+            .current_dir(&fx.prefix),
+    )?;
     println!("\n== again, with nothing changed: no fetch, no write, no compile");
-    run(&mut build(&[]))?;
-    println!("\n== the patch series");
-    run(Command::new(&bin)
-        .current_dir(sb)
-        .args(["patches", "list", "--profile"])
-        .arg(&fx.profile))?;
+    step(sb, &mut build(&[]))?;
+    println!(
+        "\n== the fixture's own patch series (`rdna1-patch patches list` shows the real ones)"
+    );
+    step(
+        sb,
+        Command::new(&bin)
+            .current_dir(sb)
+            .args(["patches", "list", "--profile"])
+            .arg(&fx.profile),
+    )?;
     println!("\n== a fake ROCm torch (real ELF libraries), and the swap into it");
     let torch = rdna1_testkit::FakeTorch::create(
         &sb.join("site"),
@@ -71,14 +106,17 @@ pub fn run_demo(root: &Path) -> Result<()> {
         c
     };
     let prefix = fx.prefix.display().to_string();
-    run(&mut verb(&["install", "--into-torch", "--prefix", &prefix]))?;
+    step(
+        sb,
+        &mut verb(&["install", "--into-torch", "--prefix", &prefix]),
+    )?;
     println!("\n== ldd: the swapped library loads torch's bundled HIP runtime");
-    run(Command::new("ldd").arg(torch.miopen()))?;
+    step(sb, Command::new("ldd").arg(torch.miopen()))?;
     println!("\n== verify, importing torch in a subprocess");
-    run(&mut verb(&["verify", "--prefix", &prefix, "--runtime"]))?;
+    step(sb, &mut verb(&["verify", "--prefix", &prefix, "--runtime"]))?;
     println!("\n== rollback: torch's own library, byte for byte");
-    run(&mut verb(&["rollback"]))?;
-    run(&mut verb(&["rollback", "--list"]))?;
+    step(sb, &mut verb(&["rollback"]))?;
+    step(sb, &mut verb(&["rollback", "--list"]))?;
     if keep {
         println!("\nkept {}", dir.keep().display());
     }
