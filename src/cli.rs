@@ -8,6 +8,9 @@ use crate::commands;
 
 pub use crate::version::VERSION;
 
+/// The heading of the flags every verb takes, apart from its own.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser)]
 #[command(
     name = "rdna1-patch",
@@ -20,14 +23,14 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Print only warnings and errors
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = GLOBAL)]
     quiet: bool,
     /// Also print the build's own output, and each step as a line
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
     verbose: bool,
     /// Colour: auto (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE
     /// forces it), always, never
-    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN", help_heading = GLOBAL)]
     color: Color,
 }
 

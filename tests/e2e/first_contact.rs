@@ -306,3 +306,16 @@ fn a_usage_error_with_json_still_prints_the_json_error_object() {
     assert_eq!(help.code, Some(0));
     assert!(!help.stdout.contains("\"ok\""));
 }
+
+#[test]
+fn global_flags_sit_under_their_own_heading_in_every_verbs_help() {
+    let sb = Sandbox::new();
+    for verb in ["build", "install", "verify", "publish"] {
+        let help = sb.run(&[verb, "--help"]).ok().stdout;
+        let (own, global) = help
+            .split_once("\nGlobal options:\n")
+            .unwrap_or_else(|| panic!("{verb} --help has no Global options:\n{help}"));
+        assert!(!own.contains("--quiet") && !own.contains("--color"), "{own}");
+        assert!(global.contains("-q, --quiet") && global.contains("--color <WHEN>"));
+    }
+}
