@@ -14,7 +14,7 @@ use anyhow::Result;
 use crate::error::hint;
 
 /// The compat names a profile may list.
-pub const KNOWN: &[&str] = &["boost-1.92", "half", "comgr-2"];
+pub const KNOWN: &[&str] = &["boost-1.92", "half", "comgr-3", "comgr-2"];
 
 /// What one need adds to the build.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +119,15 @@ pub fn needs(
                 link: (value.join("half/half.hpp"), bare.clone()),
                 value,
             },
+        });
+    }
+    if wanted("comgr-3")
+        && let Some(major) = t.comgr_major.filter(|m| *m >= 3)
+    {
+        out.push(Need {
+            name: "comgr-3",
+            found: format!("COMgr {major}"),
+            fix: Fix::Series("comgr-3".into()),
         });
     }
     if wanted("comgr-2")

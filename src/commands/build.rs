@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_gfx)]
     gpu_targets: Option<Vec<String>>,
     /// Leave out a compat fix the toolchain would get (boost-1.92, half,
-    /// comgr-2), or `all`; repeatable
+    /// comgr-3, comgr-2), or `all`; repeatable
     #[arg(long, value_name = "NAME", value_parser = parse_compat)]
     no_compat: Vec<String>,
     /// Install a shared build from here instead of compiling, when a

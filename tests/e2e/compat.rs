@@ -111,3 +111,23 @@ fn comgr_3_stops_a_release_written_for_comgr_2_before_the_fetch() {
     assert!(!sb.work.exists(), "something was made before the stop");
     sb.build(&["--dry-run", "--no-compat", "comgr-2"]).ok();
 }
+
+#[test]
+fn comgr_3_gets_the_compat_series_that_leaves_out_what_it_removed() {
+    let sb = Sandbox::new();
+    debian_like(&sb);
+    with_compat(&sb, "\"comgr-3\"");
+    let run = dry(&sb, &[]).ok();
+    run.prints("compat:    comgr-3: COMgr 3 -> series compat/comgr-3 (--no-compat comgr-3 to leave it out)")
+        .prints("0001-comgr-3-leave-out-removed-actions.patch")
+        .prints("then built-in patches/compat/comgr-3)");
+    let off = dry(&sb, &["--no-compat", "comgr-3"]).ok();
+    assert!(!off.stdout.contains("comgr-3"), "{}", off.stdout);
+    // A comgr 2 toolchain needs nothing.
+    std::fs::write(
+        sb.rocm.join("include/amd_comgr/amd_comgr.h"),
+        "#define AMD_COMGR_INTERFACE_VERSION_MAJOR 2\n",
+    )
+    .unwrap();
+    assert!(!dry(&sb, &[]).ok().stdout.contains("comgr-3"));
+}

@@ -179,6 +179,14 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
         read("tool.txt").trim(),
         read("source.txt").trim()
     )?;
+    let compat = read("compat.txt");
+    if !compat.trim().is_empty() {
+        s.push_str("Chosen by the build from the toolchain's headers, with no flag given:\n\n");
+        for line in compat.lines() {
+            writeln!(s, "- {}", line.trim_start_matches("Compat ").trim())?;
+        }
+        s.push('\n');
+    }
     s.push_str("| package | version |\n|---|---|\n");
     for row in tsv(&results.join("toolchain.tsv"))? {
         writeln!(

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run inside the ROCm chroot by `cargo xtask fidelity` (xtask/src/fidelity.rs):
 #   fidelity.sh PROFILE
-# with the MIOpen tree at /src and the shipped compat series at /fid/compat.
+# with the MIOpen tree at /src and the shipped compat series at /fid/compat
+# (those the build chose are compiled too).
 # Every result goes to /fid/PROFILE/results/*.tsv; the xtask turns them into
 # FIDELITY.md. A failing step is recorded, not fatal, so one run reports all.
 set -u
@@ -49,18 +50,21 @@ sed -i "s|^url = .*|url = \"$ORIGIN\"|" "$TOML"
 # 1. configure through the tool, as a user would, with Debian's ROCm at /usr.
 W=$F/work
 t=$(now)
+# No toolchain flag, define or extra series: what Debian's ROCm needs is
+# found from its headers (compat); --gpu-targets only saves time.
 rdna1-patch build miopen --profile "$TOML" --rocm /usr --work-dir "$W" \
-    --prefix "$F/prefix" --extra-patches /fid/compat/boost-1.92 \
-    -D HALF_INCLUDE_DIR=/compat -D GPU_TARGETS=gfx1010 --stop-after configure -j 2 \
+    --prefix "$F/prefix" --gpu-targets gfx1010 --stop-after configure -j 2 \
     >"$R/configure.log" 2>&1
 rc=$?
-step configure "$rc" "$(since "$t")" "rdna1-patch build miopen --rocm /usr --stop-after configure"
+step configure "$rc" "$(since "$t")" "rdna1-patch build miopen --rocm /usr --gpu-targets gfx1010 --stop-after configure"
+grep -o 'Compat .*' "$R/configure.log" >"$R/compat.txt"
 [ "$rc" = 0 ] || exit 0
 SRC=$W/$P/miopen/src
 B=$W/$P/miopen/build
 
 # 2. every C++ translation unit the series (and the compat series) touches.
-tus=$(cat "$SERIES"/*.patch /fid/compat/boost-1.92/*.patch |
+compat_series=$(sed -n 's|.*series compat/\([a-z0-9.-]*\).*|/fid/compat/\1|p' "$R/compat.txt")
+tus=$(cat "$SERIES"/*.patch $(for d in $compat_series; do echo "$d"/*.patch; done) |
     sed -n 's|^+++ b/\(src/.*\.cpp\)$|\1|p' | grep -v '^src/kernels/' | sort -u)
 ninja -C "$B" -t targets all >"$R/targets.txt" 2>/dev/null
 for tu in $tus; do
