@@ -315,7 +315,10 @@ fn global_flags_sit_under_their_own_heading_in_every_verbs_help() {
         let (own, global) = help
             .split_once("\nGlobal options:\n")
             .unwrap_or_else(|| panic!("{verb} --help has no Global options:\n{help}"));
-        assert!(!own.contains("--quiet") && !own.contains("--color"), "{own}");
+        assert!(
+            !own.contains("--quiet") && !own.contains("--color"),
+            "{own}"
+        );
         assert!(global.contains("-q, --quiet") && global.contains("--color <WHEN>"));
     }
 }

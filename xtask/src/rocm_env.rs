@@ -3,7 +3,9 @@
 //! rocm-cmake); this builds a chroot with them once (mmdebstrap, about a
 //! minute and 5.5 GB), keeps it under target/, and runs a command in it with
 //! this checkout's release binary as /usr/local/bin/rdna1-patch and, with
-//! --miopen-src, a MIOpen tree at /src. Not part of `cargo xtask ci`.
+//! --miopen-src, a MIOpen tree at /src. `--suite experimental` builds a
+//! second chroot whose ROCm comes from Debian experimental (7.2.4), for the
+//! 7.x profiles. Not part of `cargo xtask ci`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,13 +48,45 @@ pub struct Env {
     pub chroot: PathBuf,
 }
 
+/// Which Debian suite's ROCm: unstable's (6.4), or experimental's (7.2.4)
+/// over unstable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suite {
+    Unstable,
+    Experimental,
+}
+
+impl Suite {
+    fn parse(s: &str) -> Result<Suite> {
+        match s {
+            "unstable" | "sid" => Ok(Suite::Unstable),
+            "experimental" => Ok(Suite::Experimental),
+            other => bail!("--suite {other}: expected unstable or experimental"),
+        }
+    }
+
+    fn chroot_name(self) -> &'static str {
+        match self {
+            Suite::Unstable => "chroot",
+            Suite::Experimental => "chroot-experimental",
+        }
+    }
+}
+
 /// Build the chroot unless it is there with the same package list.
 pub fn ensure(root: &Path) -> Result<Env> {
+    ensure_suite(root, Suite::Unstable)
+}
+
+pub fn ensure_suite(root: &Path, suite: Suite) -> Result<Env> {
     let dir = root.join("target/rocm-env");
-    let chroot = dir.join("chroot");
-    let stamp = dir.join("packages");
+    let chroot = dir.join(suite.chroot_name());
+    let stamp = dir.join(format!("{}.packages", suite.chroot_name()));
     let wanted = PACKAGES.join(",");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str())
+    // The unstable chroot's stamp had no suite in its name.
+    let old_stamp = dir.join("packages");
+    let stamped = |p: &Path| std::fs::read_to_string(p).ok().as_deref() == Some(wanted.as_str());
+    if (stamped(&stamp) || (suite == Suite::Unstable && stamped(&old_stamp)))
         && chroot.join("usr/bin/hipcc").exists()
     {
         return Ok(Env { chroot });
@@ -75,16 +109,25 @@ pub fn ensure(root: &Path) -> Result<Env> {
     let _ = std::fs::remove_dir_all(&chroot);
     std::fs::create_dir_all(&dir)?;
     eprintln!(
-        "rocm-env: building {} with Debian unstable's ROCm (about a minute and 5.5 GB)",
+        "rocm-env: building {} with Debian {suite:?}'s ROCm (a few minutes and 5.5 GB)",
         chroot.display()
     );
-    run(Command::new("mmdebstrap")
-        .arg("--variant=apt")
+    let mut mm = Command::new("mmdebstrap");
+    mm.arg("--variant=apt")
         .arg(format!("--aptopt={APT_OPTION}"))
-        .arg(format!("--include={wanted}"))
-        .arg("sid")
-        .arg(&chroot))
-    .context("mmdebstrap could not build the chroot; is Debian's package mirror reachable?")?;
+        .arg(format!("--include={wanted}"));
+    if suite == Suite::Experimental {
+        // Every package experimental has comes from there (ROCm 7.2.4 and
+        // what it needs); the rest from unstable.
+        mm.arg("--aptopt=APT::Default-Release \"experimental\"");
+    }
+    mm.arg("sid").arg(&chroot);
+    mm.arg("deb http://deb.debian.org/debian sid main");
+    if suite == Suite::Experimental {
+        mm.arg("deb http://deb.debian.org/debian experimental main");
+    }
+    run(&mut mm)
+        .context("mmdebstrap could not build the chroot; is Debian's package mirror reachable?")?;
     // Debian's libhalf-dev installs half.hpp where MIOpen does not look
     // (half/half.hpp); -D HALF_INCLUDE_DIR=/compat finds it here.
     let compat = chroot.join("compat/half");
@@ -134,18 +177,20 @@ impl Env {
 /// `cargo xtask rocm-env [--miopen-src DIR] [-- COMMAND...]`
 pub fn rocm_env(root: &Path, args: &[String]) -> Result<()> {
     let mut src = None;
+    let mut suite = Suite::Unstable;
     let mut cmd = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--miopen-src" => src = Some(PathBuf::from(it.next().context("--miopen-src DIR")?)),
+            "--suite" => suite = Suite::parse(it.next().context("--suite unstable|experimental")?)?,
             "--" => cmd.extend(it.by_ref().cloned()),
             other => bail!(
-                "unknown argument {other}: cargo xtask rocm-env [--miopen-src DIR] [-- COMMAND...]"
+                "unknown argument {other}: cargo xtask rocm-env [--suite unstable|experimental] [--miopen-src DIR] [-- COMMAND...]"
             ),
         }
     }
-    let env = ensure(root)?;
+    let env = ensure_suite(root, suite)?;
     let cmd = if cmd.is_empty() {
         "hipcc --version | head -1; clang++-21 --version | head -1; rdna1-patch doctor --rocm /usr --need-space 0 || true".to_owned()
     } else {
