@@ -292,16 +292,19 @@ impl Options {
 pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
     let start = std::time::Instant::now();
     let plan = opts.plan()?;
-    if opts.stop_after == Stage::Install && plan.pull(ui)? {
+    let finished = |how: &str| {
         ui.stage(
             "Finished",
             format!(
-                "{} {} in {} (pulled, nothing compiled)",
+                "{} {} in {}{how}",
                 opts.component,
                 plan.component.pin(),
                 took(start.elapsed())
             ),
         );
+    };
+    if opts.stop_after == Stage::Install && plan.pull(ui)? {
+        finished(" (pulled, nothing compiled)");
         return Ok(());
     }
     // One build per profile and work dir at a time; `clean` takes it too.
@@ -317,15 +320,7 @@ pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
         ));
     };
     plan.execute(ui)?;
-    ui.stage(
-        "Finished",
-        format!(
-            "{} {} in {}",
-            opts.component,
-            plan.component.pin(),
-            took(start.elapsed())
-        ),
-    );
+    finished("");
     Ok(())
 }
 

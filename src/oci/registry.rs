@@ -155,19 +155,29 @@ impl Registry {
         if !resp.status().is_success() {
             return Err(self.failed("give a login token", resp));
         }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(super::SMALL_LIMIT)
-            .read_to_vec()
-            .map_err(|e| self.unreachable(e))?;
-        let body: serde_json::Value = serde_json::from_slice(&bytes)
+        let body = self
+            .small_json(&mut resp)?
             .context("the registry's token service did not answer JSON")?;
         let token = body["token"]
             .as_str()
             .or(body["access_token"].as_str())
             .context("the registry's token service gave no token")?;
         Ok(format!("Bearer {token}"))
+    }
+
+    /// A small answer's body (at most [`super::SMALL_LIMIT`]) as JSON: the
+    /// outer error is the transfer's, the inner one the parse's.
+    fn small_json(
+        &self,
+        resp: &mut Response,
+    ) -> Result<std::result::Result<serde_json::Value, serde_json::Error>> {
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(super::SMALL_LIMIT)
+            .read_to_vec()
+            .map_err(|e| self.unreachable(e))?;
+        Ok(serde_json::from_slice(&bytes))
     }
 
     fn with_auth<B>(&self, req: ureq::RequestBuilder<B>) -> Result<ureq::RequestBuilder<B>> {
@@ -296,13 +306,7 @@ impl Registry {
         if !resp.status().is_success() {
             return Err(self.failed("list its tags", resp));
         }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(super::SMALL_LIMIT)
-            .read_to_vec()
-            .map_err(|e| self.unreachable(e))?;
-        let body: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let body = self.small_json(&mut resp)?.map_err(|e| {
             hint(
                 format!(
                     "the registry {} listed its tags in something not JSON: {e}",
