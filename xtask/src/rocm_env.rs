@@ -192,7 +192,7 @@ pub fn rocm_env(root: &Path, args: &[String]) -> Result<()> {
     }
     let env = ensure_suite(root, suite)?;
     let cmd = if cmd.is_empty() {
-        "hipcc --version | head -1; clang++-21 --version | head -1; rdna1-patch doctor --rocm /usr --need-space 0 || true".to_owned()
+        "hipcc --version | head -1; \"$(hipconfig --hipclangpath)/clang++\" --version | head -1; rdna1-patch doctor --rocm /usr --need-space 0 || true".to_owned()
     } else {
         cmd.join(" ")
     };
