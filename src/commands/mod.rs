@@ -148,7 +148,7 @@ pub fn print_report(
     if args.json {
         crate::outln!("{}", report.json());
     } else {
-        crate::outln!("{}", report.text());
+        crate::outln!("{}", report.text_wrapped(term::stdout_width()));
     }
     Ok(if report.failed() {
         ExitCode::FAILURE

@@ -37,6 +37,15 @@ impl Term {
     }
 }
 
+/// The width of the terminal stdout is, when it is one: reports wrap to
+/// it. Piped output is not wrapped.
+pub fn stdout_width() -> Option<usize> {
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0))
+}
+
 const STEPS: &str = "{prefix:>10} [{bar:30}] {pos}/{len} eta {eta} {wide_msg}";
 /// Until the number of steps is known: no bar claiming 0/0.
 const SPINNER: &str = "{prefix:>10} {spinner} {elapsed} {wide_msg}";

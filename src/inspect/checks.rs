@@ -140,6 +140,34 @@ impl CheckReport {
 
     /// The verdict, then one line per check, with a `fix:` line under each
     /// that has one, and the checks that follow from a failure under it.
+    /// The report for a person; with `width`, each row is wrapped to it
+    /// under its own column, not cut mid-word by the terminal.
+    pub fn text_wrapped(&self, width: Option<usize>) -> String {
+        let Some(width) = width else {
+            return self.text();
+        };
+        // Rows continue under their detail column (status 4, two spaces,
+        // name 9, a space); the verdict line from the left.
+        let column = " ".repeat(4 + 2 + 9 + 1);
+        let mut out = Vec::new();
+        for line in self.text().lines() {
+            let indent = if line.starts_with("verdict:") {
+                ""
+            } else {
+                column.as_str()
+            };
+            let opts = textwrap::Options::new(width.max(40))
+                .subsequent_indent(indent)
+                .break_words(false);
+            out.extend(
+                textwrap::wrap(line, opts)
+                    .into_iter()
+                    .map(|l| l.into_owned()),
+            );
+        }
+        out.join("\n")
+    }
+
     pub fn text(&self) -> String {
         let mut lines = vec![self.verdict()];
         for c in self.checks.iter().filter(|c| c.cause.is_none()) {

@@ -22,7 +22,10 @@ use crate::support::*;
 const NEEDS_THE_WORLD: &[(&str, &str)] = &[
     // Debian's ROCm at /usr, which the sandbox does not have.
     ("build miopen --rocm /usr", "missing what the build needs"),
-    ("--profile rocm-6.3.1 --rocm /usr", "missing what the build needs"),
+    (
+        "--profile rocm-6.3.1 --rocm /usr",
+        "missing what the build needs",
+    ),
     ("rdna1-patch build", "transport 'https' not allowed"),
     // Installs the build that the line before fetches from GitHub.
     (

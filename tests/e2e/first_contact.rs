@@ -322,3 +322,42 @@ fn global_flags_sit_under_their_own_heading_in_every_verbs_help() {
         assert!(global.contains("-q, --quiet") && global.contains("--color <WHEN>"));
     }
 }
+
+#[test]
+fn doctor_wraps_its_rows_to_an_80_column_terminal_and_not_a_pipe() {
+    let sb = Sandbox::new();
+    let nowhere = sb.root.join("no-rocm");
+    let args = format!("doctor --rocm {} --color never", nowhere.display());
+    let out = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty rows 24 cols 80; {} {args}", crate::support::BIN),
+            "/dev/null",
+        ])
+        .env("HOME", &sb.root)
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    let text = strip_ansi(&String::from_utf8_lossy(&out.stdout));
+    let lines: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
+    assert!(lines.iter().any(|l| l.starts_with("warn  gpu")), "{text}");
+    for line in &lines {
+        assert!(line.chars().count() <= 80, "{line:?}");
+    }
+    // A row's continuation sits under its detail column.
+    let gpu = lines
+        .iter()
+        .position(|l| l.starts_with("warn  gpu"))
+        .unwrap();
+    assert!(lines[gpu + 1].starts_with(&" ".repeat(16)), "{text}");
+    // Piped, a row stays one line (for grep).
+    let piped = sb.run(&["doctor", "--rocm", nowhere.to_str().unwrap()]);
+    assert!(
+        piped
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("warn  gpu") && l.len() > 80),
+        "{}",
+        piped.stdout
+    );
+}
