@@ -433,10 +433,14 @@ impl BuildPlan<'_> {
     /// Make what the compat defines point at, inside the work dir.
     fn prepare_compat(&self) -> Result<()> {
         for n in &self.compat {
-            if let crate::builder::compat::Fix::Define { link, .. } = &n.fix {
+            // The link is ours and a symlink by design (the second run finds
+            // it there); the directories it sits in must not be one.
+            if let crate::builder::compat::Fix::Define { link, .. } = &n.fix
+                && let Some(dir) = link.0.parent()
+            {
                 self.opts
                     .work_dir
-                    .check_confined(&link.0, "compat header link")?;
+                    .check_confined(dir, "compat header directory")?;
             }
         }
         crate::builder::compat::prepare(&self.compat)
