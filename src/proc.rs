@@ -339,10 +339,30 @@ pub fn stream_watched(
         unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     }
     let status = child.wait().context("cannot wait for a child")?;
+    if crate::interrupt::interrupted().is_some() {
+        // The compilers got the signal too; be sure they are gone before
+        // saying so (a loaded machine takes a moment to finish them).
+        wait_group_gone(child.id() as i32, Duration::from_secs(3));
+    }
     drop(guard);
     Ok(Streamed {
         status: (!silent).then_some(status),
     })
+}
+
+/// Wait until no process of group `pgid` is left, at most `limit`; past
+/// it, SIGKILL what is.
+fn wait_group_gone(pgid: i32, limit: Duration) {
+    let start = Instant::now();
+    // SAFETY: kill(2) with signal 0 only checks the group exists.
+    while unsafe { libc::kill(-pgid, 0) } == 0 {
+        if start.elapsed() > limit {
+            // SAFETY: as above, on the group we created.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 #[cfg(test)]
 mod tests {
