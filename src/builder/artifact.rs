@@ -9,10 +9,12 @@
 //!   stores its signatures: an artifact tagged `sha256-<manifest hex>.sig`.
 //!
 //! Pulling trusts nothing it has not checked: the manifest's signature
-//! against the user's trusted keys, every blob against its digest and
-//! size, every file against MD5SUMS while it is written, and the prefix's
-//! records against the signed config. Only then does anything move into
-//! the prefix, the way the install stage does it.
+//! against the user's trusted keys; every blob against its digest and
+//! size before any of it is used (the layer is downloaded whole and proven
+//! before it is decompressed); what it unpacks to against the size the
+//! signed config declares; every file against MD5SUMS while it is written;
+//! and the prefix's records against the signed config. Only then does
+//! anything move into the prefix, the way the install stage does it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -43,6 +45,10 @@ pub struct Config {
     pub key: String,
     pub inputs: KeyInputs,
     pub provenance: Provenance,
+    /// The bytes of the layer's regular files: a pull writes no more.
+    /// Absent from artifacts published before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpacked_size: Option<u64>,
 }
 
 /// Signs with the maintainer's own minisign, as `minisign -S` would: the
@@ -161,6 +167,7 @@ pub fn publish(
         key: key.clone(),
         inputs: inputs.clone(),
         provenance: prov.clone(),
+        unpacked_size: Some(layer.unpacked),
     })?;
     let store = Store::open(&reference, net)?;
     ui.stage(
@@ -298,6 +305,8 @@ struct Layer {
     file: tempfile::NamedTempFile,
     digest: String,
     size: u64,
+    /// The regular files' bytes, MD5SUMS included.
+    unpacked: u64,
 }
 
 /// A writer that hashes and counts what passes through.
@@ -338,6 +347,7 @@ fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
         .iter()
         .map(|e| e.path.as_str())
         .chain([prefix::MD5SUMS]);
+    let mut unpacked = 0;
     for rel in paths {
         let path = dir.join(rel);
         let meta = std::fs::symlink_metadata(&path)
@@ -357,6 +367,7 @@ fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
             h.set_entry_type(tar::EntryType::Regular);
             h.set_mode(meta.permissions().mode() & 0o755);
             h.set_size(meta.len());
+            unpacked += meta.len();
             let f = crate::fsutil::open_regular(&path)?;
             tar.append_data(&mut h, rel, f)?;
         }
@@ -367,6 +378,7 @@ fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
     Ok(Layer {
         digest: format!("sha256:{}", checksum::hex(&out.sha.finalize())),
         size: out.size,
+        unpacked,
         file,
     })
 }
@@ -378,6 +390,7 @@ pub struct Candidate {
     pub config: Config,
     pub key_id: String,
     layer: (String, u64),
+    unpacked_size: u64,
 }
 
 /// Why an artifact was not taken: said, and then the build goes on.
@@ -456,12 +469,18 @@ pub fn examine(
             "its config's key is not the hash of its inputs",
         ));
     }
+    let Some(unpacked_size) = config.unpacked_size else {
+        return Ok(Err(Declined(format!(
+            "{reference} was published by an older rdna1-patch, whose config does not declare how much it unpacks to (ask its publisher to publish it again)"
+        ))));
+    };
     Ok(Ok(Candidate {
         reference: reference.clone(),
         digest,
         config,
         key_id: id,
         layer,
+        unpacked_size,
     }))
 }
 
@@ -514,9 +533,9 @@ fn tampered(reference: &Reference, what: &str) -> anyhow::Error {
     )
 }
 
-/// Pull the layer into `prefix_dir`: stream it through its digest, zstd and
-/// tar into a staging dir, hashing every file as it is written; check all
-/// of it against the signed config and MD5SUMS; then move the files in.
+/// Pull the layer into `prefix_dir`: download and prove it, unpack it into
+/// a staging dir, hashing every file as it is written; check all of it
+/// against the signed config and MD5SUMS; then move the files in.
 pub fn install(store: &Store, c: &Candidate, prefix_dir: &Path, ui: &Ui) -> Result<usize> {
     prefix::preflight(prefix_dir)?;
     let staging = prefix::begin(prefix_dir)?;
@@ -537,59 +556,106 @@ struct Written {
     links: HashMap<String, PathBuf>,
 }
 
+/// Where the layer is downloaded: inside the staging dir, under a name no
+/// layer path may have (`layer_path` refuses `.rdna1-patch*` at the top),
+/// so a killed pull leaves it where the next pull removes it.
+const DOWNLOAD: &str = ".rdna1-patch-layer.tar.zst";
+
+/// Verify before use, as containerd does: the whole layer is downloaded
+/// and proven to be the signed digest and size before a byte of it is
+/// decompressed; then what it unpacks to is bounded by the signed config.
 fn unpack(store: &Store, c: &Candidate, staging: &Path, ui: &Ui) -> Result<Written> {
-    let (digest, size) = c.layer.clone();
-    let blob = store.blob(&digest, size)?;
-    let progress = ui.progress(size);
-    progress.set_prefix("Pulling");
-    // One thread downloads, hashes and decompresses; this one unpacks and
-    // hashes each file: the two halves take about as long.
+    let file = staging.join(DOWNLOAD);
+    download(store, c, &file, ui)?;
+    let layer =
+        std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let progress = ui.progress(c.unpacked_size);
+    progress.set_prefix("Unpacking");
+    // One thread decompresses, this one writes and hashes each file: the
+    // two halves take about as long.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
     let reference = c.reference.clone();
     let producer = std::thread::spawn(move || -> Result<()> {
-        let mut counted = Counting {
-            inner: blob,
-            sha: Sha256::new(),
-            size: 0,
-        };
-        {
-            let mut dec = zstd::Decoder::new(&mut counted)?;
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = read_full(&mut dec, &mut buf).map_err(|e| tampered_or_io(&reference, e))?;
-                if n == 0 {
-                    break;
-                }
-                if tx.send(buf[..n].to_vec()).is_err() {
-                    return Ok(());
-                }
+        let mut dec = zstd::Decoder::new(layer)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = read_full(&mut dec, &mut buf).map_err(|e| tampered_or_io(&reference, e))?;
+            // The unpacker stops at the tar's end; what follows was signed
+            // with the rest, and is not read.
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                return Ok(());
             }
         }
-        std::io::copy(&mut counted, &mut std::io::sink())?;
-        let got = format!("sha256:{}", checksum::hex(&counted.sha.clone().finalize()));
-        if got != digest || counted.size != size {
-            return Err(tampered(
-                &reference,
-                &format!(
-                    "its layer is not what the signed manifest says ({} bytes with digest {got}, expected {size} bytes with {digest})",
-                    counted.size
-                ),
-            ));
-        }
-        Ok(())
     });
     let reader = ChannelReader {
         rx,
         chunk: Vec::new(),
         pos: 0,
     };
-    let unpacked = unpack_tar(reader, staging, &c.reference, &*progress, size);
+    let unpacked = unpack_tar(reader, staging, c, &*progress);
     progress.finish();
     let produced = producer
         .join()
-        .map_err(|_| anyhow::anyhow!("the download thread failed"))?;
+        .map_err(|_| anyhow::anyhow!("the decompressing thread failed"))?;
+    std::fs::remove_file(&file).with_context(|| format!("cannot remove {}", file.display()))?;
+    // The unpacker's own error says more than the producer's broken pipe.
+    let written = unpacked?;
     produced?;
-    unpacked
+    Ok(written)
+}
+
+/// Download the layer to `to`, at most its signed size, hashing it; an
+/// error unless it is exactly the signed digest and size.
+fn download(store: &Store, c: &Candidate, to: &Path, ui: &Ui) -> Result<()> {
+    let (digest, size) = &c.layer;
+    let mut blob = store.blob(digest, *size)?;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .with_context(|| format!("cannot write {}", to.display()))?;
+    let progress = ui.progress(*size);
+    progress.set_prefix("Pulling");
+    let (mut sha, mut got) = (Sha256::new(), 0u64);
+    let mut buf = vec![0u8; 1 << 20];
+    let result = loop {
+        let n = match blob.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                break Err(anyhow::Error::new(e).context(format!("pulling {} failed", c.reference)));
+            }
+        };
+        got += n as u64;
+        // The store reads one byte past the signed size, no more: enough
+        // to tell a longer blob, never a flood.
+        if got > *size {
+            break Ok(());
+        }
+        sha.update(&buf[..n]);
+        if let Err(e) = out.write_all(&buf[..n]) {
+            break Err(anyhow::Error::new(e).context(format!("cannot write {}", to.display())));
+        }
+        progress.update(got, *size, "layer");
+    };
+    progress.finish();
+    result?;
+    let hash = format!("sha256:{}", checksum::hex(&sha.finalize()));
+    if &hash != digest || got != *size {
+        let what = if got > *size {
+            format!("more than {size} bytes")
+        } else {
+            format!("{got} bytes with digest {hash}")
+        };
+        return Err(tampered(
+            &c.reference,
+            &format!(
+                "its layer is not what the signed manifest says ({what}, expected {size} bytes with {digest})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -607,26 +673,10 @@ fn tampered_or_io(reference: &Reference, e: std::io::Error) -> anyhow::Error {
     if matches!(
         e.kind(),
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other
-    ) && !e.to_string().contains("registry")
-    {
+    ) {
         tampered(reference, &format!("its layer does not decompress: {e}"))
     } else {
         anyhow::Error::new(e).context(format!("pulling {reference} failed"))
-    }
-}
-
-struct Counting<R> {
-    inner: R,
-    sha: Sha256,
-    size: u64,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.sha.update(&buf[..n]);
-        self.size += n as u64;
-        Ok(n)
     }
 }
 
@@ -654,9 +704,17 @@ impl Read for ChannelReader {
     }
 }
 
-/// A path in the layer: relative, plain components, UTF-8.
+/// A path in the layer: relative, plain components, UTF-8, not ours.
+/// The top-level `.rdna1-patch*` names are this tool's own (the staging
+/// dir, the download).
 fn layer_path(p: &Path) -> Option<String> {
+    let ours = p
+        .components()
+        .next()
+        .and_then(|c| c.as_os_str().to_str())
+        .is_some_and(|n| n.starts_with(".rdna1-patch"));
     let ok = !p.as_os_str().is_empty()
+        && !ours
         && p.components().all(|c| match c {
             Component::Normal(n) => !crate::fsutil::is_git_dir_name(n),
             _ => false,
@@ -664,13 +722,15 @@ fn layer_path(p: &Path) -> Option<String> {
     ok.then(|| p.to_str().map(str::to_owned)).flatten()
 }
 
+/// Unpack the verified layer; its regular files may add up to no more
+/// than the signed config declares.
 fn unpack_tar(
     reader: impl Read,
     staging: &Path,
-    reference: &Reference,
+    c: &Candidate,
     progress: &dyn crate::ui::Progress,
-    size: u64,
 ) -> Result<Written> {
+    let (reference, limit) = (&c.reference, c.unpacked_size);
     let mut archive = tar::Archive::new(reader);
     let mut written = Written {
         md5: HashMap::new(),
@@ -711,9 +771,10 @@ fn unpack_tar(
         }
         match entry.header().entry_type() {
             tar::EntryType::Regular => {
+                fits(c, &rel, entry.header().size().unwrap_or(u64::MAX), total)?;
                 let md5 = write_file(&mut entry, &to, &mut buf, reference, &mut |n| {
                     total += n;
-                    progress.update(total.min(size), size, &rel);
+                    progress.update(total.min(limit), limit, &rel);
                 })?;
                 written.md5.insert(rel, md5);
             }
@@ -745,6 +806,21 @@ fn unpack_tar(
         }
     }
     Ok(written)
+}
+
+/// Whether a file of `size` bytes fits in what the signed config declares,
+/// after `total` bytes of files before it.
+fn fits(c: &Candidate, rel: &str, size: u64, total: u64) -> Result<()> {
+    let limit = c.unpacked_size;
+    if size > limit.saturating_sub(total) {
+        return Err(tampered(
+            &c.reference,
+            &format!(
+                "its layer unpacks to more than the {limit} bytes its signed config declares ({rel} alone is {size})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Write one regular file of the layer, hashing it as it goes; its MD5.

@@ -250,11 +250,14 @@ impl Store {
     }
 
     /// A blob as a stream; the reader checks nothing (the caller hashes).
+    /// A blob's bytes, at most one past its `size`: enough to tell a blob
+    /// that is longer than promised, never more.
     pub fn blob(&self, digest: &str, size: u64) -> Result<Box<dyn Read + Send>> {
-        match self {
-            Store::Registry(r) => r.blob(digest, size),
-            Store::Layout(l) => l.blob(digest),
-        }
+        let inner = match self {
+            Store::Registry(r) => r.blob(digest, size)?,
+            Store::Layout(l) => l.blob(digest)?,
+        };
+        Ok(Box::new(inner.take(size.saturating_add(1))))
     }
 
     /// Every tag in the repository.

@@ -18,6 +18,7 @@ mod reliability;
 mod rocm_sdk;
 mod select;
 mod shared;
+mod signed;
 mod support;
 mod targets;
 mod torch;

@@ -10,12 +10,12 @@ use rdna1_testkit::registry::Registry;
 use crate::support::*;
 
 /// A publisher's key pair, made by minisign itself.
-struct Keys {
-    secret: PathBuf,
-    public: String,
+pub(crate) struct Keys {
+    pub secret: PathBuf,
+    pub public: String,
 }
 
-fn keys(dir: &Path, name: &str) -> Keys {
+pub(crate) fn keys(dir: &Path, name: &str) -> Keys {
     let (p, s) = (
         dir.join(format!("{name}.pub")),
         dir.join(format!("{name}.key")),
@@ -42,19 +42,19 @@ fn keys(dir: &Path, name: &str) -> Keys {
 }
 
 /// A sandbox with a finished build, a key, and a config trusting it.
-struct Publisher {
-    sb: Sandbox,
-    keys: Keys,
+pub(crate) struct Publisher {
+    pub sb: Sandbox,
+    pub keys: Keys,
 }
 
 impl Publisher {
-    fn new() -> Publisher {
+    pub fn new() -> Publisher {
         let sb = Sandbox::built();
         let keys = keys(&sb.root, "maintainer");
         Publisher { sb, keys }
     }
 
-    fn publish(&self, reference: &str) -> Run {
+    pub fn publish(&self, reference: &str) -> Run {
         self.sb.run(&[
             "publish",
             "--prefix",
@@ -66,7 +66,7 @@ impl Publisher {
     }
 
     /// Publish, and the `REF@sha256:...` it printed.
-    fn published(&self, reference: &str) -> String {
+    pub fn published(&self, reference: &str) -> String {
         let run = self.publish(reference).ok();
         run.says("Published");
         run.stdout.trim().to_owned()
@@ -75,13 +75,13 @@ impl Publisher {
 
 /// A user's machine: its own work dir, state dir and prefix, no ROCm, and
 /// a config that trusts `trusted`.
-struct User {
-    sb: Sandbox,
-    config: PathBuf,
+pub(crate) struct User {
+    pub sb: Sandbox,
+    pub config: PathBuf,
 }
 
 impl User {
-    fn new(trusted: &[&str], caches: &[&str]) -> User {
+    pub fn new(trusted: &[&str], caches: &[&str]) -> User {
         let sb = Sandbox::new();
         let origin = built_origin();
         sb.write_profile(|t| t.replace(sb.origin.to_str().unwrap(), origin.to_str().unwrap()));
@@ -105,7 +105,7 @@ impl User {
     }
 
     /// `build` with no ROCm (`--rocm` names nothing), plus `extra`.
-    fn build(&self, extra: &[&str]) -> Run {
+    pub fn build(&self, extra: &[&str]) -> Run {
         let mut args = self.sb.build_args(extra);
         let at = args.iter().position(|a| a == "--rocm").unwrap();
         args[at + 1] = self.sb.root.join("no-rocm").display().to_string();
@@ -120,7 +120,7 @@ impl User {
     }
 
     /// The prefix holds nothing of ours, and no staging dir.
-    fn nothing_installed(&self) {
+    pub fn nothing_installed(&self) {
         let p = &self.sb.prefix;
         let left: Vec<_> = walk(p);
         assert!(
@@ -145,7 +145,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn registry_ref(reg: &Registry, repo: &str) -> String {
+pub(crate) fn registry_ref(reg: &Registry, repo: &str) -> String {
     format!("oci://{}/{repo}", reg.addr)
 }
 
@@ -401,7 +401,7 @@ fn build_key_changes_with_the_compiler() {
 // What must stop an install from a shared build, and leave nothing behind.
 
 /// A published layout, and a user who trusts its key.
-fn published_layout() -> (Publisher, PathBuf, String, User) {
+pub(crate) fn published_layout() -> (Publisher, PathBuf, String, User) {
     let publisher = Publisher::new();
     let dir = publisher.sb.root.join("builds");
     let printed = publisher.published(dir.to_str().unwrap());
@@ -411,7 +411,7 @@ fn published_layout() -> (Publisher, PathBuf, String, User) {
 }
 
 /// The manifest `tag` names in a layout, as JSON, and its digest.
-fn layout_manifest(dir: &Path, tag: &str) -> (serde_json::Value, String) {
+pub(crate) fn layout_manifest(dir: &Path, tag: &str) -> (serde_json::Value, String) {
     let index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
     let digest = index["manifests"]
@@ -427,7 +427,7 @@ fn layout_manifest(dir: &Path, tag: &str) -> (serde_json::Value, String) {
     (serde_json::from_str(&text).unwrap(), digest)
 }
 
-fn blob(dir: &Path, digest: &str) -> PathBuf {
+pub(crate) fn blob(dir: &Path, digest: &str) -> PathBuf {
     dir.join("blobs/sha256")
         .join(digest.strip_prefix("sha256:").unwrap())
 }

@@ -1,0 +1,150 @@
+//! A pull installs only what a trusted key signed, and trust comes from the
+//! user's config alone (issue 33's findings on the pull path).
+
+use std::io::Write as _;
+use std::path::Path;
+
+use rdna1_testkit::registry::Registry;
+
+use crate::shared::*;
+use crate::support::*;
+
+/// The published prefix with another library in it under the genuine
+/// records (provenance, build key) and an MD5SUMS that matches: packed
+/// as publish packs, then the tar's end and 64 MiB of zeros, so that the
+/// unpacker stops reading long before the stream (and its digest) ends.
+/// No key signed these bytes.
+fn swapped_layer(prefix: &Path) -> Vec<u8> {
+    let md5sums = std::fs::read_to_string(prefix.join("share/rdna1-patch/MD5SUMS")).unwrap();
+    let mut lines = Vec::new();
+    let mut tar = tar::Builder::new(Vec::new());
+    let other = b"\x7fELF not the library anyone signed\n".repeat(100);
+    for line in md5sums.lines() {
+        let (md5, rel) = line.split_once("  ").unwrap();
+        let path = prefix.join(rel);
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(0);
+        if meta.file_type().is_symlink() {
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            tar.append_link(&mut h, rel, std::fs::read_link(&path).unwrap())
+                .unwrap();
+            lines.push(line.to_owned());
+            continue;
+        }
+        let bytes = if rel.ends_with("libMIOpen.so.1.0.0") {
+            other.clone()
+        } else {
+            std::fs::read(&path).unwrap()
+        };
+        let md5 = if bytes == std::fs::read(&path).unwrap() {
+            md5.to_owned()
+        } else {
+            md5_of(&bytes)
+        };
+        lines.push(format!("{md5}  {rel}"));
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o644);
+        h.set_size(bytes.len() as u64);
+        tar.append_data(&mut h, rel, bytes.as_slice()).unwrap();
+    }
+    // The symlinks lead to the library: their lines take its new MD5.
+    let lib_md5 = md5_of(&other);
+    let lines: Vec<String> = lines
+        .into_iter()
+        .map(|l| {
+            let (_, rel) = l.split_once("  ").unwrap();
+            if rel.contains("libMIOpen.so") {
+                format!("{lib_md5}  {rel}")
+            } else {
+                l
+            }
+        })
+        .collect();
+    let sums = format!("{}\n", lines.join("\n"));
+    let mut h = tar::Header::new_gnu();
+    h.set_mtime(0);
+    h.set_mode(0o644);
+    h.set_size(sums.len() as u64);
+    tar.append_data(&mut h, "share/rdna1-patch/MD5SUMS", sums.as_bytes())
+        .unwrap();
+    let mut raw = tar.into_inner().unwrap();
+    raw.extend(std::iter::repeat_n(0u8, 64 << 20));
+    let mut enc = zstd::Encoder::new(Vec::new(), 19).unwrap();
+    enc.write_all(&raw).unwrap();
+    enc.finish().unwrap()
+}
+
+fn md5_of(bytes: &[u8]) -> String {
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tmp.path(), bytes).unwrap();
+    let out = std::process::Command::new("md5sum")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..32].to_owned()
+}
+
+/// The layer blob a manifest at `manifest_path` names.
+fn layer_of(manifest_path: &Path) -> String {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(manifest_path).unwrap()).unwrap();
+    m["layers"][0]["digest"].as_str().unwrap().to_owned()
+}
+
+/// Replace the blob at `path` with the swapped layer; the genuine bytes.
+fn swap_blob(path: &Path, prefix: &Path) -> Vec<u8> {
+    let genuine = std::fs::read(path).unwrap();
+    let evil = swapped_layer(prefix);
+    assert!(
+        evil.len() < genuine.len(),
+        "the attack fits under the declared size ({} >= {})",
+        evil.len(),
+        genuine.len()
+    );
+    std::fs::write(path, &evil).unwrap();
+    genuine
+}
+
+fn refused(run: Run, user: &User, reference: &str) {
+    run.fails().error_is(&format!(
+        "error: {reference} cannot be trusted: its layer is not what the signed manifest says ([..] bytes with digest sha256:[..], expected [..] bytes with sha256:[..])
+help: it may have been tampered with or damaged on the way; ask its publisher, or build without it (leave out --from); nothing was installed"
+    ));
+    user.nothing_installed();
+}
+
+#[test]
+fn a_swapped_layer_in_a_layout_dir_or_cache_is_refused_with_nothing_installed() {
+    let (publisher, dir, tagged, user) = published_layout();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (_, digest) = layout_manifest(&dir, tag);
+    let layer = blob(&dir, &layer_of(&blob(&dir, &digest)));
+    let genuine = swap_blob(&layer, &publisher.sb.prefix);
+    refused(user.build(&["--from", &tagged]), &user, &tagged);
+
+    // The same blob found through the config's caches.
+    let cached = User::new(&[&publisher.keys.public], &[dir.to_str().unwrap()]);
+    let run = cached.build(&[]);
+    refused(run, &cached, &tagged);
+
+    std::fs::write(&layer, genuine).unwrap();
+    user.build(&["--from", &tagged])
+        .ok()
+        .says("pulled, nothing compiled");
+}
+
+#[test]
+fn a_swapped_layer_in_a_registry_is_refused_with_nothing_installed() {
+    let reg = Registry::start(None);
+    let publisher = Publisher::new();
+    let reference = registry_ref(&reg, "rdna1/miopen");
+    let printed = publisher.published(&reference);
+    let digest = printed.split('@').nth(1).unwrap();
+    let tagged = printed.split('@').next().unwrap();
+    let layer = reg.blob_path(&layer_of(&reg.blob_path(digest)));
+    swap_blob(&layer, &publisher.sb.prefix);
+    let user = User::new(&[&publisher.keys.public], &[]);
+    refused(user.build(&["--from", tagged]), &user, tagged);
+}
