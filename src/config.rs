@@ -7,8 +7,13 @@
 //! # minisign public keys whose signatures you accept.
 //! trusted-keys = ["RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3"]
 //! ```
+//!
+//! Trust has this one source: a trusted key is a key string, or a `.pub`
+//! file the config names, a relative name read beside the config itself.
+//! Nothing is looked up in the current directory: a file there named like
+//! a key must never stand in for it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Deserialize;
@@ -64,10 +69,104 @@ impl Config {
         Ok(config)
     }
 
+    /// The keys trusted-keys names, each decoded: a key string is the key
+    /// (it is tried first, so no file can stand in for it); anything else
+    /// is a minisign `.pub` file, relative to the config's directory.
+    pub fn trusted(&self) -> Result<Vec<minisign::PublicKey>> {
+        let base = self
+            .path
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("/"));
+        self.trusted_keys
+            .iter()
+            .map(|entry| {
+                let k = entry.trim();
+                if let Ok(key) = minisign::PublicKey::from_base64(k) {
+                    return Ok(key);
+                }
+                let file = base.join(k);
+                let text = crate::fsutil::read_small(&file, KEY_FILE_LIMIT).map_err(|e| {
+                    hint(
+                        format!(
+                            "{}: trusted-keys has `{k}`, which is not a minisign public key, and the key file {} cannot be read: {}",
+                            self.describe(),
+                            file.display(),
+                            crate::error::chain(&e)
+                        ),
+                        "a trusted key is the second line of a minisign .pub file (RW...), or the path of that file (a relative path is read beside the config)",
+                    )
+                })?;
+                decode_key_file(&text).ok_or_else(|| {
+                    hint(
+                        format!(
+                            "{}: trusted-keys names {}, which holds no minisign public key",
+                            self.describe(),
+                            file.display()
+                        ),
+                        "name the .pub file `minisign -G` wrote, or put its second line (RW...) in trusted-keys",
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Where the settings are, for a message.
     pub fn describe(&self) -> String {
         self.path
             .as_ref()
             .map_or("(no config dir)".to_owned(), |p| p.display().to_string())
+    }
+}
+
+/// A `.pub` file is two lines; nothing larger is read.
+const KEY_FILE_LIMIT: u64 = 4 << 10;
+
+/// minisign's `.pub` format (an untrusted comment, then the key), or the
+/// key line alone.
+fn decode_key_file(text: &str) -> Option<minisign::PublicKey> {
+    minisign::PublicKeyBox::from_string(text)
+        .and_then(minisign::PublicKeyBox::into_public_key)
+        .ok()
+        .or_else(|| minisign::PublicKey::from_base64(text.trim()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3";
+
+    fn config(dir: &Path, keys: &[&str]) -> Config {
+        Config {
+            trusted_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            path: Some(dir.join("config.toml")),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn key_strings_win_and_files_are_read_beside_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = "RWTdO27qOJbeTAnYxsSiAacJP2vw7kcHO4ABBxWcK7Dm8iM7ydZy5GUb";
+        // A file named like the key, holding another: the string wins.
+        std::fs::write(
+            dir.path().join(KEY),
+            format!("untrusted comment: x\n{other}\n"),
+        )
+        .unwrap();
+        let keys = config(dir.path(), &[KEY]).trusted().unwrap();
+        assert_eq!(keys[0].to_base64(), KEY);
+        std::fs::write(
+            dir.path().join("m.pub"),
+            format!("untrusted comment: x\n{other}\n"),
+        )
+        .unwrap();
+        let keys = config(dir.path(), &["m.pub"]).trusted().unwrap();
+        assert_eq!(keys[0].to_base64(), other);
+        let err = config(dir.path(), &["absent.pub"]).trusted().unwrap_err();
+        assert!(format!("{err:#}").contains("absent.pub"), "{err:#}");
+        std::fs::write(dir.path().join("big.pub"), vec![b'R'; 1 << 20]).unwrap();
+        assert!(config(dir.path(), &["big.pub"]).trusted().is_err());
     }
 }

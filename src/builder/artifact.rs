@@ -405,7 +405,7 @@ pub struct Declined(pub String);
 pub fn examine(
     store: &Store,
     reference: &Reference,
-    trusted: &[String],
+    trusted: &[minisign::PublicKey],
 ) -> Result<std::result::Result<Candidate, Declined>> {
     let name = reference
         .digest
@@ -422,8 +422,7 @@ pub fn examine(
     let sig_box = minisign::SignatureBox::from_string(&signature)
         .map_err(|e| tampered(reference, &format!("its signature is not minisign's: {e}")))?;
     let id = key_id(sig_box.keynum());
-    let keys = trusted_keys(trusted)?;
-    let Some(pk) = keys.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
+    let Some(pk) = trusted.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
         return Ok(Err(Declined(format!(
             "{reference} is signed by key {id}, which is not in your trusted-keys"
         ))));
@@ -504,26 +503,6 @@ fn read_signature(store: &Store, sig_manifest: &[u8]) -> Result<String> {
     .context("the signature's manifest holds no minisign signature")?;
     let bytes = store.small_blob(&digest, size)?;
     String::from_utf8(bytes).context("the signature is not text")
-}
-
-fn trusted_keys(trusted: &[String]) -> Result<Vec<minisign::PublicKey>> {
-    trusted
-        .iter()
-        .map(|k| {
-            let k = k.trim();
-            let key = if Path::new(k).is_file() {
-                minisign::PublicKey::from_file(k)
-            } else {
-                minisign::PublicKey::from_base64(k)
-            };
-            key.map_err(|e| {
-                hint(
-                    format!("trusted-keys has `{k}`, which is not a minisign public key: {e}"),
-                    "a trusted key is the second line of a minisign .pub file (RW...), or the path of that file",
-                )
-            })
-        })
-        .collect()
 }
 
 fn tampered(reference: &Reference, what: &str) -> anyhow::Error {

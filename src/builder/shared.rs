@@ -15,11 +15,11 @@ use crate::builder::key::KeyInputs;
 use crate::oci::{self, Reference, Store};
 use crate::ui::Ui;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Sources {
     pub from: Option<Reference>,
     pub caches: Vec<Reference>,
-    pub trusted: Vec<String>,
+    pub trusted: Vec<minisign::PublicKey>,
     /// The config file the caches and keys came from, for messages.
     pub config: String,
     pub net_timeout: std::time::Duration,

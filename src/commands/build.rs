@@ -130,18 +130,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
     let config = crate::config::Config::load()?;
+    let caches: Vec<_> = if args.no_caches {
+        Vec::new()
+    } else {
+        config
+            .caches
+            .iter()
+            .map(|c| crate::oci::Reference::parse(c))
+            .collect::<Result<_>>()?
+    };
+    // The keys matter only where something may be pulled.
+    let trusted = if args.from.is_some() || !caches.is_empty() {
+        config.trusted()?
+    } else {
+        Vec::new()
+    };
     let shared = crate::builder::shared::Sources {
         from: args.from,
-        caches: if args.no_caches {
-            Vec::new()
-        } else {
-            config
-                .caches
-                .iter()
-                .map(|c| crate::oci::Reference::parse(c))
-                .collect::<Result<_>>()?
-        },
-        trusted: config.trusted_keys.clone(),
+        caches,
+        trusted,
         config: config.describe(),
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
     };

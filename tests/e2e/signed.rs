@@ -148,3 +148,56 @@ fn a_swapped_layer_in_a_registry_is_refused_with_nothing_installed() {
     let user = User::new(&[&publisher.keys.public], &[]);
     refused(user.build(&["--from", tagged]), &user, tagged);
 }
+
+/// A maintainer whose key the user trusts, and an attacker whose build is
+/// published beside it; the attacker's `REF:tag`.
+fn maintainer_and_attacker() -> (Publisher, Publisher, String) {
+    let maintainer = Publisher::new();
+    let attacker = Publisher::new();
+    let dir = attacker.sb.root.join("builds");
+    let printed = attacker.published(dir.to_str().unwrap());
+    let tagged = printed.split('@').next().unwrap().to_owned();
+    (maintainer, attacker, tagged)
+}
+
+fn public_file(p: &Publisher) -> std::path::PathBuf {
+    p.keys.secret.with_extension("pub")
+}
+
+#[test]
+fn a_file_in_the_current_directory_named_like_a_trusted_key_is_not_a_key() {
+    let (maintainer, attacker, tagged) = maintainer_and_attacker();
+    let user = User::new(&[&maintainer.keys.public], &[]);
+    // The key string as a path in the user's current directory (nested
+    // where the key has a '/'), holding the attacker's public key.
+    let planted = user.sb.root.join(&maintainer.keys.public);
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::copy(public_file(&attacker), &planted).unwrap();
+    user.build(&["--from", &tagged, "--dry-run"])
+        .fails()
+        .prints("which is not in your trusted-keys");
+    user.build(&["--from", &tagged]).fails();
+    user.nothing_installed();
+}
+
+#[test]
+fn a_relative_key_file_is_read_beside_the_config_not_in_the_current_directory() {
+    let (maintainer, attacker, attackers) = maintainer_and_attacker();
+    let dir = maintainer.sb.root.join("builds");
+    let printed = maintainer.published(dir.to_str().unwrap());
+    let maintainers = printed.split('@').next().unwrap().to_owned();
+    let mut user = User::new(&[], &[]);
+    let conf = user.sb.root.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::copy(public_file(&maintainer), conf.join("maintainer.pub")).unwrap();
+    user.config = conf.join("config.toml");
+    std::fs::write(&user.config, "trusted-keys = [\"maintainer.pub\"]\n").unwrap();
+    // The attacker's key under the same name where the user runs the tool.
+    std::fs::copy(public_file(&attacker), user.sb.root.join("maintainer.pub")).unwrap();
+    user.build(&["--from", &attackers, "--dry-run"])
+        .fails()
+        .prints("which is not in your trusted-keys");
+    user.build(&["--from", &maintainers])
+        .ok()
+        .says("is this build");
+}
