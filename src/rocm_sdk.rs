@@ -134,18 +134,25 @@ pub fn find(torch_dir: &Path, python: Option<&Path>) -> Result<Option<Sdk>> {
         };
         if let (Some(version), Some(family), Some(miopen)) = (&a.version, family, &a.miopen) {
             let package = confined(miopen, site)?;
-            return Ok(Some(Sdk {
-                version: version.clone(),
-                family,
-                package,
-                library: miopen.clone(),
-                core_lib: a.core.clone(),
-                found_by: "rocm_sdk",
-                note: None,
-            }));
+            return in_site(
+                Sdk {
+                    version: version.clone(),
+                    family,
+                    package,
+                    library: miopen.clone(),
+                    core_lib: a.core.clone(),
+                    found_by: "rocm_sdk",
+                    note: None,
+                },
+                site,
+            )
+            .map(Some);
         }
     }
-    let fallback = from_files(site)?.map(|s| Sdk { note, ..s });
+    let fallback = match from_files(site)? {
+        Some(s) => Some(in_site(Sdk { note, ..s }, site)?),
+        None => None,
+    };
     if fallback.is_none()
         && let Some(Answer {
             version: Some(_),
@@ -191,6 +198,35 @@ fn confined(miopen: &Path, site: &Path) -> Result<PathBuf> {
             "rdna1-patch replaces only the MIOpen of torch's own environment; run it with that environment's python (--python), or check what ROCM_SDK_TARGET_FAMILY and rocm_sdk say. Nothing was changed",
         )),
     }
+}
+
+/// The package must really be in torch's site-packages: a package that is
+/// a symlink to another environment's passes every check made on names, and
+/// the swap would write there. Judged by real paths, before anything is
+/// written; the package is kept by its real path, which the journal
+/// records and rollback checks again.
+fn in_site(mut sdk: Sdk, site: &Path) -> Result<Sdk> {
+    let real = |p: &Path| {
+        std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))
+    };
+    let (package, real_site) = (real(&sdk.package)?, real(site)?);
+    if package.parent() != Some(real_site.as_path()) {
+        return Err(hint(
+            format!(
+                "the rocm-sdk package {} is {}, outside torch's site-packages {}: rdna1-patch replaces only the MIOpen of torch's own environment",
+                sdk.package.display(),
+                package.display(),
+                site.display()
+            ),
+            "that package belongs to another environment (a symlink put it here); install torch's own libraries there (`pip install --force-reinstall \"rocm[libraries]\"`), or run rdna1-patch with the other environment's python. Nothing was changed",
+        ));
+    }
+    // The file name is kept: it is the name the preload loads.
+    if let Some(name) = sdk.library.file_name() {
+        sdk.library = package.join("lib").join(name);
+    }
+    sdk.package = package;
+    Ok(sdk)
 }
 
 /// How long the rocm_sdk query may take: it imports a pure-python package

@@ -277,18 +277,9 @@ fn which_library(
         (library, Layout::Bundled)
     } else {
         match crate::rocm_sdk::find(dir, python)? {
-            Some(mut sdk) => {
-                // Canonical directories, so that journals and "inside the
-                // package" compare like with like; the file name is kept,
-                // since it is the name the preload loads.
-                if let Ok(p) = sdk.package.canonicalize() {
-                    if let Some(name) = sdk.library.file_name() {
-                        sdk.library = p.join("lib").join(name);
-                    }
-                    sdk.package = p;
-                }
-                (sdk.library.clone(), Layout::RocmSdk(sdk))
-            }
+            // rocm_sdk gives the package by its real path, checked to be in
+            // torch's site-packages.
+            Some(sdk) => (sdk.library.clone(), Layout::RocmSdk(sdk)),
             None => {
                 return Err(hint(
                     format!(

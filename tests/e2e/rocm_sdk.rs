@@ -294,3 +294,34 @@ fn same_inode(a: &Path, b: &Path) -> bool {
     let (a, b) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
     (a.dev(), a.ino()) == (b.dev(), b.ino())
 }
+
+/// Issue 33, HIGH 3: the libraries package beside torch is a symlink to
+/// another environment's. Judged by its real path, it is outside torch's
+/// site-packages: nothing of the other environment is written, and so
+/// there is never a journal that rollback would refuse.
+#[test]
+fn a_libraries_package_that_links_into_another_environment_is_refused() {
+    let sb = Sandbox::new();
+    let ours = sdk(&sb, &["gfx101X-dgpu"]);
+    build_against(&sb, &ours.devel);
+    let other = FakeRocmSdk::create(
+        &sb.root.join("other-venv/site"),
+        runtime(),
+        SDK,
+        SdkShape::PerFamily(&["gfx101X-dgpu"]),
+    );
+    std::fs::remove_dir_all(&ours.libraries).unwrap();
+    std::os::unix::fs::symlink(&other.libraries, &ours.libraries).unwrap();
+    let before = std::fs::read(&other.miopen).unwrap();
+    let run = sb.install(&[]).fails();
+    run.error_is(&format!(
+        "error: the rocm-sdk package {} is {}, outside torch's site-packages {}: rdna1-patch replaces only the MIOpen of torch's own environment
+help: that package belongs to another environment (a symlink put it here); install torch's own libraries there (`pip install --force-reinstall \"rocm[libraries]\"`), or run rdna1-patch with the other environment's python. Nothing was changed",
+        ours.libraries.display(),
+        other.libraries.display(),
+        ours.site.display(),
+    ));
+    assert_eq!(std::fs::read(&other.miopen).unwrap(), before);
+    // No journal was written, so none can be refused later.
+    sb.rollback(&["--list"]).ok().prints("no transactions in");
+}
