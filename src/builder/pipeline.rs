@@ -683,7 +683,7 @@ impl BuildPlan<'_> {
             &staging,
             &manifest,
             provenance.clone(),
-            &key,
+            Some(&key),
             self.jobs,
         )?;
         if !installed.removed.is_empty() {
@@ -1048,6 +1048,7 @@ impl BuildPlan<'_> {
             },
             files: Vec::new(),
             local_edits: Vec::new(),
+            in_place: None,
         }
     }
 }

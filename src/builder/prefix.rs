@@ -45,6 +45,30 @@ pub struct Provenance {
     /// when it was built (`build --keep-local`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub local_edits: Vec<String>,
+    /// A prefix made from the user's own library, fixed in place, not built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<ProvInPlace>,
+}
+
+/// Where a library fixed in place came from, and every text changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvInPlace {
+    pub source: String,
+    pub source_sha256: String,
+    /// How the texts were found: "dynamic symbols" or a search.
+    pub found_by: String,
+    pub texts: Vec<ProvText>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvText {
+    pub name: String,
+    /// The batch-norm decisions changed in it.
+    pub decisions: usize,
+    pub sha256_before: String,
+    pub sha256_after: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,7 +236,7 @@ pub fn commit(
     staging: &Path,
     manifest: &[PathBuf],
     mut provenance: Provenance,
-    key: &crate::builder::key::KeyInputs,
+    key: Option<&crate::builder::key::KeyInputs>,
     jobs: usize,
 ) -> Result<Installed> {
     let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
@@ -238,13 +262,17 @@ pub fn commit(
         Some(0o644),
     )?;
 
-    fsutil::write_atomic(
-        &staged_root.join(KEY),
-        serde_json::to_string_pretty(key)?.as_bytes(),
-        Some(0o644),
-    )?;
     let mut listed = rels;
-    listed.extend([KEY.to_owned(), PROVENANCE.to_owned()]);
+    // A build has a key to share it by; a library fixed in place has none.
+    if let Some(key) = key {
+        fsutil::write_atomic(
+            &staged_root.join(KEY),
+            serde_json::to_string_pretty(key)?.as_bytes(),
+            Some(0o644),
+        )?;
+        listed.push(KEY.to_owned());
+    }
+    listed.push(PROVENANCE.to_owned());
     let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
     let mut entries = Vec::new();
     for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {

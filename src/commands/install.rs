@@ -26,6 +26,17 @@ pub struct Args {
     /// Install the library as built: keep its NEEDED entries and RUNPATH
     #[arg(long)]
     no_relink: bool,
+    /// Fix torch's own MIOpen in place (its batch-norm kernel texts), no
+    /// build [default when torch's MIOpen sees a gfx101x and the profile's
+    /// fixes are all kernel text]
+    #[arg(long, conflicts_with = "built")]
+    in_place: bool,
+    /// Install the build in the prefix, even where the in-place fix would do
+    #[arg(long)]
+    built: bool,
+    /// Say which route would be taken and why; change nothing
+    #[arg(long)]
+    dry_run: bool,
     #[command(flatten)]
     sysfs: super::SysfsArg,
 }
@@ -45,10 +56,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let term = super::term::Term::new();
     let ui = Ui::new(&term);
-    let (prefix, why) = args.prefix.resolve_for(&args.torch)?;
+    let (prefix, profile, why) = args.prefix.resolve_with_profile(&args.torch)?;
     if let Some(why) = why {
         ui.stage("Profile", why);
     }
+    let route = match (args.in_place, args.built) {
+        (true, _) => Some(crate::swap::route::Choice::InPlace),
+        (_, true) => Some(crate::swap::route::Choice::Built),
+        _ => None,
+    };
     let req = InstallRequest {
         prefix,
         torch: args.torch.locator(),
@@ -57,6 +73,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
         sysfs: args.sysfs.root,
+        profile,
+        route,
+        dry_run: args.dry_run,
     };
     into_torch::run(&req, &ui)?;
     Ok(ExitCode::SUCCESS)

@@ -108,15 +108,19 @@ impl PrefixArg {
         }
     }
 
-    /// [`PrefixArg::resolve`], where no --profile means the profile for
-    /// `torch`; with why, when it was chosen so.
-    pub fn resolve_for(&self, torch: &TorchArg) -> Result<(PathBuf, Option<String>)> {
-        match &self.prefix {
-            Some(p) => Ok((std::path::absolute(p)?, None)),
-            None => {
-                let (profile, why) = self.profile.for_torch(torch)?;
+    /// The prefix, the profile it is for (None when --prefix names it and
+    /// no profile can be had), and why the profile was chosen.
+    pub fn resolve_with_profile(
+        &self,
+        torch: &TorchArg,
+    ) -> Result<(PathBuf, Option<Profile>, Option<String>)> {
+        let chosen = self.profile.for_torch(torch);
+        match (&self.prefix, chosen) {
+            (Some(p), chosen) => Ok((std::path::absolute(p)?, chosen.ok().map(|c| c.0), None)),
+            (None, chosen) => {
+                let (profile, why) = chosen?;
                 let why = why.map(|w| format!("{} {w}", profile.name));
-                Ok((profile.install_prefix()?, why))
+                Ok((profile.install_prefix()?, Some(profile), why))
             }
         }
     }

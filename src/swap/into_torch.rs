@@ -14,6 +14,7 @@ use crate::error::hint;
 use crate::fsutil;
 use crate::swap::linker;
 use crate::swap::relink::{self, Relink};
+use crate::swap::route::{self, Choice};
 use crate::swap::torch::{self, Locator, Torch};
 use crate::swap::txn::{self, BuildRec, StateDir, Swap, SwapOutcome};
 use crate::ui::Ui;
@@ -29,6 +30,12 @@ pub struct InstallRequest {
     pub jobs: usize,
     /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
     pub sysfs: PathBuf,
+    /// The profile the prefix is for (the in-place route records it).
+    pub profile: Option<crate::builder::profile::Profile>,
+    /// The route the user forced (`--in-place`, `--built`), if any.
+    pub route: Option<Choice>,
+    /// Say the route and why, change nothing.
+    pub dry_run: bool,
 }
 
 /// A build in a prefix that checks out.
@@ -135,7 +142,9 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
 }
 
 pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
-    let build = check_build(&req.prefix, req.jobs)?;
+    let Some(build) = prepare(req, ui)? else {
+        return Ok(());
+    };
     ui.stage(
         "Build",
         format!(
@@ -214,6 +223,92 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
+/// The build to install: the prefix's, after the in-place route made it
+/// when that is the route. None: a dry run, which has said what it would do.
+fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
+    if in_place(req, ui)? && req.dry_run {
+        return Ok(None);
+    }
+    let build = check_build(&req.prefix, req.jobs)?;
+    if req.dry_run {
+        ui.stage(
+            "Route",
+            format!(
+                "would install the build in {} (dry run: nothing was changed)",
+                req.prefix.display()
+            ),
+        );
+        return Ok(None);
+    }
+    Ok(Some(build))
+}
+
+/// The in-place route, when it is the one (`route::choose`): torch's own
+/// library, the original even over an install of ours, fixed into the
+/// prefix, which then goes through the same checks and swap as a build.
+/// Returns whether it was taken. A prefix made in place before is made
+/// again: torch may have been upgraded since, and it costs seconds.
+fn in_place(req: &InstallRequest, ui: &Ui) -> Result<bool> {
+    let Some(profile) = &req.profile else {
+        return Ok(false);
+    };
+    if req.route == Some(Choice::Built) {
+        return Ok(false);
+    }
+    let built = Provenance::read(&req.prefix).is_ok_and(|p| p.in_place.is_none());
+    if built && req.route.is_none() {
+        return Ok(false);
+    }
+    let torch = match (torch::locate(&req.torch), req.route) {
+        (Ok(t), _) => t,
+        (Err(e), Some(Choice::InPlace)) => return Err(e),
+        // The build's own error (no build here) says more.
+        (Err(_), _) => return Ok(false),
+    };
+    let route = route::choose(req.route, built, &req.prefix, &torch, profile)?;
+    if route.choice != Choice::InPlace {
+        return Ok(false);
+    }
+    ui.stage("Route", &route.why);
+    if req.dry_run {
+        ui.stage(
+            "Route",
+            format!(
+                "would fix {} in place into {}, then swap it in (dry run: nothing was changed)",
+                torch.target.display(),
+                req.prefix.display()
+            ),
+        );
+        return Ok(true);
+    }
+    let locked = req.state.lock()?;
+    settle(&locked, &torch, ui)?;
+    let source = txn::original_of(&locked, &torch.target)?;
+    drop(locked);
+    let derived = crate::inplace::derive(
+        &crate::inplace::Request {
+            library: source,
+            prefix: req.prefix.clone(),
+            profile,
+            rocm: torch.rocm().to_owned(),
+            jobs: req.jobs,
+        },
+        ui,
+    )?;
+    ui.stage(
+        "Prefix",
+        format!(
+            "{}: {} of {} kernel texts fixed (found by {}), {} files with MD5SUMS",
+            req.prefix.display(),
+            derived.changed.len(),
+            derived.texts,
+            derived.found_by.name(),
+            derived.files
+        ),
+    );
+    Ok(true)
+}
+
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
     if let Ok(Some(code)) = crate::fatbin::read(&torch.dir.join("lib/libtorch_hip.so"))
@@ -256,6 +351,10 @@ fn stage(
     ui: &Ui,
 ) -> Result<Option<Relink>> {
     fsutil::copy_synced(&build.library, staged, 0o755)?;
+    if build.provenance.in_place.is_some() {
+        ui.note("fixed in place: torch's own library, installed as it is (no relink)");
+        return Ok(None);
+    }
     if let torch::Layout::RocmSdk(_) = &torch.layout {
         // A build against the rocm-sdk devel SDK already names the SONAMEs
         // the preload provides; TheRock's own libraries are never rewritten.

@@ -8,5 +8,6 @@ pub(crate) mod into_torch;
 pub(crate) mod linker;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
+pub(crate) mod route;
 pub(crate) mod torch;
 pub mod txn;

@@ -9,7 +9,7 @@ use std::path::Path;
 fn layer(module: &str) -> usize {
     let top = module.split("::").next().unwrap();
     match top {
-        "builder" => 1,
+        "builder" | "inplace" => 1,
         "swap" => 2,
         "inspect" | "select" | "clean" => 3,
         "commands" => 4,

@@ -10,6 +10,7 @@ mod examples;
 mod first_contact;
 mod hostile;
 mod house;
+mod in_place;
 mod launcher;
 mod miopen;
 mod monorepo;

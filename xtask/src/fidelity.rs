@@ -32,19 +32,26 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let mut src = None;
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
+    let mut full = false;
+    let mut mirror = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--full" => full = true,
+            "--mirror" => mirror = Some(PathBuf::from(it.next().context("--mirror GITDIR")?)),
             "--miopen-src" => src = Some(PathBuf::from(it.next().context("--miopen-src DIR")?)),
             "--profile" => profile = it.next().context("--profile NAME")?.clone(),
             "--release" => release = Some(it.next().context("--release VERSION")?.clone()),
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --release VERSION"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION"
             ),
         }
     }
     if let Some(version) = release {
         return fidelity_release(root, &version);
+    }
+    if let Some(mirror) = &mirror {
+        src = Some(tree_from_mirror(root, mirror, &profile)?);
     }
     let src = src.context(
         "--miopen-src DIR is required: a MIOpen checkout or tree at the profile's tag \
@@ -62,13 +69,84 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     std::fs::write(fid.join("fidelity.sh"), SCRIPT)?;
     std::fs::write(fid.join("bn-kernels.sh"), HARNESS)?;
     copy_tree(&root.join("patches/compat"), &fid.join("compat"))?;
+    let mode = if full { " full" } else { "" };
     env.run(
         root,
         Some(&src),
-        &format!("bash /fid/fidelity.sh {profile}"),
+        &format!("bash /fid/fidelity.sh {profile}{mode}"),
     )?;
+    let results = fid.join(&profile).join("results");
+    if full {
+        return write_section(root, &format!("full-{profile}"), &results);
+    }
+    write_section(root, &profile, &results)
+}
 
-    write_section(root, &profile, &fid.join(&profile).join("results"))
+/// The profile's pinned commit as a plain tree, written blob by blob from
+/// a git directory (a `fetch` mirror) under target/fidelity-trees: blobs
+/// the mirror lacks are named in ABSENT.txt beside the tree, not fatal.
+fn tree_from_mirror(root: &Path, mirror: &Path, profile: &str) -> Result<PathBuf> {
+    let toml = std::fs::read_to_string(root.join("profiles").join(format!("{profile}.toml")))
+        .with_context(|| format!("no built-in profile {profile}"))?;
+    let commit = toml
+        .lines()
+        .find_map(|l| l.strip_prefix("commit = \"")?.strip_suffix('"'))
+        .with_context(|| format!("profile {profile} pins no commit"))?;
+    let out = root.join("target/fidelity-trees").join(commit);
+    let stamp = out.with_extension("done");
+    if stamp.is_file() {
+        return Ok(out.join("tree"));
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(mirror)
+            .args(args)
+            .output()
+    };
+    let listing = git(&["ls-tree", "-r", "-z", commit])?;
+    if !listing.status.success() {
+        bail!("{} has no commit {commit}", mirror.display());
+    }
+    let mut absent = Vec::new();
+    let mut files = 0;
+    for entry in listing.stdout.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let entry = String::from_utf8_lossy(entry);
+        let (meta, path) = entry.split_once('\t').context("ls-tree line")?;
+        let mut meta = meta.split(' ');
+        let (mode, kind, id) = (meta.next(), meta.next(), meta.next().unwrap_or(""));
+        if kind != Some("blob") {
+            continue;
+        }
+        let to = out.join("tree").join(path);
+        std::fs::create_dir_all(to.parent().expect("a parent"))?;
+        let blob = git(&["cat-file", "blob", id])?;
+        if !blob.status.success() {
+            absent.push(format!("{path} {id}"));
+            continue;
+        }
+        if mode == Some("120000") {
+            std::os::unix::fs::symlink(String::from_utf8_lossy(&blob.stdout).as_ref(), &to)?;
+        } else {
+            std::fs::write(&to, &blob.stdout)?;
+            if mode == Some("100755") {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        files += 1;
+    }
+    std::fs::write(out.join("ABSENT.txt"), absent.join("\n") + "\n")?;
+    eprintln!(
+        "xtask: {} files of {commit} written to {}; {} blobs absent from the mirror: {}",
+        files,
+        out.join("tree").display(),
+        absent.len(),
+        absent.join(", ")
+    );
+    std::fs::write(&stamp, "")?;
+    Ok(out.join("tree"))
 }
 
 /// The kernels Debian's libmiopen1 `version` embeds, pristine and patched.
@@ -168,9 +246,11 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
     let mut failures = Vec::new();
     let mut s = String::new();
     let read = |name: &str| std::fs::read_to_string(results.join(name)).unwrap_or_default();
-    match profile.strip_prefix("release-") {
-        Some(v) => writeln!(s, "## `cargo xtask fidelity --release {v}`\n")?,
-        None => writeln!(s, "## `cargo xtask fidelity --profile {profile}`\n")?,
+    let full = profile.strip_prefix("full-");
+    match (profile.strip_prefix("release-"), full) {
+        (Some(v), _) => writeln!(s, "## `cargo xtask fidelity --release {v}`\n")?,
+        (_, Some(p)) => writeln!(s, "## `cargo xtask fidelity --full --profile {p}`\n")?,
+        _ => writeln!(s, "## `cargo xtask fidelity --profile {profile}`\n")?,
     }
     writeln!(
         s,
@@ -210,6 +290,10 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
             row[2],
             row[3]
         )?;
+    }
+    if full.is_some() {
+        full_build(&mut s, results, &mut failures)?;
+        return Ok(Section { text: s, failures });
     }
     let compiles: Vec<Compile> = tsv(&results.join("kernels.tsv"))
         .unwrap_or_default()
@@ -275,6 +359,35 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
         )?;
     }
     Ok(Section { text: s, failures })
+}
+
+/// What a whole build left: its steps, cores, files and what the user's
+/// checks said.
+fn full_build(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Result<()> {
+    let read = |name: &str| std::fs::read_to_string(results.join(name)).unwrap_or_default();
+    let md5 = read("md5.txt");
+    let ok = md5.lines().filter(|l| l.ends_with(": OK")).count();
+    let bad = md5.lines().filter(|l| l.contains(": FAILED")).count();
+    writeln!(
+        s,
+        "\nOn {} cores: {} build steps (ninja lines), {} failed. The prefix: {ok} files, {bad} failing `md5sum -c`, {} on disk.",
+        read("cores.txt").trim(),
+        read("ninja-steps.txt").trim(),
+        read("failed.txt").lines().count(),
+        read("size.txt").trim()
+    )?;
+    let verify = read("verify.txt");
+    if !verify.is_empty() {
+        writeln!(
+            s,
+            "\n`rdna1-patch verify --prefix` in the chroot:\n\n```\n{}```",
+            verify
+        )?;
+    }
+    if ok == 0 || bad > 0 {
+        failures.push(format!("md5sum -c: {ok} OK, {bad} failed"));
+    }
+    Ok(())
 }
 
 impl Compile {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Run inside the ROCm chroot by `cargo xtask fidelity` (xtask/src/fidelity.rs):
-#   fidelity.sh PROFILE
+#   fidelity.sh PROFILE [full]
 # with the MIOpen tree at /src and the shipped compat series at /fid/compat
 # (those the build chose are compiled too).
 # Every result goes to /fid/PROFILE/results/*.tsv; the xtask turns them into
@@ -46,6 +46,31 @@ else
     sed -i '/^commit = /d' "$TOML"
 fi
 sed -i "s|^url = .*|url = \"$ORIGIN\"|" "$TOML"
+
+# full: the whole build through the plain command, in a work dir of its own,
+# then what a user checks: md5sum -c and verify. Nothing else runs.
+if [ "${2:-}" = full ]; then
+    W=$F/full-work
+    rm -rf "$W" "$F/full-prefix"
+    nproc >"$R/cores.txt"
+    t=$(now)
+    rdna1-patch build miopen --profile "$TOML" --rocm /usr --work-dir "$W" \
+        --prefix "$F/full-prefix" --gpu-targets gfx1010 >"$R/build.log" 2>&1
+    rc=$?
+    step build "$rc" "$(since "$t")" "rdna1-patch build miopen --rocm /usr --gpu-targets gfx1010"
+    grep -o 'Compat .*' "$R/build.log" >"$R/compat.txt"
+    grep -c '^\[[0-9]*/[0-9]*\]' "$R/build.log" >"$R/ninja-steps.txt"
+    grep -o 'FAILED: .*' "$R/build.log" >"$R/failed.txt"
+    [ "$rc" = 0 ] || exit 0
+    t=$(now)
+    (cd "$F/full-prefix" && md5sum -c share/rdna1-patch/MD5SUMS) >"$R/md5.txt" 2>&1
+    step "md5sum -c" "$?" "$(since "$t")" "$(grep -c ': OK$' "$R/md5.txt") files OK"
+    t=$(now)
+    rdna1-patch verify --prefix "$F/full-prefix" >"$R/verify.txt" 2>&1
+    step verify "$?" "$(since "$t")" "$(head -1 "$R/verify.txt")"
+    du -sh "$F/full-prefix" | cut -f1 >"$R/size.txt"
+    exit 0
+fi
 
 # 1. configure through the tool, as a user would, with Debian's ROCm at /usr.
 W=$F/work

@@ -85,6 +85,16 @@ pub fn build_runtime(dir: &Path) -> PathBuf {
 /// mode as torch's libtorch_hip.so is (without HIP headers: the host side
 /// only needs the launch entry point declared).
 pub fn fat_library(dir: &std::path::Path, archs: &[&str]) -> std::path::PathBuf {
+    fat_library_linking(dir, archs, &[])
+}
+
+/// [`fat_library`], linked with `link` (e.g. `-L DIR -lMIOpen`): a
+/// libtorch_hip.so with GPU code that also loads torch's MIOpen.
+pub fn fat_library_linking(
+    dir: &std::path::Path,
+    archs: &[&str],
+    link: &[&str],
+) -> std::path::PathBuf {
     let src = dir.join("k.hip");
     std::fs::write(
         &src,
@@ -99,7 +109,7 @@ pub fn fat_library(dir: &std::path::Path, archs: &[&str]) -> std::path::PathBuf 
     for a in archs {
         c.arg(format!("--offload-arch={a}"));
     }
-    let run = c.arg(&src).arg("-o").arg(&out).output().expect(
+    let run = c.arg(&src).args(link).arg("-o").arg(&out).output().expect(
         "this test needs clang with the AMDGPU target, lld and clang-offload-bundler (Debian: clang lld clang-tools-14)",
     );
     assert!(

@@ -1,0 +1,232 @@
+//! The kernel source texts a built libMIOpen embeds, and the batch-norm
+//! fix made to them inside the library.
+//!
+//! MIOpen's build turns each kernel file into `const char
+//! MIOPEN_KERNEL_<NAME>[]` (NUL-terminated) and `const size_t
+//! MIOPEN_KERNEL_<NAME>_SIZE` (its length without the NUL; headers end in
+//! `_INCLUDE`), and compiles them at run time from those bytes, with no
+//! hash of the text anywhere. So a text can be fixed where it lies, as long
+//! as its length stays `_SIZE`. The texts are found by their dynamic
+//! symbols; a build that hides them is searched for the texts themselves
+//! (NUL-delimited strings in read-only data that make a batch-norm
+//! decision).
+
+use std::ops::Range;
+
+use anyhow::{Result, anyhow};
+use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS};
+
+use crate::kernel_text::{self, Outcome, Refusal};
+
+const PREFIX: &str = "MIOPEN_KERNEL_";
+
+/// One embedded text: its name and where its bytes are in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text {
+    /// `MIOPEN_KERNEL_<NAME>`, or for a hidden text `text at 0x<offset>`.
+    pub name: String,
+    pub range: Range<usize>,
+}
+
+/// How the texts were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoundBy {
+    Symbols,
+    Scan,
+}
+
+impl FoundBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            FoundBy::Symbols => "dynamic symbols",
+            FoundBy::Scan => "a search of the read-only data (the symbols are hidden)",
+        }
+    }
+}
+
+/// What the fix did to a library, text by text.
+#[derive(Debug, Default)]
+pub struct Edit {
+    /// The texts changed, each with its decisions changed.
+    pub changed: Vec<(Text, usize)>,
+    /// Texts that already name gfx101x.
+    pub already: Vec<Text>,
+    /// How many embedded texts there are in all.
+    pub texts: usize,
+    pub found_by: Option<FoundBy>,
+}
+
+/// A text the fix does not recognise, or cannot fit: the whole library is
+/// left as it was.
+#[derive(Debug)]
+pub struct Refused {
+    pub text: String,
+    pub why: Refusal,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kernel text {}: {}", self.text, self.why)
+    }
+}
+
+/// Fix every batch-norm text in `bytes` (a whole library file), in place.
+/// On a refusal `bytes` is unchanged.
+pub fn fix(bytes: &mut [u8]) -> Result<std::result::Result<Edit, Refused>> {
+    let (texts, found_by) = locate(bytes)?;
+    let mut edit = Edit {
+        texts: texts.len(),
+        found_by: Some(found_by),
+        ..Edit::default()
+    };
+    let mut fixed = Vec::new();
+    for t in texts {
+        match kernel_text::fix(&bytes[t.range.clone()], true) {
+            Ok(Outcome::Untouched) => {}
+            Ok(Outcome::AlreadyFixed) => edit.already.push(t),
+            Ok(Outcome::Fixed { text, decisions }) => fixed.push((t, text, decisions)),
+            Err(why) => return Ok(Err(Refused { text: t.name, why })),
+        }
+    }
+    let before = bytes.to_vec();
+    for (t, text, decisions) in fixed {
+        bytes[t.range.clone()].copy_from_slice(&text);
+        edit.changed.push((t, decisions));
+    }
+    let ranges: Vec<Range<usize>> = edit.changed.iter().map(|(t, _)| t.range.clone()).collect();
+    prove_confined(&before, bytes, &ranges)?;
+    Ok(Ok(edit))
+}
+
+/// Every byte that differs lies inside one of `ranges`, and the length is
+/// the same: the rest of the file is the original's, byte for byte.
+pub fn prove_confined(before: &[u8], after: &[u8], ranges: &[Range<usize>]) -> Result<()> {
+    if before.len() != after.len() {
+        return Err(anyhow!(
+            "the fixed library is {} bytes, the original {}",
+            after.len(),
+            before.len()
+        ));
+    }
+    let mut at = 0;
+    let mut sorted = ranges.to_vec();
+    sorted.sort_by_key(|r| r.start);
+    for r in sorted
+        .iter()
+        .chain(std::iter::once(&(before.len()..before.len())))
+    {
+        if before[at..r.start] != after[at..r.start] {
+            let off = at
+                + before[at..r.start]
+                    .iter()
+                    .zip(&after[at..r.start])
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+            return Err(anyhow!(
+                "byte 0x{off:x} changed outside every kernel text; nothing was written"
+            ));
+        }
+        at = at.max(r.end);
+    }
+    Ok(())
+}
+
+/// The embedded texts: by symbol where the library exports them, else by
+/// searching its read-only data.
+pub fn locate(bytes: &[u8]) -> Result<(Vec<Text>, FoundBy)> {
+    let elf = goblin::elf::Elf::parse(bytes).map_err(|e| anyhow!("not an ELF file: {e}"))?;
+    let by_symbol = by_symbols(&elf, bytes)?;
+    if !by_symbol.is_empty() {
+        return Ok((by_symbol, FoundBy::Symbols));
+    }
+    Ok((by_scan(&elf, bytes), FoundBy::Scan))
+}
+
+/// The file range of `len` bytes at virtual address `addr`, when a
+/// section with file contents holds all of it.
+fn file_range(elf: &goblin::elf::Elf, addr: u64, len: u64) -> Option<Range<usize>> {
+    elf.section_headers.iter().find_map(|sh| {
+        let inside = sh.sh_type != SHT_NOBITS
+            && addr >= sh.sh_addr
+            && addr.checked_add(len)? <= sh.sh_addr.checked_add(sh.sh_size)?;
+        inside.then(|| {
+            let start = usize::try_from(sh.sh_offset + (addr - sh.sh_addr)).ok()?;
+            Some(start..start.checked_add(usize::try_from(len).ok()?)?)
+        })?
+    })
+}
+
+fn by_symbols(elf: &goblin::elf::Elf, bytes: &[u8]) -> Result<Vec<Text>> {
+    let mut arrays = std::collections::BTreeMap::new();
+    let mut sizes = std::collections::BTreeMap::new();
+    for sym in elf.dynsyms.iter() {
+        let Some(name) = elf.dynstrtab.get_at(sym.st_name) else {
+            continue;
+        };
+        if !name.starts_with(PREFIX) || sym.st_shndx == 0 {
+            continue;
+        }
+        match name.strip_suffix("_SIZE") {
+            Some(base) => sizes.insert(base.to_owned(), sym.st_value),
+            None => arrays.insert(name.to_owned(), sym.st_value),
+        };
+    }
+    let mut texts = Vec::new();
+    for (name, addr) in arrays {
+        let Some(size_addr) = sizes.get(&name) else {
+            continue;
+        };
+        let size = file_range(elf, *size_addr, 8)
+            .and_then(|r| bytes.get(r))
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or_else(|| anyhow!("{name}_SIZE is not in the file"))?;
+        // The text and its NUL.
+        let range = file_range(elf, addr, size.saturating_add(1))
+            .filter(|r| bytes.get(r.end - 1) == Some(&0))
+            .ok_or_else(|| {
+                anyhow!("{name} is not {size} bytes and a NUL inside one section of the file (truncated or damaged)")
+            })?;
+        texts.push(Text {
+            name,
+            range: range.start..range.end - 1,
+        });
+    }
+    Ok(texts)
+}
+
+/// Read-only, allocated, non-code sections' file ranges.
+fn rodata(elf: &goblin::elf::Elf) -> Vec<Range<usize>> {
+    elf.section_headers
+        .iter()
+        .filter(|sh| {
+            let flags = sh.sh_flags as u32;
+            sh.sh_type != SHT_NOBITS
+                && flags & SHF_ALLOC != 0
+                && flags & (SHF_EXECINSTR | SHF_WRITE) == 0
+        })
+        .filter_map(|sh| sh.file_range())
+        .collect()
+}
+
+/// Hidden texts: the NUL-delimited strings of the read-only data that
+/// mention an `MIO_BN_GFX` family; only those can need the fix.
+fn by_scan(elf: &goblin::elf::Elf, bytes: &[u8]) -> Vec<Text> {
+    let mut texts: Vec<Text> = Vec::new();
+    for section in rodata(elf) {
+        let Some(data) = bytes.get(section.clone()) else {
+            continue;
+        };
+        for hit in memchr::memmem::find_iter(data, b"MIO_BN_GFX") {
+            let start = memchr::memrchr(0, &data[..hit]).map_or(0, |n| n + 1);
+            let end = memchr::memchr(0, &data[hit..]).map_or(data.len(), |n| hit + n);
+            let range = section.start + start..section.start + end;
+            if texts.last().is_none_or(|t| t.range != range) {
+                texts.push(Text {
+                    name: format!("text at 0x{:x}", range.start),
+                    range,
+                });
+            }
+        }
+    }
+    texts
+}

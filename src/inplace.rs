@@ -1,0 +1,194 @@
+//! The third way to make a prefix, beside building and pulling: from the
+//! library the user already has. Torch's own libMIOpen is copied, its
+//! batch-norm kernel texts are fixed where they lie (same length, see
+//! `embedded`), and the result is written as any prefix is: MD5SUMS, and a
+//! provenance naming the source library's SHA-256 and every text changed.
+//! From there the journaled swap, verify, status and rollback are the ones
+//! a build goes through. No SDK, no compiler, seconds instead of an hour.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::builder::prefix::{self, ProvInPlace, ProvText, Provenance};
+use crate::builder::profile::Profile;
+use crate::embedded::{self, FoundBy, Text};
+use crate::error::hint;
+use crate::kernel_text;
+use crate::ui::Ui;
+
+/// What to fix and where the prefix goes.
+pub struct Request<'a> {
+    /// The library torch loads (its real file).
+    pub library: PathBuf,
+    pub prefix: PathBuf,
+    pub profile: &'a Profile,
+    /// The ROCm version of torch's own stack (what the library is built for).
+    pub rocm: String,
+    pub jobs: usize,
+}
+
+/// What was made.
+pub struct Derived {
+    pub changed: Vec<(String, usize)>,
+    pub texts: usize,
+    pub found_by: FoundBy,
+    pub files: usize,
+}
+
+/// The library's bytes with every batch-norm text fixed, and what was done;
+/// nothing is written. An error says what is wrong with the library for
+/// this fix and what to do instead.
+pub fn plan(library: &Path) -> Result<(Vec<u8>, Vec<u8>, embedded::Edit)> {
+    let original = read(library)?;
+    let mut fixed = original.clone();
+    let edit = embedded::fix(&mut fixed)
+        .with_context(|| format!("{} is not a library whose kernel texts can be read", library.display()))?
+        .map_err(|refused| {
+            hint(
+                format!("cannot fix {} in place: {refused}", library.display()),
+                "this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+            )
+        })?;
+    if edit.changed.is_empty() {
+        let (what, fix) = if edit.already.is_empty() {
+            (
+                format!(
+                    "embeds no batch-norm kernel text that decides on the DPP reduction ({} texts found by {})",
+                    edit.texts,
+                    edit.found_by.map_or("nothing", FoundBy::name)
+                ),
+                "it is not a MIOpen whose batch norm this fix knows; nothing was changed",
+            )
+        } else {
+            (
+                format!(
+                    "already has the fix: {} batch-norm kernel texts name gfx101x",
+                    edit.already.len()
+                ),
+                "nothing to do; `rdna1-patch verify` checks what torch loads",
+            )
+        };
+        return Err(hint(format!("{} {what}", library.display()), fix));
+    }
+    Ok((original, fixed, edit))
+}
+
+/// Make the prefix from `req.library`.
+pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
+    let (original, fixed, edit) = plan(&req.library)?;
+    let elf = crate::elf::parse(&fixed)?;
+    let soname = elf.soname.clone().ok_or_else(|| {
+        hint(
+            format!("{} has no SONAME", req.library.display()),
+            "it is not the libMIOpen torch loads; nothing was changed",
+        )
+    })?;
+    let found_by = edit.found_by.unwrap_or(FoundBy::Symbols);
+    for (t, n) in &edit.changed {
+        ui.stage("Fixed", format!("{} ({n} batch-norm decisions)", t.name));
+    }
+    let texts = edit
+        .changed
+        .iter()
+        .map(|(t, n)| record(t, *n, &original, &fixed))
+        .collect();
+    let provenance = provenance(req, &original, found_by, texts);
+    let staging = prefix::begin(&req.prefix)?;
+    let result = (|| {
+        let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
+        let staged_lib = staged_root.join("lib").join(&soname);
+        crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
+        crate::fsutil::write_atomic(&staged_lib, &fixed, Some(0o755))?;
+        let mut prov = provenance;
+        prov.library.soname = soname.clone();
+        prefix::commit(&req.prefix, &staging, &[staged_lib], prov, None, req.jobs)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    let installed = result?;
+    Ok(Derived {
+        changed: edit
+            .changed
+            .iter()
+            .map(|(t, n)| (t.name.clone(), *n))
+            .collect(),
+        texts: edit.texts,
+        found_by,
+        files: installed.files,
+    })
+}
+
+fn read(library: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    crate::fsutil::open_regular(library)?
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", library.display()))?;
+    Ok(bytes)
+}
+
+fn record(t: &Text, decisions: usize, original: &[u8], fixed: &[u8]) -> ProvText {
+    ProvText {
+        name: t.name.clone(),
+        decisions,
+        sha256_before: prefix::sha256_hex(&original[t.range.clone()]),
+        sha256_after: prefix::sha256_hex(&fixed[t.range.clone()]),
+    }
+}
+
+/// The fix's identity: what it inserts, so a change to it is a change here.
+fn fix_sha256() -> String {
+    prefix::sha256_hex(format!("{}\n{}", kernel_text::MARKER, kernel_text::clause()).as_bytes())
+}
+
+fn provenance(
+    req: &Request,
+    original: &[u8],
+    found_by: FoundBy,
+    texts: Vec<ProvText>,
+) -> Provenance {
+    let p = req.profile;
+    let source_sha256 = prefix::sha256_hex(original);
+    Provenance {
+        tool: format!("rdna1-patch {}", crate::version::VERSION),
+        date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        profile: p.name.clone(),
+        component: "miopen".to_owned(),
+        rocm: prefix::ProvRocm {
+            path: String::new(),
+            version: p.rocm.version.clone(),
+            found: Some(req.rocm.clone()),
+            torch_hip: p.rocm.torch_hip.clone(),
+        },
+        source: prefix::ProvSource {
+            url: format!("file://{}", req.library.display()),
+            tag: "fixed in place".to_owned(),
+            commit: format!("sha256:{source_sha256}"),
+            subdir: None,
+        },
+        patches: vec![prefix::ProvPatch {
+            name: "bn-gfx101x (kernel text, in place)".to_owned(),
+            series: "in-place".to_owned(),
+            sha256: fix_sha256(),
+            marker: Some(kernel_text::MARKER.to_owned()),
+        }],
+        cmake: prefix::ProvCmake {
+            generator: "none (fixed in place)".to_owned(),
+            defines: Default::default(),
+        },
+        library: prefix::ProvLibrary {
+            soname: String::new(),
+            path: String::new(),
+        },
+        files: Vec::new(),
+        local_edits: Vec::new(),
+        in_place: Some(ProvInPlace {
+            source: req.library.display().to_string(),
+            source_sha256,
+            found_by: found_by.name().to_owned(),
+            texts,
+        }),
+    }
+}

@@ -1,0 +1,449 @@
+//! The batch-norm fix as an edit of kernel text: one definition for a
+//! source file (the text may grow) and for a text embedded in a built
+//! libMIOpen (same length: `MIOPEN_KERNEL_<NAME>_SIZE` fixes it).
+//!
+//! MIOpen decides in its batch-norm kernels whether to reduce with GCN DPP
+//! row_bcast, which gfx10 does not have:
+//!
+//! ```text
+//! #if defined(__AMDGCN__) && !(MIO_BN_GFX103X || MIO_BN_GFX110X || MIO_BN_GFX120X)
+//! ```
+//!
+//! (`batchnorm_functions.h` spells each term `(defined(X) && X)` over three
+//! continued lines; later releases add families to the list). The fix adds
+//! clang's own per-target macros to the list, so a kernel compiled for
+//! gfx1010..gfx1013 takes the generic reduction, as gfx103x does.
+//! `__GFX10__` would be shorter, but older compilers (and comgr's own LLVM)
+//! lack it and it covers gfx103x too.
+//!
+//! In a built library the text cannot grow: the room comes from the same
+//! text's comments (runs of decoration such as a licence banner's
+//! asterisks, runs of spaces), never from code and never from another text.
+
+use std::ops::Range;
+
+/// What every fixed text carries, once, as a comment: `verify` looks for
+/// it, and the series' patch carries the same.
+pub const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";
+
+/// The targets the fix adds, as clang predefines them for a device compile.
+pub const ARCHS: [&str; 4] = ["gfx1010", "gfx1011", "gfx1012", "gfx1013"];
+
+/// What was done to one text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The text makes no batch-norm decision: nothing to do.
+    Untouched,
+    /// Every decision already names the gfx101x targets.
+    AlreadyFixed,
+    /// The fixed text, and how many decisions were changed.
+    Fixed { text: Vec<u8>, decisions: usize },
+}
+
+/// Why a text was not fixed; nothing was changed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A batch-norm decision of a shape this fix does not know (line is
+    /// 1-based).
+    Unrecognised { line: usize, found: String },
+    /// Some decisions are fixed and some not: not a text MIOpen shipped.
+    Mixed,
+    /// The comments do not free enough bytes for a same-length edit.
+    NoRoom { needed: usize, available: usize },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unrecognised { line, found } => write!(
+                f,
+                "line {line} decides on the batch-norm reduction as `{found}`, not as `#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)`"
+            ),
+            Refusal::Mixed => write!(
+                f,
+                "some of its batch-norm decisions name gfx101x and some do not"
+            ),
+            Refusal::NoRoom { needed, available } => write!(
+                f,
+                "the fix needs {needed} bytes and the text's comments free only {available}"
+            ),
+        }
+    }
+}
+
+/// The clause added inside the decision's `!( ... )`.
+pub fn clause() -> String {
+    ARCHS
+        .iter()
+        .map(|a| format!(" || defined(__{a}__)"))
+        .collect()
+}
+
+/// Fix `text`. `same_length`: the result has exactly `text`'s length.
+pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
+    let comments = comments(text);
+    let decisions = decisions(text, &comments)?;
+    if decisions.is_empty() {
+        return Ok(Outcome::Untouched);
+    }
+    let fixed = decisions.iter().filter(|d| d.fixed).count();
+    if fixed == decisions.len() {
+        return Ok(Outcome::AlreadyFixed);
+    }
+    if fixed > 0 {
+        return Err(Refusal::Mixed);
+    }
+    let clause = clause();
+    let marker = format!("// {MARKER}\n");
+    // Insertions, as (position, bytes): the clause before each decision's
+    // closing paren, and the marker on its own line before the first
+    // decision where there is room for it too (a lone header may have only
+    // enough for the clause; the kernels that inline it carry the marker).
+    let mut inserts: Vec<(usize, &[u8])> = decisions
+        .iter()
+        .map(|d| (d.close, clause.as_bytes()))
+        .collect();
+    let bare: usize = inserts.iter().map(|(_, b)| b.len()).sum();
+    let runs = if same_length {
+        room(text, &comments)
+    } else {
+        Vec::new()
+    };
+    let available = if same_length {
+        runs.iter().map(Range::len).sum()
+    } else {
+        usize::MAX
+    };
+    if available < bare {
+        return Err(Refusal::NoRoom {
+            needed: bare,
+            available,
+        });
+    }
+    if available - bare >= marker.len() {
+        inserts.insert(0, (decisions[0].line_start, marker.as_bytes()));
+    }
+    let needed: usize = inserts.iter().map(|(_, b)| b.len()).sum();
+    let cuts = if same_length {
+        take(runs, needed)
+    } else {
+        Vec::new()
+    };
+    let mut out = Vec::with_capacity(text.len() + needed);
+    let mut at = 0;
+    let mut events: Vec<(usize, Option<&[u8]>, usize)> = inserts
+        .iter()
+        .map(|(p, b)| (*p, Some(*b), 0))
+        .chain(cuts.iter().map(|r| (r.start, None, r.end)))
+        .collect();
+    events.sort_by_key(|e| (e.0, e.1.is_none()));
+    for (pos, insert, end) in events {
+        out.extend_from_slice(&text[at..pos]);
+        at = pos;
+        match insert {
+            Some(b) => out.extend_from_slice(b),
+            None => at = end,
+        }
+    }
+    out.extend_from_slice(&text[at..]);
+    debug_assert!(!same_length || out.len() == text.len());
+    Ok(Outcome::Fixed {
+        text: out,
+        decisions: decisions.len(),
+    })
+}
+
+/// The byte ranges of comments (`//` to the line's end, `/* */`), with
+/// string and character literals skipped so that a quote cannot open one.
+fn comments(text: &[u8]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        match (text[i], text.get(i + 1)) {
+            (b'/', Some(b'/')) => {
+                let end = memchr::memchr(b'\n', &text[i..]).map_or(text.len(), |n| i + n);
+                out.push(i..end);
+                i = end;
+            }
+            (b'/', Some(b'*')) => {
+                let end = memchr::memmem::find(&text[i + 2..], b"*/")
+                    .map_or(text.len(), |n| i + 2 + n + 2);
+                out.push(i..end);
+                i = end;
+            }
+            (q @ (b'"' | b'\''), _) => {
+                i += 1;
+                while i < text.len() && text[i] != q && text[i] != b'\n' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+fn in_comment(comments: &[Range<usize>], at: usize) -> bool {
+    comments.iter().any(|c| c.contains(&at))
+}
+
+/// One batch-norm decision: where its line starts, where its `!( ... )`
+/// closes, and whether it names gfx101x already.
+struct Decision {
+    line_start: usize,
+    close: usize,
+    fixed: bool,
+}
+
+/// Every `#if`/`#elif` outside comments that mentions both `__AMDGCN__`
+/// and an `MIO_BN_GFX` family; each must be of the known shape.
+fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Refusal> {
+    let mut out = Vec::new();
+    let mut line_start = 0;
+    let mut line_no = 1;
+    while line_start < text.len() {
+        let (directive_end, lines) = logical_line(text, line_start);
+        let raw = &text[line_start..directive_end];
+        let trimmed = raw.trim_ascii_start();
+        let is_if = trimmed.starts_with(b"#")
+            && !in_comment(comments, directive_end - trimmed.len())
+            && matches!(
+                std::str::from_utf8(&trimmed[1..]).map(|s| s
+                    .trim_start()
+                    .split(|c: char| !c.is_ascii_alphabetic())
+                    .next()),
+                Ok(Some("if" | "elif"))
+            );
+        let mentions = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
+        if is_if && mentions(b"__AMDGCN__") && mentions(b"MIO_BN_GFX") {
+            let d =
+                decision(text, line_start, directive_end).ok_or_else(|| Refusal::Unrecognised {
+                    line: line_no,
+                    found: normalized(raw),
+                })?;
+            out.push(d);
+        }
+        line_no += lines;
+        line_start = directive_end + 1;
+    }
+    Ok(out)
+}
+
+/// The end (at its newline, or the text's end) of the logical line that
+/// starts at `start`, following backslash continuations; and how many
+/// physical lines it has.
+fn logical_line(text: &[u8], start: usize) -> (usize, usize) {
+    let mut i = start;
+    let mut lines = 1;
+    loop {
+        let Some(n) = memchr::memchr(b'\n', &text[i..]) else {
+            return (text.len(), lines);
+        };
+        let end = i + n;
+        let body = &text[start..end];
+        if body.trim_ascii_end().ends_with(b"\\")
+            && text[start..].trim_ascii_start().starts_with(b"#")
+        {
+            i = end + 1;
+            lines += 1;
+        } else {
+            return (end, lines);
+        }
+    }
+}
+
+/// The directive with continuations joined and white space folded.
+fn normalized(raw: &[u8]) -> String {
+    let s = String::from_utf8_lossy(raw)
+        .replace("\\\r\n", " ")
+        .replace("\\\n", " ");
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The known shape: `#if defined(__AMDGCN__) && !( TERM || TERM ... )`
+/// where each term is `MIO_BN_GFX<n>X`, `(defined(MIO_BN_GFX<n>X) &&
+/// MIO_BN_GFX<n>X)`, or, once fixed, `defined(__gfx101<n>__)`.
+fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
+    let norm = normalized(&text[start..end]);
+    let expr = norm
+        .strip_prefix('#')?
+        .trim_start()
+        .strip_prefix("if")?
+        .trim_start();
+    let inner = expr
+        .strip_prefix("defined(__AMDGCN__) && !(")
+        .or_else(|| expr.strip_prefix("defined(__AMDGCN__) &&!("))?
+        .strip_suffix(')')?;
+    let mut fixed = false;
+    for term in inner.split("||").map(str::trim) {
+        let family = |t: &str| {
+            t.strip_prefix("MIO_BN_GFX")
+                .and_then(|r| r.strip_suffix('X'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let guarded = term
+            .strip_prefix("(defined(")
+            .and_then(|r| r.strip_suffix(')'))
+            .and_then(|r| r.split_once(") &&"))
+            .is_some_and(|(a, b)| family(a) && a == b.trim());
+        let ours = ARCHS.iter().any(|a| term == format!("defined(__{a}__)"));
+        fixed |= ours;
+        if !(family(term) || guarded || ours) {
+            return None;
+        }
+    }
+    // The `!(` group's closing paren in the raw bytes.
+    let open = start + memchr::memmem::find(&text[start..end], b"!(")? + 1;
+    let mut depth = 0i32;
+    for (i, b) in text[open..end].iter().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(Decision {
+                        line_start: start,
+                        close: open + i,
+                        fixed,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Byte ranges of comments that can go without changing what the compiler
+/// sees: each run of two or more of the same decoration character, or of
+/// spaces, keeps one.
+fn room(text: &[u8], comments: &[Range<usize>]) -> Vec<Range<usize>> {
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    for c in comments {
+        // Inside the delimiters only: `/*`, `*/` and `//` stay whole.
+        let body = if text[c.start + 1] == b'*' {
+            c.start + 2..c.end.saturating_sub(2).max(c.start + 2)
+        } else {
+            c.start + 2..c.end
+        };
+        let mut i = body.start;
+        while i < body.end {
+            let b = text[i];
+            let mut j = i;
+            while j < body.end && text[j] == b {
+                j += 1;
+            }
+            let keep = match b {
+                b'*' | b'=' | b'-' | b'#' | b'/' | b'~' | b'_' | b'+' | b' ' => 1,
+                _ => j - i,
+            };
+            if j - i > keep {
+                runs.push(i + keep..j);
+            }
+            i = j;
+        }
+    }
+    runs
+}
+
+/// `needed` bytes of `runs`, from the longest runs first; sorted by
+/// position.
+fn take(mut runs: Vec<Range<usize>>, needed: usize) -> Vec<Range<usize>> {
+    runs.sort_by_key(|r| std::cmp::Reverse(r.len()));
+    let mut left = needed;
+    let mut cuts = Vec::new();
+    for r in runs {
+        if left == 0 {
+            break;
+        }
+        let take = r.len().min(left);
+        cuts.push(r.end - take..r.end);
+        left -= take;
+    }
+    cuts.sort_by_key(|r| r.start);
+    cuts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BANNER: &str = "/*******************************************************************************\n * A licence, in our words.\n *******************************************************************************/\n";
+    const DECISION: &str =
+        "#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || MIO_BN_GFX110X || MIO_BN_GFX120X)";
+    const GUARDED: &str = "#if defined(__AMDGCN__) &&                           \\\n    !((defined(MIO_BN_GFX103X) && MIO_BN_GFX103X) || \\\n      (defined(MIO_BN_GFX110X) && MIO_BN_GFX110X))";
+
+    fn text(decisions: &[&str]) -> String {
+        let mut t = format!("{BANNER}{BANNER}#define MIOPEN_USE_AMDGCN 0\n");
+        for d in decisions {
+            t.push_str(&format!(
+                "{d}\n#undef MIOPEN_USE_AMDGCN\n#define MIOPEN_USE_AMDGCN 1\n#endif\n"
+            ));
+        }
+        t.push_str("__kernel void k() { /* \"not a string */ }\n");
+        t
+    }
+
+    fn fixed(t: &str, same: bool) -> String {
+        match fix(t.as_bytes(), same).unwrap() {
+            Outcome::Fixed { text, .. } => String::from_utf8(text).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn both_shapes_get_the_clause_and_keep_their_length() {
+        let t = text(&[DECISION, GUARDED]);
+        let f = fixed(&t, true);
+        assert_eq!(f.len(), t.len());
+        assert!(f.contains(&format!("MIO_BN_GFX120X{})", clause())), "{f}");
+        assert!(
+            f.contains(&format!("&& MIO_BN_GFX110X){})", clause())),
+            "{f}"
+        );
+        assert!(f.contains(MARKER));
+        // Only comments shrank: the code lines are the grown ones, the rest as they were.
+        assert!(f.contains(" * A licence, in our words.\n"));
+        assert!(f.contains("__kernel void k() { /* \"not a string */ }\n"));
+        let grown = fixed(&t, false);
+        assert_eq!(grown.len(), t.len() + 2 * clause().len() + MARKER.len() + 4);
+        assert!(grown.contains(BANNER));
+    }
+
+    #[test]
+    fn fixed_unknown_mixed_and_roomless_texts_are_told_apart() {
+        let t = text(&[DECISION]);
+        assert_eq!(
+            fix(fixed(&t, true).as_bytes(), true),
+            Ok(Outcome::AlreadyFixed)
+        );
+        assert_eq!(fix(b"__kernel void k() {}\n", true), Ok(Outcome::Untouched));
+        // A future family is still a known shape.
+        let future = DECISION.replace("120X)", "120X || MIO_BN_GFX125X)");
+        assert!(matches!(
+            fix(text(&[&future]).as_bytes(), true),
+            Ok(Outcome::Fixed { .. })
+        ));
+        let odd = "#if defined(__AMDGCN__) && MIO_BN_GFX103X == 0";
+        assert_eq!(
+            fix(text(&[odd]).as_bytes(), true),
+            Err(Refusal::Unrecognised {
+                line: 8,
+                found: odd.to_owned()
+            })
+        );
+        let half = format!("{}{}", text(&[DECISION]), fixed(&text(&[DECISION]), false));
+        assert_eq!(fix(half.as_bytes(), true), Err(Refusal::Mixed));
+        let bare = format!("{DECISION}\n#endif\n");
+        assert!(matches!(
+            fix(bare.as_bytes(), true),
+            Err(Refusal::NoRoom { .. })
+        ));
+        // Commented out, a decision is no decision.
+        assert_eq!(
+            fix(format!("/*\n{DECISION}\n*/\n").as_bytes(), true),
+            Ok(Outcome::Untouched)
+        );
+    }
+}

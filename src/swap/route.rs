@@ -1,0 +1,163 @@
+//! Which way a fixed MIOpen gets into torch: a build (or a pull) already in
+//! the prefix, or torch's own library fixed in place (`inplace`).
+//!
+//! The in-place fix acts only where MIOpen compiles its kernels for the
+//! real chip: a torch with gfx101x code of its own (TheRock's
+//! `torch[device-gfx1010]`, a gfx101X-dgpu family, a distribution's build).
+//! A torch without gfx101x code runs under HSA_OVERRIDE_GFX_VERSION=10.3.0,
+//! MIOpen sees gfx1030 and the batch-norm fix changes nothing: it is never
+//! offered there.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::builder::profile::Profile;
+use crate::error::hint;
+use crate::swap::torch::{Layout, Torch};
+
+/// TheRock's native gfx101x torch, as its RELEASES.md installs a multi-arch
+/// torch with one device's code.
+pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
+
+/// The targets whose batch norm the fix is for.
+const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];
+
+/// What chip torch's MIOpen compiles its kernels for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chip {
+    /// The real gfx101x: torch carries code for it. What says so.
+    Native(String),
+    /// gfx1030 under the override: torch has GPU code, none for gfx101x.
+    Override(String),
+    /// Not known (torch's GPU code could not be read).
+    Unknown(String),
+}
+
+pub fn chip(torch: &Torch) -> Chip {
+    match &torch.layout {
+        Layout::RocmSdk(sdk) => {
+            let f = &sdk.family;
+            if f.starts_with("gfx101") || RDNA1.iter().any(|t| f.contains(t)) {
+                Chip::Native(format!("rocm-sdk {f}"))
+            } else {
+                Chip::Override(format!("rocm-sdk {f}, no gfx101x device code"))
+            }
+        }
+        Layout::Bundled => match crate::fatbin::read(&torch.dir.join("lib/libtorch_hip.so")) {
+            Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
+                "libtorch_hip.so has code for {}",
+                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Ok(Some(code)) if !code.archs.is_empty() => Chip::Override(format!(
+                "libtorch_hip.so has code for {} and none for gfx101x",
+                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Ok(_) => Chip::Unknown("libtorch_hip.so carries no readable GPU code".into()),
+            Err(e) => Chip::Unknown(format!("libtorch_hip.so cannot be read: {e:#}")),
+        },
+    }
+}
+
+/// Which route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Built,
+    InPlace,
+}
+
+pub struct Route {
+    pub choice: Choice,
+    pub why: String,
+}
+
+/// Whether every fix the profile's series makes is one the in-place edit
+/// makes too: all its patches touch OpenCL kernel texts alone.
+pub fn kernel_text_only(profile: &Profile) -> bool {
+    let Ok(component) = profile.component("miopen") else {
+        return false;
+    };
+    let Ok(series) = profile
+        .series_dir(component)
+        .and_then(|d| crate::builder::patch::Series::load(&d))
+    else {
+        return false;
+    };
+    let files: Vec<String> = series
+        .patches
+        .iter()
+        .flat_map(|p| {
+            p.text
+                .lines()
+                .filter_map(|l| l.strip_prefix("+++ b/"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    !files.is_empty()
+        && files
+            .iter()
+            .all(|f| f.starts_with("src/kernels/") && (f.ends_with(".cl") || f.ends_with(".h")))
+}
+
+/// The route for this torch, profile and prefix. `forced` is the user's
+/// flag. A finished build in the prefix is the user's own work and wins.
+/// `built`: the prefix holds a finished build (not one made in place).
+pub fn choose(
+    forced: Option<Choice>,
+    built: bool,
+    prefix: &Path,
+    torch: &Torch,
+    profile: &Profile,
+) -> Result<Route> {
+    let chip = chip(torch);
+    if forced == Some(Choice::Built) {
+        return Ok(Route {
+            choice: Choice::Built,
+            why: "--built: the build in the prefix".into(),
+        });
+    }
+    if forced == Some(Choice::InPlace) {
+        if let Chip::Override(what) = &chip {
+            return Err(inert(torch, what));
+        }
+        return Ok(Route {
+            choice: Choice::InPlace,
+            why: "--in-place: torch's own MIOpen, its batch-norm kernel texts fixed".into(),
+        });
+    }
+    if built {
+        return Ok(Route {
+            choice: Choice::Built,
+            why: format!("the build in {}", prefix.display()),
+        });
+    }
+    Ok(match (&chip, kernel_text_only(profile)) {
+        (Chip::Native(what), true) => Route {
+            choice: Choice::InPlace,
+            why: format!(
+                "MIOpen sees the real chip ({what}) and every fix profile {} makes is kernel text: torch's own library is fixed in place, no build",
+                profile.name
+            ),
+        },
+        _ => Route {
+            choice: Choice::Built,
+            why: format!(
+                "profile {} is built (nothing in the prefix yet)",
+                profile.name
+            ),
+        },
+    })
+}
+
+fn inert(torch: &Torch, what: &str) -> anyhow::Error {
+    hint(
+        format!(
+            "the in-place fix would change nothing for torch {}: {what}, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works",
+            torch.version
+        ),
+        format!(
+            "for the fix to act, use a torch with gfx101x code: TheRock's `{NATIVE_TORCH}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"
+        ),
+    )
+}

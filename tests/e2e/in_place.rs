@@ -1,0 +1,204 @@
+//! The in-place route: torch's own libMIOpen, whose embedded batch-norm
+//! kernel texts (the fake runtime embeds the tests' own texts the way
+//! MIOpen's build does) are fixed where they lie, then swapped in,
+//! verified and rolled back like any build.
+
+use std::path::{Path, PathBuf};
+
+use rdna1_testkit::{FakeTorch, TorchKind, fat_library_linking};
+
+use crate::support::{Run, Sandbox, contains_bytes, runtime};
+
+const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";
+const HIP64: &str = "6.4.43484-123eb5128";
+
+/// A torch for ROCm 6.4 whose libtorch_hip.so carries code for `archs`
+/// and loads torch/lib/libMIOpen.so, as a build of torch for those
+/// targets does.
+fn torch_with_code(sb: &Sandbox, archs: &[&str]) -> FakeTorch {
+    let torch = FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Rocm,
+        "2.6.0+rocm6.4",
+        HIP64,
+    );
+    let lib = torch.lib.display().to_string();
+    let built = fat_library_linking(
+        &sb.root,
+        archs,
+        &["-L", &lib, "-lMIOpen", "-lamdhip64", "-Wl,-rpath,$ORIGIN"],
+    );
+    std::fs::copy(built, torch.lib.join("libtorch_hip.so")).unwrap();
+    torch
+}
+
+fn install(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut args = vec!["--profile", "rocm-6.4.3"];
+    args.extend(extra);
+    sb.install(&args)
+}
+
+/// The pip RECORD line's hash of torch's library, as a reinstall checks it.
+fn md5(path: &Path) -> String {
+    let out = std::process::Command::new("md5sum")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..32].to_owned()
+}
+
+fn prefix_lib(sb: &Sandbox) -> PathBuf {
+    sb.prefix.join("lib/libMIOpen.so")
+}
+
+#[test]
+fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+
+    let dry = install(&sb, &["--dry-run"]).ok();
+    dry.says("MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix profile rocm-6.4.3 makes is kernel text")
+        .says("would fix");
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    assert!(!sb.prefix.join("share/rdna1-patch/MD5SUMS").exists());
+
+    let run = install(&sb, &[]).ok();
+    run.says("Fixed MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL (2 batch-norm decisions)")
+        .says("Fixed MIOPEN_KERNEL_BATCHNORM_FUNCTIONS_INCLUDE (1 batch-norm decisions)")
+        .says("3 of 4 kernel texts fixed (found by dynamic symbols)")
+        .says("no relink")
+        .says("Installed");
+    let fixed = std::fs::read(torch.miopen()).unwrap();
+    assert_eq!(fixed.len(), original.len(), "the same length");
+    assert!(contains_bytes(&fixed, MARKER));
+    assert!(contains_bytes(&fixed, "|| defined(__gfx1010__)"));
+    // The prefix is a prefix like any other: md5sum agrees, provenance
+    // names the source and every text changed.
+    let check = std::process::Command::new("md5sum")
+        .args(["-c", "share/rdna1-patch/MD5SUMS"])
+        .current_dir(&sb.prefix)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let prov =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(
+        prov.contains("[in_place]") && prov.contains("MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL"),
+        "{prov}"
+    );
+    assert_eq!(std::fs::read(prefix_lib(&sb)).unwrap(), fixed);
+    // torch maps the fixed library.
+    assert!(
+        sb.maps_after_import()
+            .contains(&torch.miopen().display().to_string())
+    );
+    sb.verify(&["--profile", "rocm-6.4.3", "--python", "python3"])
+        .ok()
+        .prints("no problem found");
+
+    let before = md5(&torch.miopen());
+    sb.rollback(&[]).ok().says("copied back from the backup");
+    assert_eq!(
+        std::fs::read(torch.miopen()).unwrap(),
+        original,
+        "byte for byte"
+    );
+    assert_ne!(md5(&torch.miopen()), before);
+}
+
+#[test]
+fn the_texts_are_found_when_the_library_hides_their_symbols() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    std::fs::copy(
+        runtime().join("torch-hidden/lib/libMIOpen.so"),
+        torch.miopen(),
+    )
+    .unwrap();
+    install(&sb, &[])
+        .ok()
+        .says("3 of 3 kernel texts fixed (found by a search of the read-only data (the symbols are hidden))");
+    assert!(contains_bytes(
+        &std::fs::read(torch.miopen()).unwrap(),
+        MARKER
+    ));
+}
+
+#[test]
+fn a_torch_without_gfx101x_code_is_never_offered_the_in_place_fix() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1030"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    // Auto: the build route, which has nothing to install yet.
+    install(&sb, &[]).fails().says("no usable build in");
+    install(&sb, &["--in-place"]).fails().error_is(
+        "error: the in-place fix would change nothing for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
+    );
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+}
+
+#[test]
+fn a_fixed_unknown_or_truncated_library_is_refused_and_nothing_changes() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    let lib = torch.miopen();
+    let original = std::fs::read(&lib).unwrap();
+
+    // An unknown decision: a family test of another shape.
+    let mut odd = original.clone();
+    let at = odd
+        .windows(14)
+        .position(|w| w == b"!(MIO_BN_GFX10")
+        .unwrap();
+    odd[at..at + 2].copy_from_slice(b"(!");
+    std::fs::write(&lib, &odd).unwrap();
+    let run = install(&sb, &["--in-place"]).fails();
+    run.error_is(&format!(
+        "error: cannot fix {} in place: kernel text MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: line [..] decides on the batch-norm reduction as `#if defined(__AMDGCN__) && (!MIO_BN_GFX103X || MIO_BN_GFX110X || MIO_BN_GFX120X)`, not as `#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)`
+help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+        lib.display()
+    ));
+    assert_eq!(std::fs::read(&lib).unwrap(), odd);
+    assert!(!sb.prefix.join("share/rdna1-patch/MD5SUMS").exists());
+
+    // Truncated: the file ends inside a text.
+    let cut = original.len() / 2;
+    std::fs::write(&lib, &original[..cut]).unwrap();
+    install(&sb, &["--in-place"])
+        .fails()
+        .says("is not a library whose kernel texts can be read");
+    assert_eq!(std::fs::read(&lib).unwrap().len(), cut);
+
+    // Already fixed (a library fixed by hand, or by another tool).
+    std::fs::write(&lib, &original).unwrap();
+    install(&sb, &[]).ok();
+    let fixed = std::fs::read(&lib).unwrap();
+    sb.rollback(&[]).ok();
+    std::fs::write(&lib, &fixed).unwrap();
+    let other = Sandbox::new();
+    let run = other.run(&[
+        "install",
+        "--into-torch",
+        "--in-place",
+        "--profile",
+        "rocm-6.4.3",
+        "--prefix",
+        &other.prefix.display().to_string(),
+        "--torch-dir",
+        &torch.dir.display().to_string(),
+        "--state-dir",
+        &other.root.join("state").display().to_string(),
+    ]);
+    run.fails().error_is(&format!(
+        "error: {} already has the fix: 3 batch-norm kernel texts name gfx101x
+help: nothing to do; `rdna1-patch verify` checks what torch loads",
+        lib.display()
+    ));
+}
