@@ -11,10 +11,19 @@
 //!
 //! (`batchnorm_functions.h` spells each term `(defined(X) && X)` over three
 //! continued lines; later releases add families to the list). The fix adds
-//! clang's own per-target macros to the list, so a kernel compiled for
-//! gfx1010..gfx1013 takes the generic reduction, as gfx103x does.
-//! `__GFX10__` would be shorter, but older compilers (and comgr's own LLVM)
-//! lack it and it covers gfx103x too.
+//! `__has_builtin(__builtin_amdgcn_permlanex16)` to the list: true exactly
+//! for gfx10 and later, none of which has row_bcast, so a kernel compiled
+//! for gfx1010..gfx1013 takes the generic reduction, as gfx103x does (the
+//! later families are in the list already).
+//!
+//! Why not clang's `__gfx1010__` macros: MIOpen compiles its OpenCL kernels
+//! through comgr with a precompiled OpenCL header, and the header's
+//! predefines replace the target's. Compiled as MIOpen does it (ADD_
+//! PRECOMPILED_HEADERS, then COMPILE_SOURCE_WITH_DEVICE_LIBS_TO_BC), no
+//! per-target macro is defined, with Debian 12's comgr 5.2.3 and with
+//! ROCm 6.4's comgr 3 alike, while `__has_builtin` is answered for the
+//! target of the compile. `__GFX10__` is absent the same way, and older
+//! compilers lack it.
 //!
 //! In a built library the text cannot grow: the room comes from the same
 //! text's comments (runs of decoration such as a licence banner's
@@ -26,8 +35,20 @@ use std::ops::Range;
 /// it, and the series' patch carries the same.
 pub const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";
 
-/// The targets the fix adds, as clang predefines them for a device compile.
-pub const ARCHS: [&str; 4] = ["gfx1010", "gfx1011", "gfx1012", "gfx1013"];
+/// The term the fix adds to the decision's list: "this target is gfx10 or
+/// later", asked of the compiler in a way comgr's precompiled header does
+/// not hide.
+pub const TERM: &str = "__has_builtin(__builtin_amdgcn_permlanex16)";
+
+/// Terms that say a decision was fixed already: ours, and clang's per-arch
+/// macros, which a fix by hand may have used.
+const FIXED_TERMS: [&str; 5] = [
+    TERM,
+    "defined(__gfx1010__)",
+    "defined(__gfx1011__)",
+    "defined(__gfx1012__)",
+    "defined(__gfx1013__)",
+];
 
 /// What was done to one text.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,10 +94,7 @@ impl std::fmt::Display for Refusal {
 
 /// The clause added inside the decision's `!( ... )`.
 pub fn clause() -> String {
-    ARCHS
-        .iter()
-        .map(|a| format!(" || defined(__{a}__)"))
-        .collect()
+    format!(" || {TERM}")
 }
 
 /// Fix `text`. `same_length`: the result has exactly `text`'s length.
@@ -263,7 +281,7 @@ fn normalized(raw: &[u8]) -> String {
 
 /// The known shape: `#if defined(__AMDGCN__) && !( TERM || TERM ... )`
 /// where each term is `MIO_BN_GFX<n>X`, `(defined(MIO_BN_GFX<n>X) &&
-/// MIO_BN_GFX<n>X)`, or, once fixed, `defined(__gfx101<n>__)`.
+/// MIO_BN_GFX<n>X)`, or, once fixed, one of `FIXED_TERMS`.
 fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
     let norm = normalized(&text[start..end]);
     let expr = norm
@@ -287,7 +305,7 @@ fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
             .and_then(|r| r.strip_suffix(')'))
             .and_then(|r| r.split_once(") &&"))
             .is_some_and(|(a, b)| family(a) && a == b.trim());
-        let ours = ARCHS.iter().any(|a| term == format!("defined(__{a}__)"));
+        let ours = FIXED_TERMS.contains(&term);
         fixed |= ours;
         if !(family(term) || guarded || ours) {
             return None;

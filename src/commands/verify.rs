@@ -20,6 +20,10 @@ pub struct Args {
     /// Also run a small Conv2d forward+backward on the GPU, if there is one
     #[arg(long)]
     smoke: bool,
+    /// Also compile torch's batch-norm kernels for the card through the comgr
+    /// torch loads, as MIOpen does at run time (no GPU needed)
+    #[arg(long)]
+    compile: bool,
     /// Time limit for --runtime and --smoke, in seconds
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
@@ -42,6 +46,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         sysfs: args.report.sysfs.root.clone(),
         jobs: crate::checksum::default_jobs(),
+        compile: args.compile,
     };
     let report = verify::run(&req)?;
     super::print_report(&report, &args.report)

@@ -4,5 +4,6 @@
 
 pub(crate) mod checks;
 pub(crate) mod doctor;
+pub(crate) mod kernels;
 pub(crate) mod status;
 pub(crate) mod verify;

@@ -29,6 +29,8 @@ pub struct VerifyRequest {
     pub timeout: Duration,
     pub sysfs: PathBuf,
     pub jobs: usize,
+    /// Compile torch's batch-norm kernels through its comgr.
+    pub compile: bool,
 }
 
 pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
@@ -61,6 +63,16 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
         torch.as_ref(),
         &mut r,
     );
+    if req.compile {
+        match &torch {
+            Some(t) => crate::inspect::kernels::check(t, &journals, &req.sysfs, &mut r),
+            None => r.push(
+                "kernels",
+                Status::Skip,
+                "no torch to compile the kernels of",
+            ),
+        }
+    }
     if req.runtime {
         match &torch {
             Some(t) => check_runtime(req, t, install.as_ref(), &mut r),

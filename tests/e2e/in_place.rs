@@ -73,7 +73,10 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     let fixed = std::fs::read(torch.miopen()).unwrap();
     assert_eq!(fixed.len(), original.len(), "the same length");
     assert!(contains_bytes(&fixed, MARKER));
-    assert!(contains_bytes(&fixed, "|| defined(__gfx1010__)"));
+    assert!(contains_bytes(
+        &fixed,
+        "|| __has_builtin(__builtin_amdgcn_permlanex16))"
+    ));
     // The prefix is a prefix like any other: md5sum agrees, provenance
     // names the source and every text changed.
     let check = std::process::Command::new("md5sum")
@@ -201,4 +204,91 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
 help: nothing to do; `rdna1-patch verify` checks what torch loads",
         lib.display()
     ));
+}
+
+/// Debian 12's comgr (libamd-comgr2 5.2.3): a real compiler for gfx1010,
+/// where torch bundles its own.
+fn bundle_comgr(torch: &FakeTorch) {
+    let debian = Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2");
+    assert!(
+        debian.exists(),
+        "this test compiles kernels with Debian's comgr: apt-get install libamd-comgr2 libclang-common-15-dev"
+    );
+    std::fs::copy(debian, torch.lib.join("libamd_comgr.so.2")).unwrap();
+}
+
+#[test]
+fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    bundle_comgr(&torch);
+    install(&sb, &[]).ok();
+    let verify = |sysfs: &str| {
+        sb.verify(&[
+            "--profile",
+            "rocm-6.4.3",
+            "--python",
+            "python3",
+            "--compile",
+            "--sysfs-root",
+            sysfs,
+        ])
+    };
+    let card = crate::support::fixtures().join("sysfs/rx5600xt-gfx1010");
+    let run = verify(card.to_str().unwrap()).ok();
+    run.prints(&format!(
+        "2 batch-norm kernels compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
+        torch.lib.join("libamd_comgr.so.2").display()
+    ));
+    // With no card, gfx1010 is assumed, and said.
+    verify("/nonexistent")
+        .ok()
+        .prints("compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr");
+    // The original back in place: its kernels fail to compile for gfx1010.
+    let original = std::fs::read(
+        std::fs::read_dir(sb.root.join("state/backups"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    std::fs::write(torch.miopen(), original).unwrap();
+    let run = verify(card.to_str().unwrap()).check_fails();
+    run.prints("2 of 2 batch-norm kernels do not compile for gfx1010")
+        .prints("MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: ")
+        .prints("cannot compile inline asm");
+}
+
+/// The same compile, target by target: only gfx101x fails pristine, and
+/// the fix changes nothing that compiled before (the gfx1030 control, and
+/// gfx906, which keeps its DPP reduction).
+#[test]
+fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() {
+    use rdna1_patch::{comgr::Comgr, embedded, kernel_check};
+    let comgr = Comgr::open(Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"))
+        .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    let pristine = std::fs::read(runtime().join("torch/lib/libMIOpen.so")).unwrap();
+    let mut fixed = pristine.clone();
+    embedded::fix(&mut fixed).unwrap().unwrap();
+    let failing = |lib: &[u8], arch: &str| {
+        let rows = kernel_check::check(&comgr, lib, arch).unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        rows.iter().filter(|r| !r.ok()).count()
+    };
+    for (arch, pristine_fails) in [
+        ("gfx1010", 2),
+        ("gfx1011", 2),
+        ("gfx1012", 2),
+        ("gfx1030", 0),
+        ("gfx906", 0),
+    ] {
+        assert_eq!(
+            failing(&pristine, arch),
+            pristine_fails,
+            "pristine on {arch}"
+        );
+        assert_eq!(failing(&fixed, arch), 0, "fixed on {arch}");
+    }
 }
