@@ -43,6 +43,19 @@ fn is_batch_norm_kernel(text: &[u8]) -> bool {
         )
 }
 
+/// One kernel text compiled for `arch` in each of its variants.
+pub fn compile_text(comgr: &Comgr, name: &str, text: &[u8], arch: &str) -> Row {
+    compile(
+        comgr,
+        &Text {
+            name: name.to_owned(),
+            range: 0..text.len(),
+        },
+        text,
+        arch,
+    )
+}
+
 fn compile(comgr: &Comgr, t: &Text, text: &[u8], arch: &str) -> Row {
     let mut variants: Vec<u32> = String::from_utf8_lossy(text)
         .match_indices("MIO_BN_VARIANT")

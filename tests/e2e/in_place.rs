@@ -292,3 +292,58 @@ fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() 
         assert_eq!(failing(&fixed, arch), 0, "fixed on {arch}");
     }
 }
+
+/// The two forms of the fix, the series' patch for source trees and the
+/// in-place edit of a text, compile the same way: each kernel, through
+/// Debian's comgr, for the RDNA1 targets, the gfx1030 control and gfx906.
+#[test]
+fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
+    use rdna1_patch::{comgr::Comgr, kernel_check, kernel_text};
+    let comgr = Comgr::open(Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"))
+        .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    let patch = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("patches/miopen/bn-gfx101x/0004-batchnorm-gfx101x.patch"),
+    )
+    .unwrap();
+    // The block the series adds before each kernel's own decision.
+    let hunk = patch.split("\n@@ ").nth(1).unwrap();
+    let block: String = hunk
+        .lines()
+        .take_while(|l| !l.starts_with("diff "))
+        .filter_map(|l| l.strip_prefix('+'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(block.contains("#define MIO_BN_GFX103X 1"), "{block}");
+    let kernels = crate::support::fixtures().join("fake-runtime/kernels");
+    for k in [
+        "MIOpenBatchNormFwdTrainSpatial.cl",
+        "MIOpenBatchNormBwdSpatial.cl",
+    ] {
+        let text = std::fs::read_to_string(kernels.join(k)).unwrap();
+        let patched = text.replacen(
+            "#define MIOPEN_USE_AMDGCN 0\n",
+            &format!("{block}#define MIOPEN_USE_AMDGCN 0\n"),
+            1,
+        );
+        let kernel_text::Outcome::Fixed { text: edited, .. } =
+            kernel_text::fix(text.as_bytes(), false).unwrap()
+        else {
+            panic!("{k} was not fixed")
+        };
+        for arch in ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx906"] {
+            let by_patch = kernel_check::compile_text(&comgr, k, patched.as_bytes(), arch);
+            let by_edit = kernel_check::compile_text(&comgr, k, &edited, arch);
+            let pristine = kernel_check::compile_text(&comgr, k, text.as_bytes(), arch);
+            assert!(
+                by_patch.ok() && by_edit.ok(),
+                "{k} on {arch}: {by_patch:?} {by_edit:?}"
+            );
+            assert_eq!(
+                pristine.ok(),
+                !arch.starts_with("gfx101"),
+                "{k} pristine on {arch}"
+            );
+        }
+    }
+}
