@@ -219,7 +219,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     };
     let outcome = txn::swap(&locked, &swap);
     let _ = fsutil::remove_own_file(&staged);
-    report(&outcome?, &torch, ui);
+    report(&outcome?, &torch, &req.torch, ui);
     Ok(())
 }
 
@@ -374,7 +374,9 @@ fn stage(
     Ok(Some(r))
 }
 
-fn report(outcome: &SwapOutcome, torch: &Torch, ui: &Ui) {
+/// Say what was done; after a real swap, MIOpen's cached batch-norm
+/// kernels are forgotten (`kernel_cache`).
+fn report(outcome: &SwapOutcome, torch: &Torch, loc: &torch::Locator, ui: &Ui) {
     match outcome {
         SwapOutcome::Installed(j) => {
             ui.stage(
@@ -391,6 +393,7 @@ fn report(outcome: &SwapOutcome, torch: &Torch, ui: &Ui) {
                 "the original is kept in {}; `rdna1-patch rollback` puts it back",
                 j.backup.display()
             ));
+            crate::swap::kernel_cache::after_swap(loc, ui);
         }
         SwapOutcome::AlreadyInstalled(j) => ui.stage(
             "Installed",

@@ -5,6 +5,7 @@
 
 pub(crate) mod advice;
 pub(crate) mod into_torch;
+pub(crate) mod kernel_cache;
 pub(crate) mod linker;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;

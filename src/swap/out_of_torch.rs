@@ -56,6 +56,9 @@ pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<Strin
             for (j, already) in done {
                 restored(&j, already, ui);
             }
+            if let Some(torch) = torch {
+                crate::swap::kernel_cache::after_swap(torch, ui);
+            }
         }
     }
     Ok(Vec::new())

@@ -232,6 +232,10 @@ impl Sandbox {
 
     fn env(&self, c: &mut Command) {
         c.current_dir(&self.root)
+            // MIOpen's kernel cache is ~/.cache/miopen: never the real one.
+            .env("HOME", self.root.join("home"))
+            .env_remove("MIOPEN_CUSTOM_CACHE_DIR")
+            .env_remove("MIOPEN_DISABLE_CACHE")
             .env("XDG_CACHE_HOME", self.root.join("xdg-cache"))
             .env("XDG_STATE_HOME", self.root.join("xdg-state"))
             .env("PYTHONPATH", self.root.join("site"))

@@ -1,0 +1,135 @@
+//! MIOpen's cache of compiled kernels, after the library under it changed.
+//!
+//! MIOpen keeps the code objects it compiles in a per-user SQLite file,
+//! `~/.cache/miopen/<version>/<arch>_<CUs>.ukdb` (exactly
+//! `$MIOPEN_CUSTOM_CACHE_DIR` when that is set), keyed by kernel file name
+//! and build options, not by the kernel's text. A failed compile is never
+//! cached, so installing a fix leaves nothing stale; but after a rollback
+//! the kernels compiled from the fixed texts would still be served, and
+//! batch norm would go on working with a library that cannot build it. So
+//! after every swap the batch-norm kernels of the gfx101x caches are
+//! forgotten (the rest of the cache, convolutions included, is kept), and
+//! MIOpen compiles them again from the library now in place.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+/// What was done, for the user to read.
+pub struct Forgotten {
+    /// (file, batch-norm kernels removed from it).
+    pub files: Vec<(PathBuf, usize)>,
+    /// Why nothing was looked at, when nothing was.
+    pub note: Option<String>,
+}
+
+/// The cache directories MIOpen of any version uses for this user.
+fn cache_dirs() -> Vec<PathBuf> {
+    if let Some(custom) = std::env::var_os("MIOPEN_CUSTOM_CACHE_DIR").filter(|v| !v.is_empty()) {
+        let custom = PathBuf::from(custom);
+        let custom = match (custom.strip_prefix("~"), std::env::var_os("HOME")) {
+            (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+            _ => custom,
+        };
+        return vec![custom];
+    }
+    let Some(home) = std::env::var_os("HOME") else {
+        return Vec::new();
+    };
+    let root = PathBuf::from(home).join(".cache/miopen");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// The user caches of gfx101x devices in `dir`.
+fn gfx101x_caches(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("gfx101") && n.ends_with(".ukdb"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Deletes the batch-norm kernels, in one transaction, and prints how many.
+const FORGET: &str = r#"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10)
+with db:
+    n = db.execute("DELETE FROM kern_db WHERE kernel_name LIKE 'MIOpenBatchNorm%'").rowcount
+print(n)
+"#;
+
+const FORGET_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Forget the batch-norm kernels MIOpen compiled for gfx101x, with
+/// `python` (its sqlite3 module).
+pub fn forget_batch_norm(python: &Path) -> Result<Forgotten> {
+    if std::env::var("MIOPEN_DISABLE_CACHE")
+        .is_ok_and(|v| matches!(v.as_str(), "1" | "ON" | "on" | "true" | "yes"))
+    {
+        return Ok(Forgotten {
+            files: Vec::new(),
+            note: Some("MIOPEN_DISABLE_CACHE is set: MIOpen keeps no compiled kernels".into()),
+        });
+    }
+    let mut files = Vec::new();
+    for dir in cache_dirs() {
+        for file in gfx101x_caches(&dir) {
+            let mut cmd = std::process::Command::new(python.as_os_str());
+            cmd.args(["-c", FORGET]).arg(&file);
+            let out = crate::proc::run(cmd, FORGET_LIMIT)?;
+            let ok = out.status.is_some_and(|s| s.success());
+            let n = out.stdout.trim().parse::<usize>().ok().filter(|_| ok);
+            let Some(n) = n else {
+                anyhow::bail!(
+                    "cannot remove the batch-norm kernels from MIOpen's cache {}: {}; MIOpen may serve kernels compiled from the library that was in place before: remove that file (MIOpen compiles its kernels again)",
+                    file.display(),
+                    out.stderr.trim().lines().last().unwrap_or("no answer")
+                );
+            };
+            files.push((file, n));
+        }
+    }
+    Ok(Forgotten { files, note: None })
+}
+
+/// Forget them after a swap, and say so; a failure is a warning (the swap
+/// stands), with what to do.
+pub fn after_swap(torch: &crate::swap::torch::Locator, ui: &crate::ui::Ui) {
+    let python = match torch {
+        crate::swap::torch::Locator::Python(p) => p.clone(),
+        crate::swap::torch::Locator::Dir(_) => PathBuf::from("python3"),
+    };
+    match forget_batch_norm(&python) {
+        Ok(f) => {
+            for (file, n) in &f.files {
+                ui.stage(
+                    "Cache",
+                    format!(
+                        "forgot {n} batch-norm kernels MIOpen had compiled, in {} (it compiles them again from the library now in place)",
+                        file.display()
+                    ),
+                );
+            }
+            if let Some(note) = f.note {
+                ui.note(note);
+            }
+        }
+        Err(e) => ui.warn(format!("{e:#}")),
+    }
+}
