@@ -24,6 +24,10 @@ pub struct Args {
     /// torch loads, as MIOpen does at run time (no GPU needed)
     #[arg(long)]
     compile: bool,
+    /// With --compile: compile for this target instead of the machine's
+    /// RDNA1 cards (repeat it for more, e.g. a gfx1030 control)
+    #[arg(long, value_name = "GFX", requires = "compile")]
+    compile_for: Vec<String>,
     /// Time limit for --runtime and --smoke, in seconds
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
@@ -47,6 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         sysfs: args.report.sysfs.root.clone(),
         jobs: crate::checksum::default_jobs(),
         compile: args.compile,
+        compile_for: args.compile_for,
     };
     let report = verify::run(&req)?;
     super::print_report(&report, &args.report)

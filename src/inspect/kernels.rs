@@ -11,9 +11,12 @@ use crate::kernel_check::{self, Row};
 use crate::swap::torch::Torch;
 use crate::swap::txn::{Journal, State};
 
-/// The targets to compile for: the RDNA1 cards of this machine, else
-/// gfx1010 (and why).
-fn targets(sysfs: &Path) -> (Vec<String>, &'static str) {
+/// The targets to compile for: those asked for, else the RDNA1 cards of
+/// this machine, else gfx1010 (and why).
+fn targets(sysfs: &Path, asked: &[String]) -> (Vec<String>, &'static str) {
+    if !asked.is_empty() {
+        return (asked.to_vec(), "");
+    }
     let found = crate::gpu::rdna1_targets(sysfs);
     if found.is_empty() {
         (
@@ -25,7 +28,13 @@ fn targets(sysfs: &Path) -> (Vec<String>, &'static str) {
     }
 }
 
-pub fn check(torch: &Torch, journals: &[Journal], sysfs: &Path, r: &mut CheckReport) {
+pub fn check(
+    torch: &Torch,
+    journals: &[Journal],
+    sysfs: &Path,
+    asked: &[String],
+    r: &mut CheckReport,
+) {
     let dirs = torch.runtime_dirs();
     let Some(path) = comgr::find(&dirs) else {
         r.push_fix(
@@ -51,7 +60,7 @@ pub fn check(torch: &Torch, journals: &[Journal], sysfs: &Path, r: &mut CheckRep
         .rev()
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
         .map(|j| j.backup.clone());
-    let (archs, why) = targets(sysfs);
+    let (archs, why) = targets(sysfs, asked);
     for arch in &archs {
         let installed = rows(&comgr, &torch.target, arch);
         let pristine = original.as_deref().map(|o| rows(&comgr, o, arch));

@@ -31,6 +31,8 @@ pub struct VerifyRequest {
     pub jobs: usize,
     /// Compile torch's batch-norm kernels through its comgr.
     pub compile: bool,
+    /// The targets to compile for; empty: the machine's RDNA1 cards.
+    pub compile_for: Vec<String>,
 }
 
 pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
@@ -65,7 +67,9 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
     );
     if req.compile {
         match &torch {
-            Some(t) => crate::inspect::kernels::check(t, &journals, &req.sysfs, &mut r),
+            Some(t) => {
+                crate::inspect::kernels::check(t, &journals, &req.sysfs, &req.compile_for, &mut r)
+            }
             None => r.push(
                 "kernels",
                 Status::Skip,

@@ -240,6 +240,19 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
         "2 batch-norm kernels compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
         torch.lib.join("libamd_comgr.so.2").display()
     ));
+    // A target asked for: the gfx1030 control, where nothing failed before.
+    sb.verify(&[
+        "--profile",
+        "rocm-6.4.3",
+        "--python",
+        "python3",
+        "--compile",
+        "--compile-for",
+        "gfx1030",
+    ])
+    .ok()
+    .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
+    .prints("the original's: 0 of 2 fail");
     // With no card, gfx1010 is assumed, and said.
     verify("/nonexistent")
         .ok()
