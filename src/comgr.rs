@@ -300,6 +300,9 @@ impl Owned<'_> {
             )?;
             Self::ok((api.set_logging)(info, true), "log")?;
         }
+        // comgr's assembler reports to the process's stderr as well as to
+        // the log; the log is what is shown, once.
+        let _quiet = Quiet::stderr();
         let mut from = input;
         for (step, what) in [
             (actions.add_pch, "add the OpenCL header"),
@@ -354,5 +357,42 @@ impl Owned<'_> {
             }
         }
         text
+    }
+}
+
+/// stderr sent to /dev/null while it lives, then put back.
+struct Quiet {
+    saved: i32,
+}
+
+impl Quiet {
+    fn stderr() -> Option<Quiet> {
+        // SAFETY: plain descriptor calls; on any failure nothing changes.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if null < 0 {
+                return None;
+            }
+            let saved = libc::dup(2);
+            let ok = saved >= 0 && libc::dup2(null, 2) >= 0;
+            libc::close(null);
+            if !ok {
+                if saved >= 0 {
+                    libc::close(saved);
+                }
+                return None;
+            }
+            Some(Quiet { saved })
+        }
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        // SAFETY: restores the descriptor saved above, once.
+        unsafe {
+            libc::dup2(self.saved, 2);
+            libc::close(self.saved);
+        }
     }
 }

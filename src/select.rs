@@ -96,3 +96,66 @@ fn nearest<'a>(profiles: &'a [Profile], line: &str) -> Option<&'a str> {
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or(text)
 }
+
+/// What a build, or the in-place fix, would change for a torch: said the
+/// same way by doctor, build and install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// MIOpen sees the real chip and every fix is kernel text: fixed in
+    /// place by `install --into-torch`, no build.
+    InPlace(String),
+    /// A build (or a pull) is the way.
+    Build(String),
+    /// Every patch of the profile is inert for this torch: nothing to do.
+    Inert(String),
+}
+
+impl Plan {
+    pub fn detail(&self) -> &str {
+        match self {
+            Plan::InPlace(d) | Plan::Build(d) | Plan::Inert(d) => d,
+        }
+    }
+}
+
+pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
+    use crate::swap::route::{self, Chip};
+    let name = &profile.name;
+    match route::chip(t) {
+        Chip::Native(what) if route::kernel_text_only(profile) => Plan::InPlace(format!(
+            "torch's MIOpen sees the real chip ({what}) and every fix of profile {name} is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build"
+        )),
+        Chip::Native(what) => Plan::Build(format!(
+            "MIOpen sees the real chip ({what}); profile {name} is built"
+        )),
+        Chip::Override(what) if route::batch_norm_only(profile) => Plan::Inert(format!(
+            "{what}: torch runs under HSA_OVERRIDE_GFX_VERSION=10.3.0, MIOpen compiles its kernels for gfx1030, and every patch of profile {name} fixes batch norm's kernels for gfx101x, so a build would change nothing"
+        )),
+        Chip::Override(what) => Plan::Build(format!(
+            "{what}: under HSA_OVERRIDE_GFX_VERSION=10.3.0 the batch-norm patch of profile {name} is inert, its detection and fast-Find patches act"
+        )),
+        Chip::Unknown(what) => Plan::Build(format!(
+            "{what}, so what MIOpen sees is not known; profile {name} is built"
+        )),
+    }
+}
+
+/// For `build`: an error where the profile was chosen for a torch for which
+/// it changes nothing (a named profile gets a warning instead), and what to
+/// say otherwise.
+pub fn build_plan(profile: &Profile, loc: &Locator, named: bool) -> Result<Option<Plan>> {
+    let Ok(t) = torch::locate(loc) else {
+        return Ok(None);
+    };
+    let p = plan(profile, &t);
+    if let (Plan::Inert(why), false) = (&p, named) {
+        return Err(hint(
+            format!("nothing to build for torch {}: {why}", t.version),
+            format!(
+                "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
+                crate::swap::route::NATIVE_TORCH
+            ),
+        ));
+    }
+    Ok(Some(p))
+}

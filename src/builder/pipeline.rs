@@ -38,6 +38,8 @@ pub struct Options {
     pub profile: Profile,
     /// Why this profile, when it was chosen for the user's torch.
     pub profile_why: Option<String>,
+    /// What this build changes for the user's torch (`select::plan`).
+    pub route: Option<String>,
     pub component: String,
     pub work_dir: WorkDir,
     pub prefix: Option<PathBuf>,
@@ -370,6 +372,9 @@ impl BuildPlan<'_> {
                 .map(|w| format!(", chosen {w}"))
                 .unwrap_or_default()
         ));
+        if let Some(route) = &self.opts.route {
+            lines.push(format!("route:     {route}"));
+        }
         lines.push(format!(
             "source:    {} {} commit {}{}",
             c.url,
@@ -450,6 +455,9 @@ impl BuildPlan<'_> {
     fn announce(&self, ui: &Ui) {
         if let Some(why) = &self.opts.profile_why {
             ui.stage("Profile", format!("{} {why}", self.opts.profile.name));
+        }
+        if let Some(route) = &self.opts.route {
+            ui.stage("Route", route);
         }
         if let Some(note) = &self.compiler_note {
             ui.stage("Compiler", note);

@@ -129,6 +129,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
+    let plan = crate::select::build_plan(
+        &profile,
+        &args.torch.locator(),
+        args.profile.profile.is_some(),
+    )?;
     let config = crate::config::Config::load()?;
     let caches: Vec<_> = if args.no_caches {
         Vec::new()
@@ -155,6 +160,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = pipeline::Options {
         profile,
         profile_why,
+        route: plan.map(|p| match p {
+            crate::select::Plan::Inert(why) => {
+                format!("warning: {why} (building anyway: --profile)")
+            }
+            other => other.detail().to_owned(),
+        }),
         component: args.component,
         work_dir: WorkDir::new(args.work_dir.as_deref())?,
         prefix: args.prefix,

@@ -28,7 +28,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let req = DoctorRequest {
-        profile: args.profile.load()?,
+        // The profile build and install would take for this torch.
+        profile: match args.profile.for_torch(&args.torch) {
+            Ok((p, _)) => p,
+            Err(_) => args.profile.load()?,
+        },
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
         sysfs: args.report.sysfs.root.clone(),

@@ -177,6 +177,9 @@ fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::Code
     {
         devel_sdk(python, r);
     }
+    if let Some(Ok(t)) = &torch {
+        route(&req.profile, t, r);
+    }
     let code = torch
         .as_ref()
         .and_then(|t| t.as_ref().ok())
@@ -551,5 +554,21 @@ fn gfx_override(
     match a.fix {
         Some(fix) => r.push_fix("override", status, a.detail, fix),
         None => r.push("override", status, a.detail),
+    }
+}
+
+/// The route for this torch, as build and install take it (`select::plan`).
+fn route(profile: &crate::builder::profile::Profile, t: &torch::Torch, r: &mut CheckReport) {
+    match crate::select::plan(profile, t) {
+        crate::select::Plan::Inert(why) => r.push_fix(
+            "route",
+            Status::Warn,
+            why,
+            format!(
+                "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
+                crate::swap::route::NATIVE_TORCH
+            ),
+        ),
+        other => r.push("route", Status::Ok, other.detail()),
     }
 }

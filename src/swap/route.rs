@@ -71,19 +71,18 @@ pub struct Route {
     pub why: String,
 }
 
-/// Whether every fix the profile's series makes is one the in-place edit
-/// makes too: all its patches touch OpenCL kernel texts alone.
-pub fn kernel_text_only(profile: &Profile) -> bool {
+/// The files the profile's series patches.
+fn patched_files(profile: &Profile) -> Vec<String> {
     let Ok(component) = profile.component("miopen") else {
-        return false;
+        return Vec::new();
     };
     let Ok(series) = profile
         .series_dir(component)
         .and_then(|d| crate::builder::patch::Series::load(&d))
     else {
-        return false;
+        return Vec::new();
     };
-    let files: Vec<String> = series
+    series
         .patches
         .iter()
         .flat_map(|p| {
@@ -93,11 +92,25 @@ pub fn kernel_text_only(profile: &Profile) -> bool {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         })
-        .collect();
+        .collect()
+}
+
+/// Whether every fix the profile's series makes is one the in-place edit
+/// makes too: all its patches touch OpenCL kernel texts alone (7.x's HIP
+/// `configuration.hpp` is not one it knows yet).
+pub fn kernel_text_only(profile: &Profile) -> bool {
+    let files = patched_files(profile);
     !files.is_empty()
         && files
             .iter()
             .all(|f| f.starts_with("src/kernels/") && (f.ends_with(".cl") || f.ends_with(".h")))
+}
+
+/// Whether the profile's series fixes batch norm's kernels and nothing
+/// else: then it changes nothing where MIOpen compiles for gfx1030.
+pub fn batch_norm_only(profile: &Profile) -> bool {
+    let files = patched_files(profile);
+    !files.is_empty() && files.iter().all(|f| f.starts_with("src/kernels/"))
 }
 
 /// The route for this torch, profile and prefix. `forced` is the user's
@@ -132,6 +145,11 @@ pub fn choose(
             why: format!("the build in {}", prefix.display()),
         });
     }
+    if let Chip::Override(what) = &chip
+        && batch_norm_only(profile)
+    {
+        return Err(inert(torch, what));
+    }
     Ok(match (&chip, kernel_text_only(profile)) {
         (Chip::Native(what), true) => Route {
             choice: Choice::InPlace,
@@ -153,7 +171,7 @@ pub fn choose(
 fn inert(torch: &Torch, what: &str) -> anyhow::Error {
     hint(
         format!(
-            "the in-place fix would change nothing for torch {}: {what}, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works",
+            "neither a build nor the in-place fix would change anything for torch {}: {what}, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works",
             torch.version
         ),
         format!(

@@ -16,12 +16,18 @@ const HIP64: &str = "6.4.43484-123eb5128";
 /// and loads torch/lib/libMIOpen.so, as a build of torch for those
 /// targets does.
 fn torch_with_code(sb: &Sandbox, archs: &[&str]) -> FakeTorch {
+    torch_of(sb, "2.6.0+rocm6.4", HIP64, archs)
+}
+
+/// A bundled torch `version` (torch.version.hip `hip`) whose
+/// libtorch_hip.so carries code for `archs`.
+pub(crate) fn torch_of(sb: &Sandbox, version: &str, hip: &str, archs: &[&str]) -> FakeTorch {
     let torch = FakeTorch::create(
         &sb.root.join("site"),
         runtime(),
         TorchKind::Rocm,
-        "2.6.0+rocm6.4",
-        HIP64,
+        version,
+        hip,
     );
     let lib = torch.lib.display().to_string();
     let built = fat_library_linking(
@@ -138,10 +144,12 @@ fn a_torch_without_gfx101x_code_is_never_offered_the_in_place_fix() {
     let sb = Sandbox::new();
     let torch = torch_with_code(&sb, &["gfx1030"]);
     let original = std::fs::read(torch.miopen()).unwrap();
-    // Auto: the build route, which has nothing to install yet.
-    install(&sb, &[]).fails().says("no usable build in");
+    // Auto: neither route is offered.
+    install(&sb, &[])
+        .fails()
+        .says("neither a build nor the in-place fix would change anything");
     install(&sb, &["--in-place"]).fails().error_is(
-        "error: the in-place fix would change nothing for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
+        "error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
 help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
     );
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);

@@ -17,6 +17,7 @@ mod monorepo;
 mod patches;
 mod reliability;
 mod rocm_sdk;
+mod routes;
 mod select;
 mod shared;
 mod signed;
