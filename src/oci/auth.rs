@@ -28,10 +28,14 @@ impl Basic {
     }
 }
 
+const AUTH_FILE_LIMIT: u64 = 1 << 20;
+
 /// What was found for `host`, and the file it came from.
 pub fn lookup(host: &str) -> Option<(Basic, PathBuf)> {
     files().into_iter().find_map(|file| {
-        let text = std::fs::read_to_string(&file).ok()?;
+        // Not ours: a regular file of at most 1 MiB (never a FIFO that
+        // blocks or a device that never ends).
+        let text = crate::fsutil::read_small(&file, AUTH_FILE_LIMIT).ok()?;
         let json: serde_json::Value = serde_json::from_str(&text).ok()?;
         let auths = json.get("auths")?.as_object()?;
         // docker writes "host", "https://host" or "https://host/v1/".

@@ -201,3 +201,46 @@ fn a_relative_key_file_is_read_beside_the_config_not_in_the_current_directory() 
         .ok()
         .says("is this build");
 }
+
+/// Issue 33, 6: credential files that are not files. A registry that
+/// wants a login makes the pull read them; it ends, with the login hint.
+#[test]
+fn an_auth_file_that_is_a_device_or_a_fifo_does_not_hang_a_pull() {
+    let reg = Registry::start(Some(("maintainer", "s3cret")));
+    let reference = format!("{}:some-tag", registry_ref(&reg, "rdna1/miopen"));
+    let user = User::new(&[], &[]);
+    let fifo = user.sb.root.join("auth.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for auth in [Path::new("/dev/zero"), fifo.as_path()] {
+        let mut args = user.sb.build_args(&["--from", &reference]);
+        let at = args.iter().position(|a| a == "--rocm").unwrap();
+        args[at + 1] = user.sb.root.join("no-rocm").display().to_string();
+        // The old code read /dev/zero until memory ran out and blocked on
+        // the FIFO for ever: it is stopped after a minute.
+        let mut child = user
+            .sb
+            .cmd()
+            .args(&args)
+            .env("RDNA1_PATCH_CONFIG", &user.config)
+            .env("REGISTRY_AUTH_FILE", auth)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed().as_secs() > 60 {
+                child.kill().unwrap();
+                panic!("the pull hung with REGISTRY_AUTH_FILE={}", auth.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let out = child.wait_with_output().unwrap();
+        Run::from(out).fails().says("HTTP 401").says("log in to");
+        user.nothing_installed();
+    }
+}
