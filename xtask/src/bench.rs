@@ -49,7 +49,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
             "--quick" => opts.quick = true,
             "--only" => opts.only = it.next().cloned(),
             other => bail!(
-                "bench: unknown argument {other} (known: --miopen-src DIR, --quick, --only md5|build|fetch|monorepo|miopen|shared|help)"
+                "bench: unknown argument {other} (known: --miopen-src DIR, --quick, --only md5|build|fetch|monorepo|miopen|shared|inplace|help)"
             ),
         }
     }
@@ -114,6 +114,16 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
         eprintln!("bench: installing a 400 MB prefix from a local registry");
         rows.append(&mut shared_pull(&bin, &mem_or_tmp()?, &runtime, runs)?);
     }
+    if wanted("inplace") {
+        eprintln!("bench: the in-place fix of a 400 MB library");
+        let mem = mem_or_tmp()?;
+        rows.append(&mut crate::bench_inplace::in_place(
+            &bin,
+            mem.path(),
+            &runtime,
+            runs,
+        )?);
+    }
     if wanted("help") {
         rows.push(help(&bin, 21)?);
     }
@@ -150,7 +160,7 @@ fn mem_or_tmp() -> Result<tempfile::TempDir> {
 /// A library of `len` bytes that zstd packs about as well as a real
 /// libMIOpen.so (Debian's 6.4.3, 28 MB: 4.5:1 at level 3): one 4 KiB page
 /// in five random, the others one page of code with a few bytes changed.
-fn write_library_like(path: &Path, len: usize) -> Result<()> {
+pub(crate) fn write_library_like(path: &Path, len: usize) -> Result<()> {
     use std::io::Write;
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
@@ -366,21 +376,21 @@ fn largest_file(dir: &Path) -> u64 {
 }
 
 /// One benchmark: what we measured against what, and whether the target holds.
-struct Row {
-    name: &'static str,
-    ours: Stats,
-    reference: Stats,
-    reference_name: String,
-    target: String,
-    met: bool,
-    note: String,
+pub(crate) struct Row {
+    pub(crate) name: &'static str,
+    pub(crate) ours: Stats,
+    pub(crate) reference: Stats,
+    pub(crate) reference_name: String,
+    pub(crate) target: String,
+    pub(crate) met: bool,
+    pub(crate) note: String,
     /// Why the target can be missed here, and what would close it.
-    why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 #[derive(Clone, Copy)]
-struct Stats {
-    median: f64,
+pub(crate) struct Stats {
+    pub(crate) median: f64,
     min: f64,
     max: f64,
     runs: usize,
@@ -435,7 +445,7 @@ impl Stats {
 }
 
 /// Time `f` `runs` times, after one warm-up run.
-fn time(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
+pub(crate) fn time(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
     f()?;
     let mut secs = Vec::new();
     for _ in 0..runs {
@@ -447,7 +457,7 @@ fn time(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
 }
 
 /// Run a command, quietly, and fail loudly.
-fn quiet(cmd: &mut Command) -> Result<String> {
+pub(crate) fn quiet(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

@@ -24,6 +24,10 @@ t=$(now)
 deb=$(ls "$F"/deb/libmiopen1_*.deb 2>/dev/null | head -1)
 [ -n "$deb" ] || { step download 1 "$(since "$t")" "apt-get download libmiopen1=$V"; exit 1; }
 step download 0 "$(since "$t")" "$(basename "$deb") ($(stat -c %s "$deb") bytes)"
+# What it needs to load (step 4 loads it): the package itself, installed.
+t=$(now)
+DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false install -y -qq --no-install-recommends "$deb" >"$R/deps.log" 2>&1
+step install "$?" "$(since "$t")" "apt-get install $(basename "$deb") with its dependencies"
 dpkg-deb -x "$deb" "$F/x"
 lib=$(find "$F/x" -name 'libMIOpen.so.1*' -type f | head -1)
 echo "Debian's $(basename "$deb"): $(basename "$lib"), $(stat -c %s "$lib") bytes; kernel texts from its MIOPEN_KERNEL_* symbols" >"$R/source.txt"
@@ -49,4 +53,44 @@ flags_patched=$flags_pristine
 echo "pristine and patched: $flags_pristine" >"$R/flags.txt"
 PRISTINE=$F/pristine PATCHED=$F/patched
 bn_kernels
+
+# 4. The in-place route on the library itself, as a user runs it: a torch
+# whose lib/ holds this libMIOpen, with the suite's comgr beside it (a
+# link, as the system's own). --in-place, since this torch has no GPU code
+# to tell what MIOpen sees.
+case $V in 6.4*) P=rocm-6.4.3 ;; 7.2*) P=rocm-7.2 ;; *) P= ;; esac
+[ -n "$P" ] || exit 0
+S=$F/site
+T=$S/torch
+rm -rf "$S" "$F/ip-prefix" "$F/ip-state"
+mkdir -p "$T/lib"
+printf "__version__ = '2.7.0+rocm%s'\ncuda = None\nhip = '%s'\n" "$V" "$V" >"$T/version.py"
+cp "$lib" "$T/lib/libMIOpen.so"
+comgr=$(ls /usr/lib/x86_64-linux-gnu/libamd_comgr.so.[0-9] | tail -1)
+ln -s "$comgr" "$T/lib/$(basename "$comgr")"
+ip() { rdna1-patch "$@" --torch-dir "$T" --state-dir "$F/ip-state"; }
+t=$(now)
+ip install --into-torch --in-place --profile "$P" --prefix "$F/ip-prefix" >"$R/inplace.log" 2>&1
+rc=$?
+step "in place" "$rc" "$(since "$t")" "$(grep -o '[0-9]* of [0-9]* kernel texts fixed.*' "$R/inplace.log" | head -1)"
+[ "$rc" = 0 ] || exit 0
+fixed=$T/lib/libMIOpen.so
+changed=$(cmp -l "$lib" "$fixed" | wc -l)
+hdr() { readelf -W -h -l -S --dyn-syms "$1" | grep -v '^File:'; }
+diff <(hdr "$lib") <(hdr "$fixed") >"$R/elf.diff"
+step "elf" "$?" 0 "$changed bytes differ, all inside kernel texts (checked by the tool); ELF header, program headers, sections and dynamic symbols identical"
+for a in gfx1010 gfx1011 gfx1012 gfx1030; do
+    ip verify --compile --compile-for "$a" --profile "$P" --prefix "$F/ip-prefix" >"$R/compile-$a.log" 2>&1
+    row=$(grep -E '^(ok|FAIL) +kernels' "$R/compile-$a.log" | head -1 | tr -s ' ' | tr '\t' ' ')
+    case $row in "ok kernels"*) rc=0 ;; *) rc=1 ;; esac
+    step "compile $a" "$rc" 0 "${row:-no kernels row: see compile-$a.log}"
+done
+python3 - "$fixed" >"$R/load.txt" 2>&1 <<'PY'
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+v = [ctypes.c_size_t() for _ in range(3)]
+lib.miopenGetVersion(*[ctypes.byref(x) for x in v])
+print("miopenGetVersion: %d.%d.%d" % tuple(x.value for x in v))
+PY
+step "load" "$?" 0 "$(tail -1 "$R/load.txt")"
 exit 0

@@ -6,6 +6,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 
 mod bench;
+mod bench_inplace;
 mod demo;
 mod fidelity;
 mod fuzz;
