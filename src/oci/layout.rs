@@ -31,8 +31,18 @@ impl Layout {
         Ok(self.dir.join("blobs/sha256").join(hex))
     }
 
-    /// Make the layout's skeleton, once.
+    /// Make the layout's skeleton, once. Its blob dirs are real dirs: a
+    /// link would put the blobs somewhere else.
     fn init(&self) -> Result<()> {
+        if let Some(link) = fsutil::first_symlink(&self.dir, Path::new("blobs/sha256")) {
+            return Err(crate::error::hint(
+                format!(
+                    "{} is a symlink, so the layout's blobs would be written elsewhere",
+                    link.display()
+                ),
+                "use a layout dir whose blobs/sha256 is a directory of its own; nothing was written",
+            ));
+        }
         fsutil::create_dir_all(&self.dir.join("blobs/sha256"))?;
         let marker = self.dir.join("oci-layout");
         if !marker.exists() {
@@ -46,7 +56,9 @@ impl Layout {
     pub fn put_blob(&self, file: &Path, digest: &str) -> Result<bool> {
         self.init()?;
         let to = self.blob_path(digest)?;
-        if to.exists() {
+        // A blob already there is taken only when it is what its name
+        // says; anything else (planted, or cut short) is written again.
+        if holds(&to, digest) {
             return Ok(false);
         }
         let dir = to.parent().expect("a blob has a dir");
@@ -63,7 +75,7 @@ impl Layout {
         self.init()?;
         let digest = super::sha256_digest(bytes);
         let blob = self.blob_path(&digest)?;
-        if !blob.exists() {
+        if !holds(&blob, &digest) {
             fsutil::write_atomic(&blob, bytes, Some(0o644))?;
         }
         // One writer at a time rewrites index.json.
@@ -158,4 +170,22 @@ impl Layout {
             })
             .unwrap_or_default())
     }
+}
+
+/// Whether `path` is a regular file whose SHA-256 is `digest`.
+fn holds(path: &Path, digest: &str) -> bool {
+    use sha2::{Digest as _, Sha256};
+    let Ok(mut file) = fsutil::open_regular(path) else {
+        return false;
+    };
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => sha.update(&buf[..n]),
+            Err(_) => return false,
+        }
+    }
+    format!("sha256:{}", crate::checksum::hex(&sha.finalize())) == digest
 }

@@ -88,6 +88,14 @@ impl Reference {
         if host.is_empty() || path.is_empty() {
             return Err(hint(format!("`{whole}` names no repository"), REF_HELP));
         }
+        if !is_host(host) {
+            // `127.0.0.1:1@evil` would be sent to evil, with `127.0.0.1:1`
+            // as Basic credentials: a host is a name or an address, a port.
+            return Err(hint(
+                format!("`{host}` in `{whole}` is not a registry host"),
+                "a host is a name (letters, digits, . and -) or an IP address, with :PORT if needed, e.g. ghcr.io or 127.0.0.1:5000",
+            ));
+        }
         let (path, digest) = match path.split_once('@') {
             Some((p, d)) => (p, Some(check_digest(whole, d)?)),
             None => (path, None),
@@ -127,6 +135,28 @@ impl Reference {
             digest: None,
         }
     }
+}
+
+/// NAME[:PORT] or [IPv6][:PORT]: nothing that a URL would read as
+/// credentials, a path, a query or another host.
+fn is_host(host: &str) -> bool {
+    let port_ok = |p: &str| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(v6) = host.strip_prefix('[') {
+        let Some((addr, rest)) = v6.split_once(']') else {
+            return false;
+        };
+        return addr.parse::<std::net::Ipv6Addr>().is_ok()
+            && (rest.is_empty() || rest.strip_prefix(':').is_some_and(port_ok));
+    }
+    let (name, port) = match host.split_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (host, None),
+    };
+    !name.is_empty()
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        && port.is_none_or(port_ok)
 }
 
 fn check_tag(whole: &str, t: &str) -> Result<String> {
@@ -272,6 +302,28 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_names_or_addresses_and_nothing_else() {
+        for bad in [
+            "oci://127.0.0.1:1@evil.example/r",
+            "oci://user:pw@ghcr.io/r",
+            "oci://ghcr.io?x=1/r",
+            "oci://ghcr.io:99999999/r",
+            "oci://[::1/r",
+            "oci://ghcr..io/r",
+        ] {
+            assert!(Reference::parse(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "oci://ghcr.io/r",
+            "oci://127.0.0.1:5000/r",
+            "oci://[::1]:5000/r",
+            "oci://localhost/r",
+        ] {
+            assert!(Reference::parse(good).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn references() {

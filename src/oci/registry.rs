@@ -26,12 +26,56 @@ pub struct Registry {
     push: std::cell::Cell<bool>,
 }
 
+/// Plain HTTP only to this machine: `localhost` or a loopback address,
+/// judged by the address, not by how the name starts (`127.evil.example`
+/// is a name on the network).
 fn is_local(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(v6),
         None => host.rsplit_once(':').map_or(host, |(h, _)| h),
     };
-    name == "localhost" || name == "::1" || name.starts_with("127.")
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback())
+}
+
+/// Where the registry's token service may be, to be sent a login: over
+/// HTTPS (plain HTTP only from a registry on this machine to this machine),
+/// on the registry's own host or one of its parent domain (registry-1.
+/// docker.io's realm is auth.docker.io).
+fn check_realm(registry: &str, realm: &str) -> Result<()> {
+    let refuse = |why: &str| {
+        crate::error::hint(
+            format!("the registry {registry} sends its login to {realm}, {why}"),
+            "rdna1-patch will not send your credentials there; check the registry's address, or ask its operator",
+        )
+    };
+    let uri: ureq::http::Uri = realm.parse().map_err(|_| refuse("which is not a URL"))?;
+    let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
+    let local = is_local(registry) && is_local(host);
+    match uri.scheme_str() {
+        Some("https") => {}
+        Some("http") if local => {}
+        _ => return Err(refuse("not over HTTPS")),
+    }
+    let name = |h: &str| h.rsplit_once(':').map_or(h, |(n, _)| n).to_owned();
+    let parent = |h: &str| {
+        let labels: Vec<&str> = h.split('.').collect();
+        labels[labels.len().saturating_sub(2)..].join(".")
+    };
+    let reg = name(
+        registry
+            .trim_start_matches('[')
+            .split(']')
+            .next()
+            .unwrap_or(registry),
+    );
+    if host == reg || local || (host.contains('.') && parent(host) == parent(&reg)) {
+        Ok(())
+    } else {
+        Err(refuse("another host"))
+    }
 }
 
 impl Registry {
@@ -142,6 +186,7 @@ impl Registry {
     fn token(&self, params: &[(String, String)], creds: Option<&auth::Basic>) -> Result<String> {
         let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.as_str());
         let realm = get("realm").context("the registry's login challenge names no realm")?;
+        check_realm(&self.host, realm)?;
         let action = if self.push.get() { "pull,push" } else { "pull" };
         let scope = format!("repository:{}:{action}", self.repo);
         let mut req = self.agent.get(realm).query("scope", &scope);
@@ -370,6 +415,21 @@ impl<R: Read> Read for Explained<R> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn logins_go_only_to_the_registrys_own_token_service() {
+        use super::check_realm;
+        assert!(check_realm("ghcr.io", "https://ghcr.io/token").is_ok());
+        assert!(check_realm("registry-1.docker.io", "https://auth.docker.io/token").is_ok());
+        assert!(check_realm("127.0.0.1:5000", "http://127.0.0.1:5001/auth").is_ok());
+        assert!(
+            check_realm("ghcr.io", "http://ghcr.io/token").is_err(),
+            "no downgrade"
+        );
+        assert!(check_realm("ghcr.io", "https://evil.example/token").is_err());
+        assert!(check_realm("127.0.0.1:5000", "http://evil.example/auth").is_err());
+        assert!(check_realm("ghcr.io", "not a url").is_err());
+    }
+
+    #[test]
     fn local_hosts_use_http() {
         for h in [
             "localhost:5000",
@@ -379,7 +439,13 @@ mod tests {
         ] {
             assert!(super::is_local(h), "{h}");
         }
-        for h in ["ghcr.io", "registry.example:5000", "128.0.0.1"] {
+        for h in [
+            "ghcr.io",
+            "registry.example:5000",
+            "128.0.0.1",
+            "127.evil.example",
+            "127.0.0.1.evil.example:80",
+        ] {
             assert!(!super::is_local(h), "{h}");
         }
     }

@@ -244,3 +244,33 @@ fn an_auth_file_that_is_a_device_or_a_fifo_does_not_hang_a_pull() {
         user.nothing_installed();
     }
 }
+
+/// Issue 33, 9: publish takes a blob already in a layout dir only when it
+/// is what its name says, and never writes through a symlinked blobs dir.
+#[test]
+fn publish_replaces_a_planted_blob_and_refuses_a_symlinked_blobs_dir() {
+    let (publisher, dir, tagged, user) = published_layout();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (manifest, _) = layout_manifest(&dir, tag);
+    let layer = blob(&dir, manifest["layers"][0]["digest"].as_str().unwrap());
+    std::fs::write(&layer, b"planted garbage").unwrap();
+    publisher.publish(dir.to_str().unwrap()).ok();
+    user.build(&["--from", &tagged])
+        .ok()
+        .says("pulled, nothing compiled");
+
+    let elsewhere = publisher.sb.root.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let linked = publisher.sb.root.join("linked");
+    std::fs::create_dir_all(linked.join("blobs")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, linked.join("blobs/sha256")).unwrap();
+    publisher
+        .publish(linked.to_str().unwrap())
+        .fails()
+        .error_is(&format!(
+            "error: {} is a symlink, so the layout's blobs would be written elsewhere
+help: use a layout dir whose blobs/sha256 is a directory of its own; nothing was written",
+            linked.join("blobs/sha256").display()
+        ));
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
