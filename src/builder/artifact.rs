@@ -95,7 +95,9 @@ impl Signer {
 
     /// A detached signature of `data` whose trusted comment is `trusted`.
     fn sign(&self, data: &[u8], trusted: &str) -> Result<String> {
-        let dir = tempfile::tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sign-{}-", std::process::id()))
+            .tempdir_in(scratch()?)?;
         let (file, sig) = (
             dir.path().join("manifest.json"),
             dir.path().join("manifest.minisig"),
@@ -169,13 +171,7 @@ pub fn publish(
         provenance: prov.clone(),
         unpacked_size: Some(layer.unpacked),
     })?;
-    let store = Store::open(&reference, net)?;
-    ui.stage(
-        "Pushing",
-        format!("{} ({})", reference, crate::fsutil::human_bytes(layer.size)),
-    );
-    let uploaded = store.put_blob(layer.file.path(), &layer.digest, layer.size, ui)?;
-    let config_digest = store.put_small_blob(&config)?;
+    let config_digest = oci::sha256_digest(&config);
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": oci::MANIFEST,
@@ -184,9 +180,19 @@ pub fn publish(
         "layers": [ { "mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size } ],
         "annotations": annotations(&key, &inputs, &prov),
     }))?;
-    let digest = store.put_manifest(&tag, &manifest)?;
+    let digest = oci::sha256_digest(&manifest);
+    // Signed before anything is pushed, and the tag pushed last: a publish
+    // that fails or is killed on the way never leaves a tagged manifest
+    // without its signature.
     let trusted = format!("rdna1-patch build {key} manifest {digest}");
     let signature = signer.sign(&manifest, &trusted)?;
+    let store = Store::open(&reference, net)?;
+    ui.stage(
+        "Pushing",
+        format!("{} ({})", reference, crate::fsutil::human_bytes(layer.size)),
+    );
+    let uploaded = store.put_blob(layer.file.path(), &layer.digest, layer.size, ui)?;
+    store.put_small_blob(&config)?;
     let sig_digest = store.put_small_blob(signature.as_bytes())?;
     let empty = store.put_small_blob(b"{}")?;
     let sig_manifest = serde_json::to_vec(&serde_json::json!({
@@ -199,6 +205,10 @@ pub fn publish(
         "annotations": { format!("{ANNOTATION}.key-id"): signature_key_id(&signature)? },
     }))?;
     store.put_manifest(&signature_tag(&digest), &sig_manifest)?;
+    let pushed = store.put_manifest(&tag, &manifest)?;
+    if pushed != digest {
+        anyhow::bail!("the store names the manifest {pushed}, not its digest {digest}");
+    }
     Ok(Published {
         key_id: signature_key_id(&signature)?,
         reference,
@@ -309,6 +319,33 @@ struct Layer {
     unpacked: u64,
 }
 
+/// Where publish packs its layer: the user's cache, not $TMPDIR (a layer
+/// is as large as the prefix). A publish killed on the way leaves its
+/// layer here, named by its pid; the next publish removes those whose
+/// process is gone.
+fn scratch() -> Result<PathBuf> {
+    let dir = crate::fsutil::project_dirs()
+        .map(|d| d.cache_dir().join("publish"))
+        .context("no cache dir for this user (HOME is not set)")?;
+    crate::fsutil::create_dir_all(&dir)?;
+    for e in std::fs::read_dir(&dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("layer-")
+            .or_else(|| name.strip_prefix("sign-"))
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok());
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let gone = pid.is_some_and(|p| unsafe { libc::kill(p, 0) } != 0);
+        if gone && name.starts_with("sign-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        } else if gone {
+            let _ = crate::fsutil::remove_own_file(&e.path());
+        }
+    }
+    Ok(dir)
+}
+
 /// A writer that hashes and counts what passes through.
 struct Hashing<W> {
     inner: W,
@@ -333,7 +370,10 @@ impl<W: Write> Write for Hashing<W> {
 /// with owner root and time zero so the same prefix packs to the same
 /// bytes; a symlink stays a symlink.
 fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
-    let file = tempfile::NamedTempFile::new()?;
+    let file = tempfile::Builder::new()
+        .prefix(&format!("layer-{}-", std::process::id()))
+        .suffix(".tar.zst")
+        .tempfile_in(scratch()?)?;
     let out = Hashing {
         inner: std::io::BufWriter::with_capacity(1 << 20, file.reopen()?),
         sha: Sha256::new(),

@@ -274,3 +274,133 @@ help: use a layout dir whose blobs/sha256 is a directory of its own; nothing was
         ));
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
+
+/// A publish of the publisher's prefix to `dir`, started.
+fn start_publish(publisher: &Publisher, dir: &Path, tmp: &Path, path: &str) -> std::process::Child {
+    publisher
+        .sb
+        .cmd()
+        .env("TMPDIR", tmp)
+        .env("PATH", path)
+        .args([
+            "publish",
+            "--prefix",
+            publisher.sb.prefix.to_str().unwrap(),
+            "--sign-key",
+            publisher.keys.secret.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Kill `child` once `ready` says so (polled every millisecond, for at
+/// most 20 s).
+fn kill_when(mut child: std::process::Child, ready: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !ready() && started.elapsed().as_secs() < 20 {
+        if child.try_wait().unwrap().is_some() {
+            panic!("the publish ended before the moment to kill it came");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn non_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+}
+
+/// Issue 33, 10: a publish killed while it packs leaves nothing in
+/// $TMPDIR (what it left in its cache, the next publish removes), and one
+/// killed while it signs leaves no tag whose manifest has no signature.
+#[test]
+fn a_killed_publish_leaves_no_unsigned_tag_and_nothing_in_tmpdir() {
+    let publisher = Publisher::new();
+    let dir = publisher.sb.root.join("builds");
+    let tmp = publisher.sb.root.join("tmpdir");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let cache = publisher.sb.root.join("xdg-cache/rdna1-patch/publish");
+    let path = std::env::var("PATH").unwrap();
+    // Killed as soon as its layer is being written.
+    let child = start_publish(&publisher, &dir, &tmp, &path);
+    kill_when(child, || non_empty(&tmp) || non_empty(&cache));
+    assert!(
+        !non_empty(&tmp),
+        "left in TMPDIR: {:?}",
+        std::fs::read_dir(&tmp).unwrap().collect::<Vec<_>>()
+    );
+    // Killed while minisign signs (a minisign that waits first).
+    let shims = publisher.sb.root.join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let signing = publisher.sb.root.join("signing");
+    let real = which_minisign();
+    std::fs::write(
+        shims.join("minisign"),
+        format!(
+            "#!/bin/sh\ntouch '{}'\nsleep 5\nexec '{}' \"$@\"\n",
+            signing.display(),
+            real
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        shims.join("minisign"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let child = start_publish(
+        &publisher,
+        &dir,
+        &tmp,
+        &format!("{}:{path}", shims.display()),
+    );
+    kill_when(child, || signing.exists());
+    if let Ok(text) = std::fs::read_to_string(dir.join("index.json")) {
+        let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let name = |m: &serde_json::Value| {
+            m["annotations"]["org.opencontainers.image.ref.name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let tags: Vec<String> = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(name)
+            .collect();
+        for m in index["manifests"].as_array().unwrap() {
+            let sig = format!("{}.sig", m["digest"].as_str().unwrap().replace(':', "-"));
+            assert!(
+                name(m).ends_with(".sig") || tags.contains(&sig),
+                "{} is tagged without its signature",
+                name(m)
+            );
+        }
+    }
+    assert!(!non_empty(&tmp), "left in TMPDIR");
+    // The next publish goes through, and clears what the killed ones left.
+    let printed = publisher.published(dir.to_str().unwrap());
+    assert!(
+        !non_empty(&cache),
+        "left in the cache: {:?}",
+        std::fs::read_dir(&cache).unwrap().collect::<Vec<_>>()
+    );
+    let user = User::new(&[&publisher.keys.public], &[]);
+    user.build(&["--from", printed.split('@').next().unwrap()])
+        .ok()
+        .says("pulled, nothing compiled");
+}
+
+fn which_minisign() -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "command -v minisign"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
