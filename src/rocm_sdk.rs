@@ -49,9 +49,17 @@ pub struct Sdk {
     pub note: Option<String>,
 }
 
+/// A GPU target as a device package names it (gfx1010, gfx90a): what is
+/// not one, a terminal escape say, is never printed.
+fn is_target(name: &str) -> bool {
+    name.strip_prefix("gfx").is_some_and(|n| {
+        !n.is_empty() && n.len() <= 8 && n.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
 /// How a multi-arch install is named: its device overlays, sorted.
 fn multi_arch(targets: &[String]) -> String {
-    let mut t = targets.to_vec();
+    let mut t: Vec<String> = targets.iter().filter(|t| is_target(t)).cloned().collect();
     t.sort();
     if t.is_empty() {
         "multi-arch, no device package".to_owned()
@@ -306,7 +314,11 @@ fn from_files(site: &Path) -> Result<Option<Sdk>> {
         if name == LIBRARIES_PACKAGE {
             neutral = Some(e.path());
         } else if let Some(rest) = name.strip_prefix(&format!("{LIBRARIES_PACKAGE}_")) {
-            packages.push((rest.to_owned(), e.path()));
+            // A family is letters, digits and '_' (gfx101X_dgpu): a name
+            // with anything else, a terminal escape say, is no package.
+            if rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                packages.push((rest.to_owned(), e.path()));
+            }
         } else if name.starts_with("_rocm_sdk_core") {
             core_lib = Some(lib);
         }
@@ -413,6 +425,16 @@ pub fn version_in(site: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_names_that_are_not_targets_are_not_shown() {
+        let shown = multi_arch(&[
+            "gfx1010".into(),
+            "gfx1030\x1b]0;owned\x07".into(),
+            "x".into(),
+        ]);
+        assert_eq!(shown, "multi-arch, device gfx1010");
+    }
 
     #[test]
     fn package_and_family_names() {
