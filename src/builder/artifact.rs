@@ -59,6 +59,8 @@ pub struct Config {
 pub struct Signer {
     key: PathBuf,
     minisign: PathBuf,
+    /// What the user should know about the key file (who else can read it).
+    pub warning: Option<String>,
 }
 
 impl Signer {
@@ -87,9 +89,22 @@ impl Signer {
                 "give the secret key file `minisign -G` wrote (not the .pub file)",
             ));
         }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
+        let warning = (mode & 0o077 != 0).then(|| {
+            format!(
+                "the signing key {} can be read by others (mode {:o}); `chmod 600 {}` keeps it yours",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            )
+        });
         Ok(Signer {
             key: path.to_owned(),
             minisign,
+            warning,
         })
     }
 

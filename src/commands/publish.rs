@@ -40,8 +40,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         timeout: std::time::Duration::from_secs(args.net_timeout),
     };
     let term = super::term::Term::new();
-    let p = artifact::publish(&prefix, &args.reference, &signer, net, &Ui::new(&term))?;
     let ui = Ui::new(&term);
+    if let Some(w) = &signer.warning {
+        ui.warn(w);
+    }
+    let p = artifact::publish(&prefix, &args.reference, &signer, net, &ui)?;
     ui.stage(
         "Published",
         format!(

@@ -404,3 +404,25 @@ fn which_minisign() -> String {
         .unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
+
+/// Issue 33, 14: a signing key others can read is said, with the fix.
+#[test]
+fn a_signing_key_others_can_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let publisher = Publisher::new();
+    let key = &publisher.keys.secret;
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let dir = publisher.sb.root.join("builds");
+    publisher.publish(dir.to_str().unwrap()).ok().says(&format!(
+        "warning: the signing key {} can be read by others (mode 644); `chmod 600 {}` keeps it yours",
+        key.display(),
+        key.display()
+    ));
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let run = publisher.publish(dir.to_str().unwrap()).ok();
+    assert!(
+        !run.stderr.contains("can be read by others"),
+        "{}",
+        run.stderr
+    );
+}
