@@ -15,6 +15,10 @@ use crate::builder::key::KeyInputs;
 use crate::oci::{self, Reference, Store};
 use crate::ui::Ui;
 
+/// How many of a repository's tags for a profile are examined (each is a
+/// manifest and a signature fetched).
+const MAX_EXAMINED: usize = 50;
+
 #[derive(Clone, Default)]
 pub struct Sources {
     pub from: Option<Reference>,
@@ -104,7 +108,11 @@ impl Sources {
             .into_iter()
             .filter(|t| t.starts_with(&prefix) && !t.ends_with(".sig"))
             .collect();
-        tags.sort_by_key(|t| *t != own);
+        // This build's own tag first, then the newest-looking others; a
+        // repository of thousands of tags is not read manifest by manifest.
+        tags.sort_by(|a, b| (*a != own).cmp(&(*b != own)).then(b.cmp(a)));
+        let skipped = tags.len().saturating_sub(MAX_EXAMINED);
+        tags.truncate(MAX_EXAMINED);
         let mut why = Vec::new();
         for t in &tags {
             match artifact::examine(store, &r.with_tag(t), &self.trusted)? {
@@ -115,14 +123,21 @@ impl Sources {
                 Err(Declined(w)) => why.push(w),
             }
         }
-        Ok(Err(Declined(match why.len() {
+        let mut said = match why.len() {
             0 => format!("{r} has no build of {}", want.inputs.profile),
             1 => why.remove(0),
             n => format!(
                 "none of the {n} builds of {} in {r} is this one (the first: {})",
                 want.inputs.profile, why[0]
             ),
-        })))
+        };
+        if skipped > 0 {
+            said.push_str(&format!(
+                "; {skipped} more tags of {} there were not looked at (at most {MAX_EXAMINED} are): name one with {r}:TAG",
+                want.inputs.profile
+            ));
+        }
+        Ok(Err(Declined(said)))
     }
 
     fn judge(&self, c: Candidate, want: &Want) -> std::result::Result<Candidate, Declined> {

@@ -78,6 +78,10 @@ fn check_realm(registry: &str, realm: &str) -> Result<()> {
     }
 }
 
+/// The slowest a blob may come, in bytes a second: 64 KiB/s takes a
+/// 100 MB layer in 26 minutes; a registry dripping slower is given up on.
+const MIN_RATE: u64 = 64 << 10;
+
 impl Registry {
     pub fn new(host: &str, repo: &str, net: Net) -> Result<Registry> {
         let scheme = if is_local(host) { "http" } else { "https" };
@@ -101,6 +105,23 @@ impl Registry {
         })
     }
 
+    /// How long a small answer (a manifest, a tag list, a token) may take
+    /// in all: a registry that drips a byte at a time never trips the
+    /// per-read timeout.
+    fn small_deadline(&self) -> std::time::Duration {
+        self.net.timeout * 4
+    }
+
+    /// The whole transfer of `size` bytes: the silence allowed, plus the
+    /// bytes at the slowest rate taken.
+    fn blob_deadline(&self, size: u64) -> std::time::Duration {
+        self.net.timeout * 2 + std::time::Duration::from_secs(size / MIN_RATE)
+    }
+
+    fn bounded<B>(req: ureq::RequestBuilder<B>, d: std::time::Duration) -> ureq::RequestBuilder<B> {
+        req.config().timeout_global(Some(d)).build()
+    }
+
     fn url(&self, rest: &str) -> String {
         format!("{}/{}/{rest}", self.base, self.repo)
     }
@@ -108,6 +129,12 @@ impl Registry {
     /// What went wrong talking to the registry, with what to check.
     fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
         let why = match &e {
+            ureq::Error::Timeout(ureq::Timeout::Global) => format!(
+                "the registry {} did not finish answering in time (a whole answer is bounded, not only each wait: {} s for a small one, and at least {} KiB/s for a blob)",
+                self.host,
+                self.small_deadline().as_secs(),
+                MIN_RATE / 1024
+            ),
             ureq::Error::Timeout(_) => format!(
                 "the registry {} sent nothing for {} s",
                 self.host,
@@ -160,11 +187,12 @@ impl Registry {
         if let Some(a) = self.authorization.get() {
             return Ok(a.clone());
         }
-        let resp = self
-            .agent
-            .get(format!("{}/", self.base))
-            .call()
-            .map_err(|e| self.unreachable(e))?;
+        let resp = Self::bounded(
+            self.agent.get(format!("{}/", self.base)),
+            self.small_deadline(),
+        )
+        .call()
+        .map_err(|e| self.unreachable(e))?;
         let header = if resp.status() == 401 {
             let challenge = resp
                 .headers()
@@ -189,7 +217,8 @@ impl Registry {
         check_realm(&self.host, realm)?;
         let action = if self.push.get() { "pull,push" } else { "pull" };
         let scope = format!("repository:{}:{action}", self.repo);
-        let mut req = self.agent.get(realm).query("scope", &scope);
+        let mut req =
+            Self::bounded(self.agent.get(realm), self.small_deadline()).query("scope", &scope);
         if let Some(service) = get("service") {
             req = req.query("service", service);
         }
@@ -298,7 +327,10 @@ impl Registry {
 
     pub fn manifest(&self, reference: &str) -> Result<Option<Vec<u8>>> {
         let mut resp = self
-            .with_auth(self.agent.get(self.url(&format!("manifests/{reference}"))))?
+            .with_auth(Self::bounded(
+                self.agent.get(self.url(&format!("manifests/{reference}"))),
+                self.small_deadline(),
+            ))?
             .header("Accept", super::MANIFEST)
             .call()
             .map_err(|e| self.unreachable(e))?;
@@ -319,7 +351,10 @@ impl Registry {
 
     pub fn blob(&self, digest: &str, size: u64) -> Result<Box<dyn Read + Send>> {
         let resp = self
-            .with_auth(self.agent.get(self.url(&format!("blobs/{digest}"))))?
+            .with_auth(Self::bounded(
+                self.agent.get(self.url(&format!("blobs/{digest}"))),
+                self.blob_deadline(size),
+            ))?
             .call()
             .map_err(|e| self.unreachable(e))?;
         if !resp.status().is_success() {
@@ -337,12 +372,16 @@ impl Registry {
             inner: reader,
             host,
             secs,
+            deadline: self.blob_deadline(size).as_secs(),
         }))
     }
 
     pub fn tags(&self) -> Result<Vec<String>> {
         let mut resp = self
-            .with_auth(self.agent.get(self.url("tags/list")).query("n", "10000"))?
+            .with_auth(Self::bounded(
+                self.agent.get(self.url("tags/list")).query("n", "10000"),
+                self.small_deadline(),
+            ))?
             .call()
             .map_err(|e| self.unreachable(e))?;
         if resp.status() == 404 {
@@ -393,13 +432,26 @@ struct Explained<R> {
     inner: R,
     host: String,
     secs: u64,
+    /// The whole transfer's bound, in seconds.
+    deadline: u64,
 }
 
 impl<R: Read> Read for Explained<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.inner.read(buf).map_err(|e| {
-            let what =
-                if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("imeout") {
+            let text = e.to_string();
+            let global = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+                .is_some_and(|u| matches!(u, ureq::Error::Timeout(ureq::Timeout::Global)));
+            let what = if global {
+                format!(
+                    "the registry {} did not finish sending the blob within {} s (at least {} KiB/s are needed)",
+                    self.host,
+                    self.deadline,
+                    MIN_RATE / 1024
+                )
+            } else if e.kind() == std::io::ErrorKind::TimedOut || text.contains("imeout") {
                     format!(
                         "the registry {} sent nothing for {} s",
                         self.host, self.secs

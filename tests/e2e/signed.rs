@@ -426,3 +426,80 @@ fn a_signing_key_others_can_read_is_warned_about() {
         run.stderr
     );
 }
+
+/// Issue 33, 5: a registry that drips its answer a byte at a time never
+/// trips the per-read timeout; the whole answer has a deadline.
+#[test]
+fn a_registry_that_drips_its_answer_is_given_up_on() {
+    use std::io::{Read, Write};
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut c in server.incoming().flatten().take(8) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let n = c.read(&mut buf).unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if head.starts_with("GET /v2/ ") {
+                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+                    return;
+                }
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: 100000\r\n\r\n");
+                for _ in 0..120 {
+                    if c.write_all(b" ").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+            });
+        }
+    });
+    let user = User::new(&[], &[]);
+    let started = std::time::Instant::now();
+    let run = user.build(&[
+        "--from",
+        &format!("oci://{addr}/rdna1/miopen:x"),
+        "--net-timeout",
+        "1",
+    ]);
+    let took = started.elapsed();
+    run.fails().says("did not finish answering in time");
+    assert!(took.as_secs() < 20, "took {took:?}");
+    user.nothing_installed();
+}
+
+/// Issue 33, 5: a cache listing thousands of tags is not read manifest by
+/// manifest: at most 50 are examined, and the rest are said.
+#[test]
+fn a_cache_with_many_tags_is_examined_fifty_at_most() {
+    let (_publisher, dir, tagged, _user) = published_layout();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (_, digest) = layout_manifest(&dir, tag);
+    let index_path = dir.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    // 200 more tags of the profile, unsigned (no .sig tag names them).
+    let size = std::fs::metadata(blob(&dir, &digest)).unwrap().len();
+    for i in 0..200 {
+        index["manifests"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "annotations": { "org.opencontainers.image.ref.name": format!("mini-{i:04}") },
+            }));
+    }
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    // The user's key is another: nothing there is this user's build.
+    let stranger = keys(&dir, "stranger");
+    let user = User::new(&[&stranger.public], &[dir.to_str().unwrap()]);
+    let run = user.build(&["--dry-run"]);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        all.contains("none of the 50 builds of mini")
+            && all.contains("151 more tags of mini there were not looked at (at most 50 are)"),
+        "{all}"
+    );
+}
