@@ -888,16 +888,22 @@ fn write_file(
 }
 
 /// A relative target that, resolved from the link's dir, stays below the
-/// prefix at every step.
+/// prefix at every step; its `..` come first (`x/../lib` would go through
+/// `x`, which may be a link or a file, and verify would then read
+/// something else than what was checked here).
 fn link_stays_inside(rel: &str, target: &Path) -> bool {
     let mut depth = Path::new(rel).components().count() as i64 - 1;
+    let mut descended = false;
     for c in target.components() {
         match c {
-            Component::Normal(_) => depth += 1,
+            Component::Normal(_) => {
+                depth += 1;
+                descended = true;
+            }
             Component::CurDir => {}
             Component::ParentDir => {
                 depth -= 1;
-                if depth < 0 {
+                if depth < 0 || descended {
                     return false;
                 }
             }
@@ -995,6 +1001,8 @@ mod tests {
         assert!(link_stays_inside("lib/a/b", Path::new("../c")));
         assert!(!link_stays_inside("lib/a", Path::new("../../etc/passwd")));
         assert!(!link_stays_inside("a", Path::new("/etc/passwd")));
+        assert!(!link_stays_inside("m", Path::new("x/../lib/libMIOpen.so")));
+        assert!(link_stays_inside("lib/m", Path::new("../lib/libMIOpen.so")));
         assert!(layer_path(Path::new("lib/x")).is_some());
         for bad in ["../x", "/x", "a/../b", "a/.git/x", ""] {
             assert!(layer_path(Path::new(bad)).is_none(), "{bad}");

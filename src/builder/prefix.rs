@@ -342,6 +342,7 @@ fn installed_paths(prefix: &Path, staging: &Path, manifest: &[PathBuf]) -> Resul
 /// Rename the staged files into the prefix, MD5SUMS last, and remove what
 /// the previous install listed and this one does not. Returns the removed.
 fn move_into_place(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Result<Vec<String>> {
+    fits(prefix, entries)?;
     let previous = read_md5sums(prefix).unwrap_or_default();
     // From here on the prefix changes: first make it visibly incomplete.
     let md5_path = prefix.join(MD5SUMS);
@@ -376,6 +377,44 @@ fn move_into_place(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Resu
         Some(0o644),
     )?;
     Ok(removed)
+}
+
+/// Every file can be renamed into the prefix: nothing there is a directory
+/// where a file goes, or a file (or link) where a directory goes. Checked
+/// before the prefix changes at all, so that the install that cannot
+/// finish leaves the previous one whole.
+fn fits(prefix: &Path, entries: &[Entry]) -> Result<()> {
+    for e in entries {
+        let mut at = prefix.to_path_buf();
+        let parts: Vec<_> = Path::new(&e.path).components().collect();
+        for (i, c) in parts.iter().enumerate() {
+            at.push(c);
+            let Ok(meta) = std::fs::symlink_metadata(&at) else {
+                break;
+            };
+            let last = i + 1 == parts.len();
+            let clash = if last { meta.is_dir() } else { !meta.is_dir() };
+            if clash {
+                return Err(hint(
+                    format!(
+                        "{} cannot go into the prefix: {} is {}",
+                        e.path,
+                        at.display(),
+                        if meta.is_dir() {
+                            "a directory"
+                        } else {
+                            "not a directory"
+                        }
+                    ),
+                    format!(
+                        "move {} aside (or install into another --prefix); the prefix was not changed",
+                        at.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What is wrong with a prefix's records beyond the checksums themselves:
@@ -482,4 +521,40 @@ fn stat_files(prefix: &Path) -> Result<Vec<FileStat>> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 33, 7: an install that cannot finish (a directory where a file
+    /// goes) leaves the previous prefix whole, MD5SUMS included.
+    #[test]
+    fn an_install_that_cannot_finish_leaves_the_previous_prefix_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prefix, staged) = (dir.path().join("p"), dir.path().join("s"));
+        let entry = |path: &str, md5: &str| Entry {
+            path: path.to_owned(),
+            md5: md5.to_owned(),
+        };
+        std::fs::create_dir_all(prefix.join("lib/libMIOpen.so.1")).unwrap();
+        std::fs::create_dir_all(prefix.join("share/rdna1-patch")).unwrap();
+        std::fs::write(prefix.join("lib/a"), "old").unwrap();
+        let old = vec![entry("lib/a", &"0".repeat(32))];
+        std::fs::write(prefix.join(MD5SUMS), checksum::format_md5sums(&old)).unwrap();
+        std::fs::create_dir_all(staged.join("lib")).unwrap();
+        std::fs::write(staged.join("lib/a"), "new").unwrap();
+        std::fs::write(staged.join("lib/libMIOpen.so.1"), "new").unwrap();
+        let new = vec![
+            entry("lib/a", &"1".repeat(32)),
+            entry("lib/libMIOpen.so.1", &"2".repeat(32)),
+        ];
+        let err = move_into_place(&prefix, &staged, &new).unwrap_err();
+        assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
+        assert_eq!(
+            std::fs::read_to_string(prefix.join("lib/a")).unwrap(),
+            "old"
+        );
+        assert!(prefix.join(MD5SUMS).exists(), "MD5SUMS stays");
+    }
 }
