@@ -33,11 +33,14 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
     let mut full = false;
+    let mut render_only = false;
     let mut mirror = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--full" => full = true,
+            // Render FIDELITY.md's section from the results a run left.
+            "--render-only" => render_only = true,
             "--mirror" => mirror = Some(PathBuf::from(it.next().context("--mirror GITDIR")?)),
             "--miopen-src" => src = Some(PathBuf::from(it.next().context("--miopen-src DIR")?)),
             "--profile" => profile = it.next().context("--profile NAME")?.clone(),
@@ -49,6 +52,14 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     }
     if let Some(version) = release {
         return fidelity_release(root, &version);
+    }
+    if render_only {
+        let results = root
+            .join("target/rocm-env/chroot/fid")
+            .join(&profile)
+            .join("results");
+        let label = if full { format!("full-{profile}") } else { profile.clone() };
+        return write_section(root, &label, &results);
     }
     if let Some(mirror) = &mirror {
         src = Some(tree_from_mirror(root, mirror, &profile)?);
@@ -370,7 +381,7 @@ fn full_build(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Res
     let bad = md5.lines().filter(|l| l.contains(": FAILED")).count();
     writeln!(
         s,
-        "\nOn {} cores: {} build steps (ninja lines), {} failed. The prefix: {ok} files, {bad} failing `md5sum -c`, {} on disk.",
+        "\nOn {} cores: {} (the tool's build stage), {} failed. The prefix: {ok} files, {bad} failing `md5sum -c`, {} on disk.",
         read("cores.txt").trim(),
         read("ninja-steps.txt").trim(),
         read("failed.txt").lines().count(),

@@ -59,7 +59,8 @@ if [ "${2:-}" = full ]; then
     rc=$?
     step build "$rc" "$(since "$t")" "rdna1-patch build miopen --rocm /usr --gpu-targets gfx1010"
     grep -o 'Compat .*' "$R/build.log" >"$R/compat.txt"
-    grep -c '^\[[0-9]*/[0-9]*\]' "$R/build.log" >"$R/ninja-steps.txt"
+    # What the tool said of the build stage: its steps and time.
+    grep -o 'Build [0-9]* steps in [^,]*' "$R/build.log" | tail -1 >"$R/ninja-steps.txt"
     grep -o 'FAILED: .*' "$R/build.log" >"$R/failed.txt"
     [ "$rc" = 0 ] || exit 0
     t=$(now)
