@@ -50,33 +50,87 @@ impl Need {
 }
 
 /// The toolchain facts compat decides on.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Toolchain {
-    /// BOOST_VERSION, e.g. 109200 for 1.92.
-    pub boost: Option<u32>,
+    /// BOOST_VERSION, e.g. 109200 for 1.92; Err: the header is there but
+    /// says nothing believable.
+    pub boost: Reading,
     /// Where a bare `half.hpp` is (Debian's libhalf-dev), when no
     /// `half/half.hpp` is.
     pub bare_half: Option<PathBuf>,
     /// AMD_COMGR_INTERFACE_VERSION_MAJOR.
-    pub comgr_major: Option<u32>,
+    pub comgr_major: Reading,
+}
+
+/// A version read from a header: absent (no header), found, or why the
+/// header there cannot be believed.
+pub type Reading = std::result::Result<Option<u32>, String>;
+
+impl Default for Toolchain {
+    fn default() -> Self {
+        Toolchain {
+            boost: Ok(None),
+            bare_half: None,
+            comgr_major: Ok(None),
+        }
+    }
 }
 
 /// Read the facts from `{rocm}/include`.
 pub fn read(rocm: &Path) -> Toolchain {
     let include = rocm.join("include");
-    let define = |file: &str, name: &str| -> Option<u32> {
-        let text = crate::fsutil::read_small(&include.join(file), 1 << 20).ok()?;
-        text.lines().find_map(|l| {
+    // A header that is there must be a small regular file that defines the
+    // version, and the version must be one that exists: a FIFO, a loop, a
+    // huge or garbled file, or 4294967295 would otherwise pass as "needs
+    // nothing" and the build would fail an hour later.
+    let define = |file: &str, name: &str, max: u32| -> Reading {
+        let path = include.join(file);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
+        }
+        let text = crate::fsutil::read_small(&path, 1 << 20).map_err(|e| {
+            format!(
+                "{} cannot be read: {}",
+                path.display(),
+                crate::error::chain(&e)
+            )
+        })?;
+        let value = text.lines().find_map(|l| {
             let rest = l.trim().strip_prefix("#define")?.trim_start();
-            rest.strip_prefix(name)?.trim().parse().ok()
-        })
+            Some(rest.strip_prefix(name)?.trim().to_owned())
+        });
+        match value.as_deref().map(str::parse::<u32>) {
+            Some(Ok(v)) if v <= max => Ok(Some(v)),
+            Some(_) => Err(format!(
+                "{} defines {name} as {}, which is no version",
+                path.display(),
+                value.unwrap_or_default()
+            )),
+            None => Err(format!("{} does not define {name}", path.display())),
+        }
     };
     Toolchain {
-        boost: define("boost/version.hpp", "BOOST_VERSION"),
+        boost: define("boost/version.hpp", "BOOST_VERSION", 9_999_999),
         bare_half: (!include.join("half/half.hpp").is_file() && include.join("half.hpp").is_file())
             .then(|| include.join("half.hpp")),
-        comgr_major: define("amd_comgr/amd_comgr.h", "AMD_COMGR_INTERFACE_VERSION_MAJOR"),
+        comgr_major: define(
+            "amd_comgr/amd_comgr.h",
+            "AMD_COMGR_INTERFACE_VERSION_MAJOR",
+            99,
+        ),
     }
+}
+
+/// What a wanted compat fix reads, or why it cannot be decided.
+fn believe(reading: &Reading, name: &str) -> Result<Option<u32>> {
+    reading.clone().map_err(|why| {
+        hint(
+            format!("cannot tell what this toolchain needs for compat {name}: {why}"),
+            format!(
+                "fix or reinstall that header, or leave the fix out with --no-compat {name}; nothing was fetched or built"
+            ),
+        )
+    })
 }
 
 /// The needs of `t` among the profile's `listed` compat names, less those
@@ -95,9 +149,24 @@ pub fn needs(
         listed.iter().any(|l| l == name) && !off.iter().any(|o| o == name || o == "all")
     };
     let mut out = Vec::new();
-    if wanted("boost-1.92")
-        && let Some(v) = t.boost.filter(|v| *v >= 109200)
-    {
+    let boost = if wanted("boost-1.92") {
+        believe(&t.boost, "boost-1.92")?
+    } else {
+        None
+    };
+    let comgr = if wanted("comgr-3") || wanted("comgr-2") {
+        believe(
+            &t.comgr_major,
+            if wanted("comgr-3") {
+                "comgr-3"
+            } else {
+                "comgr-2"
+            },
+        )?
+    } else {
+        None
+    };
+    if let Some(v) = boost.filter(|v| *v >= 109200) {
         out.push(Need {
             name: "boost-1.92",
             found: format!("Boost {}.{}", v / 100_000, v / 100 % 1000),
@@ -122,7 +191,7 @@ pub fn needs(
         });
     }
     if wanted("comgr-3")
-        && let Some(major) = t.comgr_major.filter(|m| *m >= 3)
+        && let Some(major) = comgr.filter(|m| *m >= 3)
     {
         out.push(Need {
             name: "comgr-3",
@@ -131,7 +200,7 @@ pub fn needs(
         });
     }
     if wanted("comgr-2")
-        && let Some(major) = t.comgr_major.filter(|m| *m >= 3)
+        && let Some(major) = comgr.filter(|m| *m >= 3)
     {
         return Err(hint(
             format!(

@@ -215,9 +215,11 @@ pub fn hip_clang_dir(rocm: &Path) -> Option<PathBuf> {
     };
     let mut cmd = std::process::Command::new(&hipconfig);
     cmd.arg("--hipclangpath");
-    let out = crate::proc::helper(cmd).ok()?;
+    // It prints a path: a hipconfig that hangs must not cost the helpers'
+    // two minutes.
+    let out = crate::proc::run(cmd, std::time::Duration::from_secs(15)).ok()?;
     let dir = PathBuf::from(out.stdout.trim());
-    (out.status.success() && dir.join("clang++").is_file()).then_some(dir)
+    (out.status.is_some_and(|s| s.success()) && dir.join("clang++").is_file()).then_some(dir)
 }
 
 /// What `program --version` prints, within the helper time limit.

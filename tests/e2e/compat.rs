@@ -134,3 +134,48 @@ fn comgr_3_gets_the_compat_series_that_leaves_out_what_it_removed() {
     .unwrap();
     assert!(!dry(&sb, &[]).ok().stdout.contains("comgr-3"));
 }
+
+/// Issue 33, 15: a header that cannot be believed (a FIFO, garbage, a
+/// version that does not exist) is an error before anything is fetched,
+/// not a silent "needs nothing"; --no-compat leaves the decision out.
+#[test]
+fn a_header_that_cannot_be_believed_stops_the_build_before_the_fetch() {
+    let sb = Sandbox::new();
+    debian_like(&sb);
+    with_compat(&sb, "\"boost-1.92\", \"comgr-3\"");
+    let inc = sb.rocm.join("include");
+    let boost = inc.join("boost/version.hpp");
+    std::fs::remove_file(&boost).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&boost)
+            .status()
+            .unwrap()
+            .success()
+    );
+    dry(&sb, &[]).fails().error_is(&format!(
+        "error: cannot tell what this toolchain needs for compat boost-1.92: {} cannot be read: [..]
+help: fix or reinstall that header, or leave the fix out with --no-compat boost-1.92; nothing was fetched or built",
+        boost.display()
+    ));
+    std::fs::remove_file(&boost).unwrap();
+    std::fs::write(&boost, "garbage without the define\n").unwrap();
+    dry(&sb, &[]).fails().says(&format!(
+        "{} does not define BOOST_VERSION",
+        boost.display()
+    ));
+    std::fs::write(&boost, "#define BOOST_VERSION 109200\n").unwrap();
+    let comgr = inc.join("amd_comgr/amd_comgr.h");
+    std::fs::write(
+        &comgr,
+        "#define AMD_COMGR_INTERFACE_VERSION_MAJOR 4294967295\n",
+    )
+    .unwrap();
+    dry(&sb, &[]).fails().says(&format!(
+        "{} defines AMD_COMGR_INTERFACE_VERSION_MAJOR as 4294967295, which is no version",
+        comgr.display()
+    ));
+    dry(&sb, &["--no-compat", "comgr-3"])
+        .ok()
+        .prints("compat:    boost-1.92: Boost 1.92");
+}
