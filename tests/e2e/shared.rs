@@ -476,7 +476,7 @@ fn a_tampered_layer_in_the_registry_is_refused() {
 }
 
 /// Store `bytes` as a blob of the layout; its digest.
-fn put_blob(dir: &Path, bytes: &[u8]) -> String {
+pub(crate) fn put_blob(dir: &Path, bytes: &[u8]) -> String {
     use sha2::Digest as _;
     let hex: String = sha2::Sha256::digest(bytes)
         .iter()

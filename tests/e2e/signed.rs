@@ -503,3 +503,82 @@ fn a_cache_with_many_tags_is_examined_fifty_at_most() {
         "{all}"
     );
 }
+
+/// Issue 33, 4: a signed bomb. The trusted key signs a config that
+/// declares less than the layer unpacks to (a compromised publisher, or
+/// a mistake): the pull writes no more than declared, and refuses.
+#[test]
+fn a_layer_that_unpacks_to_more_than_its_signed_config_declares_is_refused() {
+    let (publisher, dir, tagged, user) = published_layout();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (mut manifest, _) = layout_manifest(&dir, tag);
+    let config_digest = manifest["config"]["digest"].as_str().unwrap().to_owned();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(&dir, &config_digest)).unwrap()).unwrap();
+    config["unpacked_size"] = 100.into();
+    let config_bytes = serde_json::to_vec_pretty(&config).unwrap();
+    manifest["config"]["digest"] = put_blob(&dir, &config_bytes).into();
+    manifest["config"]["size"] = config_bytes.len().into();
+    let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
+    let digest = put_blob(&dir, &manifest_bytes);
+    // Signed by the trusted key, as publish signs.
+    let file = publisher.sb.root.join("bomb.json");
+    std::fs::write(&file, &manifest_bytes).unwrap();
+    let out = std::process::Command::new("minisign")
+        .args(["-S", "-s"])
+        .arg(&publisher.keys.secret)
+        .arg("-m")
+        .arg(&file)
+        .args(["-t", &format!("rdna1-patch build manifest {digest}")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let signature = std::fs::read(publisher.sb.root.join("bomb.json.minisig")).unwrap();
+    let old_sig_tag = {
+        let index: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap())
+                .unwrap();
+        let d = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        format!("{}.sig", d.replace(':', "-"))
+    };
+    let (mut sig_manifest, _) = layout_manifest(&dir, &old_sig_tag);
+    sig_manifest["layers"][0]["digest"] = put_blob(&dir, &signature).into();
+    sig_manifest["layers"][0]["size"] = signature.len().into();
+    sig_manifest["subject"]["digest"] = digest.clone().into();
+    sig_manifest["subject"]["size"] = manifest_bytes.len().into();
+    let sig_bytes = serde_json::to_vec(&sig_manifest).unwrap();
+    let sig_digest = put_blob(&dir, &sig_bytes);
+    let index_path = dir.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let list = index["manifests"].as_array_mut().unwrap();
+    for m in list.iter_mut() {
+        if m["annotations"]["org.opencontainers.image.ref.name"] == tag {
+            m["digest"] = digest.clone().into();
+            m["size"] = manifest_bytes.len().into();
+        }
+    }
+    list.push(serde_json::json!({
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": sig_digest,
+        "size": sig_bytes.len(),
+        "annotations": { "org.opencontainers.image.ref.name": format!("{}.sig", digest.replace(':', "-")) },
+    }));
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    user.build(&["--from", &tagged])
+        .fails()
+        .says("its layer unpacks to more than the 100 bytes its signed config declares");
+    user.nothing_installed();
+}
