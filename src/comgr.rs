@@ -91,24 +91,9 @@ pub struct Comgr {
 /// The comgr beside a library, as torch and MIOpen find it: the newest
 /// `libamd_comgr.so*` in one of `dirs`.
 pub fn find(dirs: &[PathBuf]) -> Option<PathBuf> {
-    for dir in dirs {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("libamd_comgr.so"))
-            })
-            .collect();
-        found.sort();
-        if let Some(p) = found.pop() {
-            return Some(p);
-        }
-    }
-    None
+    dirs.iter().find_map(|dir| {
+        crate::fsutil::entries_named(dir, |n| n.starts_with("libamd_comgr.so")).pop()
+    })
 }
 
 fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T> {

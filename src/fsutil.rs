@@ -282,6 +282,20 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// The entries of `dir` whose names `wanted` takes, sorted; none when the
+/// dir cannot be read.
+pub fn entries_named(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&wanted))
+        .collect();
+    found.sort();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,19 +50,7 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// The user caches of gfx101x devices in `dir`.
 fn gfx101x_caches(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("gfx101") && n.ends_with(".ukdb"))
-        })
-        .collect();
-    files.sort();
-    files
+    crate::fsutil::entries_named(dir, |n| n.starts_with("gfx101") && n.ends_with(".ukdb"))
 }
 
 /// Deletes the batch-norm kernels, in one transaction, and prints how many.

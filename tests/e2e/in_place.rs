@@ -231,17 +231,18 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
     let torch = torch_with_code(&sb, &["gfx1010"]);
     bundle_comgr(&torch);
     install(&sb, &[]).ok();
-    let verify = |sysfs: &str| {
-        sb.verify(&[
+    let compile = |extra: &[&str]| {
+        let mut args = vec![
             "--profile",
             "rocm-6.4.3",
             "--python",
             "python3",
             "--compile",
-            "--sysfs-root",
-            sysfs,
-        ])
+        ];
+        args.extend(extra);
+        sb.verify(&args)
     };
+    let verify = |sysfs: &str| compile(&["--sysfs-root", sysfs]);
     let card = crate::support::fixtures().join("sysfs/rx5600xt-gfx1010");
     let run = verify(card.to_str().unwrap()).ok();
     run.prints(&format!(
@@ -249,18 +250,10 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
         torch.lib.join("libamd_comgr.so.2").display()
     ));
     // A target asked for: the gfx1030 control, where nothing failed before.
-    sb.verify(&[
-        "--profile",
-        "rocm-6.4.3",
-        "--python",
-        "python3",
-        "--compile",
-        "--compile-for",
-        "gfx1030",
-    ])
-    .ok()
-    .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
-    .prints("the original's: 0 of 2 fail");
+    compile(&["--compile-for", "gfx1030"])
+        .ok()
+        .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
+        .prints("the original's: 0 of 2 fail");
     // With no card, gfx1010 is assumed, and said.
     verify("/nonexistent")
         .ok()

@@ -538,21 +538,7 @@ fn a_layer_that_unpacks_to_more_than_its_signed_config_declares_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
     let signature = std::fs::read(publisher.sb.root.join("bomb.json.minisig")).unwrap();
-    let old_sig_tag = {
-        let index: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap())
-                .unwrap();
-        let d = index["manifests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
-            .unwrap()["digest"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        format!("{}.sig", d.replace(':', "-"))
-    };
+    let old_sig_tag = format!("{}.sig", layout_manifest(&dir, tag).1.replace(':', "-"));
     let (mut sig_manifest, _) = layout_manifest(&dir, &old_sig_tag);
     sig_manifest["layers"][0]["digest"] = put_blob(&dir, &signature).into();
     sig_manifest["layers"][0]["size"] = signature.len().into();
