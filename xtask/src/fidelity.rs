@@ -58,7 +58,11 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
             .join("target/rocm-env/chroot/fid")
             .join(&profile)
             .join("results");
-        let label = if full { format!("full-{profile}") } else { profile.clone() };
+        let label = if full {
+            format!("full-{profile}")
+        } else {
+            profile.clone()
+        };
         return write_section(root, &label, &results);
     }
     if let Some(mirror) = &mirror {
