@@ -33,3 +33,7 @@ pub(crate) mod select;
 pub mod swap;
 pub(crate) mod ui;
 pub(crate) mod version;
+
+/// The pull's readers, for the fuzz target (built with --cfg=fuzzing).
+#[cfg(fuzzing)]
+pub use builder::artifact::fuzz_pull;

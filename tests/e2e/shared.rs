@@ -741,8 +741,21 @@ fn a_pull_killed_at_any_instant_leaves_the_prefix_untouched_and_the_next_run_cle
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // The whole pull takes about 1.5 s through the proxy.
-        let after = 200 + (seed.wrapping_mul(round + 7) % 1000);
+        // Once the pull has begun (its staging dir is there), a random
+        // instant of the about 1.5 s it takes through the proxy: waiting
+        // for the start keeps a loaded machine from making every kill
+        // land before it.
+        let staging = user.sb.prefix.join(".rdna1-patch-staging");
+        let started = std::time::Instant::now();
+        while !staging.exists()
+            && started.elapsed().as_secs() < 30
+            && child.try_wait().unwrap().is_none()
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mixed =
+            (seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let after = (mixed >> 33) % 800;
         std::thread::sleep(std::time::Duration::from_millis(after));
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         let status = child.wait().unwrap();

@@ -1,7 +1,10 @@
-//! `cargo xtask fuzz [--seconds N] [--jobs J]`: libFuzzer on the ELF and
-//! offload-bundle readers (fuzz/fuzz_targets/elf.rs), seeded with real
-//! libraries: clang's HIP fat binaries (one arch and three) and the fake
-//! runtime's ELF files. Not in CI: it runs for
+//! `cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull]`:
+//! libFuzzer on the ELF and offload-bundle readers (fuzz/fuzz_targets/
+//! elf.rs), seeded with real libraries: clang's HIP fat binaries (one arch
+//! and three) and the fake runtime's ELF files; and on the pull's readers
+//! (manifests, configs, zstd tar layers) and the in-place fix's readers of
+//! embedded kernel texts (pull.rs), seeded with such inputs. Each target
+//! runs for N seconds. Not in CI: it runs for
 //! minutes. It fails on any crash, abort, out-of-memory or slow input
 //! (`-timeout=1` on inputs of at most 1 MiB), and then on any corpus input
 //! that, repeated to 4 MiB, takes 1 s per MB.
@@ -21,20 +24,39 @@ const MAX_LEN: usize = 1 << 20;
 pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 600u64;
     let mut jobs = 2usize;
+    let mut only: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().context("a value is missing");
         match a.as_str() {
             "--seconds" => seconds = value()?.parse()?,
             "--jobs" => jobs = value()?.parse()?,
+            "--target" => only = Some(value()?.clone()),
             other => {
-                bail!("unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J]")
+                bail!(
+                    "unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull]"
+                )
             }
         }
     }
-    let work = root.join("target/fuzz");
-    let bin = build(root)?;
-    let seeds = seeds(&work.join("seeds"))?;
+    let base = root.join("target/fuzz");
+    let bins = build(root)?;
+    for (name, bin) in bins {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let work = base.join(name);
+        let seeds = match name {
+            "elf" => seeds(&work.join("seeds"))?,
+            _ => pull_seeds(&work.join("seeds"))?,
+        };
+        one(name, &bin, &work, &seeds, seconds, jobs)?;
+    }
+    Ok(())
+}
+
+/// Fuzz one target for `seconds`, then check its corpus scales.
+fn one(name: &str, bin: &Path, work: &Path, seeds: &Path, seconds: u64, jobs: usize) -> Result<()> {
     let corpus = work.join("corpus");
     let artifacts = work.join("artifacts");
     for d in [&corpus, &artifacts] {
@@ -42,11 +64,11 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     }
     let log = work.join("fuzz.log");
     eprintln!(
-        "xtask: fuzzing for {seconds} s with {jobs} job(s); corpus {}, log {}",
+        "xtask: fuzzing {name} for {seconds} s with {jobs} job(s); corpus {}, log {}",
         corpus.display(),
         log.display()
     );
-    let out = Command::new(&bin)
+    let out = Command::new(bin)
         .arg(format!("-fork={jobs}"))
         .args(["-ignore_crashes=1", "-ignore_timeouts=1", "-ignore_ooms=1"])
         .arg(format!("-max_total_time={seconds}"))
@@ -54,7 +76,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         .args(["-timeout=1", "-rss_limit_mb=2048", "-print_final_stats=1"])
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .arg(&corpus)
-        .arg(&seeds)
+        .arg(seeds)
         .output()
         .context("cannot run the fuzz target")?;
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -66,7 +88,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         .map(|e| e.path())
         .collect();
     println!(
-        "fuzz: {} inputs in {} s, corpus {} inputs, coverage {}; crashes {}, timeouts {}, ooms {}; {} artifact(s) in {}",
+        "fuzz {name}: {} inputs in {} s, corpus {} inputs, coverage {}; crashes {}, timeouts {}, ooms {}; {} artifact(s) in {}",
         summary.runs,
         seconds,
         std::fs::read_dir(&corpus)?.count(),
@@ -80,7 +102,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     if summary.crashes + summary.timeouts + summary.ooms > 0 || !found.is_empty() {
         bail!("the readers failed on fuzzed input; see {}", log.display());
     }
-    scale(&bin, &corpus, &work.join("scaled"))
+    scale(bin, &corpus, &work.join("scaled"))
 }
 
 /// Fuzzed inputs are small; a reader that is not linear shows on large
@@ -176,7 +198,7 @@ impl Summary {
 
 /// Build the fuzz target as cargo-fuzz does (sancov instrumentation, debug
 /// assertions and overflow checks on), with the stable toolchain.
-fn build(root: &Path) -> Result<PathBuf> {
+fn build(root: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
     let flags = [
         "-Cpasses=sancov-module",
         "-Cllvm-args=-sanitizer-coverage-level=4",
@@ -197,7 +219,46 @@ fn build(root: &Path) -> Result<PathBuf> {
         .arg("--target-dir")
         .arg(&target)
         .env("RUSTFLAGS", flags.join(" ")))?;
-    Ok(target.join(triple).join("release/elf"))
+    let dir = target.join(triple).join("release");
+    Ok(vec![("elf", dir.join("elf")), ("pull", dir.join("pull"))])
+}
+
+/// What a registry sends, to start from: manifests and configs (first
+/// byte 0 and 1), zstd tar layers of files, links and MD5SUMS (2), and
+/// the fake runtime's libMIOpen with its embedded kernel texts.
+fn pull_seeds(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let manifest = br#"{"schemaVersion":2,"config":{"mediaType":"application/vnd.rdna1-patch.build.v1+json","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":2},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+zstd","digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","size":10}]}"#;
+    std::fs::write(dir.join("manifest"), [&[0u8][..], manifest].concat())?;
+    std::fs::write(
+        dir.join("config"),
+        [&[1u8][..], br#"{"key":"k","inputs":{},"provenance":{}}"#].concat(),
+    )?;
+    let mut tar = tar::Builder::new(Vec::new());
+    let files: [(&str, &[u8]); 2] = [
+        ("lib/libMIOpen.so.1", b"\x7fELF a library"),
+        (
+            "share/rdna1-patch/MD5SUMS",
+            b"d41d8cd98f00b204e9800998ecf8427e  lib/libMIOpen.so.1\n",
+        ),
+    ];
+    for (path, bytes) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, path, bytes)?;
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    tar.append_link(&mut h, "lib/libMIOpen.so", "libMIOpen.so.1")?;
+    let layer = zstd::encode_all(&tar.into_inner()?[..], 3)?;
+    std::fs::write(dir.join("layer"), [&[2u8][..], &layer].concat())?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = rdna1_testkit::build_runtime(&scratch.path().join("runtime"));
+    let miopen = std::fs::read(runtime.join("torch/lib/libMIOpen.so"))?;
+    std::fs::write(dir.join("libMIOpen.so"), miopen)?;
+    Ok(dir.to_owned())
 }
 
 fn host_triple() -> Result<String> {
