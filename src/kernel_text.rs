@@ -202,8 +202,11 @@ fn comments(text: &[u8]) -> Vec<Range<usize>> {
     out
 }
 
+/// `comments` are in order and do not overlap: a binary search, so a
+/// text of many comments and many directives stays linear.
 fn in_comment(comments: &[Range<usize>], at: usize) -> bool {
-    comments.iter().any(|c| c.contains(&at))
+    let i = comments.partition_point(|c| c.end <= at);
+    comments.get(i).is_some_and(|c| c.contains(&at))
 }
 
 /// One batch-norm decision: where its line starts, where its `!( ... )`
