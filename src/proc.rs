@@ -351,14 +351,20 @@ pub fn stream_watched(
 }
 
 /// Wait until no process of group `pgid` is left, at most `limit`; past
-/// it, SIGKILL what is.
+/// it, SIGKILL what is, and wait as long again for the killed to be gone
+/// (on a loaded machine dying takes a moment: returning at once left a
+/// compiler launcher in /proc after our exit).
 fn wait_group_gone(pgid: i32, limit: Duration) {
     let start = Instant::now();
+    let mut killed = false;
     // SAFETY: kill(2) with signal 0 only checks the group exists.
     while unsafe { libc::kill(-pgid, 0) } == 0 {
-        if start.elapsed() > limit {
+        if !killed && start.elapsed() > limit {
             // SAFETY: as above, on the group we created.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            killed = true;
+        }
+        if start.elapsed() > limit * 2 {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
