@@ -1,9 +1,10 @@
 //! Ctrl-C, SIGTERM and SIGHUP.
 //!
-//! Builds run in their own process group so that one signal reaches ninja and
-//! every compiler below it, even when only our pid was signalled (`kill
-//! -TERM`): the signal is passed on, the build returns, and the error says
-//! what stopped it. With no child running the run ends at once, with a
+//! Builds run in a session of their own so that one signal reaches ninja and
+//! every compiler below it (ninja puts each command in a process group of
+//! its own, but they stay in the session), even when only our pid was
+//! signalled (`kill -TERM`): the signal is passed on, the build returns, and
+//! the error says what stopped it. With no child running the run ends at once, with a
 //! message: nothing we do between child runs is left half-done by exiting
 //! (files are replaced by rename, the torch swap is journaled). A signal
 //! handler is process-wide by nature, so the current child group is the one
@@ -34,6 +35,10 @@ pub fn install() {
                     unsafe {
                         libc::killpg(group, sig);
                     }
+                    // ninja runs each command in a process group of its
+                    // own: the session (the build's, which it leads) holds
+                    // them all.
+                    signal_session(group, sig);
                 } else {
                     let err = stopped("rdna1-patch", sig);
                     crate::output::error(&err);
@@ -59,6 +64,35 @@ impl Drop for ChildGroup {
     fn drop(&mut self) {
         CHILD_GROUP.store(0, Ordering::SeqCst);
     }
+}
+
+/// Send `sig` to every process of session `sid` (ours excepted); how many
+/// there were.
+pub fn signal_session(sid: i32, sig: i32) -> usize {
+    let me = std::process::id() as i32;
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp session ...: comm may hold spaces and
+        // parentheses, so count from the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let session = fields.nth(2).and_then(|s| s.parse::<i32>().ok());
+        if session == Some(sid) && pid != me && state != Some("Z") {
+            // SAFETY: kill(2) only sends a signal.
+            unsafe { libc::kill(pid, sig) };
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The signal that stopped a child group, if one did.

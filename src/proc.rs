@@ -272,11 +272,24 @@ pub fn stream_watched(
 ) -> Result<Streamed> {
     let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer2 = writer.try_clone().context("cannot create a pipe")?;
+    // A session of its own (its group too, with the same id): ninja puts
+    // each command in a group of its own, and the session is what holds
+    // them all when the build must stop.
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        });
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2)
-        .process_group(0)
         .spawn()
         .map_err(|e| spawn_error(&cmd, e))?;
     // Our copies of the writing end must go, or the read never ends.
@@ -358,10 +371,13 @@ fn wait_group_gone(pgid: i32, limit: Duration) {
     let start = Instant::now();
     let mut killed = false;
     // SAFETY: kill(2) with signal 0 only checks the group exists.
-    while unsafe { libc::kill(-pgid, 0) } == 0 {
+    let left =
+        || unsafe { libc::kill(-pgid, 0) } == 0 || crate::interrupt::signal_session(pgid, 0) > 0;
+    while left() {
         if !killed && start.elapsed() > limit {
             // SAFETY: as above, on the group we created.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            crate::interrupt::signal_session(pgid, libc::SIGKILL);
             killed = true;
         }
         if start.elapsed() > limit * 2 {
