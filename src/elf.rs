@@ -26,13 +26,19 @@ pub struct Library {
 /// Read and parse `path`. The whole file is read: goblin parses from memory,
 /// and the libraries here are read at most once per command.
 pub fn read(path: &Path) -> Result<Library> {
+    let bytes = read_file(path)?;
+    parse(&bytes).with_context(|| format!("{} is not a usable ELF library", path.display()))
+}
+
+/// A library's whole bytes; a FIFO or a device where a library should be
+/// fails, not blocks.
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
-    // A FIFO or a device where a library should be must fail, not block.
     let mut bytes = Vec::new();
     crate::fsutil::open_regular(path)?
         .read_to_end(&mut bytes)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    parse(&bytes).with_context(|| format!("{} is not a usable ELF library", path.display()))
+    Ok(bytes)
 }
 
 pub fn parse(bytes: &[u8]) -> Result<Library> {
@@ -95,15 +101,8 @@ pub fn find_markers(bytes: &[u8], markers: &[&str]) -> Result<Vec<bool>> {
     let elf =
         goblin::elf::Elf::parse(bytes).map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
     let mut found = vec![false; markers.len()];
-    for sh in &elf.section_headers {
-        let flags = sh.sh_flags as u32;
-        if sh.sh_type == SHT_NOBITS
-            || flags & SHF_ALLOC == 0
-            || flags & (SHF_EXECINSTR | SHF_WRITE) != 0
-        {
-            continue;
-        }
-        let Some(data) = sh.file_range().and_then(|r| bytes.get(r.start..r.end)) else {
+    for range in read_only_data(&elf) {
+        let Some(data) = bytes.get(range) else {
             continue;
         };
         for (hit, marker) in found.iter_mut().zip(markers) {
@@ -111,6 +110,20 @@ pub fn find_markers(bytes: &[u8], markers: &[&str]) -> Result<Vec<bool>> {
         }
     }
     Ok(found)
+}
+
+/// The file ranges of the allocated, read-only, non-code sections.
+pub fn read_only_data(elf: &goblin::elf::Elf) -> Vec<std::ops::Range<usize>> {
+    elf.section_headers
+        .iter()
+        .filter(|sh| {
+            let flags = sh.sh_flags as u32;
+            sh.sh_type != SHT_NOBITS
+                && flags & SHF_ALLOC != 0
+                && flags & (SHF_EXECINSTR | SHF_WRITE) == 0
+        })
+        .filter_map(|sh| sh.file_range())
+        .collect()
 }
 
 fn memfind(haystack: &[u8], needle: &[u8]) -> bool {

@@ -14,7 +14,7 @@
 use std::ops::Range;
 
 use anyhow::{Result, anyhow};
-use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS};
+use goblin::elf::section_header::SHT_NOBITS;
 
 use crate::kernel_text::{self, Outcome, Refusal};
 
@@ -45,7 +45,7 @@ impl FoundBy {
 }
 
 /// What the fix did to a library, text by text.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Edit {
     /// The texts changed, each with its decisions changed.
     pub changed: Vec<(Text, usize)>,
@@ -53,7 +53,7 @@ pub struct Edit {
     pub already: Vec<Text>,
     /// How many embedded texts there are in all.
     pub texts: usize,
-    pub found_by: Option<FoundBy>,
+    pub found_by: FoundBy,
 }
 
 /// A text the fix does not recognise, or cannot fit: the whole library is
@@ -70,32 +70,33 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// Fix every batch-norm text in `bytes` (a whole library file), in place.
-/// On a refusal `bytes` is unchanged.
-pub fn fix(bytes: &mut [u8]) -> Result<std::result::Result<Edit, Refused>> {
-    let (texts, found_by) = locate(bytes)?;
+/// `original` (a whole library file) with every batch-norm text fixed,
+/// and what was done; proven to differ from it inside those texts alone.
+pub fn fix(original: &[u8]) -> Result<std::result::Result<(Vec<u8>, Edit), Refused>> {
+    let (texts, found_by) = locate(original)?;
     let mut edit = Edit {
+        changed: Vec::new(),
+        already: Vec::new(),
         texts: texts.len(),
-        found_by: Some(found_by),
-        ..Edit::default()
+        found_by,
     };
     let mut fixed = Vec::new();
     for t in texts {
-        match kernel_text::fix(&bytes[t.range.clone()], true) {
+        match kernel_text::fix(&original[t.range.clone()], true) {
             Ok(Outcome::Untouched) => {}
             Ok(Outcome::AlreadyFixed) => edit.already.push(t),
             Ok(Outcome::Fixed { text, decisions }) => fixed.push((t, text, decisions)),
             Err(why) => return Ok(Err(Refused { text: t.name, why })),
         }
     }
-    let before = bytes.to_vec();
+    let mut bytes = original.to_vec();
     for (t, text, decisions) in fixed {
         bytes[t.range.clone()].copy_from_slice(&text);
         edit.changed.push((t, decisions));
     }
     let ranges: Vec<Range<usize>> = edit.changed.iter().map(|(t, _)| t.range.clone()).collect();
-    prove_confined(&before, bytes, &ranges)?;
-    Ok(Ok(edit))
+    prove_confined(original, &bytes, &ranges)?;
+    Ok(Ok((bytes, edit)))
 }
 
 /// Every byte that differs lies inside one of `ranges`, and the length is
@@ -194,25 +195,11 @@ fn by_symbols(elf: &goblin::elf::Elf, bytes: &[u8]) -> Result<Vec<Text>> {
     Ok(texts)
 }
 
-/// Read-only, allocated, non-code sections' file ranges.
-fn rodata(elf: &goblin::elf::Elf) -> Vec<Range<usize>> {
-    elf.section_headers
-        .iter()
-        .filter(|sh| {
-            let flags = sh.sh_flags as u32;
-            sh.sh_type != SHT_NOBITS
-                && flags & SHF_ALLOC != 0
-                && flags & (SHF_EXECINSTR | SHF_WRITE) == 0
-        })
-        .filter_map(|sh| sh.file_range())
-        .collect()
-}
-
 /// Hidden texts: the NUL-delimited strings of the read-only data that
 /// mention an `MIO_BN_GFX` family; only those can need the fix.
 fn by_scan(elf: &goblin::elf::Elf, bytes: &[u8]) -> Vec<Text> {
     let mut texts: Vec<Text> = Vec::new();
-    for section in rodata(elf) {
+    for section in crate::elf::read_only_data(elf) {
         let Some(data) = bytes.get(section.clone()) else {
             continue;
         };

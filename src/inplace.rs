@@ -40,9 +40,8 @@ pub struct Derived {
 /// nothing is written. An error says what is wrong with the library for
 /// this fix and what to do instead.
 pub fn plan(library: &Path) -> Result<(Vec<u8>, Vec<u8>, embedded::Edit)> {
-    let original = read(library)?;
-    let mut fixed = original.clone();
-    let edit = embedded::fix(&mut fixed)
+    let original = crate::elf::read_file(library)?;
+    let (fixed, edit) = embedded::fix(&original)
         .with_context(|| format!("{} is not a library whose kernel texts can be read", library.display()))?
         .map_err(|refused| {
             hint(
@@ -56,7 +55,7 @@ pub fn plan(library: &Path) -> Result<(Vec<u8>, Vec<u8>, embedded::Edit)> {
                 format!(
                     "embeds no batch-norm kernel text that decides on the DPP reduction ({} texts found by {})",
                     edit.texts,
-                    edit.found_by.map_or("nothing", FoundBy::name)
+                    edit.found_by.name()
                 ),
                 "it is not a MIOpen whose batch norm this fix knows; nothing was changed",
             )
@@ -84,7 +83,7 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
             "it is not the libMIOpen torch loads; nothing was changed",
         )
     })?;
-    let found_by = edit.found_by.unwrap_or(FoundBy::Symbols);
+    let found_by = edit.found_by;
     for (t, n) in &edit.changed {
         ui.stage("Fixed", format!("{} ({n} batch-norm decisions)", t.name));
     }
@@ -118,15 +117,6 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
         found_by,
         files: installed.files,
     })
-}
-
-fn read(library: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    crate::fsutil::open_regular(library)?
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read {}", library.display()))?;
-    Ok(bytes)
 }
 
 fn record(t: &Text, decisions: usize, original: &[u8], fixed: &[u8]) -> ProvText {

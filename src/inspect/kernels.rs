@@ -55,15 +55,20 @@ pub fn check(
             return;
         }
     };
+    // Each library is read once, whatever the number of targets.
+    let installed = match crate::elf::read_file(&torch.target) {
+        Ok(b) => b,
+        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+    };
     let original = journals
         .iter()
         .rev()
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
-        .map(|j| j.backup.clone());
+        .map(|j| crate::elf::read_file(&j.backup));
     let (archs, why) = targets(sysfs, asked);
     // A kernel that fails for the gfx1030 control too fails for want of a
     // define this check does not pass: it says nothing about gfx101x.
-    let control: Vec<String> = rows(&comgr, &torch.target, CONTROL)
+    let control: Vec<String> = kernel_check::check(&comgr, &installed, CONTROL)
         .map(|rows| {
             rows.into_iter()
                 .filter(|r| !r.ok())
@@ -72,11 +77,12 @@ pub fn check(
         })
         .unwrap_or_default();
     for arch in &archs {
-        let installed = rows(&comgr, &torch.target, arch).map(|r| without(r, &control));
-        let pristine = original
-            .as_deref()
-            .map(|o| rows(&comgr, o, arch).map(|r| without(r, &control)));
-        report(r, &comgr, arch, why, installed, pristine, &control);
+        let now = kernel_check::check(&comgr, &installed, arch).map(|r| without(r, &control));
+        let pristine = original.as_ref().map(|o| match o {
+            Ok(bytes) => kernel_check::check(&comgr, bytes, arch).map(|r| without(r, &control)),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        });
+        report(r, &comgr, arch, why, now, pristine, &control);
     }
 }
 
@@ -94,11 +100,6 @@ fn list(dirs: &[PathBuf]) -> String {
         .map(|d| d.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn rows(comgr: &Comgr, library: &Path, arch: &str) -> anyhow::Result<Vec<Row>> {
-    let bytes = std::fs::read(library)?;
-    kernel_check::check(comgr, &bytes, arch)
 }
 
 fn failing(rows: &[Row]) -> Vec<String> {
