@@ -1,51 +1,14 @@
 //! The readers of files the user points us at that are not ours: a torch
 //! library's `.hip_fatbin` (read from an offset, as from disk), and the ELF
 //! parse of MIOpen and torch libraries (SONAME, NEEDED, markers).
-//!
-//! Inputs are at most 1 MiB (`-max_len`), so no legitimate read allocates
-//! more than that: an allocation over 64 MiB means a size from the input was
-//! trusted, and aborts here, where libFuzzer counts it, instead of passing
-//! unseen on a machine with memory to spare.
+//! Allocations are bounded by guard.rs, shared with the pull target.
 
 #![no_main]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[path = "guard.rs"]
+mod guard;
 
 use libfuzzer_sys::fuzz_target;
-
-struct Guard;
-
-const LIMIT: usize = 64 << 20;
-
-unsafe impl GlobalAlloc for Guard {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > LIMIT {
-            eprintln!("fuzz: an allocation of {} bytes", layout.size());
-            std::process::abort();
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > LIMIT {
-            eprintln!("fuzz: an allocation of {} bytes", layout.size());
-            std::process::abort();
-        }
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > LIMIT {
-            eprintln!("fuzz: an allocation of {new_size} bytes");
-            std::process::abort();
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GUARD: Guard = Guard;
 
 fuzz_target!(|data: &[u8]| {
     let read_at = |buf: &mut [u8], offset: u64| -> std::io::Result<()> {
