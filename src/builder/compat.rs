@@ -95,10 +95,7 @@ pub fn read(rocm: &Path) -> Toolchain {
                 crate::error::chain(&e)
             )
         })?;
-        let value = text.lines().find_map(|l| {
-            let rest = l.trim().strip_prefix("#define")?.trim_start();
-            Some(rest.strip_prefix(name)?.trim().to_owned())
-        });
+        let value = text.lines().find_map(|l| define_of(l, name));
         match value.as_deref().map(str::parse::<u32>) {
             Some(Ok(v)) if v <= max => Ok(Some(v)),
             Some(_) => Err(format!(
@@ -119,6 +116,15 @@ pub fn read(rocm: &Path) -> Toolchain {
             99,
         ),
     }
+}
+
+/// The value `line` gives `name`, if it is `#define name value`; the name
+/// must be whole, or Boost's include guard BOOST_VERSION_HPP, defined
+/// first, would read as BOOST_VERSION.
+fn define_of(line: &str, name: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix('#')?.trim_start();
+    let rest = rest.strip_prefix("define")?.trim_start().strip_prefix(name)?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim().to_owned())
 }
 
 /// What a wanted compat fix reads, or why it cannot be decided.

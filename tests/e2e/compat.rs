@@ -11,7 +11,9 @@ fn debian_like(sb: &Sandbox) {
     for (file, text) in [
         (
             "boost/version.hpp",
-            "#define BOOST_VERSION 109200\n#define BOOST_LIB_VERSION \"1_92\"\n",
+            // Guarded as the real header is: the guard's name starts with
+            // the version's and comes first.
+            "#ifndef BOOST_VERSION_HPP\n#define BOOST_VERSION_HPP\n#  define BOOST_VERSION 109200\n#define BOOST_LIB_VERSION \"1_92\"\n#endif\n",
         ),
         (
             "half.hpp",
@@ -19,7 +21,7 @@ fn debian_like(sb: &Sandbox) {
         ),
         (
             "amd_comgr/amd_comgr.h",
-            "#define AMD_COMGR_INTERFACE_VERSION_MAJOR 3\n",
+            "#define AMD_COMGR_INTERFACE_VERSION_MAJOR_MINOR_GUARD\n#define AMD_COMGR_INTERFACE_VERSION_MAJOR 3\n",
         ),
     ] {
         std::fs::create_dir_all(inc.join(file).parent().unwrap()).unwrap();

@@ -33,12 +33,16 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
     let mut full = false;
+    let mut resume = false;
     let mut render_only = false;
     let mut mirror = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--full" => full = true,
+            // Go on with a stopped --full build, as the tool's own advice
+            // says (the same command again); the record says so.
+            "--resume" => resume = true,
             // Render FIDELITY.md's section from the results a run left.
             "--render-only" => render_only = true,
             "--mirror" => mirror = Some(PathBuf::from(it.next().context("--mirror GITDIR")?)),
@@ -46,7 +50,7 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
             "--profile" => profile = it.next().context("--profile NAME")?.clone(),
             "--release" => release = Some(it.next().context("--release VERSION")?.clone()),
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION"
             ),
         }
     }
@@ -84,7 +88,12 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     std::fs::write(fid.join("fidelity.sh"), SCRIPT)?;
     std::fs::write(fid.join("bn-kernels.sh"), HARNESS)?;
     copy_tree(&root.join("patches/compat"), &fid.join("compat"))?;
-    let mode = if full { " full" } else { "" };
+    let mode = match (full, resume) {
+        (true, true) => " full resume",
+        (true, false) => " full",
+        (false, true) => bail!("--resume goes with --full"),
+        (false, false) => "",
+    };
     env.run(
         root,
         Some(&src),
@@ -383,6 +392,14 @@ fn full_build(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Res
     let md5 = read("md5.txt");
     let ok = md5.lines().filter(|l| l.ends_with(": OK")).count();
     let bad = md5.lines().filter(|l| l.contains(": FAILED")).count();
+    let resumed = read("resumed.txt");
+    if !resumed.is_empty() {
+        writeln!(
+            s,
+            "\nThis run went on with a stopped one (the same command again, as the tool advises); before it: {}",
+            resumed.trim()
+        )?;
+    }
     writeln!(
         s,
         "\nOn {} cores: {} (the tool's build stage), {} failed. The prefix: {ok} files, {bad} failing `md5sum -c`, {} on disk.",

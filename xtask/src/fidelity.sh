@@ -1,6 +1,6 @@
 #!/bin/bash
 # Run inside the ROCm chroot by `cargo xtask fidelity` (xtask/src/fidelity.rs):
-#   fidelity.sh PROFILE [full]
+#   fidelity.sh PROFILE [full [resume]]
 # with the MIOpen tree at /src and the shipped compat series at /fid/compat
 # (those the build chose are compiled too).
 # Every result goes to /fid/PROFILE/results/*.tsv; the xtask turns them into
@@ -10,6 +10,11 @@ P=$1
 F=/fid/$P
 R=$F/results
 . /fid/bn-kernels.sh
+if [ "${2:-}" = full ] && [ "${3:-}" = resume ] && [ -f "$R/build.log" ]; then
+    # What the stopped run got to, said before results_dir clears its log.
+    echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.log" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.log" | tail -1)" >"$R/resumed.txt"
+    mv "$R/build.log" "$R/build-stopped.txt"
+fi
 results_dir
 
 dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev libamd-comgr-dev \
@@ -51,7 +56,9 @@ sed -i "s|^url = .*|url = \"$ORIGIN\"|" "$TOML"
 # then what a user checks: md5sum -c and verify. Nothing else runs.
 if [ "${2:-}" = full ]; then
     W=$F/full-work
-    rm -rf "$W" "$F/full-prefix"
+    if [ "${3:-}" != resume ]; then
+        rm -rf "$W" "$F/full-prefix" "$R/resumed.txt"
+    fi
     nproc >"$R/cores.txt"
     t=$(now)
     rdna1-patch build miopen --profile "$TOML" --rocm /usr --work-dir "$W" \
