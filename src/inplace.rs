@@ -28,12 +28,16 @@ pub struct Request<'a> {
     pub jobs: usize,
 }
 
-/// What was made.
+/// What was made. The library's MD5 and ELF are those of the bytes just
+/// written and hashed, so the install need not read the prefix again.
 pub struct Derived {
     pub changed: Vec<(String, usize)>,
     pub texts: usize,
     pub found_by: FoundBy,
     pub files: usize,
+    pub library: PathBuf,
+    pub md5: String,
+    pub elf: crate::elf::Library,
 }
 
 /// The library's bytes with every batch-norm text fixed, and what was done;
@@ -107,6 +111,14 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
         let _ = std::fs::remove_dir_all(&staging);
     }
     let installed = result?;
+    let rel = format!("lib/{soname}");
+    let md5 = installed
+        .entries
+        .iter()
+        .find(|e| e.path == rel)
+        .map(|e| e.md5.clone())
+        .context("the prefix's MD5SUMS does not list its library")?;
+    elf.check_shared_object(&req.library, &soname)?;
     Ok(Derived {
         changed: edit
             .changed
@@ -115,7 +127,10 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
             .collect(),
         texts: edit.texts,
         found_by,
-        files: installed.files,
+        files: installed.entries.len(),
+        library: req.prefix.join(rel),
+        md5,
+        elf,
     })
 }
 

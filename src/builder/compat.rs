@@ -123,7 +123,10 @@ pub fn read(rocm: &Path) -> Toolchain {
 /// first, would read as BOOST_VERSION.
 fn define_of(line: &str, name: &str) -> Option<String> {
     let rest = line.trim().strip_prefix('#')?.trim_start();
-    let rest = rest.strip_prefix("define")?.trim_start().strip_prefix(name)?;
+    let rest = rest
+        .strip_prefix("define")?
+        .trim_start()
+        .strip_prefix(name)?;
     (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim().to_owned())
 }
 

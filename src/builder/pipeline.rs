@@ -704,8 +704,8 @@ impl BuildPlan<'_> {
         ui.stage(
             "Installed",
             format!(
-                "{} files into {}, checksums verified ({})",
-                installed.files,
+                "{} files into {}, checksums written ({})",
+                installed.entries.len(),
                 self.prefix.display(),
                 prefix::MD5SUMS
             ),

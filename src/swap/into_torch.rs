@@ -43,6 +43,8 @@ pub struct Build {
     pub prefix: PathBuf,
     pub provenance: Provenance,
     pub library: PathBuf,
+    /// The library's MD5, as MD5SUMS has it and the check found it.
+    pub md5: String,
     pub elf: Library,
 }
 
@@ -90,10 +92,22 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
     let library = prefix.join(&provenance.library.path);
     let elf = elf::read(&library)?;
     elf.check_shared_object(&library, &provenance.library.soname)?;
+    let md5 = entries
+        .iter()
+        .find(|e| e.path == provenance.library.path)
+        .map(|e| e.md5.clone())
+        .with_context(|| {
+            format!(
+                "the build in {} does not list {} in its MD5SUMS",
+                prefix.display(),
+                provenance.library.path
+            )
+        })?;
     Ok(Build {
         prefix: prefix.to_owned(),
         provenance,
         library,
+        md5,
         elf,
     })
 }
@@ -190,17 +204,23 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         .file_name()
         .context("torch's library has no file name")?
         .to_string_lossy();
-    let staged = locked.state.staged_path(&name);
-    let relink = match stage(req, &locked, &build, &torch, &staged, ui) {
+    let staging = locked.state.staged_path(&name);
+    let relink = match stage(req, &locked, &build, &torch, &staging, ui) {
         Ok(r) => r,
         Err(e) => {
-            let _ = fsutil::remove_own_file(&staged);
+            let _ = fsutil::remove_own_file(&staging);
             return Err(txn::out_of_space(
                 e,
                 locked.state.root(),
                 "torch was not changed",
             ));
         }
+    };
+    // A library installed as it is goes from the prefix itself, with the
+    // MD5 its check found; the swap proves the copy in torch against it.
+    let (staged, staged_md5) = match &relink {
+        Some(_) => (staging.as_path(), None),
+        None => (build.library.as_path(), Some(build.md5.as_str())),
     };
     let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
@@ -214,11 +234,12 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
             build_id: build.elf.build_id.clone(),
             relink: relink.as_ref().map(Relink::describe).unwrap_or_default(),
         },
-        staged: &staged,
+        staged,
+        staged_md5,
         check: &check,
     };
     let outcome = txn::swap(&locked, &swap);
-    let _ = fsutil::remove_own_file(&staged);
+    let _ = fsutil::remove_own_file(&staging);
     report(&outcome?, &torch, &req.torch, ui);
     Ok(())
 }
@@ -226,8 +247,10 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
 /// The build to install: the prefix's, after the in-place route made it
 /// when that is the route. None: a dry run, which has said what it would do.
 fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
-    if in_place(req, ui)? && req.dry_run {
-        return Ok(None);
+    match in_place(req, ui)? {
+        InPlace::NotTaken => {}
+        InPlace::DryRun => return Ok(None),
+        InPlace::Made(build) => return Ok(Some(*build)),
     }
     let build = check_build(&req.prefix, req.jobs)?;
     if req.dry_run {
@@ -243,31 +266,38 @@ fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
     Ok(Some(build))
 }
 
+/// Whether the in-place route was taken, and what it made.
+enum InPlace {
+    NotTaken,
+    DryRun,
+    Made(Box<Build>),
+}
+
 /// The in-place route, when it is the one (`route::choose`): torch's own
 /// library, the original even over an install of ours, fixed into the
-/// prefix, which then goes through the same checks and swap as a build.
-/// Returns whether it was taken. A prefix made in place before is made
-/// again: torch may have been upgraded since, and it costs seconds.
-fn in_place(req: &InstallRequest, ui: &Ui) -> Result<bool> {
+/// prefix, which then goes through the same swap as a build. A prefix made
+/// in place before is made again: torch may have been upgraded since, and
+/// it costs seconds.
+fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
     let Some(profile) = &req.profile else {
-        return Ok(false);
+        return Ok(InPlace::NotTaken);
     };
     if req.route == Some(Choice::Built) {
-        return Ok(false);
+        return Ok(InPlace::NotTaken);
     }
     let built = Provenance::read(&req.prefix).is_ok_and(|p| p.in_place.is_none());
     if built && req.route.is_none() {
-        return Ok(false);
+        return Ok(InPlace::NotTaken);
     }
     let torch = match (torch::locate(&req.torch), req.route) {
         (Ok(t), _) => t,
         (Err(e), Some(Choice::InPlace)) => return Err(e),
         // The build's own error (no build here) says more.
-        (Err(_), _) => return Ok(false),
+        (Err(_), _) => return Ok(InPlace::NotTaken),
     };
     let route = route::choose(req.route, built, &req.prefix, &torch, profile)?;
     if route.choice != Choice::InPlace {
-        return Ok(false);
+        return Ok(InPlace::NotTaken);
     }
     ui.stage("Route", &route.why);
     if req.dry_run {
@@ -279,7 +309,7 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<bool> {
                 req.prefix.display()
             ),
         );
-        return Ok(true);
+        return Ok(InPlace::DryRun);
     }
     let locked = req.state.lock()?;
     settle(&locked, &torch, ui)?;
@@ -306,7 +336,15 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<bool> {
             derived.files
         ),
     );
-    Ok(true)
+    // The library was hashed as it was written and parsed from the same
+    // bytes: the prefix need not be read again before the swap.
+    Ok(InPlace::Made(Box::new(Build {
+        prefix: req.prefix.clone(),
+        provenance: Provenance::read(&req.prefix)?,
+        library: derived.library,
+        md5: derived.md5,
+        elf: derived.elf,
+    })))
 }
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
@@ -340,8 +378,8 @@ fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
-/// Copy the build into the staging dir and fit it to torch (unless
-/// --no-relink); the relink made, if any.
+/// Copy the build into the staging dir and fit it to torch, unless it goes
+/// in as it is (fixed in place, rocm-sdk, --no-relink); the relink made.
 fn stage(
     req: &InstallRequest,
     locked: &txn::Locked,
@@ -350,7 +388,6 @@ fn stage(
     staged: &Path,
     ui: &Ui,
 ) -> Result<Option<Relink>> {
-    fsutil::copy_synced(&build.library, staged, 0o755)?;
     if build.provenance.in_place.is_some() {
         ui.note("fixed in place: torch's own library, installed as it is (no relink)");
         return Ok(None);
@@ -365,6 +402,7 @@ fn stage(
         ui.note("--no-relink: installing the library as built");
         return Ok(None);
     }
+    fsutil::copy_synced(&build.library, staged, 0o755)?;
     // The SONAME to keep is torch's own: over our own install, that is the
     // backed-up original's, not the file in place.
     let original = elf::read(&txn::original_of(locked, &torch.target)?).ok();

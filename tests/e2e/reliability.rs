@@ -435,7 +435,7 @@ fn a_prefix_file_rewritten_with_the_same_size_and_mtime_is_reinstalled() {
     assert_eq!(std::fs::metadata(&header).unwrap().len(), meta.len());
     let run = sb.build(&[]).ok();
     assert!(!run.stderr.contains("is up to date"), "{}", run.stderr);
-    run.says("checksums verified");
+    run.says("checksums written");
     let out = Command::new("md5sum")
         .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
         .current_dir(&sb.prefix)
@@ -759,7 +759,7 @@ fn a_reinstall_never_removes_a_file_outside_the_prefix() {
     )
     .unwrap();
     let run = sb.build(&[]).ok();
-    run.says("checksums verified");
+    run.says("checksums written");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
 }
 

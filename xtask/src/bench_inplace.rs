@@ -34,7 +34,10 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
     std::fs::remove_file(&pad)?;
     let size = std::fs::metadata(&big)?.len();
     let (prefix, state) = (dir.join("prefix"), dir.join("state"));
-    if std::env::var_os("TMP_KEEP").is_some() { eprintln!("KEEP {} {}", dir.display(), torch.dir.display()); std::thread::sleep(std::time::Duration::from_secs(100000)); }
+    if std::env::var_os("TMP_KEEP").is_some() {
+        eprintln!("KEEP {} {}", dir.display(), torch.dir.display());
+        std::thread::sleep(std::time::Duration::from_secs(100000));
+    }
     let fix = time(runs, || {
         std::fs::copy(&big, torch.miopen())?;
         for d in [&prefix, &state] {

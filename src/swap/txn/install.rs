@@ -20,8 +20,12 @@ use super::state::Locked;
 pub struct Swap<'a> {
     pub torch: &'a Torch,
     pub build: BuildRec,
-    /// The new library, ready to go in (relinked if asked), in the staging dir.
+    /// The new library, ready to go in: relinked in the staging dir, or the
+    /// prefix's own file when it goes in as it is.
     pub staged: &'a Path,
+    /// Its MD5 when already known (the prefix's checked MD5SUMS); the copy
+    /// in torch is proven against it before it takes the library's name.
+    pub staged_md5: Option<&'a str>,
     /// Run on the new file where it lands (next to the target), before it
     /// takes the library's name.
     pub check: &'a dyn Fn(&Path) -> Result<()>,
@@ -63,7 +67,10 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     let target = &torch.target;
     let journals = locked.journals()?;
     let (current, patched) = checksum::md5_file_scanning(target, MARKER_PREFIX.as_bytes())?;
-    let new_md5 = checksum::md5_file(swap.staged)?;
+    let new_md5 = match swap.staged_md5 {
+        Some(m) => m.to_owned(),
+        None => checksum::md5_file(swap.staged)?,
+    };
     let ours = journals
         .list
         .iter()
@@ -95,9 +102,20 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     locked.save(&mut j)?;
     crash_point!("install-begun");
 
-    if j.inherits.is_none()
-        && let Err(e) = write_backup(target, &j.backup, &j.original)
-    {
+    // The backup and the new file's copy next to the target are two files
+    // on two cores; a killed run's copy is a temp that recovery removes
+    // whatever the state. Nothing takes torch's name before both are proven.
+    let temp = j.temp(false);
+    let (backed, written) = std::thread::scope(|s| {
+        let copy = s.spawn(|| write_temp(swap.staged, &temp, &j));
+        let backed = match j.inherits {
+            None => write_backup(target, &j.backup, &j.original),
+            Some(_) => Ok(()),
+        };
+        (backed, copy.join().expect("the copy's thread panicked"))
+    });
+    if let Err(e) = backed {
+        let _ = fsutil::remove_own_file(&temp);
         locked.set(&mut j, State::Aborted)?;
         return Err(out_of_space(
             e,
@@ -107,7 +125,12 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     }
     locked.set(&mut j, State::BackedUp)?;
     crash_point!("install-backed-up");
-    swap_in(locked, swap, &mut j)?;
+    if let Err(e) = written.and_then(|()| (swap.check)(&temp)) {
+        let _ = fsutil::remove_own_file(&temp);
+        locked.set(&mut j, State::Aborted)?;
+        return Err(out_of_space(e, dir, "torch was not changed"));
+    }
+    swap_in(locked, &mut j)?;
     locked.set(&mut j, State::Installed)?;
     crash_point!("install-installed");
     supersede(locked, &j)?;
@@ -175,39 +198,39 @@ pub(super) fn new_journal(
     })
 }
 
-/// Write the new file next to the target, check it there, and rename it
-/// over the target; the journal says which step it got to.
-pub(super) fn swap_in(locked: &Locked, swap: &Swap, j: &mut Journal) -> Result<()> {
-    let target = &swap.torch.target;
+/// Write the new file next to the target and read it back. The read-back
+/// comes before the rename, so a copy that is not the new library never
+/// takes torch's name; the rename does not change bytes.
+fn write_temp(staged: &Path, temp: &Path, j: &Journal) -> Result<()> {
+    fsutil::copy_synced(staged, temp, j.original.mode)?;
+    crash_point!("install-temp-written");
+    let copy = checksum::md5_file(temp)?;
+    if copy != j.new.md5 {
+        bail!(
+            "the new library copied to {} reads back as MD5 {copy}, not {}; was {} changed meanwhile?",
+            temp.display(),
+            j.new.md5,
+            staged.display()
+        );
+    }
+    Ok(())
+}
+
+/// Rename the checked copy over the target; the journal says which step
+/// it got to.
+pub(super) fn swap_in(locked: &Locked, j: &mut Journal) -> Result<()> {
+    let target = j.torch.target.clone();
     let dir = target.parent().unwrap_or(Path::new("/"));
     let temp = j.temp(false);
-    let written = fsutil::copy_synced(swap.staged, &temp, j.original.mode).and_then(|()| {
-        crash_point!("install-temp-written");
-        (swap.check)(&temp)
-    });
-    if let Err(e) = written {
-        let _ = fsutil::remove_own_file(&temp);
-        locked.set(j, State::Aborted)?;
-        return Err(out_of_space(e, dir, "torch was not changed"));
-    }
     locked.set(j, State::Swapping)?;
     crash_point!("install-swapping");
 
     // The temp file is in the target's own directory, so this rename never
     // crosses a filesystem.
-    std::fs::rename(&temp, target)
+    std::fs::rename(&temp, &target)
         .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
     fsutil::sync_dir(dir)?;
     crash_point!("install-renamed");
-
-    let after = checksum::md5_file(target)?;
-    if after != j.new.md5 {
-        bail!(
-            "{} reads back as MD5 {after} after the swap, not {}; run `rdna1-patch rollback` to restore the original",
-            target.display(),
-            j.new.md5
-        );
-    }
     Ok(())
 }
 
