@@ -216,12 +216,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
             ));
         }
     };
-    // A library installed as it is goes from the prefix itself, with the
-    // MD5 its check found; the swap proves the copy in torch against it.
-    let (staged, staged_md5) = match &relink {
-        Some(_) => (staging.as_path(), None),
-        None => (build.library.as_path(), Some(build.md5.as_str())),
-    };
+    let (staged, staged_md5) = source_of(&build, relink.as_ref(), &staging);
     let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
         torch: &torch,
@@ -264,6 +259,20 @@ fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
         return Ok(None);
     }
     Ok(Some(build))
+}
+
+/// The file the swap copies into torch, and its MD5 when known. A library
+/// installed as it is goes from the prefix itself, with the MD5 its check
+/// found; the swap proves the copy in torch against it.
+fn source_of<'a>(
+    build: &'a Build,
+    relink: Option<&Relink>,
+    staging: &'a Path,
+) -> (&'a Path, Option<&'a str>) {
+    match relink {
+        Some(_) => (staging, None),
+        None => (&build.library, Some(&build.md5)),
+    }
 }
 
 /// Whether the in-place route was taken, and what it made.
