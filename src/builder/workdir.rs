@@ -83,7 +83,14 @@ impl WorkDir {
                     path.display(),
                     self.root.display()
                 ),
-                "rdna1-patch never writes or builds through a symlink; if the repository commits it, the profile's `subdir` must name a real directory. Nothing was written",
+                if what == "project directory" {
+                    "rdna1-patch never writes or builds through a symlink; if the repository commits it, the profile's `subdir` must name a real directory. Nothing was written".to_owned()
+                } else {
+                    format!(
+                        "rdna1-patch never writes or builds through a symlink: remove {} (the work dir is rdna1-patch's own), or pass another --work-dir. Nothing was written",
+                        link.display()
+                    )
+                },
             ));
         }
         Ok(())

@@ -98,6 +98,22 @@ fn a_real_build_makes_the_half_link_and_records_the_define() {
     // The next run finds its own link there and goes on (it refused the
     // link as a symlink out of the work dir).
     sb.build(&[]).ok().says("Compat half:");
+    // Its directory made a symlink out of the work dir is refused, with
+    // help about the work dir, not the profile's subdir.
+    let elsewhere = sb.root.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(&half_dir, sb.root.join("half-kept")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &half_dir).unwrap();
+    sb.build(&[]).fails().error_is(&format!(
+        "error: {half} is a symlink (to {to}), so the compat header directory {dir} would be outside the work dir {work}
+help: rdna1-patch never writes or builds through a symlink: remove {half} (the work dir is rdna1-patch's own), or pass another --work-dir. Nothing was written",
+        half = half_dir.display(),
+        to = elsewhere.display(),
+        dir = half_dir.join("half").display(),
+        work = sb.work.display()
+    ));
+    std::fs::remove_file(&half_dir).unwrap();
+    std::fs::rename(sb.root.join("half-kept"), &half_dir).unwrap();
     let provenance =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
     assert!(
