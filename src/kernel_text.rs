@@ -25,6 +25,24 @@
 //! target of the compile. `__GFX10__` is absent the same way, and older
 //! compilers lack it.
 //!
+//! 7.x's HIP batch-norm kernels decide in `configuration.hpp`, in C++:
+//!
+//! ```text
+//! #ifdef __AMDGCN__
+//!     static constexpr bool use_amdgnc =
+//!         MiopenConfig::use_amdgnc &&
+//!         !(target_arch == architecture::gfx103x || ...) && ...;
+//! #else
+//!     static constexpr bool use_amdgnc = false;
+//! ```
+//!
+//! (`use_amdgcn` in later texts). `__has_builtin` is a preprocessor
+//! question, so there the fix is on the guard: `#if defined(__AMDGCN__) &&
+//! !TERM`. Every target the list names has the builtin, so for them the
+//! `#else` gives what the list gave; gfx101x now gets it too, and GCN is
+//! unchanged. hipRTC answers per target as comgr does (7.2.4's: false for
+//! gfx906, true for gfx1010, gfx1012 and gfx1030).
+//!
 //! In a built library the text cannot grow: the room comes from the same
 //! text's comments (runs of decoration such as a licence banner's
 //! asterisks, runs of spaces), never from code and never from another text.
@@ -39,6 +57,14 @@ pub const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast"
 /// later", asked of the compiler in a way comgr's precompiled header does
 /// not hide.
 pub const TERM: &str = "__has_builtin(__builtin_amdgcn_permlanex16)";
+
+/// The HIP guard, pristine and fixed.
+const HIP_GUARD: &str = "#ifdef __AMDGCN__";
+
+/// The fixed HIP guard.
+pub fn hip_guard() -> String {
+    format!("#if defined(__AMDGCN__) && !{TERM}")
+}
 
 /// Terms that say a decision was fixed already: ours, and clang's per-arch
 /// macros, which a fix by hand may have used.
@@ -65,8 +91,12 @@ pub enum Outcome {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// A batch-norm decision of a shape this fix does not know (line is
-    /// 1-based).
-    Unrecognised { line: usize, found: String },
+    /// 1-based), and the shape expected.
+    Unrecognised {
+        line: usize,
+        found: String,
+        expected: &'static str,
+    },
     /// Some decisions are fixed and some not: not a text MIOpen shipped.
     Mixed,
     /// The comments do not free enough bytes for a same-length edit.
@@ -76,9 +106,13 @@ pub enum Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Unrecognised { line, found } => write!(
+            Refusal::Unrecognised {
+                line,
+                found,
+                expected,
+            } => write!(
                 f,
-                "line {line} decides on the batch-norm reduction as `{found}`, not as `#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)`"
+                "line {line} decides on the batch-norm reduction as `{found}`, not as `{expected}`"
             ),
             Refusal::Mixed => write!(
                 f,
@@ -117,11 +151,17 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
     // closing paren, and the marker on its own line before the first
     // decision where there is room for it too (a lone header may have only
     // enough for the clause; the kernels that inline it carry the marker).
-    let mut inserts: Vec<(usize, &[u8])> = decisions
+    let guard = hip_guard();
+    // Edits, as (position, bytes, bytes replaced): the clause before each
+    // OpenCL decision's closing paren, the fixed guard over a HIP one.
+    let mut inserts: Vec<(usize, &[u8], usize)> = decisions
         .iter()
-        .map(|d| (d.close, clause.as_bytes()))
+        .map(|d| match d.kind {
+            Kind::OpenCl { close } => (close, clause.as_bytes(), 0),
+            Kind::Hip { guard: at } => (at, guard.as_bytes(), HIP_GUARD.len()),
+        })
         .collect();
-    let bare: usize = inserts.iter().map(|(_, b)| b.len()).sum();
+    let bare: usize = inserts.iter().map(|(_, b, r)| b.len() - r).sum();
     let runs = if same_length {
         room(text, &comments)
     } else {
@@ -139,9 +179,9 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
         });
     }
     if available - bare >= marker.len() {
-        inserts.insert(0, (decisions[0].line_start, marker.as_bytes()));
+        inserts.insert(0, (decisions[0].line_start, marker.as_bytes(), 0));
     }
-    let needed: usize = inserts.iter().map(|(_, b)| b.len()).sum();
+    let needed: usize = inserts.iter().map(|(_, b, r)| b.len() - r).sum();
     let cuts = if same_length {
         take(runs, needed)
     } else {
@@ -149,9 +189,13 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
     };
     let mut out = Vec::with_capacity(text.len() + needed);
     let mut at = 0;
+    // A replacement is its bytes, then a cut of what they replace.
     let mut events: Vec<(usize, Option<&[u8]>, usize)> = inserts
         .iter()
-        .map(|(p, b)| (*p, Some(*b), 0))
+        .flat_map(|(p, b, r)| {
+            let cut = (*r > 0).then_some((*p, None, p + r));
+            std::iter::once((*p, Some(*b), 0)).chain(cut)
+        })
         .chain(cuts.iter().map(|r| (r.start, None, r.end)))
         .collect();
     events.sort_by_key(|e| (e.0, e.1.is_none()));
@@ -209,16 +253,27 @@ fn in_comment(comments: &[Range<usize>], at: usize) -> bool {
     comments.get(i).is_some_and(|c| c.contains(&at))
 }
 
-/// One batch-norm decision: where its line starts, where its `!( ... )`
-/// closes, and whether it names gfx101x already.
+/// One batch-norm decision: where its line starts, where the fix goes, and
+/// whether it names gfx101x already.
 struct Decision {
     line_start: usize,
-    close: usize,
+    kind: Kind,
     fixed: bool,
 }
 
+enum Kind {
+    /// Where the `!( ... )` list closes.
+    OpenCl { close: usize },
+    /// Where the `#ifdef __AMDGCN__` guard starts.
+    Hip { guard: usize },
+}
+
+const OPENCL_SHAPE: &str = "#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)";
+const HIP_SHAPE: &str = "#ifdef __AMDGCN__ before `static constexpr bool use_amdgnc =`";
+
 /// Every `#if`/`#elif` outside comments that mentions both `__AMDGCN__`
-/// and an `MIO_BN_GFX` family; each must be of the known shape.
+/// and an `MIO_BN_GFX` family, and every conditional on `__AMDGCN__` that
+/// guards HIP's `use_amdgnc`/`use_amdgcn`; each must be of its known shape.
 fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Refusal> {
     let mut out = Vec::new();
     let mut line_start = 0;
@@ -227,23 +282,34 @@ fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Re
         let (directive_end, lines) = logical_line(text, line_start);
         let raw = &text[line_start..directive_end];
         let trimmed = raw.trim_ascii_start();
-        let is_if = trimmed.starts_with(b"#")
-            && !in_comment(comments, directive_end - trimmed.len())
-            && matches!(
-                std::str::from_utf8(&trimmed[1..]).map(|s| s
-                    .trim_start()
-                    .split(|c: char| !c.is_ascii_alphabetic())
-                    .next()),
-                Ok(Some("if" | "elif"))
-            );
+        let word =
+            if trimmed.starts_with(b"#") && !in_comment(comments, directive_end - trimmed.len()) {
+                std::str::from_utf8(&trimmed[1..]).ok().and_then(|s| {
+                    s.trim_start()
+                        .split(|c: char| !c.is_ascii_alphabetic())
+                        .next()
+                })
+            } else {
+                None
+            };
         let mentions = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
-        if is_if && mentions(b"__AMDGCN__") && mentions(b"MIO_BN_GFX") {
-            let d =
-                decision(text, line_start, directive_end).ok_or_else(|| Refusal::Unrecognised {
-                    line: line_no,
-                    found: normalized(raw),
-                })?;
-            out.push(d);
+        let refused = |expected| Refusal::Unrecognised {
+            line: line_no,
+            found: normalized(raw),
+            expected,
+        };
+        if matches!(word, Some("if" | "elif")) && mentions(b"__AMDGCN__") && mentions(b"MIO_BN_GFX")
+        {
+            out.push(
+                decision(text, line_start, directive_end).ok_or_else(|| refused(OPENCL_SHAPE))?,
+            );
+        } else if matches!(word, Some("if" | "ifdef" | "elif"))
+            && mentions(b"__AMDGCN__")
+            && guards_use_amdgcn(text, directive_end)
+        {
+            out.push(
+                hip_decision(text, line_start, directive_end).ok_or_else(|| refused(HIP_SHAPE))?,
+            );
         }
         line_no += lines;
         line_start = directive_end + 1;
@@ -325,7 +391,7 @@ fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
                 if depth == 0 {
                     return Some(Decision {
                         line_start: start,
-                        close: open + i,
+                        kind: Kind::OpenCl { close: open + i },
                         fixed,
                     });
                 }
@@ -334,6 +400,39 @@ fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
         }
     }
     None
+}
+
+/// Whether the first non-blank line after `end` declares HIP's switch.
+fn guards_use_amdgcn(text: &[u8], end: usize) -> bool {
+    let rest = text.get(end + 1..).unwrap_or_default();
+    let line = rest
+        .split(|&b| b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty())
+        .unwrap_or_default();
+    let line = normalized(line);
+    line.starts_with("static constexpr bool use_amdgnc")
+        || line.starts_with("static constexpr bool use_amdgcn")
+}
+
+/// The HIP guard, pristine (`#ifdef __AMDGCN__`) or fixed; fixed too when
+/// the block it opens reads the source series' `MIO_BN_GFX101X`.
+fn hip_decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
+    let norm = normalized(&text[start..end]);
+    let at = start + memchr::memchr(b'#', &text[start..end])?;
+    let block_end = memchr::memmem::find(&text[end..], b"#else").map_or(text.len(), |n| end + n);
+    let series = memchr::memmem::find(&text[end..block_end], b"MIO_BN_GFX101X").is_some();
+    if norm == HIP_GUARD && text[at..].starts_with(HIP_GUARD.as_bytes()) {
+        return Some(Decision {
+            line_start: start,
+            kind: Kind::Hip { guard: at },
+            fixed: series,
+        });
+    }
+    (norm == hip_guard()).then_some(Decision {
+        line_start: start,
+        kind: Kind::Hip { guard: at },
+        fixed: true,
+    })
 }
 
 /// Byte ranges of comments that can go without changing what the compiler
@@ -451,7 +550,8 @@ mod tests {
             fix(text(&[odd]).as_bytes(), true),
             Err(Refusal::Unrecognised {
                 line: 8,
-                found: odd.to_owned()
+                found: odd.to_owned(),
+                expected: OPENCL_SHAPE,
             })
         );
         let half = format!("{}{}", text(&[DECISION]), fixed(&text(&[DECISION]), false));
@@ -466,5 +566,54 @@ mod tests {
             fix(format!("/*\n{DECISION}\n*/\n").as_bytes(), true),
             Ok(Outcome::Untouched)
         );
+    }
+
+    /// configuration.hpp's shape, in our words: the switch under a guard.
+    fn hip(guard: &str, switch: &str, extra: &str) -> String {
+        format!(
+            "{BANNER}namespace cfg {{\n{guard}\n    static constexpr bool {switch} =\n        base::{switch} &&{extra}\n        !(arch == gfx103x || arch == gfx110x);\n#else\n    static constexpr bool {switch} = false;\n#endif\n}}\n"
+        )
+    }
+
+    #[test]
+    fn the_hip_guard_is_fixed_in_both_spellings_and_told_apart() {
+        for switch in ["use_amdgnc", "use_amdgcn"] {
+            let t = hip("#ifdef __AMDGCN__", switch, "");
+            let f = fixed(&t, true);
+            assert_eq!(f.len(), t.len());
+            assert!(
+                f.contains(&format!(
+                    "\n{}\n    static constexpr bool {switch} =",
+                    hip_guard()
+                )),
+                "{f}"
+            );
+            assert!(f.contains(MARKER));
+            assert_eq!(fix(f.as_bytes(), true), Ok(Outcome::AlreadyFixed));
+            // The source series' own form (0005) is a fix already.
+            let series = hip("#ifdef __AMDGCN__", switch, " !MIO_BN_GFX101X &&");
+            assert_eq!(fix(series.as_bytes(), true), Ok(Outcome::AlreadyFixed));
+        }
+        let odd = hip(
+            "#if defined(__AMDGCN__) && MIOPEN_USE_DPP",
+            "use_amdgnc",
+            "",
+        );
+        assert_eq!(
+            fix(odd.as_bytes(), true),
+            Err(Refusal::Unrecognised {
+                line: 5,
+                found: "#if defined(__AMDGCN__) && MIOPEN_USE_DPP".to_owned(),
+                expected: HIP_SHAPE,
+            })
+        );
+        // A guard on __AMDGCN__ over anything else is not a decision.
+        let other = "#ifdef __AMDGCN__\n    static constexpr int lanes = 64;\n#endif\n";
+        assert_eq!(fix(other.as_bytes(), true), Ok(Outcome::Untouched));
+        let bare = "#ifdef __AMDGCN__\n    static constexpr bool use_amdgcn = true;\n#endif\n";
+        assert!(matches!(
+            fix(bare.as_bytes(), true),
+            Err(Refusal::NoRoom { .. })
+        ));
     }
 }

@@ -96,14 +96,15 @@ fn patched_files(profile: &Profile) -> Vec<String> {
 }
 
 /// Whether every fix the profile's series makes is one the in-place edit
-/// makes too: all its patches touch OpenCL kernel texts alone (7.x's HIP
-/// `configuration.hpp` is not one it knows yet).
+/// makes too (`kernel_text`): all its patches touch the OpenCL kernel
+/// texts, or 7.x's HIP `configuration.hpp`, alone.
 pub fn kernel_text_only(profile: &Profile) -> bool {
     let files = patched_files(profile);
     !files.is_empty()
-        && files
-            .iter()
-            .all(|f| f.starts_with("src/kernels/") && (f.ends_with(".cl") || f.ends_with(".h")))
+        && files.iter().all(|f| {
+            f.starts_with("src/kernels/")
+                && (f.ends_with(".cl") || f.ends_with(".h") || f == "src/kernels/configuration.hpp")
+        })
 }
 
 /// Whether the profile's series fixes batch norm's kernels and nothing

@@ -73,7 +73,8 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     let run = install(&sb, &[]).ok();
     run.says("Fixed MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL (2 batch-norm decisions)")
         .says("Fixed MIOPEN_KERNEL_BATCHNORM_FUNCTIONS_INCLUDE (1 batch-norm decisions)")
-        .says("3 of 4 kernel texts fixed (found by dynamic symbols)")
+        .says("Fixed MIOPEN_KERNEL_CONFIGURATION_INCLUDE (1 batch-norm decisions)")
+        .says("4 of 5 kernel texts fixed (found by dynamic symbols)")
         .says("no relink")
         .says("Installed");
     let fixed = std::fs::read(torch.miopen()).unwrap();
@@ -82,6 +83,11 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     assert!(contains_bytes(
         &fixed,
         "|| __has_builtin(__builtin_amdgcn_permlanex16))"
+    ));
+    // 7.x's HIP switch, on its guard.
+    assert!(contains_bytes(
+        &fixed,
+        "#if defined(__AMDGCN__) && !__has_builtin(__builtin_amdgcn_permlanex16)\n    static constexpr bool use_amdgcn ="
     ));
     // The prefix is a prefix like any other: md5sum agrees, provenance
     // names the source and every text changed.
@@ -132,7 +138,7 @@ fn the_texts_are_found_when_the_library_hides_their_symbols() {
     .unwrap();
     install(&sb, &[])
         .ok()
-        .says("3 of 3 kernel texts fixed (found by a search of the read-only data (the symbols are hidden))");
+        .says("4 of 4 kernel texts fixed (found by a search of the read-only data (the symbols are hidden))");
     assert!(contains_bytes(
         &std::fs::read(torch.miopen()).unwrap(),
         MARKER
@@ -208,7 +214,7 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
         &other.root.join("state").display().to_string(),
     ]);
     run.fails().error_is(&format!(
-        "error: {} already has the fix: 3 batch-norm kernel texts name gfx101x
+        "error: {} already has the fix: 4 batch-norm kernel texts name gfx101x
 help: nothing to do; `rdna1-patch verify` checks what torch loads",
         lib.display()
     ));

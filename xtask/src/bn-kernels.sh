@@ -62,7 +62,7 @@ compile_one() {
     local out err rc
     out=$(mktemp)
     # shellcheck disable=SC2086
-    err=$(cd "$dir/src/kernels" && clang-21 $clflags -mcpu="$arch" $common $defs -c "$k" -o "$out" 2>&1)
+    err=$(cd "$dir/src/kernels" && "${CLANG:-clang-21}" $clflags -mcpu="$arch" $common $defs -c "$k" -o "$out" 2>&1)
     rc=$?
     rm -f "$out"
     local first

@@ -12,11 +12,20 @@ R=$F/results
 . /fid/bn-kernels.sh
 results_dir
 
-dpkg-query -W -f '${Package}\t${Version}\n' clang-21 binutils >"$R/toolchain.tsv"
+# The OpenCL harness's clang is clang-21, with its device libraries, in both chroots (clang 22 makes
+# some fp16 kernels' pointer warnings errors for every arch). Installed here,
+# not in the chroot's package list, whose change rebuilds it.
+dpkg -s clang-21 rocm-device-libs-21 >/dev/null 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false install -y -qq clang-21 rocm-device-libs-21 >"$R/clang-install.log" 2>&1
+CLANG=$(command -v clang-21 || ls /usr/lib/llvm-*/bin/clang 2>/dev/null | sort -V | tail -1)
+export CLANG
+"$CLANG" --version | head -1 >"$R/clang.txt"
+dpkg-query -W -f '${Package}\t${Version}\n' binutils clang-21 rocm-device-libs-21 hipcc \
+    libamd-comgr3 libamd-comgr2 libhiprtc7 >"$R/toolchain.tsv" 2>/dev/null
 rdna1-patch --version | head -1 >"$R/tool.txt"
 
 # 1. The package, from whichever suite carries this version.
-rm -rf "$F/deb" "$F/x" "$F/pristine" "$F/patched"
+rm -rf "$F/deb" "$F/x" "$F/pristine" "$F/patched" "$F/fixed"
 mkdir -p "$F/deb"
 t=$(now)
 (cd "$F/deb" && apt-get -o Acquire::Check-Valid-Until=false download "libmiopen1=$V*" -t experimental >"$R/download.log" 2>&1 ||
@@ -36,7 +45,7 @@ echo "Debian's $(basename "$deb"): $(basename "$lib"), $(stat -c %s "$lib") byte
 t=$(now)
 python3 /fid/release_kernels.py "$lib" "$F/pristine" >"$R/extract.log" 2>&1
 rc=$?
-step extract "$rc" "$(since "$t")" "$(wc -l <"$R/extract.log") OpenCL batch-norm kernels from $(basename "$lib")"
+step extract "$rc" "$(since "$t")" "$(grep -c '\.cl$' "$R/extract.log") OpenCL and $(grep -c 'HIP\.cpp$' "$R/extract.log") HIP batch-norm kernels, $(grep -vc '\.cl$\|HIP\.cpp$' "$R/extract.log") headers, from $(basename "$lib")"
 [ "$rc" = 0 ] || exit 1
 cp -a "$F/pristine" "$F/patched"
 t=$(now)
@@ -85,6 +94,14 @@ for a in gfx1010 gfx1011 gfx1012 gfx1030; do
     case $row in "ok kernels"*) rc=0 ;; *) rc=1 ;; esac
     step "compile $a" "$rc" 0 "${row:-no kernels row: see compile-$a.log}"
 done
+# 5. 7.x's HIP kernels, as hipRTC compiles them: the texts of the pristine
+# library and of the fixed one.
+if ls "$F"/pristine/src/kernels/*HIP.cpp >/dev/null 2>&1; then
+    t=$(now)
+    python3 /fid/release_kernels.py "$fixed" "$F/fixed" >/dev/null 2>"$R/hip-extract.log" &&
+        python3 /fid/release_hip.py "$F/pristine" "$F/fixed" >"$R/hip.tsv" 2>"$R/hip-errors.log"
+    step "hip" "$?" "$(since "$t")" "$(wc -l <"$R/hip.tsv") HIP compiles through hipRTC: $(cut -f1 "$R/hip.tsv" | sort -u | tr '\n' ' ')"
+fi
 python3 - "$fixed" >"$R/load.txt" 2>&1 <<'PY'
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])

@@ -26,6 +26,7 @@ const HARNESS: &str = include_str!("bn-kernels.sh");
 const RELEASE_SCRIPT: &str = include_str!("fidelity-release.sh");
 const EXTRACT: &str = include_str!("release_kernels.py");
 const APPLY: &str = include_str!("apply_release.py");
+const HIP: &str = include_str!("release_hip.py");
 const ARCHES: [&str; 4] = ["gfx1010", "gfx1011", "gfx1012", "gfx1030"];
 
 pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
@@ -175,14 +176,22 @@ fn tree_from_mirror(root: &Path, mirror: &Path, profile: &str) -> Result<PathBuf
 
 /// The kernels Debian's libmiopen1 `version` embeds, pristine and patched.
 fn fidelity_release(root: &Path, version: &str) -> Result<()> {
-    let env = rocm_env::ensure(root)?;
+    // A 7.x library loads against 7.x's runtime and compiles its HIP
+    // kernels with 7.x's hipRTC: the experimental chroot has both.
+    let seven = version.starts_with("7.");
+    let env = if seven {
+        rocm_env::ensure_suite(root, rocm_env::Suite::Experimental)?
+    } else {
+        rocm_env::ensure(root)?
+    };
     // Debian experimental carries the 7.x packages; at its default pin it
-    // never replaces what unstable installed.
-    let experimental = env.chroot.join("etc/apt/sources.list.d/experimental.list");
-    std::fs::write(
-        &experimental,
-        "deb http://deb.debian.org/debian experimental main\n",
-    )?;
+    // never replaces what unstable installed. Its own chroot lists it.
+    if !seven {
+        std::fs::write(
+            env.chroot.join("etc/apt/sources.list.d/experimental.list"),
+            "deb http://deb.debian.org/debian experimental main\n",
+        )?;
+    }
     let fid = env.chroot.join("fid");
     std::fs::create_dir_all(&fid)?;
     for (name, text) in [
@@ -190,6 +199,7 @@ fn fidelity_release(root: &Path, version: &str) -> Result<()> {
         ("bn-kernels.sh", HARNESS),
         ("release_kernels.py", EXTRACT),
         ("apply_release.py", APPLY),
+        ("release_hip.py", HIP),
     ] {
         std::fs::write(fid.join(name), text)?;
     }
@@ -348,8 +358,26 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
     let (compiles, excluded): (Vec<Compile>, Vec<Compile>) = compiles
         .into_iter()
         .partition(|c| !broken.contains(&c.case()));
-    kernel_table(&mut s, &compiles)?;
+    let clang = read("clang.txt");
+    kernel_table(
+        &mut s,
+        &compiles,
+        &format!(
+            "Batch-norm kernels compiled to objects with {} as MIOpen's offline \
+             OpenCL path does (`-x cl -cl-std=CL2.0 -O3 ...`, hipoc_program.cpp), each \
+             variant in fp32, fp16 and mixed, with the solvers' `MIO_BN_GFX*` flags for \
+             the arch (pristine: the kernels as the commit or release has them; patched: \
+             after the series). Cells: compiled / tried.",
+            clang
+                .trim()
+                .split(" (")
+                .next()
+                .filter(|c| !c.is_empty())
+                .unwrap_or("clang-21")
+        ),
+    )?;
     verdict(&mut s, profile, &compiles, &mut failures)?;
+    hip_rows(&mut s, profile, results, &mut failures)?;
     if !broken.is_empty() {
         writeln!(
             s,
@@ -383,6 +411,46 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
         )?;
     }
     Ok(Section { text: s, failures })
+}
+
+/// 7.x's HIP batch-norm kernels, compiled through hipRTC from the texts of
+/// the pristine library and of the one fixed in place (`release_hip.py`).
+fn hip_rows(
+    s: &mut String,
+    profile: &str,
+    results: &Path,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let Ok(rows) = tsv(&results.join("hip.tsv")) else {
+        return Ok(());
+    };
+    let compiles: Vec<Compile> = rows
+        .into_iter()
+        .map(|r| Compile {
+            kernel: r[0].clone(),
+            variant: r[1].clone(),
+            precision: r[2].clone(),
+            arch: r[3].clone(),
+            pristine: r[4] == "pristine",
+            ok: r[5] == "0",
+            error: r.get(6).cloned().unwrap_or_default(),
+        })
+        .collect();
+    if compiles.is_empty() {
+        failures.push(format!("{profile}: no HIP kernel was compiled"));
+        return Ok(());
+    }
+    kernel_table(
+        s,
+        &compiles,
+        "The HIP batch-norm kernels (7.x), compiled through the suite's hipRTC as \
+         MIOpen compiles them at run time, with every header they include, in fp32, \
+         fp16 and mixed, with the OpenCL harness's sizes and `MIO_BN_GFX*` flags \
+         (pristine: the texts of the library as released; patched: the texts of the \
+         library after `install --into-torch --in-place`, `configuration.hpp` fixed in \
+         place). Cells: compiled / tried.",
+    )?;
+    verdict(s, &format!("{profile} (HIP)"), &compiles, failures)
 }
 
 /// What a whole build left: its steps, cores, files and what the user's
@@ -432,15 +500,8 @@ impl Compile {
     }
 }
 
-fn kernel_table(s: &mut String, compiles: &[Compile]) -> Result<()> {
-    writeln!(
-        s,
-        "\nBatch-norm kernels compiled to objects with clang-21 as MIOpen's offline \
-         OpenCL path does (`-x cl -cl-std=CL2.0 -O3 ...`, hipoc_program.cpp), each \
-         variant in fp32, fp16 and mixed, with the solvers' `MIO_BN_GFX*` flags for \
-         the arch (pristine: the kernels as the commit or release has them; patched: \
-         after the series). Cells: compiled / tried.\n"
-    )?;
+fn kernel_table(s: &mut String, compiles: &[Compile], intro: &str) -> Result<()> {
+    writeln!(s, "\n{intro}\n")?;
     s.push_str("| kernel | variants |");
     for a in ARCHES {
         write!(s, " {a} pristine | {a} patched |")?;

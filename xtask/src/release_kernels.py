@@ -6,8 +6,9 @@ compiles them at run time. Run by `cargo xtask fidelity --release`:
     release_kernels.py LIB OUT
 
 writes OUT/src/kernels/<Name>.cl for each OpenCL batch-norm kernel (named
-by its first __kernel function's file as MIOpen names it) and every header
-they include, under its #include name. Prints one line per file.
+by its first __kernel function's file as MIOpen names it), <Name>HIP.cpp for
+each HIP one (7.x), and every header they include, under its #include name.
+Prints one line per file.
 """
 import re
 import struct
@@ -52,9 +53,13 @@ names = {
         "FwdTrainPerAct", "FwdTrainSpatial",
     ]
 }
+names.update({
+    "MIOPENBATCHNORM" + rest.upper() + "HIP": f"MIOpenBatchNorm{rest}HIP.cpp"
+    for rest in ["FwdTrainSpatial", "ActivInfer", "FwdInfer", "BwdSpatial"]
+})
 dest = out / "src" / "kernels"
 dest.mkdir(parents=True, exist_ok=True)
-todo = [(sym, name) for sym, name in names.items() if sym in texts and "__kernel" in texts[sym]]
+todo = [(sym, name) for sym, name in names.items() if sym in texts and ("__kernel" in texts[sym] or "__global__" in texts[sym])]
 written = set()
 while todo:
     sym, name = todo.pop()
