@@ -329,19 +329,7 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
         full_build(&mut s, results, &mut failures)?;
         return Ok(Section { text: s, failures });
     }
-    let compiles: Vec<Compile> = tsv(&results.join("kernels.tsv"))
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| Compile {
-            kernel: r[0].clone(),
-            variant: r[1].clone(),
-            precision: r[2].clone(),
-            arch: r[3].clone(),
-            pristine: r[4] == "pristine",
-            ok: r[5] == "0",
-            error: r.get(6).cloned().unwrap_or_default(),
-        })
-        .collect();
+    let compiles = compiles(tsv(&results.join("kernels.tsv")).unwrap_or_default());
     if compiles.is_empty() {
         failures.push(format!("{profile}: no kernel was compiled"));
         return Ok(Section { text: s, failures });
@@ -424,18 +412,7 @@ fn hip_rows(
     let Ok(rows) = tsv(&results.join("hip.tsv")) else {
         return Ok(());
     };
-    let compiles: Vec<Compile> = rows
-        .into_iter()
-        .map(|r| Compile {
-            kernel: r[0].clone(),
-            variant: r[1].clone(),
-            precision: r[2].clone(),
-            arch: r[3].clone(),
-            pristine: r[4] == "pristine",
-            ok: r[5] == "0",
-            error: r.get(6).cloned().unwrap_or_default(),
-        })
-        .collect();
+    let compiles = compiles(rows);
     if compiles.is_empty() {
         failures.push(format!("{profile}: no HIP kernel was compiled"));
         return Ok(());
@@ -488,6 +465,21 @@ fn full_build(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Res
         failures.push(format!("md5sum -c: {ok} OK, {bad} failed"));
     }
     Ok(())
+}
+
+/// The rows of a compile log (kernels.tsv, hip.tsv).
+fn compiles(rows: Vec<Vec<String>>) -> Vec<Compile> {
+    rows.into_iter()
+        .map(|r| Compile {
+            kernel: r[0].clone(),
+            variant: r[1].clone(),
+            precision: r[2].clone(),
+            arch: r[3].clone(),
+            pristine: r[4] == "pristine",
+            ok: r[5] == "0",
+            error: r.get(6).cloned().unwrap_or_default(),
+        })
+        .collect()
 }
 
 impl Compile {
