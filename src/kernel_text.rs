@@ -58,7 +58,7 @@ pub const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast"
 /// not hide.
 pub const TERM: &str = "__has_builtin(__builtin_amdgcn_permlanex16)";
 
-/// The HIP guard, pristine and fixed.
+/// The HIP guard as MIOpen ships it.
 const HIP_GUARD: &str = "#ifdef __AMDGCN__";
 
 /// The fixed HIP guard.

@@ -43,6 +43,20 @@ fn ask(sb: &Sandbox) -> Said {
     }
 }
 
+impl Said {
+    /// All three take the in-place route, for the reason `want`.
+    #[track_caller]
+    fn fixed_in_place(self, want: &str) {
+        assert!(
+            route_row(&self.doctor).contains(want),
+            "{}",
+            self.doctor.stdout
+        );
+        self.build.prints(&format!("route:     {want}"));
+        self.install.ok().says("would fix");
+    }
+}
+
 /// doctor's route row.
 fn route_row(doctor: &Run) -> String {
     doctor
@@ -105,13 +119,7 @@ fn a_native_rocm64_torch_is_fixed_in_place_by_all_three() {
     torch_of(&sb, "2.6.0+rocm6.4", "6.4.43484-123eb5128", &["gfx1010"]);
     let said = ask(&sb);
     let want = "torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix of profile rocm-6.4.3 is kernel text";
-    assert!(
-        route_row(&said.doctor).contains(want),
-        "{}",
-        said.doctor.stdout
-    );
-    said.build.prints(&format!("route:     {want}"));
-    said.install.ok().says("would fix");
+    said.fixed_in_place(want);
 }
 
 #[test]
@@ -122,11 +130,5 @@ fn therocks_multi_arch_torch_is_fixed_in_place_by_all_three() {
     crate::rocm_sdk::multi(&sb, &["gfx1010"]);
     let said = ask(&sb);
     let want = "torch's MIOpen sees the real chip (rocm-sdk multi-arch, device gfx1010) and every fix of profile therock-7.14 is kernel text";
-    assert!(
-        route_row(&said.doctor).contains(want),
-        "{}",
-        said.doctor.stdout
-    );
-    said.build.prints(&format!("route:     {want}"));
-    said.install.ok().says("would fix");
+    said.fixed_in_place(want);
 }
