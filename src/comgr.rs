@@ -179,6 +179,12 @@ impl Comgr {
         arch: &str,
         defines: &[String],
     ) -> std::result::Result<(), String> {
+        // One compile at a time in a process: the compile's stderr is
+        // silenced by swapping descriptor 2 (process-wide), and comgr's
+        // LLVM reports a failed inline asm through process-wide state too;
+        // two threads compiling at once left stderr closed or aborted.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let mut owned = Owned {
             api: &self.api,
             data: Vec::new(),
