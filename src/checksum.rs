@@ -47,10 +47,40 @@ pub fn md5_file(path: &Path) -> Result<String> {
     Ok(md5_file_scanning(path, b"")?.0)
 }
 
+/// What one read of a file established: its MD5, whether it holds the
+/// needle looked for, and the stamp it had then. True of the file while the
+/// stamp still matches it.
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub md5: String,
+    pub holds: bool,
+    pub stamp: crate::fsutil::Stamp,
+}
+
+impl Known {
+    /// Of bytes read from a file that had `stamp` before they were read.
+    pub fn of_bytes(bytes: &[u8], needle: &[u8], stamp: crate::fsutil::Stamp) -> Result<Known> {
+        Ok(Known {
+            md5: md5_bytes(bytes)?,
+            holds: memchr::memmem::find(bytes, needle).is_some(),
+            stamp,
+        })
+    }
+}
+
 /// MD5 of a file and whether it contains `needle`, in one read (a library
 /// can be a gigabyte; reading it twice is what this avoids).
 pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
+    scan_file(path, needle).map(|k| (k.md5, k.holds))
+}
+
+/// [`md5_file_scanning`], with the stamp the file had when it was opened.
+pub fn scan_file(path: &Path, needle: &[u8]) -> Result<Known> {
     let mut f: File = crate::fsutil::open_regular(path)?;
+    let stamp = crate::fsutil::Stamp::of(
+        &f.metadata()
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    );
     let mut hasher = Hasher::new(MessageDigest::md5())?;
     let finder = memchr::memmem::Finder::new(needle);
     let keep = needle.len().saturating_sub(1);
@@ -73,7 +103,11 @@ pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
         carried = keep.min(filled);
         buf.copy_within(filled - carried..filled, 0);
     }
-    Ok((hex(&hasher.finish()?), found))
+    Ok(Known {
+        md5: hex(&hasher.finish()?),
+        holds: found,
+        stamp,
+    })
 }
 
 pub fn md5_bytes(data: &[u8]) -> Result<String> {

@@ -328,3 +328,68 @@ mod tests {
         assert!(remove_own_file(dir.path()).is_err());
     }
 }
+
+/// What says a file's bytes are the ones read before, without reading them
+/// again: the same inode, size and modification time, as git's index and
+/// rsync judge a file unchanged. The change time is left out: a hard link
+/// to the file changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+
+    pub fn read(path: &Path) -> Result<Stamp> {
+        std::fs::metadata(path)
+            .map(|m| Stamp::of(&m))
+            .with_context(|| format!("cannot read {}", path.display()))
+    }
+
+    /// Whether `path` is still the file this stamp was taken of.
+    pub fn matches(&self, path: &Path) -> bool {
+        Stamp::read(path).is_ok_and(|s| s == *self)
+    }
+}
+
+/// Give `from`'s file a second name `to` (a hard link), as uv links its
+/// cache into environments, when the result is a file that a copy made by
+/// this process could not be safer than: owned by this user, writable by
+/// no one else, with `mode` already (None: any). Ok(false), with nothing
+/// made, when that does not hold or the link cannot be made (another
+/// filesystem, a filesystem without links): the caller copies instead.
+pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(from) else {
+        return Ok(false);
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let bits = meta.mode() & 0o7777;
+    if !meta.is_file() || meta.uid() != euid || bits & 0o022 != 0 {
+        return Ok(false);
+    }
+    if mode.is_some_and(|m| m != bits) {
+        return Ok(false);
+    }
+    let _ = std::fs::remove_file(to);
+    match std::fs::hard_link(from, to) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            Err(e).with_context(|| format!("cannot create {}", to.display()))
+        }
+        Err(_) => Ok(false),
+    }
+}

@@ -12,8 +12,10 @@ use anyhow::{Context, Result};
 
 use crate::builder::prefix::{self, ProvInPlace, ProvText, Provenance};
 use crate::builder::profile::Profile;
+use crate::checksum;
 use crate::embedded::{self, FoundBy, Text};
 use crate::error::hint;
+use crate::fsutil::Stamp;
 use crate::kernel_text;
 use crate::ui::Ui;
 
@@ -38,12 +40,27 @@ pub struct Derived {
     pub library: PathBuf,
     pub md5: String,
     pub elf: crate::elf::Library,
+    /// What the one read of the source established (its MD5, whether it
+    /// carries our markers, its stamp), so the swap need not read it again.
+    pub source: checksum::Known,
+}
+
+/// The library as read, and as it would be fixed.
+pub struct Planned {
+    pub original: Vec<u8>,
+    pub fixed: Vec<u8>,
+    pub edit: embedded::Edit,
+    /// The library's stamp before it was read, and its permission bits.
+    pub stamp: Stamp,
+    pub mode: u32,
 }
 
 /// The library's bytes with every batch-norm text fixed, and what was done;
 /// nothing is written. An error says what is wrong with the library for
 /// this fix and what to do instead.
-pub fn plan(library: &Path) -> Result<(Vec<u8>, Vec<u8>, embedded::Edit)> {
+pub fn plan(library: &Path) -> Result<Planned> {
+    let meta =
+        std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
     let original = crate::elf::read_file(library)?;
     let (fixed, edit) = embedded::fix(&original)
         .with_context(|| format!("{} is not a library whose kernel texts can be read", library.display()))?
@@ -74,12 +91,24 @@ pub fn plan(library: &Path) -> Result<(Vec<u8>, Vec<u8>, embedded::Edit)> {
         };
         return Err(hint(format!("{} {what}", library.display()), fix));
     }
-    Ok((original, fixed, edit))
+    Ok(Planned {
+        original,
+        fixed,
+        edit,
+        stamp: Stamp::of(&meta),
+        mode: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+    })
 }
 
 /// Make the prefix from `req.library`.
 pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
-    let (original, fixed, edit) = plan(&req.library)?;
+    let Planned {
+        original,
+        fixed,
+        edit,
+        stamp,
+        mode,
+    } = plan(&req.library)?;
     let elf = crate::elf::parse(&fixed)?;
     let soname = elf.soname.clone().ok_or_else(|| {
         hint(
@@ -96,22 +125,34 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
         .iter()
         .map(|(t, n)| record(t, *n, &original, &fixed))
         .collect();
-    let provenance = provenance(req, &original, found_by, texts);
     let staging = prefix::begin(&req.prefix)?;
-    let result = (|| {
+    let rel = format!("lib/{soname}");
+    let result = (|| -> Result<_> {
         let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
-        let staged_lib = staged_root.join("lib").join(&soname);
+        let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
-        crate::fsutil::write_atomic(&staged_lib, &fixed, Some(0o755))?;
-        let mut prov = provenance;
+        let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
+        let mut prov = provenance(req, sha256, found_by, texts);
         prov.library.soname = soname.clone();
-        prefix::commit(&req.prefix, &staging, &[staged_lib], prov, None, req.jobs)
+        let known = [checksum::Entry {
+            md5,
+            path: rel.clone(),
+        }];
+        let installed = prefix::commit(
+            &req.prefix,
+            &staging,
+            &[staged_lib],
+            prov,
+            None,
+            &known,
+            req.jobs,
+        )?;
+        Ok((installed, source))
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    let installed = result?;
-    let rel = format!("lib/{soname}");
+    let (installed, source) = result?;
     let md5 = installed
         .entries
         .iter()
@@ -131,7 +172,36 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
         library: req.prefix.join(rel),
         md5,
         elf,
+        source,
     })
+}
+
+/// The source's SHA-256 and what is known of it, and the fixed library
+/// written to `to` with its MD5. Hashing is what this route spends its
+/// time on: the source's SHA-256 and MD5 on one core, the fixed library's
+/// MD5 and its write on the other. The copy keeps the source's mode, so
+/// the swap can link it in (`txn::write_temp`).
+fn hash_and_write(
+    original: &[u8],
+    fixed: &[u8],
+    stamp: Stamp,
+    to: &Path,
+    mode: u32,
+) -> Result<(String, checksum::Known, String)> {
+    let (source, written) = std::thread::scope(|s| {
+        let source = s.spawn(|| -> Result<_> {
+            let sha256 = prefix::sha256_hex(original);
+            let needle = kernel_text::MARKER_PREFIX.as_bytes();
+            Ok((sha256, checksum::Known::of_bytes(original, needle, stamp)?))
+        });
+        let written = checksum::md5_bytes(fixed).and_then(|md5| {
+            crate::fsutil::write_atomic(to, fixed, Some(mode & 0o755))?;
+            Ok(md5)
+        });
+        (source.join().expect("the hashing thread panicked"), written)
+    });
+    let (sha256, known) = source?;
+    Ok((sha256, known, written?))
 }
 
 fn record(t: &Text, decisions: usize, original: &[u8], fixed: &[u8]) -> ProvText {
@@ -150,12 +220,11 @@ fn fix_sha256() -> String {
 
 fn provenance(
     req: &Request,
-    original: &[u8],
+    source_sha256: String,
     found_by: FoundBy,
     texts: Vec<ProvText>,
 ) -> Provenance {
     let p = req.profile;
-    let source_sha256 = prefix::sha256_hex(original);
     Provenance {
         tool: format!("rdna1-patch {}", crate::version::VERSION),
         date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -49,6 +49,11 @@
 
 use std::ops::Range;
 
+/// What a library carries when it is one of ours, built or fixed in place:
+/// every patch of the series declares a marker that starts so, and so does
+/// [`MARKER`].
+pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
+
 /// What every fixed text carries, once, as a comment: `verify` looks for
 /// it, and the series' patch carries the same.
 pub const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";

@@ -692,6 +692,7 @@ impl BuildPlan<'_> {
             &manifest,
             provenance.clone(),
             Some(&key),
+            &[],
             self.jobs,
         )?;
         if !installed.removed.is_empty() {

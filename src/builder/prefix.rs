@@ -231,14 +231,16 @@ pub struct Installed {
 }
 
 /// Move what CMake staged into the prefix, with MD5SUMS and provenance.
-/// The checksums are read from the staged files as written; renames do not
-/// change bytes, so nothing is read again.
+/// The checksums are read from the staged files as written, except those
+/// in `known` (files the caller wrote from bytes it hashed); renames do
+/// not change bytes, so nothing is read again.
 pub fn commit(
     prefix: &Path,
     staging: &Path,
     manifest: &[PathBuf],
     mut provenance: Provenance,
     key: Option<&crate::builder::key::KeyInputs>,
+    known: &[Entry],
     jobs: usize,
 ) -> Result<Installed> {
     let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
@@ -275,11 +277,18 @@ pub fn commit(
         listed.push(KEY.to_owned());
     }
     listed.push(PROVENANCE.to_owned());
-    let staged: Vec<PathBuf> = listed.iter().map(|r| staged_root.join(r)).collect();
+    let known_md5 = |rel: &String| known.iter().find(|e| e.path == *rel).map(|e| &e.md5);
+    let unknown: Vec<&String> = listed.iter().filter(|r| known_md5(r).is_none()).collect();
+    let staged: Vec<PathBuf> = unknown.iter().map(|r| staged_root.join(r)).collect();
+    let mut hashed = unknown.into_iter().zip(checksum::md5_files(&staged, jobs));
     let mut entries = Vec::new();
-    for (rel, md5) in listed.iter().zip(checksum::md5_files(&staged, jobs)) {
+    for rel in &listed {
+        let md5 = match known_md5(rel) {
+            Some(m) => m.clone(),
+            None => hashed.next().expect("one hash per unknown file").1?,
+        };
         entries.push(Entry {
-            md5: md5?,
+            md5,
             path: rel.clone(),
         });
     }

@@ -329,7 +329,7 @@ fn untracked(state: &StateDir, torch: &Torch, r: &mut CheckReport) {
             format!(
                 "{} is an rdna1-patch build (it carries {} markers), but no transaction in {} installed it",
                 torch.target.display(),
-                crate::swap::txn::MARKER_PREFIX,
+                crate::kernel_text::MARKER_PREFIX,
                 state.root().display()
             ),
             "pass the --state-dir of the install that put it there; if that state is lost, reinstall torch to get its own library back, then install again",

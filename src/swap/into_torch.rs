@@ -156,38 +156,11 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
 }
 
 pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
-    let Some(build) = prepare(req, ui)? else {
+    let Some((build, target_known)) = prepare(req, ui)? else {
         return Ok(());
     };
-    ui.stage(
-        "Build",
-        format!(
-            "{} ({} {} at {}, ROCm {}), MD5SUMS ok",
-            build.library.display(),
-            build.provenance.source.tag,
-            crate::builder::git::short(&build.provenance.source.commit),
-            build.provenance.profile,
-            build.rocm()
-        ),
-    );
     let torch = torch::locate(&req.torch)?;
-    ui.stage(
-        "Torch",
-        format!(
-            "{} {} ({}), {}",
-            torch.dir.display(),
-            torch.version,
-            torch.rocm_label(),
-            describe_target(&torch)
-        ),
-    );
-    if let torch::Layout::RocmSdk(sdk) = &torch.layout {
-        ui.note(format!(
-            "MIOpen is in the rocm-sdk package {} (found by {}), which every program in this environment that uses rocm_sdk shares",
-            sdk.package.display(),
-            sdk.found_by
-        ));
-    }
+    announce(&build, &torch, ui);
     check_versions(&build, &torch, req.force, ui)?;
     warn_about_override(&torch, ui);
     if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
@@ -232,6 +205,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         staged,
         staged_md5,
         check: &check,
+        target_known: target_known.as_ref(),
     };
     let outcome = txn::swap(&locked, &swap);
     let _ = fsutil::remove_own_file(&staging);
@@ -239,13 +213,46 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
+/// Say what goes where: the build, and the torch it goes into.
+fn announce(build: &Build, torch: &Torch, ui: &Ui) {
+    ui.stage(
+        "Build",
+        format!(
+            "{} ({} {} at {}, ROCm {}), MD5SUMS ok",
+            build.library.display(),
+            build.provenance.source.tag,
+            crate::builder::git::short(&build.provenance.source.commit),
+            build.provenance.profile,
+            build.rocm()
+        ),
+    );
+    ui.stage(
+        "Torch",
+        format!(
+            "{} {} ({}), {}",
+            torch.dir.display(),
+            torch.version,
+            torch.rocm_label(),
+            describe_target(torch)
+        ),
+    );
+    if let torch::Layout::RocmSdk(sdk) = &torch.layout {
+        ui.note(format!(
+            "MIOpen is in the rocm-sdk package {} (found by {}), which every program in this environment that uses rocm_sdk shares",
+            sdk.package.display(),
+            sdk.found_by
+        ));
+    }
+}
+
 /// The build to install: the prefix's, after the in-place route made it
-/// when that is the route. None: a dry run, which has said what it would do.
-fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
+/// when that is the route, with what that route read of torch's library.
+/// None: a dry run, which has said what it would do.
+fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<(Build, Option<checksum::Known>)>> {
     match in_place(req, ui)? {
         InPlace::NotTaken => {}
         InPlace::DryRun => return Ok(None),
-        InPlace::Made(build) => return Ok(Some(*build)),
+        InPlace::Made(build, known) => return Ok(Some((*build, known))),
     }
     let build = check_build(&req.prefix, req.jobs)?;
     if req.dry_run {
@@ -258,7 +265,7 @@ fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<Build>> {
         );
         return Ok(None);
     }
-    Ok(Some(build))
+    Ok(Some((build, None)))
 }
 
 /// The file the swap copies into torch, and its MD5 when known. A library
@@ -275,11 +282,12 @@ fn source_of<'a>(
     }
 }
 
-/// Whether the in-place route was taken, and what it made.
+/// Whether the in-place route was taken, and what it made; with what it
+/// read of torch's library when that was its source (not a backup).
 enum InPlace {
     NotTaken,
     DryRun,
-    Made(Box<Build>),
+    Made(Box<Build>, Option<checksum::Known>),
 }
 
 /// The in-place route, when it is the one (`route::choose`): torch's own
@@ -326,7 +334,7 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
     drop(locked);
     let derived = crate::inplace::derive(
         &crate::inplace::Request {
-            library: source,
+            library: source.clone(),
             prefix: req.prefix.clone(),
             profile,
             rocm: torch.rocm().to_owned(),
@@ -347,13 +355,17 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
     );
     // The library was hashed as it was written and parsed from the same
     // bytes: the prefix need not be read again before the swap.
-    Ok(InPlace::Made(Box::new(Build {
-        prefix: req.prefix.clone(),
-        provenance: Provenance::read(&req.prefix)?,
-        library: derived.library,
-        md5: derived.md5,
-        elf: derived.elf,
-    })))
+    let known = (source == torch.target).then_some(derived.source);
+    Ok(InPlace::Made(
+        Box::new(Build {
+            prefix: req.prefix.clone(),
+            provenance: Provenance::read(&req.prefix)?,
+            library: derived.library,
+            md5: derived.md5,
+            elf: derived.elf,
+        }),
+        known,
+    ))
 }
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.

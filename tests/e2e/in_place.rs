@@ -127,6 +127,63 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     assert_ne!(md5(&torch.miopen()), before);
 }
 
+/// On one filesystem, with files this user owns and no one else can
+/// write, nothing is copied: the backup is torch's original file itself,
+/// and torch's new library is the prefix's file. A group-writable library
+/// is copied both ways instead: a link would share its write bits.
+#[test]
+fn the_swap_links_files_on_one_filesystem_and_copies_what_others_could_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = |p: &Path| std::fs::metadata(p).unwrap();
+    let backup = |sb: &Sandbox| {
+        let dir = Path::new(&sb.state()).join("backups");
+        let files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files[0].clone()
+    };
+
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    let ino = meta(&torch.miopen()).ino();
+    install(&sb, &[]).ok().says("Installed");
+    assert_eq!(
+        meta(&backup(&sb)).ino(),
+        ino,
+        "the backup is torch's own file"
+    );
+    assert_eq!(meta(&torch.miopen()).ino(), meta(&prefix_lib(&sb)).ino());
+    sb.rollback(&[]).ok();
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    // The prefix keeps its own name for the fixed library.
+    let fixed = std::fs::read(prefix_lib(&sb)).unwrap();
+    assert!(contains_bytes(&fixed, MARKER));
+
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    std::fs::set_permissions(torch.miopen(), std::fs::Permissions::from_mode(0o775)).unwrap();
+    let ino = meta(&torch.miopen()).ino();
+    install(&sb, &[]).ok().says("Installed");
+    let kept = meta(&backup(&sb));
+    assert_ne!(kept.ino(), ino);
+    assert_eq!(kept.mode() & 0o7777, 0o444, "a copied backup is read-only");
+    assert_ne!(meta(&torch.miopen()).ino(), meta(&prefix_lib(&sb)).ino());
+    assert_eq!(
+        meta(&torch.miopen()).mode() & 0o7777,
+        0o775,
+        "torch's mode is kept"
+    );
+    assert_eq!(
+        std::fs::read(torch.miopen()).unwrap(),
+        std::fs::read(prefix_lib(&sb)).unwrap()
+    );
+    sb.rollback(&[]).ok();
+    assert_eq!(meta(&torch.miopen()).mode() & 0o7777, 0o775);
+}
+
 #[test]
 fn the_texts_are_found_when_the_library_hides_their_symbols() {
     let sb = Sandbox::new();

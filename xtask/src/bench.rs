@@ -445,10 +445,21 @@ impl Stats {
 }
 
 /// Time `f` `runs` times, after one warm-up run.
-pub(crate) fn time(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
+pub(crate) fn time(runs: usize, f: impl FnMut() -> Result<()>) -> Result<Stats> {
+    time_after(runs, || Ok(()), f)
+}
+
+/// [`time`], with `setup` run untimed before each run of `f`.
+pub(crate) fn time_after(
+    runs: usize,
+    mut setup: impl FnMut() -> Result<()>,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Stats> {
+    setup()?;
     f()?;
     let mut secs = Vec::new();
     for _ in 0..runs {
+        setup()?;
         let t = Instant::now();
         f()?;
         secs.push(t.elapsed().as_secs_f64());

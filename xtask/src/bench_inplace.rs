@@ -3,14 +3,16 @@
 //! kernel texts, padded with a section of 400 MB of library-like bytes by
 //! objcopy), against `cp` plus `md5sum` of the same file. The whole user
 //! command is timed: read, fix, prefix with MD5SUMS, backup, swap and
-//! the checks around it.
+//! the checks around it (not the setup before each run); once where the
+//! swap can link, once where it copies.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Result, bail};
 
-use crate::bench::{Row, quiet, time, write_library_like};
+use crate::bench::{Row, quiet, time_after, write_library_like};
 
 pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Vec<Row>> {
     let torch = rdna1_testkit::FakeTorch::create(
@@ -34,52 +36,83 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
     std::fs::remove_file(&pad)?;
     let size = std::fs::metadata(&big)?.len();
     let (prefix, state) = (dir.join("prefix"), dir.join("state"));
-    let fix = time(runs, || {
-        std::fs::copy(&big, torch.miopen())?;
-        for d in [&prefix, &state] {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        let out = quiet(
-            Command::new(bin)
-                .args([
-                    "install",
-                    "--into-torch",
-                    "--in-place",
-                    "--profile",
-                    "rocm-6.4.3",
-                ])
-                .arg("--torch-dir")
-                .arg(&torch.dir)
-                .arg("--prefix")
-                .arg(&prefix)
-                .arg("--state-dir")
-                .arg(&state)
-                .env("HOME", dir),
-        )?;
-        if !out.contains("kernel texts fixed") {
-            bail!("the in-place fix did not run: {out}");
-        }
-        Ok(())
-    })?;
+    // `mode` is torch's library's: 0o755 as pip leaves it, so the swap links
+    // on this one filesystem; 0o775 (group-writable) makes it copy both
+    // ways, as it does across filesystems.
+    let fix = |mode: u32| {
+        let setup = || {
+            // A fresh file: the last run left torch's name on the prefix's.
+            let _ = std::fs::remove_file(torch.miopen());
+            std::fs::copy(&big, torch.miopen())?;
+            std::fs::set_permissions(torch.miopen(), std::fs::Permissions::from_mode(mode))?;
+            for d in [&prefix, &state] {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            Ok(())
+        };
+        time_after(runs, setup, || {
+            let out = quiet(
+                Command::new(bin)
+                    .args([
+                        "install",
+                        "--into-torch",
+                        "--in-place",
+                        "--profile",
+                        "rocm-6.4.3",
+                    ])
+                    .arg("--torch-dir")
+                    .arg(&torch.dir)
+                    .arg("--prefix")
+                    .arg(&prefix)
+                    .arg("--state-dir")
+                    .arg(&state)
+                    .env("HOME", dir),
+            )?;
+            if !out.contains("kernel texts fixed") {
+                bail!("the in-place fix did not run: {out}");
+            }
+            Ok(())
+        })
+    };
+    let linked = fix(0o755)?;
+    let copied = fix(0o775)?;
     let copy = dir.join("copy.so");
-    let cp = time(runs, || {
+    let remove = || {
         let _ = std::fs::remove_file(&copy);
+        Ok(())
+    };
+    let cp = time_after(runs, remove, || {
         quiet(Command::new("cp").arg(&big).arg(&copy))?;
         quiet(Command::new("md5sum").arg(&copy))?;
         Ok(())
     })?;
-    let ratio = fix.median / cp.median;
-    Ok(vec![Row {
-        name: "Fix a 400 MB libMIOpen in place and swap it into torch (`install --into-torch --in-place`)",
-        ours: fix,
-        reference: cp,
-        reference_name: "`cp` of the same file + `md5sum`".into(),
-        target: "<= 2x cp + md5sum".into(),
-        met: ratio <= 2.0,
-        note: format!(
-            "{ratio:.2}x; a {:.0} MB library: read, kernel texts found by symbol and fixed, the prefix written with MD5SUMS, torch's original backed up, the new file written, synced, checked and renamed in",
-            size as f64 / 1e6
-        ),
-        why: "what is left is hashing: the derivation reads the library and hashes it (SHA-256 for the provenance, MD5 for MD5SUMS, as written), and the swap hashes torch's original (its MD5 names the backup), then writes the backup and the copy next to the target on two threads, each read back (MD5) before anything takes torch's name: four MD5 passes of 400 MB (about 0.9 s each here) against md5sum's one, two of them side by side. Reading the backup back from the bytes copied instead of the file, or naming it after the copy, would close most of the rest",
-    }])
+    let ratio = linked.median / cp.median;
+    let mb = size as f64 / 1e6;
+    Ok(vec![
+        Row {
+            name: "Fix a 400 MB libMIOpen in place and swap it into torch (`install --into-torch --in-place`)",
+            ours: linked,
+            reference: cp,
+            reference_name: "`cp` of the same file + `md5sum`".into(),
+            target: "<= 2x cp + md5sum".into(),
+            met: ratio <= 2.0,
+            note: format!(
+                "{ratio:.2}x; a {mb:.0} MB library: read once, the source's SHA-256 and MD5 on one core while the fixed library is hashed and written to the prefix on the other; torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's"
+            ),
+            why: "the source's SHA-256 (provenance) and MD5 (the backup's name), and the fixed library's MD5 (MD5SUMS): three hashes of 400 MB on two cores, where md5sum does one",
+        },
+        Row {
+            name: "The same where nothing can be linked (across filesystems, or a library others could write)",
+            ours: copied,
+            reference: cp,
+            reference_name: "`cp` of the same file + `md5sum`".into(),
+            target: "reported, no target".into(),
+            met: true,
+            note: format!(
+                "{:.2}x; torch's library group-writable (0775), so the backup and the new file are copies on two threads, each read back (MD5) before it takes its name",
+                copied.median / cp.median
+            ),
+            why: "",
+        },
+    ])
 }

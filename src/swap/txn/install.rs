@@ -8,11 +8,10 @@ use anyhow::{Context, Result, bail};
 use crate::checksum;
 use crate::error::hint;
 use crate::fsutil;
+use crate::kernel_text::MARKER_PREFIX;
 use crate::swap::torch::Torch;
 
-use super::journal::{
-    BuildRec, FileRec, Journal, Journals, MARKER_PREFIX, SdkRec, State, TorchRec, now,
-};
+use super::journal::{BuildRec, FileRec, Journal, Journals, SdkRec, State, TorchRec, now};
 use super::recover::supersede;
 use super::state::Locked;
 
@@ -29,6 +28,9 @@ pub struct Swap<'a> {
     /// Run on the new file where it lands (next to the target), before it
     /// takes the library's name.
     pub check: &'a dyn Fn(&Path) -> Result<()>,
+    /// What this run already read of the target (the in-place route reads
+    /// it whole): used while its stamp still matches, instead of a read.
+    pub target_known: Option<&'a checksum::Known>,
 }
 
 pub enum SwapOutcome {
@@ -66,7 +68,11 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     let torch = swap.torch;
     let target = &torch.target;
     let journals = locked.journals()?;
-    let (current, patched) = checksum::md5_file_scanning(target, MARKER_PREFIX.as_bytes())?;
+    let known = match swap.target_known.filter(|k| k.stamp.matches(target)) {
+        Some(k) => k.clone(),
+        None => checksum::scan_file(target, MARKER_PREFIX.as_bytes())?,
+    };
+    let (current, patched) = (known.md5.clone(), known.holds);
     let new_md5 = match swap.staged_md5 {
         Some(m) => m.to_owned(),
         None => checksum::md5_file(swap.staged)?,
@@ -109,7 +115,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     let (backed, written) = std::thread::scope(|s| {
         let copy = s.spawn(|| write_temp(swap.staged, &temp, &j));
         let backed = match j.inherits {
-            None => write_backup(target, &j.backup, &j.original),
+            None => write_backup(target, &j.backup, &j.original, &known.stamp),
             Some(_) => Ok(()),
         };
         (backed, copy.join().expect("the copy's thread panicked"))
@@ -198,10 +204,18 @@ pub(super) fn new_journal(
     })
 }
 
-/// Write the new file next to the target and read it back. The read-back
-/// comes before the rename, so a copy that is not the new library never
-/// takes torch's name; the rename does not change bytes.
+/// Put the new file next to the target. On one filesystem it is a hard
+/// link to the file whose MD5 this run established (the prefix's, checked
+/// or just written; or the relinked copy), when the link gives the file
+/// the mode the target needs and no one else could write it
+/// (`fsutil::link_own`). Else a copy, read back before the rename, so a
+/// copy that is not the new library never takes torch's name; the rename
+/// does not change bytes.
 fn write_temp(staged: &Path, temp: &Path, j: &Journal) -> Result<()> {
+    if fsutil::link_own(staged, temp, Some(j.original.mode))? {
+        crash_point!("install-temp-written");
+        return Ok(());
+    }
     fsutil::copy_synced(staged, temp, j.original.mode)?;
     crash_point!("install-temp-written");
     let copy = checksum::md5_file(temp)?;
@@ -234,32 +248,44 @@ pub(super) fn swap_in(locked: &Locked, j: &mut Journal) -> Result<()> {
     Ok(())
 }
 
-/// Copy the original to its backup (unless an identical backup is there)
-/// and read it back. A partial copy never stays behind.
-pub(super) fn write_backup(target: &Path, backup: &Path, original: &FileRec) -> Result<()> {
-    let fresh = checksum::md5_file(backup).ok().as_ref() == Some(&original.md5);
-    if !fresh {
-        let tmp = backup.with_extension("so.tmp");
-        let copied = fsutil::copy_synced(target, &tmp, 0o444).and_then(|()| {
-            crash_point!("install-backup-written");
-            std::fs::rename(&tmp, backup)
-                .with_context(|| format!("cannot create {}", backup.display()))
-        });
-        if let Err(e) = copied {
-            let _ = fsutil::remove_own_file(&tmp);
-            return Err(e);
+/// Keep the original as its backup (unless an identical backup is there).
+/// On the target's filesystem the backup is a hard link to torch's file,
+/// which the swap then only renames away from: the very bytes whose MD5
+/// was taken, while the stamp taken with it still matches, so there is
+/// nothing to read back. Elsewhere it is a copy, read back before it takes
+/// the backup's name. A partial copy never stays behind.
+pub(super) fn write_backup(
+    target: &Path,
+    backup: &Path,
+    original: &FileRec,
+    stamp: &fsutil::Stamp,
+) -> Result<()> {
+    if checksum::md5_file(backup).ok().as_ref() == Some(&original.md5) {
+        return Ok(());
+    }
+    let tmp = backup.with_extension("so.tmp");
+    let made = (|| {
+        let linked = stamp.matches(target) && fsutil::link_own(target, &tmp, None)?;
+        if !linked {
+            fsutil::copy_synced(target, &tmp, 0o444)?;
+            let copy = checksum::md5_file(&tmp)?;
+            if copy != original.md5 {
+                bail!(
+                    "the backup {} reads back as MD5 {copy}, not {}; was {} changed meanwhile?",
+                    tmp.display(),
+                    original.md5,
+                    target.display()
+                );
+            }
         }
-        fsutil::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
+        crash_point!("install-backup-written");
+        std::fs::rename(&tmp, backup).with_context(|| format!("cannot create {}", backup.display()))
+    })();
+    if let Err(e) = made {
+        let _ = fsutil::remove_own_file(&tmp);
+        return Err(e);
     }
-    let copy = checksum::md5_file(backup)?;
-    if copy != original.md5 {
-        bail!(
-            "the backup {} reads back as MD5 {copy}, not {}",
-            backup.display(),
-            original.md5
-        );
-    }
-    Ok(())
+    fsutil::sync_dir(backup.parent().unwrap_or(Path::new("/")))
 }
 
 /// Add what was left as it was, and, when the disk was full, where.

@@ -127,10 +127,6 @@ pub(super) fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
-/// What a torch library carries when it is one of our builds: every patch
-/// of the series declares a marker that starts so.
-pub const MARKER_PREFIX: &str = "[RDNA1 PATCH]";
-
 impl Journal {
     /// One line for a transaction, as `status` and `rollback --list` show it.
     pub fn describe(&self) -> String {
