@@ -3,7 +3,8 @@
 # representative MIOpen translation units built with GPU_TARGETS=gfx1010
 # against all three gfx101x arches, then a ccache-warm rebuild of them. It
 # uses the checkout `cargo xtask fidelity --profile $1` left in /fid/$1.
-# Prints `name seconds` lines.
+# Prints `name seconds` lines. The build chooses its own compat fixes for
+# Debian's ROCm (Boost 1.92, the bare half.hpp), as the full build did.
 set -u
 P=$1
 F=/fid/$P
@@ -23,8 +24,7 @@ if [ -n "$missing" ]; then
 fi
 configure() { # work-dir gpu-targets launcher
     rdna1-patch build miopen --profile "$F/cfg/$P.toml" --rocm /usr --work-dir "$1" \
-        --prefix "$1/prefix" --extra-patches /fid/compat/boost-1.92 \
-        -D HALF_INCLUDE_DIR=/compat --gpu-targets "$2" --launcher "$3" \
+        --prefix "$1/prefix" --gpu-targets "$2" --launcher "$3" \
         --stop-after configure -j 2 >"$1.log" 2>&1 || { echo "configure-failed $1"; exit 1; }
 }
 objects() { # build-dir
@@ -48,8 +48,7 @@ for v in driver:"-D MIOPEN_BUILD_DRIVER=ON" tests:"-D MIOPEN_BUILD_DRIVER=ON -D 
     W=/tmp/bench-$P-steps-${v%%:*}
     # shellcheck disable=SC2086
     rdna1-patch build miopen --profile "$F/cfg/$P.toml" --rocm /usr --work-dir "$W" \
-        --prefix "$W/prefix" --extra-patches /fid/compat/boost-1.92 \
-        -D HALF_INCLUDE_DIR=/compat --gpu-targets gfx1010 --launcher none ${v#*:} \
+        --prefix "$W/prefix" --gpu-targets gfx1010 --launcher none ${v#*:} \
         --stop-after configure -j 2 >"$W.log" 2>&1 || { echo "configure-failed $W"; exit 1; }
     echo "steps_${v%%:*} $(steps "$W/$P/miopen/build")"
 done
