@@ -393,3 +393,29 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
         Err(_) => Ok(false),
     }
 }
+
+/// Swap the names of `a` and `b` (each a file or a directory) in one step
+/// (renameat2 RENAME_EXCHANGE): a reader sees one or the other at each
+/// name, never neither. Fails where the filesystem cannot (then nothing
+/// changed).
+pub fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,14 +1,14 @@
 //! Stage 5, install: the build goes into the prefix with a checksum list that
 //! `md5sum -c` accepts and a record of exactly what was built.
 //!
-//! CMake installs into a staging DESTDIR inside the prefix; the files are then
-//! renamed into place, MD5SUMS last, so a prefix never holds a half-written
-//! file and an interrupted install has no MD5SUMS to vouch for it.
+//! CMake installs into a staging DESTDIR inside the prefix; `commit` then
+//! puts the staged tree in place, so a prefix never holds a half-written
+//! file and an interrupted install never leaves a mix vouched for.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -23,6 +23,9 @@ pub const PROVENANCE: &str = "share/rdna1-patch/provenance.toml";
 /// The build key's inputs (`build::key`), as JSON: what `publish` tags by.
 pub const KEY: &str = "share/rdna1-patch/build-key.json";
 const STAGING: &str = ".rdna1-patch-staging";
+
+mod commit;
+pub use commit::{begin, commit, commit_verified};
 
 /// What was built, from what, with what: written to the prefix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +124,42 @@ pub struct ProvLibrary {
 }
 
 impl Provenance {
+    /// The file's text, as `commit` writes it.
+    pub fn text(&self) -> Result<String> {
+        Ok(format!(
+            "# What rdna1-patch built and installed here.\n{}",
+            toml::to_string(self)?
+        ))
+    }
+
+    /// As published: every path inside the publisher's `home` written
+    /// `~/...`, so a shared build does not carry its maintainer's user
+    /// name and directories (`/home/alice/...`).
+    pub fn published(&self, home: &Path) -> Provenance {
+        let home = home.to_string_lossy();
+        let home = home.trim_end_matches('/');
+        if home.is_empty() {
+            return self.clone();
+        }
+        let inside = format!("{home}/");
+        let strip = |s: &mut String| {
+            if *s == home {
+                *s = "~".to_owned();
+            } else if s.contains(&inside) {
+                *s = s.replace(&inside, "~/");
+            }
+        };
+        let mut p = self.clone();
+        strip(&mut p.rocm.path);
+        strip(&mut p.source.url);
+        p.patches.iter_mut().for_each(|x| strip(&mut x.series));
+        p.cmake.defines.values_mut().for_each(strip);
+        if let Some(i) = &mut p.in_place {
+            strip(&mut i.source);
+        }
+        p
+    }
+
     /// Identity of the build, leaving out when it was installed.
     fn key(&self) -> String {
         let mut p = self.clone();
@@ -209,211 +248,6 @@ pub fn preflight(prefix: &Path) -> Result<()> {
 /// Where `cmake --install` should put files: DESTDIR for the staging area.
 pub fn staging_dir(prefix: &Path) -> PathBuf {
     prefix.join(STAGING)
-}
-
-/// Start a fresh staging area (a leftover from an interrupted run is removed).
-pub fn begin(prefix: &Path) -> Result<PathBuf> {
-    ensure_writable(prefix)?;
-    let staging = staging_dir(prefix);
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging)
-            .with_context(|| format!("cannot remove the leftover {}", staging.display()))?;
-    }
-    fsutil::create_dir_all(&staging)?;
-    Ok(staging)
-}
-
-/// The result of an install.
-pub struct Installed {
-    /// What MD5SUMS lists, as read from the staged files.
-    pub entries: Vec<Entry>,
-    pub removed: Vec<String>,
-}
-
-/// Move what CMake staged into the prefix, with MD5SUMS and provenance.
-/// The checksums are read from the staged files as written, except those
-/// in `known` (files the caller wrote from bytes it hashed); renames do
-/// not change bytes, so nothing is read again.
-pub fn commit(
-    prefix: &Path,
-    staging: &Path,
-    manifest: &[PathBuf],
-    mut provenance: Provenance,
-    key: Option<&crate::builder::key::KeyInputs>,
-    known: &[Entry],
-    jobs: usize,
-) -> Result<Installed> {
-    let staged_root = staging.join(prefix.strip_prefix("/").unwrap_or(prefix));
-    let rels = installed_paths(prefix, staging, manifest)?;
-    provenance.library.path = rels
-        .iter()
-        .find(|r| {
-            Path::new(r)
-                .file_name()
-                .is_some_and(|n| *n == *provenance.library.soname)
-        })
-        .cloned()
-        .unwrap_or_default();
-    provenance.files = rels.clone();
-    let prov_text = format!(
-        "# What rdna1-patch built and installed here.\n{}",
-        toml::to_string(&provenance)?
-    );
-    fsutil::create_dir_all(&staged_root.join(RECORD_DIR))?;
-    fsutil::write_atomic(
-        &staged_root.join(PROVENANCE),
-        prov_text.as_bytes(),
-        Some(0o644),
-    )?;
-
-    let mut listed = rels;
-    // A build has a key to share it by; a library fixed in place has none.
-    if let Some(key) = key {
-        fsutil::write_atomic(
-            &staged_root.join(KEY),
-            serde_json::to_string_pretty(key)?.as_bytes(),
-            Some(0o644),
-        )?;
-        listed.push(KEY.to_owned());
-    }
-    listed.push(PROVENANCE.to_owned());
-    let known_md5 = |rel: &String| known.iter().find(|e| e.path == *rel).map(|e| &e.md5);
-    let unknown: Vec<&String> = listed.iter().filter(|r| known_md5(r).is_none()).collect();
-    let staged: Vec<PathBuf> = unknown.iter().map(|r| staged_root.join(r)).collect();
-    let mut hashed = unknown.into_iter().zip(checksum::md5_files(&staged, jobs));
-    let mut entries = Vec::new();
-    for rel in &listed {
-        let md5 = match known_md5(rel) {
-            Some(m) => m.clone(),
-            None => hashed.next().expect("one hash per unknown file").1?,
-        };
-        entries.push(Entry {
-            md5,
-            path: rel.clone(),
-        });
-    }
-    let removed = move_into_place(prefix, &staged_root, &entries)?;
-    std::fs::remove_dir_all(staging)
-        .with_context(|| format!("cannot remove {}", staging.display()))?;
-    Ok(Installed { entries, removed })
-}
-
-/// Move a staged prefix whose files were checked against `entries` as
-/// they were written (a pulled artifact) into place, MD5SUMS last.
-/// Renames do not change bytes, so nothing is read again.
-pub fn commit_verified(prefix: &Path, staging: &Path, entries: &[Entry]) -> Result<Vec<String>> {
-    let removed = move_into_place(prefix, staging, entries)?;
-    std::fs::remove_dir_all(staging)
-        .with_context(|| format!("cannot remove {}", staging.display()))?;
-    Ok(removed)
-}
-
-/// The files CMake installed, relative to the prefix, sorted; anything
-/// outside the prefix or in our records dir is an error.
-fn installed_paths(prefix: &Path, staging: &Path, manifest: &[PathBuf]) -> Result<Vec<String>> {
-    let mut rels = Vec::new();
-    for path in manifest {
-        let final_path = path
-            .strip_prefix(staging)
-            .map(|p| Path::new("/").join(p))
-            .unwrap_or(path.clone());
-        let rel = final_path.strip_prefix(prefix).with_context(|| {
-            format!(
-                "CMake installed {} outside the prefix {}",
-                final_path.display(),
-                prefix.display()
-            )
-        })?;
-        let rel = rel
-            .to_str()
-            .context("installed file name is not UTF-8")?
-            .to_owned();
-        if rel.starts_with(RECORD_DIR) {
-            bail!("the project installs {rel}, which rdna1-patch keeps for its own records");
-        }
-        rels.push(rel);
-    }
-    rels.sort();
-    rels.dedup();
-    Ok(rels)
-}
-
-/// Rename the staged files into the prefix, MD5SUMS last, and remove what
-/// the previous install listed and this one does not. Returns the removed.
-fn move_into_place(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Result<Vec<String>> {
-    fits(prefix, entries)?;
-    let previous = read_md5sums(prefix).unwrap_or_default();
-    // From here on the prefix changes: first make it visibly incomplete.
-    let md5_path = prefix.join(MD5SUMS);
-    match std::fs::remove_file(&md5_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", md5_path.display())),
-    }
-    for e in entries {
-        let (from, to) = (staged_root.join(&e.path), prefix.join(&e.path));
-        if let Some(dir) = to.parent() {
-            fsutil::create_dir_all(dir)?;
-        }
-        std::fs::rename(&from, &to)
-            .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))?;
-    }
-    // The old MD5SUMS is an editable file: only a plain path inside the
-    // prefix is ever removed, and never through a symlink out of it.
-    let real_prefix = prefix.canonicalize().unwrap_or_else(|_| prefix.to_owned());
-    let mut removed = Vec::new();
-    for old in previous {
-        if !entries.iter().any(|e| e.path == old.path)
-            && checksum::is_inside(&real_prefix, &old.path)
-            && fsutil::remove_own_file(&prefix.join(&old.path)).unwrap_or(false)
-        {
-            removed.push(old.path);
-        }
-    }
-    fsutil::write_atomic(
-        &md5_path,
-        checksum::format_md5sums(entries).as_bytes(),
-        Some(0o644),
-    )?;
-    Ok(removed)
-}
-
-/// Every file can be renamed into the prefix: nothing there is a directory
-/// where a file goes, or a file (or link) where a directory goes. Checked
-/// before the prefix changes at all, so that the install that cannot
-/// finish leaves the previous one whole.
-fn fits(prefix: &Path, entries: &[Entry]) -> Result<()> {
-    for e in entries {
-        let mut at = prefix.to_path_buf();
-        let parts: Vec<_> = Path::new(&e.path).components().collect();
-        for (i, c) in parts.iter().enumerate() {
-            at.push(c);
-            let Ok(meta) = std::fs::symlink_metadata(&at) else {
-                break;
-            };
-            let last = i + 1 == parts.len();
-            let clash = if last { meta.is_dir() } else { !meta.is_dir() };
-            if clash {
-                return Err(hint(
-                    format!(
-                        "{} cannot go into the prefix: {} is {}",
-                        e.path,
-                        at.display(),
-                        if meta.is_dir() {
-                            "a directory"
-                        } else {
-                            "not a directory"
-                        }
-                    ),
-                    format!(
-                        "move {} aside (or install into another --prefix); the prefix was not changed",
-                        at.display()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// What is wrong with a prefix's records beyond the checksums themselves:
@@ -520,40 +354,4 @@ fn stat_files(prefix: &Path) -> Result<Vec<FileStat>> {
         });
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 33, 7: an install that cannot finish (a directory where a file
-    /// goes) leaves the previous prefix whole, MD5SUMS included.
-    #[test]
-    fn an_install_that_cannot_finish_leaves_the_previous_prefix_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let (prefix, staged) = (dir.path().join("p"), dir.path().join("s"));
-        let entry = |path: &str, md5: &str| Entry {
-            path: path.to_owned(),
-            md5: md5.to_owned(),
-        };
-        std::fs::create_dir_all(prefix.join("lib/libMIOpen.so.1")).unwrap();
-        std::fs::create_dir_all(prefix.join("share/rdna1-patch")).unwrap();
-        std::fs::write(prefix.join("lib/a"), "old").unwrap();
-        let old = vec![entry("lib/a", &"0".repeat(32))];
-        std::fs::write(prefix.join(MD5SUMS), checksum::format_md5sums(&old)).unwrap();
-        std::fs::create_dir_all(staged.join("lib")).unwrap();
-        std::fs::write(staged.join("lib/a"), "new").unwrap();
-        std::fs::write(staged.join("lib/libMIOpen.so.1"), "new").unwrap();
-        let new = vec![
-            entry("lib/a", &"1".repeat(32)),
-            entry("lib/libMIOpen.so.1", &"2".repeat(32)),
-        ];
-        let err = move_into_place(&prefix, &staged, &new).unwrap_err();
-        assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("lib/a")).unwrap(),
-            "old"
-        );
-        assert!(prefix.join(MD5SUMS).exists(), "MD5SUMS stays");
-    }
 }

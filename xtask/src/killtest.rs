@@ -1,7 +1,9 @@
 //! `cargo xtask killtest`: kill -9 at random instants of install, install
-//! over our own install, and rollback, on a fake torch with a large library,
-//! and after each kill check that nothing is stuck and nothing is partial.
-//! Not in CI: it runs for minutes and its point is the random instants.
+//! over our own install, rollback, publish (to an OCI layout dir) and pull
+//! (`build --from` over an earlier pull), with a large library, and after
+//! each kill check that nothing is stuck, nothing is partial, the earlier
+//! pulled prefix is whole, and nothing is left in $TMPDIR. Not in CI: it
+//! runs for minutes and its point is the random instants.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,18 +39,20 @@ enum Op {
     /// A different file (not relinked) over whatever is installed.
     InstallOver,
     Rollback,
+    /// The built prefix, signed, to the layout dir.
+    Publish,
+    /// The published build into the pulled prefix, over the earlier pull.
+    Pull,
 }
 
 impl Op {
-    const ALL: [Op; 3] = [Op::Install, Op::InstallOver, Op::Rollback];
-
-    fn args(self) -> &'static [&'static str] {
-        match self {
-            Op::Install => &["install", "--into-torch"],
-            Op::InstallOver => &["install", "--into-torch", "--no-relink"],
-            Op::Rollback => &["rollback"],
-        }
-    }
+    const ALL: [Op; 5] = [
+        Op::Install,
+        Op::InstallOver,
+        Op::Rollback,
+        Op::Publish,
+        Op::Pull,
+    ];
 }
 
 struct Sandbox {
@@ -57,20 +61,78 @@ struct Sandbox {
     prefix: PathBuf,
     state: PathBuf,
     torch: FakeTorch,
+    /// `build` as the fixture runs it, without a --prefix.
+    build_args: Vec<String>,
+    key: PathBuf,
+    layout: PathBuf,
+    /// A config that trusts `key`.
+    config: PathBuf,
+    pulled: PathBuf,
+    /// The children's $TMPDIR, to be left empty.
+    tmp: PathBuf,
 }
 
 impl Sandbox {
     fn cmd(&self, op: Op) -> Command {
         let mut c = Command::new(&self.bin);
-        c.current_dir(&self.root).args(op.args());
-        if op != Op::Rollback {
-            c.arg("--prefix").arg(&self.prefix);
-        }
-        c.arg("--state-dir")
-            .arg(&self.state)
-            .env("PYTHONPATH", self.root.join("site"))
+        c.current_dir(&self.root);
+        let state = || ["--state-dir".into(), self.state.clone().into_os_string()];
+        match op {
+            Op::Install => c
+                .args(["install", "--into-torch", "--prefix"])
+                .arg(&self.prefix)
+                .args(state()),
+            Op::InstallOver => c
+                .args(["install", "--into-torch", "--no-relink", "--prefix"])
+                .arg(&self.prefix)
+                .args(state()),
+            Op::Rollback => c.arg("rollback").args(state()),
+            Op::Publish => c
+                .args(["publish", "--prefix"])
+                .arg(&self.prefix)
+                .arg("--sign-key")
+                .arg(&self.key)
+                .arg(&self.layout),
+            Op::Pull => c
+                .args(&self.build_args)
+                .arg("--prefix")
+                .arg(&self.pulled)
+                .arg("--from")
+                .arg(&self.layout)
+                .env("RDNA1_PATCH_CONFIG", &self.config),
+        };
+        c.env("PYTHONPATH", self.root.join("site"))
+            .env("TMPDIR", &self.tmp)
             .stdin(Stdio::null());
         c
+    }
+
+    /// What makes the pulled prefix other than whole (`md5sum -c` of its
+    /// MD5SUMS): a pull killed anywhere leaves the earlier one or the new.
+    fn pulled_damage(&self) -> Option<String> {
+        let out = Command::new("md5sum")
+            .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
+            .current_dir(&self.pulled)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => None,
+            Ok(o) => Some(format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// What the children left in their $TMPDIR.
+    fn in_tmp(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.tmp)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
     }
 
     /// Run to the end; stderr on failure.
@@ -85,6 +147,21 @@ impl Sandbox {
             );
         }
         Ok(start.elapsed())
+    }
+
+    /// What a pull leaves when it ends: nothing of ours beside the pulled
+    /// prefix or in it.
+    fn pull_leftovers(&self) -> Vec<PathBuf> {
+        let parent = self.pulled.parent().unwrap_or(Path::new("/"));
+        [parent, self.pulled.as_path()]
+            .into_iter()
+            .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains("rdna1-patch"))
+            })
+            .collect()
     }
 
     /// Files a killed run left that nothing will remove.
@@ -155,7 +232,14 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
         prefix: fx.prefix.clone(),
         state: sbdir.join("state"),
         torch,
+        build_args: pull_args(&fx, sbdir),
+        key: sbdir.join("k.key"),
+        layout: sbdir.join("layout"),
+        config: sbdir.join("config.toml"),
+        pulled: sbdir.join("pulled"),
+        tmp: sbdir.join("tmp"),
     };
+    publishable(&sb, size_mb)?;
     let original = md5_file(&sb.torch.miopen())?;
 
     // The two files an install can put there, and how long each op takes.
@@ -167,6 +251,11 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
     took.insert(Op::Rollback, sb.settle(Op::Rollback)?);
     if md5_file(&sb.torch.miopen())? != original {
         bail!("the warm-up rollback did not restore the original");
+    }
+    took.insert(Op::Publish, sb.settle(Op::Publish)?);
+    took.insert(Op::Pull, sb.settle(Op::Pull)?);
+    if let Some(d) = sb.pulled_damage() {
+        bail!("the warm-up pull is not whole: {d}");
     }
     let known = [&original, &relinked, &as_built];
     eprintln!(
@@ -182,8 +271,10 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
     let mut finished_first = 0u32;
     let mut stuck = Vec::new();
     let mut partial = Vec::new();
+    let mut damaged = Vec::new();
+    let mut left_in_tmp = Vec::new();
     for i in 0..runs {
-        let op = Op::ALL[rng.below(3) as usize];
+        let op = Op::ALL[rng.below(Op::ALL.len() as u64) as usize];
         let window = took[&op].as_micros() as u64 * 5 / 4 + 1;
         let delay = Duration::from_micros(rng.below(window));
         let mut child = sb
@@ -205,13 +296,31 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
                 "run {i} ({op:?} killed at {delay:?}): torch's library is neither file (MD5 {now})"
             );
         }
-        // The next command, run to the end, must settle whatever was left.
-        let next = Op::ALL[rng.below(3) as usize];
+        if let Some(d) = sb.pulled_damage() {
+            damaged.push(format!("run {i}: {op:?} killed at {delay:?}: {d}"));
+        }
+        // The next command of the same kind (torch's, or the registry's),
+        // run to the end, must settle whatever was left.
+        let kind: &[Op] = match op {
+            Op::Publish | Op::Pull => &[Op::Publish, Op::Pull],
+            _ => &[Op::Install, Op::InstallOver, Op::Rollback],
+        };
+        let next = kind[rng.below(kind.len() as u64) as usize];
         if let Err(e) = sb.settle(next) {
             stuck.push(format!("run {i}: {op:?} killed at {delay:?}, then {e:#}"));
             break;
         }
-        let files = sb.partial_files();
+        let tmp = sb.in_tmp();
+        if !tmp.is_empty() {
+            left_in_tmp.push(format!("run {i}: {op:?} killed at {delay:?}: {tmp:?}"));
+            for t in tmp {
+                let _ = std::fs::remove_dir_all(&t).or_else(|_| std::fs::remove_file(&t));
+            }
+        }
+        let mut files = sb.partial_files();
+        if next == Op::Pull {
+            files.extend(sb.pull_leftovers());
+        }
         if !files.is_empty() {
             partial.push(format!("run {i}: {op:?} killed at {delay:?}: {files:?}"));
         }
@@ -234,27 +343,114 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
             .map_or(&original, |j| &j.new.md5);
         let now = md5_file(&sb.torch.miopen())?;
         if &now != want {
-            bail!("run {i}: torch holds MD5 {now}, the journals say {want}");
+            let known = |m: &String| {
+                [
+                    ("the original", &original),
+                    ("the relinked build", &relinked),
+                    ("the build as built", &as_built),
+                ]
+                .into_iter()
+                .find(|(_, k)| *k == m)
+                .map_or("unknown", |(n, _)| n)
+            };
+            bail!(
+                "run {i} ({op:?} killed at {delay:?}, then {next:?}): torch holds MD5 {now} ({}), the journals say {want} ({})",
+                known(&now),
+                known(want)
+            );
         }
     }
     sb.settle(Op::Rollback)?;
     let restored = md5_file(&sb.torch.miopen())? == original;
+    // A last publish and pull, to the end: the layout and the prefix work.
+    sb.settle(Op::Publish)?;
+    sb.settle(Op::Pull)?;
+    partial.extend(
+        sb.pull_leftovers()
+            .into_iter()
+            .map(|f| format!("after the last pull: {}", f.display())),
+    );
     let total: u32 = mid_run.values().sum();
     println!(
-        "killtest: {runs} runs (seed {seed}): {total} killed mid-run ({}), {finished_first} finished before the kill; stuck states: {}; partial files: {}; original restored at the end: {restored}",
+        "killtest: {runs} runs (seed {seed}): {total} killed mid-run ({}), {finished_first} finished before the kill; stuck states: {}; damaged pulled prefixes: {}; partial files: {}; runs leaving files in $TMPDIR: {}; original restored at the end: {restored}",
         mid_run
             .iter()
             .map(|(op, n)| format!("{op:?} {n}"))
             .collect::<Vec<_>>()
             .join(", "),
         stuck.len(),
-        partial.len()
+        damaged.len(),
+        partial.len(),
+        left_in_tmp.len()
     );
-    for s in stuck.iter().chain(&partial) {
+    for s in stuck
+        .iter()
+        .chain(&damaged)
+        .chain(&partial)
+        .chain(&left_in_tmp)
+    {
         println!("  {s}");
     }
-    if !stuck.is_empty() || !partial.is_empty() || !restored {
+    if !stuck.is_empty()
+        || !damaged.is_empty()
+        || !partial.is_empty()
+        || !left_in_tmp.is_empty()
+        || !restored
+    {
         bail!("the kill test found problems");
     }
     Ok(())
+}
+
+/// The fixture's build arguments for a pull into another work dir, with no
+/// ROCm there: what a user with a trusted key and no SDK runs.
+fn pull_args(fx: &Fixture, dir: &Path) -> Vec<String> {
+    let mut args = fx.build_args();
+    for (flag, value) in [("--rocm", "no-rocm"), ("--work-dir", "pull-work")] {
+        if let Some(at) = args.iter().position(|a| a == flag) {
+            args[at + 1] = dir.join(value).display().to_string();
+        }
+    }
+    args
+}
+
+/// The built prefix with a `size_mb` library (so kills land inside the
+/// pull's download, unpacking and commit), its MD5SUMS rewritten, a
+/// signing key, a config that trusts it, and an empty $TMPDIR.
+fn publishable(sb: &Sandbox, size_mb: u64) -> Result<()> {
+    // Library-like bytes after the ELF file's end: it stays loadable, and
+    // the layer does not compress to nothing.
+    let lib = sb.prefix.join("lib/libMIOpen.so.1.0.0");
+    let tail = sb.root.join("tail");
+    crate::bench::write_library_like(&tail, (size_mb << 20) as usize / 2)?;
+    let mut bytes = std::fs::read(&lib)?;
+    bytes.extend(std::fs::read(&tail)?);
+    std::fs::write(&lib, bytes)?;
+    std::fs::remove_file(&tail)?;
+    let sums = sb.prefix.join("share/rdna1-patch/MD5SUMS");
+    let listed: Vec<String> = std::fs::read_to_string(&sums)?
+        .lines()
+        .filter_map(|l| l.split_once("  ").map(|(_, p)| p.to_owned()))
+        .collect();
+    let out = Command::new("md5sum")
+        .args(&listed)
+        .current_dir(&sb.prefix)
+        .output()?;
+    if !out.status.success() {
+        bail!("md5sum of the prefix failed");
+    }
+    std::fs::write(&sums, out.stdout)?;
+    let public = sb.root.join("k.pub");
+    run(Command::new("minisign")
+        .args(["-G", "-W", "-p"])
+        .arg(&public)
+        .arg("-s")
+        .arg(&sb.key))?;
+    let key = std::fs::read_to_string(&public)?
+        .lines()
+        .nth(1)
+        .context("minisign wrote no public key")?
+        .to_owned();
+    std::fs::write(&sb.config, format!("trusted-keys = [{key:?}]\n"))?;
+    Ok(std::fs::create_dir_all(&sb.tmp)?)
 }
