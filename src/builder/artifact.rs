@@ -168,7 +168,11 @@ pub fn publish(
     net: oci::Net,
     ui: &Ui,
 ) -> Result<Published> {
-    let (prov, inputs, entries) = read_prefix(prefix_dir)?;
+    let (prov, inputs, mut entries) = read_prefix(prefix_dir)?;
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let (prov, replaced) = as_published(prov, &home, &mut entries)?;
     let key = inputs.key();
     let reference = match &reference.tag {
         Some(_) => reference.clone(),
@@ -179,7 +183,7 @@ pub fn publish(
         "Packing",
         format!("{} files of {}", entries.len(), prefix_dir.display()),
     );
-    let layer = pack(prefix_dir, &entries)?;
+    let layer = pack(prefix_dir, &entries, &replaced)?;
     let config = serde_json::to_vec_pretty(&Config {
         key: key.clone(),
         inputs: inputs.clone(),
@@ -381,10 +385,38 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
+/// A file the layer carries in place of the prefix's: its path and bytes.
+type Replaced = (&'static str, Vec<u8>);
+
+/// The provenance as published (`Provenance::published`), and when it is
+/// not the prefix's own, the files the layer carries in place of the
+/// prefix's: that provenance, and MD5SUMS with its checksum.
+fn as_published(
+    prov: Provenance,
+    home: &Path,
+    entries: &mut [Entry],
+) -> Result<(Provenance, Vec<Replaced>)> {
+    let shown = prov.published(home);
+    if shown == prov {
+        return Ok((prov, Vec::new()));
+    }
+    let text = shown.text()?.into_bytes();
+    let md5 = checksum::md5_bytes(&text)?;
+    for e in entries.iter_mut().filter(|e| e.path == prefix::PROVENANCE) {
+        e.md5.clone_from(&md5);
+    }
+    let sums = checksum::format_md5sums(entries).into_bytes();
+    Ok((
+        shown,
+        vec![(prefix::PROVENANCE, text), (prefix::MD5SUMS, sums)],
+    ))
+}
+
 /// The tar of MD5SUMS' files and MD5SUMS itself, in the listed order,
 /// with owner root and time zero so the same prefix packs to the same
-/// bytes; a symlink stays a symlink.
-fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
+/// bytes; a symlink stays a symlink. A file in `replaced` is packed with
+/// those bytes instead of the prefix's.
+fn pack(dir: &Path, entries: &[Entry], replaced: &[(&str, Vec<u8>)]) -> Result<Layer> {
     let file = tempfile::Builder::new()
         .prefix(&format!("layer-{}-", std::process::id()))
         .suffix(".tar.zst")
@@ -411,7 +443,13 @@ fn pack(dir: &Path, entries: &[Entry]) -> Result<Layer> {
         h.set_mtime(0);
         h.set_uid(0);
         h.set_gid(0);
-        if meta.file_type().is_symlink() {
+        if let Some((_, bytes)) = replaced.iter().find(|(r, _)| *r == rel) {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_mode(0o644);
+            h.set_size(bytes.len() as u64);
+            unpacked += bytes.len() as u64;
+            tar.append_data(&mut h, rel, bytes.as_slice())?;
+        } else if meta.file_type().is_symlink() {
             let target = std::fs::read_link(&path)?;
             h.set_entry_type(tar::EntryType::Symlink);
             h.set_mode(0o777);

@@ -568,3 +568,80 @@ fn a_layer_that_unpacks_to_more_than_its_signed_config_declares_is_refused() {
         .says("its layer unpacks to more than the 100 bytes its signed config declares");
     user.nothing_installed();
 }
+
+/// Issue 33, 14: a published build names no path inside its maintainer's
+/// home (the profile, the work dir and the series all are there): the
+/// config and the layer's provenance write them `~/...`, and the pull
+/// still checks out, provenance and MD5SUMS agreeing.
+#[test]
+fn a_published_provenance_names_no_path_in_the_publishers_home() {
+    let publisher = Publisher::new();
+    let local = std::fs::read_to_string(
+        publisher
+            .sb
+            .prefix
+            .join("share/rdna1-patch/provenance.toml"),
+    )
+    .unwrap();
+    // The shared build's own dir (its ROCm, origin and work dir are in it)
+    // stands for the publisher's home.
+    let prov: toml::Value = toml::from_str(&local).unwrap();
+    let rocm = Path::new(prov["rocm"]["path"].as_str().unwrap());
+    let home = rocm.parent().unwrap().to_owned();
+    assert!(local.matches(home.to_str().unwrap()).count() > 1, "{local}");
+    let dir = publisher.sb.root.join("builds");
+    let out = publisher
+        .sb
+        .cmd()
+        .env("HOME", &home)
+        .args(["publish", "--prefix"])
+        .arg(&publisher.sb.prefix)
+        .arg("--sign-key")
+        .arg(&publisher.keys.secret)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let run = Run::from(out).ok();
+    let tagged = run.stdout.trim().split('@').next().unwrap().to_owned();
+    let tag = tagged.rsplit(':').next().unwrap();
+    let (manifest, _) = layout_manifest(&dir, tag);
+    let config =
+        std::fs::read_to_string(blob(&dir, manifest["config"]["digest"].as_str().unwrap()))
+            .unwrap();
+    // The build key's inputs name the profile's source URL, as every user
+    // of that profile has it (here a local origin); the provenance is what
+    // names the publisher's machine.
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let shown = config["provenance"].to_string();
+    assert!(!shown.contains(home.to_str().unwrap()), "{shown}");
+    assert!(shown.contains("~/"), "{shown}");
+
+    let user = User::new(&[&publisher.keys.public], &[]);
+    user.build(&["--from", &tagged])
+        .ok()
+        .says("pulled, nothing compiled");
+    let pulled =
+        std::fs::read_to_string(user.sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(!pulled.contains(home.to_str().unwrap()), "{pulled}");
+    let check = std::process::Command::new("md5sum")
+        .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
+        .current_dir(&user.sb.prefix)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    // The publisher's own prefix is left as it was.
+    assert_eq!(
+        std::fs::read_to_string(
+            publisher
+                .sb
+                .prefix
+                .join("share/rdna1-patch/provenance.toml")
+        )
+        .unwrap(),
+        local
+    );
+}
