@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rdna1_testkit::{FakeTorch, TorchKind, fat_library_linking};
 
-use crate::support::{Run, Sandbox, contains_bytes, runtime};
+use crate::support::{Run, Sandbox, contains_bytes, md5sum_c, runtime};
 
 const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";
 const HIP64: &str = "6.4.43484-123eb5128";
@@ -91,16 +91,7 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     ));
     // The prefix is a prefix like any other: md5sum agrees, provenance
     // names the source and every text changed.
-    let check = std::process::Command::new("md5sum")
-        .args(["-c", "share/rdna1-patch/MD5SUMS"])
-        .current_dir(&sb.prefix)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    md5sum_c(&sb.prefix);
     let prov =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
     assert!(

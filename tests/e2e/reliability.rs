@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{FakeTorch, HIP, Run, Sandbox, Tmpfs, TorchKind, contains_bytes, fixtures};
+use crate::support::{
+    FakeTorch, HIP, Run, Sandbox, Tmpfs, TorchKind, contains_bytes, fixtures, md5sum_c,
+};
 
 fn md5(path: &Path) -> String {
     rdna1_patch::checksum::md5_file(path).unwrap()
@@ -436,16 +438,7 @@ fn a_prefix_file_rewritten_with_the_same_size_and_mtime_is_reinstalled() {
     let run = sb.build(&[]).ok();
     assert!(!run.stderr.contains("is up to date"), "{}", run.stderr);
     run.says("checksums written");
-    let out = Command::new("md5sum")
-        .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
-        .current_dir(&sb.prefix)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    md5sum_c(&sb.prefix);
 }
 
 // 5. Hangs.

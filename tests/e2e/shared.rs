@@ -190,16 +190,7 @@ fn publish_to_registry_then_install_with_no_rocm_verify_and_swap() {
             .file_type()
             .is_symlink()
     );
-    let md5 = std::process::Command::new("md5sum")
-        .args(["-c", "share/rdna1-patch/MD5SUMS"])
-        .current_dir(&user.sb.prefix)
-        .output()
-        .unwrap();
-    assert!(
-        md5.status.success(),
-        "{}",
-        String::from_utf8_lossy(&md5.stdout)
-    );
+    md5sum_c(&user.sb.prefix);
 
     let torch = user.sb.torch(TorchKind::Rocm, HIP);
     let original = std::fs::read(torch.miopen()).unwrap();

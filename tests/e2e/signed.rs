@@ -623,16 +623,7 @@ fn a_published_provenance_names_no_path_in_the_publishers_home() {
     let pulled =
         std::fs::read_to_string(user.sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
     assert!(!pulled.contains(home.to_str().unwrap()), "{pulled}");
-    let check = std::process::Command::new("md5sum")
-        .args(["-c", "--quiet", "share/rdna1-patch/MD5SUMS"])
-        .current_dir(&user.sb.prefix)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    md5sum_c(&user.sb.prefix);
     // The publisher's own prefix is left as it was.
     assert_eq!(
         std::fs::read_to_string(

@@ -423,3 +423,16 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// `md5sum -c` of a prefix's MD5SUMS, run in the prefix as a user would:
+/// it must pass; what it printed.
+pub fn md5sum_c(prefix: &Path) -> String {
+    let out = std::process::Command::new("md5sum")
+        .args(["-c", "share/rdna1-patch/MD5SUMS"])
+        .current_dir(prefix)
+        .output()
+        .expect("md5sum");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "md5sum -c failed: {text}");
+    text
+}
