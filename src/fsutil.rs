@@ -329,6 +329,12 @@ mod tests {
     }
 }
 
+/// The user this process acts as (what owns the files it creates).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// What says a file's bytes are the ones read before, without reading them
 /// again: the same inode, size and modification time, as git's index and
 /// rsync judge a file unchanged. The change time is left out: a hard link
@@ -375,10 +381,8 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
     let Ok(meta) = std::fs::symlink_metadata(from) else {
         return Ok(false);
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
     let bits = meta.mode() & 0o7777;
-    if !meta.is_file() || meta.uid() != euid || bits & 0o022 != 0 {
+    if !meta.is_file() || meta.uid() != euid() || bits & 0o022 != 0 {
         return Ok(false);
     }
     if mode.is_some_and(|m| m != bits) {

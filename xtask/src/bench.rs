@@ -208,26 +208,8 @@ fn shared_pull(
     )?;
     let lib = fx.prefix.join("lib/libMIOpen.so.1.0.0");
     write_library_like(&lib, 400_000_000)?;
-    let sums = fx.prefix.join("share/rdna1-patch/MD5SUMS");
-    // Every listed path again (the library's symlinks are listed too).
-    let listed: Vec<String> = std::fs::read_to_string(&sums)?
-        .lines()
-        .filter_map(|l| l.split_once("  ").map(|(_, p)| p.to_owned()))
-        .collect();
-    let fresh = quiet(Command::new("md5sum").args(&listed).current_dir(&fx.prefix))?;
-    std::fs::write(&sums, fresh)?;
-    quiet(
-        Command::new("minisign")
-            .args(["-G", "-W", "-p"])
-            .arg(dir.join("k.pub"))
-            .arg("-s")
-            .arg(dir.join("k.key")),
-    )?;
-    let public = std::fs::read_to_string(dir.join("k.pub"))?
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
+    rehash(&fx.prefix)?;
+    let public = keypair(&dir.join("k.pub"), &dir.join("k.key"))?;
     let registry = rdna1_testkit::registry::Registry::start(None);
     let reference = format!("oci://{}/rdna1/miopen", registry.addr);
     let publish_started = Instant::now();
@@ -465,6 +447,34 @@ pub(crate) fn time_after(
         secs.push(t.elapsed().as_secs_f64());
     }
     Ok(Stats::of(secs))
+}
+
+/// Write a prefix's MD5SUMS again for the files it lists (the library's
+/// symlinks are listed too), after a bench made its library larger.
+pub(crate) fn rehash(prefix: &Path) -> Result<()> {
+    let sums = prefix.join("share/rdna1-patch/MD5SUMS");
+    let listed: Vec<String> = std::fs::read_to_string(&sums)?
+        .lines()
+        .filter_map(|l| l.split_once("  ").map(|(_, p)| p.to_owned()))
+        .collect();
+    let fresh = quiet(Command::new("md5sum").args(&listed).current_dir(prefix))?;
+    Ok(std::fs::write(&sums, fresh)?)
+}
+
+/// A minisign key pair without a password; the public key's text.
+pub(crate) fn keypair(public: &Path, secret: &Path) -> Result<String> {
+    quiet(
+        Command::new("minisign")
+            .args(["-G", "-W", "-p"])
+            .arg(public)
+            .arg("-s")
+            .arg(secret),
+    )?;
+    Ok(std::fs::read_to_string(public)?
+        .lines()
+        .nth(1)
+        .context("minisign wrote no public key")?
+        .to_owned())
 }
 
 /// Run a command, quietly, and fail loudly.

@@ -427,30 +427,8 @@ fn publishable(sb: &Sandbox, size_mb: u64) -> Result<()> {
     bytes.extend(std::fs::read(&tail)?);
     std::fs::write(&lib, bytes)?;
     std::fs::remove_file(&tail)?;
-    let sums = sb.prefix.join("share/rdna1-patch/MD5SUMS");
-    let listed: Vec<String> = std::fs::read_to_string(&sums)?
-        .lines()
-        .filter_map(|l| l.split_once("  ").map(|(_, p)| p.to_owned()))
-        .collect();
-    let out = Command::new("md5sum")
-        .args(&listed)
-        .current_dir(&sb.prefix)
-        .output()?;
-    if !out.status.success() {
-        bail!("md5sum of the prefix failed");
-    }
-    std::fs::write(&sums, out.stdout)?;
-    let public = sb.root.join("k.pub");
-    run(Command::new("minisign")
-        .args(["-G", "-W", "-p"])
-        .arg(&public)
-        .arg("-s")
-        .arg(&sb.key))?;
-    let key = std::fs::read_to_string(&public)?
-        .lines()
-        .nth(1)
-        .context("minisign wrote no public key")?
-        .to_owned();
+    crate::bench::rehash(&sb.prefix)?;
+    let key = crate::bench::keypair(&sb.root.join("k.pub"), &sb.key)?;
     std::fs::write(&sb.config, format!("trusted-keys = [{key:?}]\n"))?;
     Ok(std::fs::create_dir_all(&sb.tmp)?)
 }

@@ -177,8 +177,7 @@ fn whole_is_ours(prefix: &Path, previous: &[Entry]) -> bool {
     let Ok(meta) = std::fs::symlink_metadata(prefix) else {
         return false;
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+    if !meta.is_dir() || meta.uid() != fsutil::euid() {
         return false;
     }
     let listed = |rel: &str| {
@@ -224,12 +223,7 @@ fn exchange_whole(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Resul
     let Some(aside) = aside(prefix) else {
         return Ok(false);
     };
-    fsutil::create_dir_all(&staged_root.join(RECORD_DIR))?;
-    fsutil::write_atomic(
-        &staged_root.join(MD5SUMS),
-        checksum::format_md5sums(entries).as_bytes(),
-        Some(0o644),
-    )?;
+    write_md5sums(staged_root, entries)?;
     let mode = fsutil::mode(prefix)?;
     std::fs::set_permissions(
         staged_root,
@@ -294,12 +288,18 @@ fn file_by_file(
             removed.push(old.path);
         }
     }
+    write_md5sums(prefix, entries)?;
+    Ok(removed)
+}
+
+/// `root`'s MD5SUMS listing `entries`, written whole or not at all.
+fn write_md5sums(root: &Path, entries: &[Entry]) -> Result<()> {
+    fsutil::create_dir_all(&root.join(RECORD_DIR))?;
     fsutil::write_atomic(
-        &md5_path,
+        &root.join(MD5SUMS),
         checksum::format_md5sums(entries).as_bytes(),
         Some(0o644),
-    )?;
-    Ok(removed)
+    )
 }
 
 /// Every file can be renamed into the prefix: nothing there is a directory
