@@ -20,25 +20,32 @@ pub(crate) fn keys(dir: &Path, name: &str) -> Keys {
         dir.join(format!("{name}.pub")),
         dir.join(format!("{name}.key")),
     );
-    let out = std::process::Command::new("minisign")
-        .args(["-G", "-W", "-p"])
-        .arg(&p)
-        .arg("-s")
-        .arg(&s)
-        .output()
-        .expect("minisign (apt-get install minisign)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let public = std::fs::read_to_string(&p)
-        .unwrap()
-        .lines()
-        .nth(1)
-        .unwrap()
-        .to_owned();
-    Keys { secret: s, public }
+    // A key whose text ends in '/' can name no file, and the tests that
+    // plant a file under a trusted key's text need one that can (1 key in
+    // 64 ends so): such a pair is made again.
+    loop {
+        let out = std::process::Command::new("minisign")
+            .args(["-G", "-f", "-W", "-p"])
+            .arg(&p)
+            .arg("-s")
+            .arg(&s)
+            .output()
+            .expect("minisign (apt-get install minisign)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let public = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        if !public.ends_with('/') {
+            return Keys { secret: s, public };
+        }
+    }
 }
 
 /// A sandbox with a finished build, a key, and a config trusting it.
