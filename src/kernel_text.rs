@@ -281,6 +281,10 @@ const HIP_SHAPE: &str = "#ifdef __AMDGCN__ before `static constexpr bool use_amd
 /// guards HIP's `use_amdgnc`/`use_amdgcn`; each must be of its known shape.
 fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Refusal> {
     let mut out = Vec::new();
+    let mut ahead = (
+        Ahead::new(text, b"#else"),
+        Ahead::new(text, b"MIO_BN_GFX101X"),
+    );
     let mut line_start = 0;
     let mut line_no = 1;
     while line_start < text.len() {
@@ -313,7 +317,8 @@ fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Re
             && guards_use_amdgcn(text, directive_end)
         {
             out.push(
-                hip_decision(text, line_start, directive_end).ok_or_else(|| refused(HIP_SHAPE))?,
+                hip_decision(text, line_start, directive_end, &mut ahead)
+                    .ok_or_else(|| refused(HIP_SHAPE))?,
             );
         }
         line_no += lines;
@@ -419,13 +424,53 @@ fn guards_use_amdgcn(text: &[u8], end: usize) -> bool {
         || line.starts_with("static constexpr bool use_amdgcn")
 }
 
+/// The next place a word starts, at or after a point that only moves
+/// forward, as the directives are met in order. A text of many guards and
+/// no `#else` then costs one search, not one to its end per guard.
+struct Ahead<'a> {
+    text: &'a [u8],
+    word: &'static [u8],
+    /// The last search: where it started, and what it found (the text's
+    /// length for nothing).
+    last: Option<(usize, usize)>,
+}
+
+impl<'a> Ahead<'a> {
+    fn new(text: &'a [u8], word: &'static [u8]) -> Ahead<'a> {
+        Ahead {
+            text,
+            word,
+            last: None,
+        }
+    }
+
+    fn next(&mut self, from: usize) -> usize {
+        match self.last {
+            // Nothing lies between the last search's start and its find.
+            Some((searched, found)) if searched <= from && from <= found => found,
+            _ => {
+                let found =
+                    memchr::memmem::find(self.text.get(from..).unwrap_or_default(), self.word)
+                        .map_or(self.text.len(), |n| from + n);
+                self.last = Some((from, found));
+                found
+            }
+        }
+    }
+}
+
 /// The HIP guard, pristine (`#ifdef __AMDGCN__`) or fixed; fixed too when
 /// the block it opens reads the source series' `MIO_BN_GFX101X`.
-fn hip_decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
+fn hip_decision(
+    text: &[u8],
+    start: usize,
+    end: usize,
+    (elses, series): &mut (Ahead, Ahead),
+) -> Option<Decision> {
     let norm = normalized(&text[start..end]);
     let at = start + memchr::memchr(b'#', &text[start..end])?;
-    let block_end = memchr::memmem::find(&text[end..], b"#else").map_or(text.len(), |n| end + n);
-    let series = memchr::memmem::find(&text[end..block_end], b"MIO_BN_GFX101X").is_some();
+    let block_end = elses.next(end);
+    let series = series.next(end) + b"MIO_BN_GFX101X".len() <= block_end;
     if norm == HIP_GUARD && text[at..].starts_with(HIP_GUARD.as_bytes()) {
         return Some(Decision {
             line_start: start,

@@ -127,3 +127,33 @@ fn the_hip_guard_is_fixed_in_both_spellings_and_told_apart() {
         Err(Refusal::NoRoom { .. })
     ));
 }
+
+#[test]
+fn the_word_ahead_is_found_once_for_guards_in_order() {
+    let text = b"a #else b #else c";
+    let mut ahead = Ahead::new(text, b"#else");
+    assert_eq!(ahead.next(0), 2);
+    assert_eq!(ahead.next(2), 2);
+    assert_eq!(ahead.next(3), 10);
+    assert_eq!(ahead.next(11), text.len());
+    assert_eq!(ahead.next(16), text.len());
+    // A point behind the last search is searched again.
+    assert_eq!(ahead.next(0), 2);
+}
+
+#[test]
+fn each_hip_block_is_read_to_its_own_else() {
+    let pristine = hip("#ifdef __AMDGCN__", "use_amdgcn", "");
+    let series = hip("#ifdef __AMDGCN__", "use_amdgcn", " !MIO_BN_GFX101X &&");
+    // The series' word in the second block does not make the first fixed.
+    let both = format!("{pristine}{series}");
+    assert_eq!(fix(both.as_bytes(), true), Err(Refusal::Mixed));
+    let twice = format!("{series}{series}");
+    assert_eq!(fix(twice.as_bytes(), true), Ok(Outcome::AlreadyFixed));
+    // Many guards and no `#else`: each block runs to the text's end, where
+    // one `MIO_BN_GFX101X` marks them all as the series' own.
+    let guard =
+        "#ifdef __AMDGCN__\n    static constexpr bool use_amdgcn =\n        !(a);\n#endif\n";
+    let many = format!("{}// MIO_BN_GFX101X\n", guard.repeat(3));
+    assert_eq!(fix(many.as_bytes(), true), Ok(Outcome::AlreadyFixed));
+}

@@ -110,29 +110,43 @@ fn one(name: &str, bin: &Path, work: &Path, seeds: &Path, seconds: u64, jobs: us
 /// bundles, a file of many headers) and run once; none may take 1 s per MB.
 fn scale(bin: &Path, corpus: &Path, dir: &Path) -> Result<()> {
     const SIZE: usize = 4 << 20;
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir)?;
-    let mut inputs = Vec::new();
-    for e in std::fs::read_dir(corpus)?.flatten() {
-        let bytes = std::fs::read(e.path())?;
-        if bytes.is_empty() {
-            continue;
-        }
-        let big: Vec<u8> = bytes.iter().copied().cycle().take(SIZE).collect();
-        let path = dir.join(e.file_name());
-        std::fs::write(&path, big)?;
-        inputs.push(path);
-    }
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(corpus)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    inputs.sort();
     let mut worst = (0.0f64, PathBuf::new());
+    let mut count = 0;
+    // A batch at a time: the whole corpus repeated would be gigabytes.
     for batch in inputs.chunks(100) {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        let mut big = Vec::new();
+        for input in batch {
+            let bytes = std::fs::read(input)?;
+            if bytes.is_empty() {
+                continue;
+            }
+            let mut repeated = bytes.repeat(SIZE.div_ceil(bytes.len()));
+            repeated.truncate(SIZE);
+            let path = dir.join(input.file_name().context("a corpus file")?);
+            std::fs::write(&path, repeated)?;
+            big.push(path);
+        }
+        count += big.len();
         let out = Command::new(bin)
             .arg("-timeout=4")
-            .args(batch)
+            .args(&big)
             .output()
             .context("cannot run the fuzz target")?;
         let text = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            bail!("a repeated input failed:\n{text}");
+            let slow = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("Running: "))
+                .next_back()
+                .unwrap_or("?");
+            bail!("a repeated input failed ({slow}, kept there):\n{text}");
         }
         for line in text.lines() {
             // "Executed /path in 12 ms"
@@ -151,7 +165,7 @@ fn scale(bin: &Path, corpus: &Path, dir: &Path) -> Result<()> {
     }
     println!(
         "fuzz: {} corpus inputs repeated to {} MiB: the slowest took {:.4} s per MB ({})",
-        inputs.len(),
+        count,
         SIZE >> 20,
         worst.0,
         worst.1.display()
