@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::builder::prefix::{self, ProvInPlace, ProvText, Provenance};
 use crate::builder::profile::Profile;
 use crate::checksum;
 use crate::embedded::{self, FoundBy, Text};
 use crate::error::hint;
 use crate::fsutil::Stamp;
 use crate::kernel_text;
+use crate::prefix::{self, ProvInPlace, ProvText, Provenance};
 use crate::ui::Ui;
 
 /// What to fix and where the prefix goes.

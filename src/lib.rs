@@ -1,7 +1,9 @@
 //! rdna1-patch: build a patched MIOpen for RDNA1 GPUs and swap it into PyTorch.
 //!
-//! The folders follow the flow: `build` (profile -> source -> patch -> cmake
-//! -> prefix), `swap` (torch -> relink -> txn), `inspect` (verify, doctor,
+//! The folders follow the flow: `builder` (profile -> source -> patch ->
+//! cmake -> prefix), `share` (publish and pull a prefix), `inplace` (a
+//! prefix from the user's own library), all writing the `prefix` they
+//! share; `swap` (torch -> relink -> txn), `inspect` (verify, doctor,
 //! status), and `commands`, the thin CLI front ends.
 
 // One step per function: clippy.toml sets the limit at 80 lines.
@@ -13,7 +15,6 @@ pub(crate) mod clean;
 pub mod cli;
 pub mod comgr;
 pub(crate) mod commands;
-pub(crate) mod config;
 pub mod elf;
 pub mod embedded;
 pub(crate) mod error;
@@ -25,15 +26,16 @@ pub(crate) mod inspect;
 pub(crate) mod interrupt;
 pub mod kernel_check;
 pub mod kernel_text;
-pub(crate) mod oci;
 pub(crate) mod output;
+pub(crate) mod prefix;
 pub(crate) mod proc;
 pub(crate) mod rocm_sdk;
 pub(crate) mod select;
+pub(crate) mod share;
 pub mod swap;
 pub(crate) mod ui;
 pub(crate) mod version;
 
 /// The pull's readers, for the fuzz target (built with --cfg=fuzzing).
 #[cfg(fuzzing)]
-pub use builder::artifact::fuzz_pull;
+pub use share::fuzz_pull;

@@ -7,9 +7,9 @@
 use anyhow::Result;
 
 use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
-use crate::builder::tools::major_minor;
 use crate::error::hint;
 use crate::swap::torch::{self, Layout, Locator};
+use crate::version::major_minor;
 
 /// The profile chosen, and why, for the user to read.
 pub struct Chosen {

@@ -13,16 +13,16 @@ use std::collections::BTreeMap;
 
 use crate::builder::cmake::{self, Configure, Log};
 use crate::builder::git::short;
-use crate::builder::key::KeyInputs;
 use crate::builder::patch::{self, ApplyOutcome, Series};
-use crate::builder::prefix::{self, Provenance};
 use crate::builder::profile::Profile;
-use crate::builder::shared::{Choice, Want};
 use crate::builder::source;
 use crate::builder::tools::{self, Generator};
 use crate::builder::workdir::{ComponentDirs, WorkDir};
 use crate::error::hint;
 use crate::fsutil;
+use crate::prefix::key::KeyInputs;
+use crate::prefix::{self, Provenance};
+use crate::share::choose::{Choice, Want};
 use crate::ui::Ui;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -65,7 +65,7 @@ pub struct Options {
     pub sysfs: PathBuf,
     /// Where a finished build may be pulled from instead of compiling:
     /// `--from`, else the config's caches.
-    pub shared: crate::builder::shared::Sources,
+    pub shared: crate::share::choose::Sources,
 }
 
 /// What a build would do, worked out without touching anything.
@@ -599,7 +599,7 @@ impl BuildPlan<'_> {
             ));
         }
         match &t.rocm.version {
-            Some(v) if tools::major_minor(v) != tools::major_minor(&self.opts.profile.rocm.version) => {
+            Some(v) if crate::version::major_minor(v) != crate::version::major_minor(&self.opts.profile.rocm.version) => {
                 ui.warn(format!(
                     "ROCm at {} is {v}, the profile targets {}; the library may not match your torch",
                     self.rocm.display(),
@@ -838,7 +838,7 @@ impl BuildPlan<'_> {
             .replace(&self.opts.work_dir.root().display().to_string(), "{work}")
     }
 
-    /// The build key's inputs (see `build::key`).
+    /// The build key's inputs (see `prefix::key`).
     fn key_inputs(&self, commit: Option<String>) -> KeyInputs {
         const TARGETS: &str = "GPU_TARGETS";
         let portable = |m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
@@ -857,7 +857,7 @@ impl BuildPlan<'_> {
         let (ours, compat) = self.series.patches.split_at(self.source_patches);
         let c = self.component;
         KeyInputs {
-            schema: crate::builder::key::SCHEMA,
+            schema: crate::prefix::key::SCHEMA,
             profile: self.opts.profile.name.clone(),
             component: self.opts.component.clone(),
             url: c.url.clone(),
@@ -875,7 +875,7 @@ impl BuildPlan<'_> {
                         .collect()
                 })
                 .unwrap_or_default(),
-            toolchain: crate::builder::key::Toolchain {
+            toolchain: crate::prefix::key::Toolchain {
                 rocm_version: self
                     .rocm
                     .is_dir()
@@ -899,7 +899,7 @@ impl BuildPlan<'_> {
             inputs,
             toolchain: inputs.toolchain.rocm_version.is_some()
                 && inputs.toolchain.compiler.is_some(),
-            rocm_release: tools::major_minor(&self.opts.profile.rocm.version),
+            rocm_release: crate::version::major_minor(&self.opts.profile.rocm.version),
         }
     }
 
@@ -1003,7 +1003,7 @@ impl BuildPlan<'_> {
                         c.key_id
                     ),
                 );
-                let files = crate::builder::artifact::install(&store, &c, &self.prefix, ui)?;
+                let files = crate::share::install(&store, &c, &self.prefix, ui)?;
                 ui.stage(
                     "Installed",
                     format!(

@@ -178,11 +178,6 @@ pub fn rocm_version(rocm: &Path) -> Option<String> {
     ))
 }
 
-/// "6.2.4" -> "6.2"
-pub fn major_minor(version: &str) -> String {
-    version.split('.').take(2).collect::<Vec<_>>().join(".")
-}
-
 /// What a profile's C++ compiler `cxx` is at this ROCm: there as named,
 /// replaced by the clang `hipconfig --hipclangpath` names (a distribution's
 /// layout, with no {rocm}/llvm), or missing. `build` and `doctor` decide
@@ -255,6 +250,6 @@ mod tests {
         std::fs::create_dir_all(d.path().join(".info")).unwrap();
         std::fs::write(d.path().join(".info/version"), "6.2.4-120\n").unwrap();
         assert_eq!(rocm_version(d.path()).as_deref(), Some("6.2.4"));
-        assert_eq!(major_minor("6.2.4"), "6.2");
+        assert_eq!(crate::version::major_minor("6.2.4"), "6.2");
     }
 }

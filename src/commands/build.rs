@@ -78,7 +78,7 @@ pub struct Args {
     /// trusted key signed it and it is this build (oci://HOST/REPO[:TAG],
     /// or an OCI layout DIR[:TAG]); else compile, and say why
     #[arg(long, value_name = "REF", value_parser = parse_reference)]
-    from: Option<crate::oci::Reference>,
+    from: Option<crate::share::oci::Reference>,
     /// Do not look in the config's caches
     #[arg(long, conflicts_with = "from")]
     no_caches: bool,
@@ -86,8 +86,8 @@ pub struct Args {
     sysfs: super::SysfsArg,
 }
 
-pub fn parse_reference(s: &str) -> Result<crate::oci::Reference, String> {
-    crate::oci::Reference::parse(s)
+pub fn parse_reference(s: &str) -> Result<crate::share::oci::Reference, String> {
+    crate::share::oci::Reference::parse(s)
         .map_err(|e| format!("{e}; {}", crate::error::help(&e).unwrap_or_default()))
 }
 
@@ -134,14 +134,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &args.torch.locator(),
         args.profile.profile.is_some(),
     )?;
-    let config = crate::config::Config::load()?;
+    let config = crate::share::config::Config::load()?;
     let caches: Vec<_> = if args.no_caches {
         Vec::new()
     } else {
         config
             .caches
             .iter()
-            .map(|c| crate::oci::Reference::parse(c))
+            .map(|c| crate::share::oci::Reference::parse(c))
             .collect::<Result<_>>()?
     };
     // The keys matter only where something may be pulled.
@@ -150,7 +150,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let shared = crate::builder::shared::Sources {
+    let shared = crate::share::choose::Sources {
         from: args.from,
         caches,
         trusted,

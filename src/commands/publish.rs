@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::PrefixArg;
-use crate::builder::artifact::{self, Signer};
+use crate::share::{self, Signer};
 use crate::ui::Ui;
 
 #[derive(clap::Args, Debug)]
@@ -12,7 +12,7 @@ pub struct Args {
     /// Where to: oci://HOST[:PORT]/REPO[:TAG], or a directory for an OCI
     /// image layout, DIR[:TAG] [default tag: <profile>-<build key>]
     #[arg(value_name = "REF", value_parser = super::build::parse_reference)]
-    reference: crate::oci::Reference,
+    reference: crate::share::oci::Reference,
     #[command(flatten)]
     prefix: PrefixArg,
     /// The minisign secret key to sign with [default: ~/.minisign/minisign.key,
@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             })?,
     };
     let signer = Signer::load(&key_file)?;
-    let net = crate::oci::Net {
+    let net = crate::share::oci::Net {
         timeout: std::time::Duration::from_secs(args.net_timeout),
     };
     let term = super::term::Term::new();
@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(w) = &signer.warning {
         ui.warn(w);
     }
-    let p = artifact::publish(&prefix, &args.reference, &signer, net, &ui)?;
+    let p = share::publish(&prefix, &args.reference, &signer, net, &ui)?;
     ui.stage(
         "Published",
         format!(

@@ -144,17 +144,18 @@ fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<fatbin::Code
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
-        Some(Ok(t)) if tools::major_minor(t.rocm()) == req.profile.rocm.torch_hip => r.push(
-            "torch",
-            Status::Ok,
-            format!(
-                "{} ({}) at {}; {}",
-                t.version,
-                t.rocm_label(),
-                t.dir.display(),
-                crate::inspect::verify::layout_detail(t)
+        Some(Ok(t)) if crate::version::major_minor(t.rocm()) == req.profile.rocm.torch_hip => r
+            .push(
+                "torch",
+                Status::Ok,
+                format!(
+                    "{} ({}) at {}; {}",
+                    t.version,
+                    t.rocm_label(),
+                    t.dir.display(),
+                    crate::inspect::verify::layout_detail(t)
+                ),
             ),
-        ),
         Some(Ok(t)) => r.push_fix(
             "torch",
             Status::Warn,
@@ -302,13 +303,13 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
             req.profile.rocm.get.clone().unwrap_or_else(|| {
                 format!(
                     "install ROCm {} (amdgpu-install --usecase=rocm), or pass --rocm DIR",
-                    tools::major_minor(want)
+                    crate::version::major_minor(want)
                 )
             }),
         );
     } else {
         match tools::rocm_version(&path) {
-            Some(v) if tools::major_minor(&v) == tools::major_minor(want) => {
+            Some(v) if crate::version::major_minor(&v) == crate::version::major_minor(want) => {
                 r.push("rocm", Status::Ok, format!("{v} at {}", path.display()))
             }
             Some(v) => r.push_fix(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::builder::prefix::Provenance;
+use crate::prefix::Provenance;
 use crate::swap::txn::{Journal, State, StateDir};
 
 #[derive(Debug)]

@@ -7,12 +7,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use crate::builder::prefix::{self, Provenance};
-use crate::builder::tools;
 use crate::checksum;
 use crate::elf;
 use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
+use crate::prefix::{OpenError, Prefix, Provenance};
 use crate::proc;
 use crate::swap::linker;
 use crate::swap::torch::{self, Locator, Torch};
@@ -90,9 +89,31 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
 }
 
 fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance, PathBuf)> {
-    let prov = match Provenance::read(&req.prefix) {
-        Ok(p) => p,
-        Err(e) => {
+    let prov = match Prefix::open(&req.prefix) {
+        Ok(opened) => {
+            match opened.check(req.jobs) {
+                Ok(()) => r.push(
+                    "prefix",
+                    Status::Ok,
+                    format!(
+                        "{}: all {} files match MD5SUMS; provenance: {} {} ({})",
+                        req.prefix.display(),
+                        opened.entries.len(),
+                        opened.provenance.component,
+                        opened.provenance.source.tag,
+                        crate::builder::git::short(&opened.provenance.source.commit)
+                    ),
+                ),
+                Err(bad) => r.push_fix(
+                    "prefix",
+                    Status::Fail,
+                    format!("{}: {}", req.prefix.display(), bad.join("; ")),
+                    "reinstall the prefix with `rdna1-patch build miopen`",
+                ),
+            }
+            opened.provenance
+        }
+        Err(OpenError::Provenance(e)) => {
             r.push_fix(
                 "prefix",
                 Status::Fail,
@@ -101,44 +122,16 @@ fn check_prefix(req: &VerifyRequest, r: &mut CheckReport) -> Option<(Provenance,
             );
             return None;
         }
-    };
-    match prefix::read_md5sums(&req.prefix) {
-        Err(e) => r.push_fix(
-            "prefix",
-            Status::Fail,
-            format!("{e:#}"),
-            "rebuild with `rdna1-patch build miopen`",
-        ),
-        Ok(entries) => {
-            let mut bad = prefix::incomplete(&prov, &entries);
-            bad.extend(
-                checksum::verify(&req.prefix, &entries, req.jobs)
-                    .iter()
-                    .map(ToString::to_string),
+        Err(OpenError::Md5sums(e, prov)) => {
+            r.push_fix(
+                "prefix",
+                Status::Fail,
+                format!("{e:#}"),
+                "rebuild with `rdna1-patch build miopen`",
             );
-            if bad.is_empty() {
-                r.push(
-                    "prefix",
-                    Status::Ok,
-                    format!(
-                        "{}: all {} files match MD5SUMS; provenance: {} {} ({})",
-                        req.prefix.display(),
-                        entries.len(),
-                        prov.component,
-                        prov.source.tag,
-                        crate::builder::git::short(&prov.source.commit)
-                    ),
-                );
-            } else {
-                r.push_fix(
-                    "prefix",
-                    Status::Fail,
-                    format!("{}: {}", req.prefix.display(), bad.join("; ")),
-                    "reinstall the prefix with `rdna1-patch build miopen`",
-                );
-            }
+            *prov
         }
-    }
+    };
     if !prov.local_edits.is_empty() {
         r.push(
             "source",
@@ -294,8 +287,9 @@ fn check_torch(
 
 /// torch's HIP major.minor against the build's ROCm.
 fn check_versions(torch: &Torch, prov: &Provenance, r: &mut CheckReport) {
-    let ours = tools::major_minor(prov.rocm.found.as_deref().unwrap_or(&prov.rocm.version));
-    if tools::major_minor(torch.rocm()) == ours {
+    let ours =
+        crate::version::major_minor(prov.rocm.found.as_deref().unwrap_or(&prov.rocm.version));
+    if crate::version::major_minor(torch.rocm()) == ours {
         r.push(
             "versions",
             Status::Ok,

@@ -47,7 +47,7 @@ pub fn commit(
     staging: &Path,
     manifest: &[PathBuf],
     mut provenance: Provenance,
-    key: Option<&crate::builder::key::KeyInputs>,
+    key: Option<&super::key::KeyInputs>,
     known: &[Entry],
     jobs: usize,
 ) -> Result<Installed> {

@@ -131,7 +131,7 @@ impl KeyInputs {
                 .toolchain
                 .rocm_version
                 .as_deref()
-                .map(crate::builder::tools::major_minor);
+                .map(crate::version::major_minor);
             if release.as_deref() == Some(rocm_release) {
                 Ok(())
             } else {

@@ -1,15 +1,16 @@
-//! Stage 5, install: the build goes into the prefix with a checksum list that
-//! `md5sum -c` accepts and a record of exactly what was built.
+//! The prefix: the object every flow shares. A source build, a pull and the
+//! in-place fix write one (staged, then `commit`ted with a checksum list that
+//! `md5sum -c` accepts and a record of exactly what was built); `publish`,
+//! the swap into torch and `verify` read one through [`Prefix::open`] and
+//! [`Prefix::check`].
 //!
 //! CMake installs into a staging DESTDIR inside the prefix; `commit` then
 //! puts the staged tree in place, so a prefix never holds a half-written
 //! file and an interrupted install never leaves a mix vouched for.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::checksum::{self, Entry};
@@ -20,164 +21,84 @@ use crate::fsutil;
 pub const RECORD_DIR: &str = "share/rdna1-patch";
 pub const MD5SUMS: &str = "share/rdna1-patch/MD5SUMS";
 pub const PROVENANCE: &str = "share/rdna1-patch/provenance.toml";
-/// The build key's inputs (`build::key`), as JSON: what `publish` tags by.
+/// The build key's inputs (`prefix::key`), as JSON: what `publish` tags by.
 pub const KEY: &str = "share/rdna1-patch/build-key.json";
 const STAGING: &str = ".rdna1-patch-staging";
 
 mod commit;
+pub mod key;
+mod provenance;
+mod stamp;
 pub use commit::{begin, commit, commit_verified};
+pub use provenance::{
+    ProvCmake, ProvInPlace, ProvLibrary, ProvPatch, ProvRocm, ProvSource, ProvText, Provenance,
+};
+pub use stamp::Stamp;
 
-/// What was built, from what, with what: written to the prefix.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Provenance {
-    pub tool: String,
-    pub date: String,
-    pub profile: String,
-    pub component: String,
-    pub rocm: ProvRocm,
-    pub source: ProvSource,
-    pub patches: Vec<ProvPatch>,
-    pub cmake: ProvCmake,
-    pub library: ProvLibrary,
-    /// Every file the build installed (CMake's install manifest), relative
-    /// to the prefix: MD5SUMS must list each of them and nothing else.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<String>,
-    /// Files of the checkout that differed from the commit plus the series
-    /// when it was built (`build --keep-local`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub local_edits: Vec<String>,
-    /// A prefix made from the user's own library, fixed in place, not built.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub in_place: Option<ProvInPlace>,
+/// A prefix's records, read; its files not yet checked against them.
+pub struct Prefix {
+    pub dir: PathBuf,
+    pub provenance: Provenance,
+    pub entries: Vec<Entry>,
 }
 
-/// Where a library fixed in place came from, and every text changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvInPlace {
-    pub source: String,
-    pub source_sha256: String,
-    /// How the texts were found: "dynamic symbols" or a search.
-    pub found_by: String,
-    pub texts: Vec<ProvText>,
+/// The record a prefix could not give: each flow words its own advice.
+/// Past a good provenance, what it says is kept for the report.
+#[derive(Debug)]
+pub enum OpenError {
+    Provenance(anyhow::Error),
+    Md5sums(anyhow::Error, Box<Provenance>),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvText {
-    pub name: String,
-    /// The batch-norm decisions changed in it.
-    pub decisions: usize,
-    pub sha256_before: String,
-    pub sha256_after: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvRocm {
-    pub path: String,
-    /// The version the profile targets.
-    pub version: String,
-    /// The version found in the ROCm install the build used.
-    pub found: Option<String>,
-    pub torch_hip: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvSource {
-    pub url: String,
-    /// The tag, or `commit <id>` for a profile that pins a commit alone.
-    pub tag: String,
-    pub commit: String,
-    /// The monorepo project built, e.g. "projects/miopen".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subdir: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvPatch {
-    pub name: String,
-    /// The series it came from (the profile's, or an extra one).
-    #[serde(default)]
-    pub series: String,
-    pub sha256: String,
-    pub marker: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvCmake {
-    pub generator: String,
-    pub defines: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvLibrary {
-    pub soname: String,
-    /// Relative to the prefix; empty when the install had no file by that name.
-    pub path: String,
-}
-
-impl Provenance {
-    /// The file's text, as `commit` writes it.
-    pub fn text(&self) -> Result<String> {
-        Ok(format!(
-            "# What rdna1-patch built and installed here.\n{}",
-            toml::to_string(self)?
-        ))
-    }
-
-    /// As published: every path inside the publisher's `home` written
-    /// `~/...`, so a shared build does not carry its maintainer's user
-    /// name and directories (`/home/alice/...`).
-    pub fn published(&self, home: &Path) -> Provenance {
-        let home = home.to_string_lossy();
-        let home = home.trim_end_matches('/');
-        if home.is_empty() {
-            return self.clone();
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Provenance(e) | OpenError::Md5sums(e, _) => write!(f, "{e:#}"),
         }
-        let inside = format!("{home}/");
-        let strip = |s: &mut String| {
-            if *s == home {
-                *s = "~".to_owned();
-            } else if s.contains(&inside) {
-                *s = s.replace(&inside, "~/");
-            }
+    }
+}
+
+impl From<OpenError> for anyhow::Error {
+    fn from(e: OpenError) -> anyhow::Error {
+        match e {
+            OpenError::Provenance(e) | OpenError::Md5sums(e, _) => e,
+        }
+    }
+}
+
+impl Prefix {
+    pub fn open(dir: &Path) -> std::result::Result<Prefix, OpenError> {
+        let provenance = Provenance::read(dir).map_err(OpenError::Provenance)?;
+        let entries = match read_md5sums(dir) {
+            Ok(e) => e,
+            Err(e) => return Err(OpenError::Md5sums(e, Box::new(provenance))),
         };
-        let mut p = self.clone();
-        strip(&mut p.rocm.path);
-        strip(&mut p.source.url);
-        p.patches.iter_mut().for_each(|x| strip(&mut x.series));
-        p.cmake.defines.values_mut().for_each(strip);
-        if let Some(i) = &mut p.in_place {
-            strip(&mut i.source);
+        Ok(Prefix {
+            dir: dir.to_owned(),
+            provenance,
+            entries,
+        })
+    }
+
+    /// Everything that keeps the prefix from vouching for its files: records
+    /// that leave something out, then each file that differs from MD5SUMS.
+    /// `Err` holds one line per problem.
+    pub fn check(&self, jobs: usize) -> std::result::Result<(), Vec<String>> {
+        let mut problems = incomplete(&self.provenance, &self.entries);
+        problems.extend(
+            checksum::verify(&self.dir, &self.entries, jobs)
+                .iter()
+                .map(ToString::to_string),
+        );
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
         }
-        p
-    }
-
-    /// Identity of the build, leaving out when it was installed.
-    fn key(&self) -> String {
-        let mut p = self.clone();
-        p.date.clear();
-        p.library.path.clear();
-        p.files.clear();
-        let text = toml::to_string(&p).unwrap_or_default();
-        checksum::hex(&Sha256::digest(text.as_bytes()))
-    }
-
-    pub fn read(prefix: &Path) -> Result<Provenance> {
-        let path = prefix.join(PROVENANCE);
-        let text = fsutil::read_small(&path, 16 << 20)?;
-        toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
     }
 }
 
-pub fn read_key(prefix: &Path) -> Result<crate::builder::key::KeyInputs> {
+pub fn read_key(prefix: &Path) -> Result<key::KeyInputs> {
     let path = prefix.join(KEY);
     let text = fsutil::read_small(&path, 1 << 20)?;
     serde_json::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
@@ -288,70 +209,4 @@ pub fn read_md5sums(prefix: &Path) -> Result<Vec<Entry>> {
     let path = prefix.join(MD5SUMS);
     let text = fsutil::read_small(&path, 64 << 20)?;
     checksum::parse_md5sums(&text).with_context(|| format!("{} is damaged", path.display()))
-}
-
-/// Remembered after an install, so a no-op build can skip reinstalling: the
-/// build identity and, for every installed file, what a rewrite cannot keep
-/// the same. Size and mtime alone can be restored (`touch -d`); the inode
-/// and ctime of a file change with any write and cannot be set back.
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub struct Stamp {
-    prefix: PathBuf,
-    build: String,
-    files: Vec<FileStat>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct FileStat {
-    path: String,
-    size: u64,
-    inode: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    pub fn take(prefix: &Path, provenance: &Provenance) -> Result<Stamp> {
-        Ok(Stamp {
-            prefix: prefix.to_owned(),
-            build: provenance.key(),
-            files: stat_files(prefix)?,
-        })
-    }
-
-    /// Whether the prefix still holds exactly what this build installed.
-    pub fn matches(&self, prefix: &Path, provenance: &Provenance) -> bool {
-        self.prefix == prefix
-            && self.build == provenance.key()
-            && stat_files(prefix).is_ok_and(|f| f == self.files)
-    }
-
-    pub fn load(path: &Path) -> Option<Stamp> {
-        toml::from_str(&std::fs::read_to_string(path).ok()?).ok()
-    }
-
-    pub fn save(&self, path: &Path) -> Result<()> {
-        if let Some(dir) = path.parent() {
-            fsutil::create_dir_all(dir)?;
-        }
-        fsutil::write_atomic(path, toml::to_string(self)?.as_bytes(), None)
-    }
-}
-
-fn stat_files(prefix: &Path) -> Result<Vec<FileStat>> {
-    use std::os::unix::fs::MetadataExt;
-    let mut paths: Vec<String> = read_md5sums(prefix)?.into_iter().map(|e| e.path).collect();
-    paths.push(MD5SUMS.to_owned());
-    let mut out = Vec::new();
-    for path in paths {
-        let m = std::fs::metadata(prefix.join(&path))?;
-        out.push(FileStat {
-            path,
-            size: m.size(),
-            inode: m.ino(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        });
-    }
-    Ok(out)
 }

@@ -10,9 +10,9 @@
 
 use anyhow::Result;
 
-use crate::builder::artifact::{self, Candidate, Declined};
-use crate::builder::key::KeyInputs;
-use crate::oci::{self, Reference, Store};
+use super::examine::{Candidate, Found, examine};
+use super::oci::{self, Reference, Store};
+use crate::prefix::key::KeyInputs;
 use crate::ui::Ui;
 
 /// How many of a repository's tags for a profile are examined (each is a
@@ -58,21 +58,17 @@ impl Sources {
         if let Some(r) = &self.from {
             let store = Store::open(r, self.net())?;
             return Ok(match self.look(&store, r, want)? {
-                Ok(c) => Choice::Pull(store, Box::new(c)),
-                Err(Declined(why)) => Choice::Build(why),
+                Found::Candidate(c) => Choice::Pull(store, c),
+                Found::Declined(why) => Choice::Build(why),
             });
         }
         let mut why = Vec::new();
         for r in &self.caches {
-            let found = Store::open(r, self.net()).and_then(|store| {
-                Ok(match self.look(&store, r, want)? {
-                    Ok(c) => Ok((store, c)),
-                    Err(d) => Err(d),
-                })
-            });
+            let found = Store::open(r, self.net())
+                .and_then(|store| Ok((self.look(&store, r, want)?, store)));
             match found {
-                Ok(Ok((store, c))) => return Ok(Choice::Pull(store, Box::new(c))),
-                Ok(Err(Declined(w))) => why.push(w),
+                Ok((Found::Candidate(c), store)) => return Ok(Choice::Pull(store, c)),
+                Ok((Found::Declined(w), _)) => why.push(w),
                 Err(e) => {
                     let e = crate::error::chain(&e);
                     ui.warn(format!("cache {r}: {e}"));
@@ -89,16 +85,11 @@ impl Sources {
 
     /// The artifact `r` names, or with no tag, the one of this build in
     /// that repository: its own tag first, then every tag of the profile.
-    fn look(
-        &self,
-        store: &Store,
-        r: &Reference,
-        want: &Want,
-    ) -> Result<std::result::Result<Candidate, Declined>> {
+    fn look(&self, store: &Store, r: &Reference, want: &Want) -> Result<Found> {
         if r.tag.is_some() || r.digest.is_some() {
-            return Ok(match artifact::examine(store, r, &self.trusted)? {
-                Ok(c) => self.judge(c, want),
-                Err(d) => Err(d),
+            return Ok(match examine(store, r, &self.trusted)? {
+                Found::Candidate(c) => self.judge(c, want),
+                d @ Found::Declined(_) => d,
             });
         }
         let own = want.inputs.tag();
@@ -115,12 +106,13 @@ impl Sources {
         tags.truncate(MAX_EXAMINED);
         let mut why = Vec::new();
         for t in &tags {
-            match artifact::examine(store, &r.with_tag(t), &self.trusted)? {
-                Ok(c) => match self.judge(c, want) {
-                    Ok(c) => return Ok(Ok(c)),
-                    Err(Declined(w)) => why.push(w),
-                },
-                Err(Declined(w)) => why.push(w),
+            let found = match examine(store, &r.with_tag(t), &self.trusted)? {
+                Found::Candidate(c) => self.judge(c, want),
+                d @ Found::Declined(_) => d,
+            };
+            match found {
+                c @ Found::Candidate(_) => return Ok(c),
+                Found::Declined(w) => why.push(w),
             }
         }
         let mut said = match why.len() {
@@ -137,16 +129,16 @@ impl Sources {
                 want.inputs.profile
             ));
         }
-        Ok(Err(Declined(said)))
+        Ok(Found::Declined(said))
     }
 
-    fn judge(&self, c: Candidate, want: &Want) -> std::result::Result<Candidate, Declined> {
+    fn judge(&self, c: Box<Candidate>, want: &Want) -> Found {
         match want
             .inputs
             .accepts(&c.config.inputs, want.toolchain, &want.rocm_release)
         {
-            Ok(()) => Ok(c),
-            Err(why) => Err(Declined(format!("{} is another build: {why}", c.reference))),
+            Ok(()) => Found::Candidate(c),
+            Err(why) => Found::Declined(format!("{} is another build: {why}", c.reference)),
         }
     }
 }

@@ -58,7 +58,7 @@ impl Config {
             )
         })?;
         for c in &config.caches {
-            crate::oci::Reference::parse(c).map_err(|e| {
+            crate::share::oci::Reference::parse(c).map_err(|e| {
                 hint(
                     format!("{}: caches has `{c}`: {e}", path.display()),
                     "a cache is oci://HOST/REPO or a directory",

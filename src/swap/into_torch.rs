@@ -6,12 +6,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::builder::prefix::{self, Provenance};
-use crate::builder::tools;
 use crate::checksum;
 use crate::elf::{self, Library};
 use crate::error::hint;
 use crate::fsutil;
+use crate::prefix::{OpenError, Prefix, Provenance};
 use crate::swap::linker;
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
@@ -59,20 +58,14 @@ impl Build {
 /// The prefix's records are readable, every file matches MD5SUMS, and the
 /// library is an x86-64 shared object with the SONAME the build declared.
 pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
-    let provenance = Provenance::read(prefix).map_err(|e| {
-        hint(
+    let opened = Prefix::open(prefix).map_err(|e| match e {
+        OpenError::Provenance(e) => hint(
             format!("no usable build in {}: {e:#}", prefix.display()),
             "run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
-        )
+        ),
+        OpenError::Md5sums(e, _) => e,
     })?;
-    let entries = prefix::read_md5sums(prefix)?;
-    let mut list: Vec<String> = prefix::incomplete(&provenance, &entries);
-    list.extend(
-        checksum::verify(prefix, &entries, jobs)
-            .iter()
-            .map(ToString::to_string),
-    );
-    if !list.is_empty() {
+    if let Err(list) = opened.check(jobs) {
         return Err(hint(
             format!(
                 "the build in {} does not match its MD5SUMS:\n  {}",
@@ -82,6 +75,11 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
             "rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)",
         ));
     }
+    let Prefix {
+        provenance,
+        entries,
+        ..
+    } = opened;
     if provenance.library.path.is_empty() {
         anyhow::bail!(
             "the build in {} installed no {}",
@@ -116,7 +114,7 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
 /// is only worth a warning.
 pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Result<()> {
     let (ours, theirs) = (build.rocm(), torch.rocm());
-    if tools::major_minor(ours) != tools::major_minor(theirs) {
+    if crate::version::major_minor(ours) != crate::version::major_minor(theirs) {
         let msg = format!(
             "the build is for ROCm {ours} but torch {} is built for {}: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs",
             torch.version,
@@ -127,8 +125,8 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
                 msg,
                 format!(
                     "build with a profile for ROCm {} (`rdna1-patch profiles list`), or install a torch for ROCm {}; --force installs anyway",
-                    tools::major_minor(theirs),
-                    tools::major_minor(ours)
+                    crate::version::major_minor(theirs),
+                    crate::version::major_minor(ours)
                 ),
             ));
         }
@@ -149,7 +147,7 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
         ui.warn(format!(
             "the build is for ROCm {ours}, torch {} for ROCm {}.{b}: same major.minor, so this usually works",
             torch.version,
-            tools::major_minor(ours)
+            crate::version::major_minor(ours)
         ));
     }
     Ok(())
