@@ -86,7 +86,7 @@ pub struct Component {
     /// SONAME of the library the component installs, e.g. "libMIOpen.so.1".
     pub soname: String,
     /// What a toolchain may need of this release that is known to apply to
-    /// it (`build::compat::KNOWN`): met when the toolchain needs it.
+    /// it (`builder::compat::KNOWN`): met when the toolchain needs it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compat: Vec<String>,
     pub cmake: CmakeSettings,

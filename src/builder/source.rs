@@ -1,4 +1,4 @@
-//! Stage 1, fetch: the pinned source of a component, checked out in the work dir.
+//! The fetch stage: the pinned source of a component, checked out in the work dir.
 //!
 //! A cached checkout at the right commit is reused without touching the
 //! network. The commit a tag resolves to is pinned by the profile or recorded

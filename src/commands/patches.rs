@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::ProfileArg;
+use crate::builder::patch::verbs as series;
 use crate::builder::profile::{self, Profile};
-use crate::builder::series;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum PatchesCommand {

@@ -7,32 +7,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 
 use crate::builder::patch::{self, Series};
-use crate::builder::profile::{Component, Profile, SeriesDir};
+use crate::builder::profile::{Component, Profile};
 use crate::builder::{cmake, source};
 use crate::error::hint;
 use crate::fsutil;
-
-/// The series a build applies: the profile's, then the extra one
-/// (`--extra-patches`, else the profile's `extra_patches`), all or nothing.
-pub fn load(profile: &Profile, component: &Component, extra: Option<&Path>) -> Result<Series> {
-    let mut series = Series::load(&profile.series_dir(component)?)?;
-    let extra = extra
-        .map(Path::to_path_buf)
-        .or_else(|| profile.extra_series_dir(component));
-    if let Some(dir) = extra {
-        if !dir.is_dir() {
-            return Err(hint(
-                format!(
-                    "the extra patch series {} is not a directory",
-                    dir.display()
-                ),
-                "give --extra-patches (or the profile's extra_patches) a directory with a `series` file and its patches",
-            ));
-        }
-        series.append(Series::load(&SeriesDir::Disk(dir))?)?;
-    }
-    Ok(series)
-}
 
 /// Every component's series of `profiles`, loaded once for `patches list`.
 fn each_series(profiles: &[Profile]) -> Result<Vec<(&Profile, &str, &Component, Series)>> {
@@ -128,7 +106,7 @@ pub fn check(req: &CheckRequest) -> Result<Checked> {
     }
     let p = req.profile;
     let c = p.component(req.component)?;
-    let series = load(p, c, req.extra)?;
+    let series = Series::for_build(p, c, req.extra)?;
     let base = patch::disk_base(req.source);
     let unread = cmake::unread_defines(req.source, &c.cmake.effective_defines(&p.rocm.path, &[]))?;
     if req.json {

@@ -1,0 +1,135 @@
+//! What `--dry-run` prints: every stage as it would run, and where a
+//! shared build would come from.
+
+use super::*;
+
+impl BuildPlan<'_> {
+    /// What `--dry-run` shows: every stage as it would run.
+    pub(super) fn describe(&self) -> Result<(String, Option<anyhow::Error>)> {
+        let mut lines = Vec::new();
+        let c = self.component;
+        let commit = source::planned_commit(&self.source_request())?
+            .unwrap_or_else(|| "(resolved on first fetch)".into());
+        lines.push(format!(
+            "profile:   {} ({}){}",
+            self.opts.profile.name,
+            self.opts.profile.origin,
+            self.opts
+                .profile_why
+                .as_deref()
+                .map(|w| format!(", chosen {w}"))
+                .unwrap_or_default()
+        ));
+        if let Some(route) = &self.opts.route {
+            lines.push(format!("route:     {route}"));
+        }
+        lines.push(format!(
+            "source:    {} {} commit {}{}",
+            c.url,
+            c.tag
+                .as_ref()
+                .map_or("(commit pin)".to_owned(), |t| format!("tag {t}")),
+            commit,
+            c.subdir
+                .as_ref()
+                .map_or(String::new(), |d| format!(", {d} only (blobless, sparse)"))
+        ));
+        lines.push(format!("checkout:  {}", self.tree.display()));
+        lines.push(format!(
+            "patches:   {} ({})",
+            self.series.patches.len(),
+            self.series.origin
+        ));
+        for p in &self.series.patches {
+            lines.push(format!("  {}  {}", p.name, p.subject));
+        }
+        let args = self.configure_args();
+        if let Some(note) = &self.compiler_note {
+            lines.push(format!("compiler:  {note}"));
+        }
+        lines.push(format!("targets:   {}", self.targets_note));
+        for n in &self.compat {
+            lines.push(format!(
+                "compat:    {} (--no-compat {} to leave it out)",
+                n.describe(),
+                n.name
+            ));
+        }
+        lines.push(format!(
+            "launcher:  {}",
+            self.launcher
+                .as_ref()
+                .map_or("none".to_owned(), |l| l.describe())
+        ));
+        lines.push(format!("configure: cmake {}", args.join(" ")));
+        lines.push(format!(
+            "build:     cmake --build {} --parallel {}",
+            self.dirs.build.display(),
+            self.jobs
+        ));
+        lines.push(format!("install:   {}", self.prefix.display()));
+        let (shared, pulls) = self.describe_shared()?;
+        lines.extend(shared);
+        let stop = self.preflight_stop(pulls);
+        lines.extend([
+            format!("stop after: {:?}", self.opts.stop_after),
+            match stop {
+                Some(_) => "preflight: would stop: see the error below",
+                None => "preflight: the tools the build needs are here",
+            }
+            .to_owned(),
+            "(dry run: nothing was changed)".to_owned(),
+        ]);
+        Ok((lines.join("\n"), stop))
+    }
+
+    /// The real run checks its tools before the fetch, unless it pulls a
+    /// shared build or stops before configuring; so does a dry run.
+    pub(super) fn preflight_stop(&self, pulls: bool) -> Option<anyhow::Error> {
+        if pulls || self.opts.stop_after < Stage::Configure {
+            return None;
+        }
+        tools::preflight(self.generator, &self.rocm, &self.defines)
+            .err()
+            .map(|e| e.context("the build would stop before fetching"))
+    }
+
+    /// Its lines, and whether a shared build would be pulled (then no
+    /// toolchain is needed).
+    pub(super) fn describe_shared(&self) -> Result<(Vec<String>, bool)> {
+        let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
+        let mut lines = vec![format!(
+            "key:       {} (tag {})",
+            inputs.key(),
+            inputs.tag()
+        )];
+        let mut pulls = false;
+        if self.opts.stop_after == Stage::Install {
+            let (plan, pull) = self.shared_plan(&inputs);
+            lines.push(format!("shared:    {plan}"));
+            pulls = pull;
+        }
+        Ok((lines, pulls))
+    }
+
+    pub(super) fn shared_plan(&self, inputs: &KeyInputs) -> (String, bool) {
+        let shared = &self.opts.shared;
+        if !shared.any() {
+            return (
+                format!("no --from and no caches in {}; compiling", shared.config),
+                false,
+            );
+        }
+        match shared.choose(&self.want(inputs), &Ui::silent()) {
+            Ok(Choice::Pull(_, c)) => (
+                format!(
+                    "would pull {} ({}, signed by key {}) instead of compiling",
+                    c.reference, c.digest, c.key_id
+                ),
+                true,
+            ),
+            Ok(Choice::Build(why)) => (format!("would compile: {why}"), false),
+            Err(e) => (format!("would stop: {}", crate::error::chain(&e)), false),
+        }
+    }
+}
