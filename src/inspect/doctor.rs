@@ -354,7 +354,7 @@ fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
 
 /// The GPU checks; returns the cards' gfx names, read once from sysfs.
 /// What the toolchain at `path` would need of this profile's build, as
-/// `build` would meet it (build::compat).
+/// `build` would meet it (`builder::compat`).
 fn compat(req: &DoctorRequest, path: &std::path::Path, r: &mut CheckReport) {
     use crate::builder::compat;
     let Some(c) = req.profile.components.values().next() else {

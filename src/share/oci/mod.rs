@@ -3,7 +3,7 @@
 //! ghcr.io, Docker Hub, Harbor and CNCF distribution serve it) or in an OCI
 //! image layout directory (for a USB stick or a file share).
 //!
-//! Nothing here knows what the artifact holds: `build::artifact` does.
+//! Nothing here knows what the artifact holds: the `share` module above does.
 
 mod auth;
 mod layout;

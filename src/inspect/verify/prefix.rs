@@ -1,0 +1,150 @@
+//! What verify checks of the prefix: its files against MD5SUMS, the
+//! patches' markers in the library, the GPU targets it was built for.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::VerifyRequest;
+use crate::elf;
+use crate::gpu;
+use crate::inspect::checks::{CheckReport, Status};
+use crate::prefix::{OpenError, Prefix, Provenance};
+
+pub(super) fn check_prefix(
+    req: &VerifyRequest,
+    r: &mut CheckReport,
+) -> Option<(Provenance, PathBuf)> {
+    let prov = match Prefix::open(&req.prefix) {
+        Ok(opened) => {
+            match opened.check(req.jobs) {
+                Ok(()) => r.push(
+                    "prefix",
+                    Status::Ok,
+                    format!(
+                        "{}: all {} files match MD5SUMS; provenance: {} {} ({})",
+                        req.prefix.display(),
+                        opened.entries.len(),
+                        opened.provenance.component,
+                        opened.provenance.source.tag,
+                        crate::builder::git::short(&opened.provenance.source.commit)
+                    ),
+                ),
+                Err(bad) => r.push_fix(
+                    "prefix",
+                    Status::Fail,
+                    format!("{}: {}", req.prefix.display(), bad.join("; ")),
+                    "reinstall the prefix with `rdna1-patch build miopen`",
+                ),
+            }
+            opened.provenance
+        }
+        Err(OpenError::Provenance(e)) => {
+            r.push_fix(
+                "prefix",
+                Status::Fail,
+                format!("{e:#}"),
+                "run `rdna1-patch build miopen`, or point --prefix at the prefix it installed to",
+            );
+            return None;
+        }
+        Err(OpenError::Md5sums(e, prov)) => {
+            r.push_fix(
+                "prefix",
+                Status::Fail,
+                format!("{e:#}"),
+                "rebuild with `rdna1-patch build miopen`",
+            );
+            *prov
+        }
+    };
+    if !prov.local_edits.is_empty() {
+        r.push(
+            "source",
+            Status::Warn,
+            format!(
+                "built with local edits to {} {} (--keep-local): {}",
+                prov.source.tag,
+                crate::builder::git::short(&prov.source.commit),
+                prov.local_edits.join(", ")
+            ),
+        );
+    }
+    let library = req.prefix.join(&prov.library.path);
+    Some((prov, library))
+}
+
+/// A card of this machine whose arch the build left out of GPU_TARGETS.
+pub(super) fn check_targets(prov: &Provenance, sysfs: &Path, r: &mut CheckReport) {
+    let Some(targets) = prov.cmake.defines.get("GPU_TARGETS") else {
+        return;
+    };
+    match gpu::targets_warning(targets, sysfs) {
+        Some((detail, fix)) => r.push_fix("targets", Status::Warn, detail, fix),
+        None => r.push(
+            "targets",
+            Status::Ok,
+            format!("built for {}", targets.replace(';', ", ")),
+        ),
+    }
+}
+
+pub(super) fn check_markers(
+    prov: &Provenance,
+    library: &Path,
+    bytes: &Result<Vec<u8>>,
+    r: &mut CheckReport,
+) {
+    let declared: Vec<(&str, &str)> = prov
+        .patches
+        .iter()
+        .filter_map(|p| p.marker.as_deref().map(|m| (p.name.as_str(), m)))
+        .collect();
+    if declared.is_empty() {
+        r.push(
+            "patches",
+            Status::Warn,
+            "no patch declares a marker to look for",
+        );
+        return;
+    }
+    let markers: Vec<&str> = declared.iter().map(|(_, m)| *m).collect();
+    let found = match bytes {
+        Ok(b) => elf::find_markers(b, &markers)
+            .with_context(|| format!("{} is not a usable ELF library", library.display())),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    match found {
+        Err(e) => r.push("patches", Status::Fail, format!("{e:#}")),
+        Ok(found) => {
+            let missing: Vec<String> = declared
+                .iter()
+                .zip(&found)
+                .filter(|(_, f)| !**f)
+                .map(|((name, m), _)| format!("{m:?} ({name})"))
+                .collect();
+            if missing.is_empty() {
+                r.push(
+                    "patches",
+                    Status::Ok,
+                    format!(
+                        "all {} markers are in {}'s read-only data",
+                        markers.len(),
+                        library.display()
+                    ),
+                );
+            } else {
+                r.push_fix(
+                    "patches",
+                    Status::Fail,
+                    format!(
+                        "{} lacks {}",
+                        library.display(),
+                        missing.join(", ")
+                    ),
+                    "the library was not built from the patched source: rebuild with `rdna1-patch build miopen`",
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! What verify checks by running torch: what its process maps, and with
+//! `--smoke` a convolution on the GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::VerifyRequest;
+use crate::checksum;
+use crate::elf;
+use crate::gpu;
+use crate::inspect::checks::{CheckReport, Status};
+use crate::proc;
+use crate::swap::torch::Torch;
+use crate::swap::txn::Journal;
+
+/// Read by `python -c`: which shared objects torch's process maps.
+const MAPS: &str = include_str!("maps.py");
+
+#[derive(Deserialize)]
+struct Maps {
+    maps: Vec<PathBuf>,
+}
+
+/// A python that imports exactly `torch`: its parent dir goes first on
+/// PYTHONPATH.
+pub(super) fn python(req: &VerifyRequest, torch: &Torch, script: &str) -> Command {
+    let mut c = Command::new(&req.python);
+    let mut path = std::ffi::OsString::from(torch.dir.parent().unwrap_or(Path::new("/")));
+    if let Some(old) = std::env::var_os("PYTHONPATH") {
+        path.push(":");
+        path.push(old);
+    }
+    c.arg("-c").arg(script).env("PYTHONPATH", path);
+    c
+}
+
+pub(super) fn failed_run(out: &proc::Output, what: &str, limit: Duration) -> String {
+    match out.status {
+        None => format!(
+            "{what} did not finish: killed after {:.1} s (limit {} s)",
+            out.elapsed.as_secs_f64(),
+            limit.as_secs()
+        ),
+        Some(s) => format!(
+            "{what} failed ({s}): {}",
+            out.stderr.lines().last().unwrap_or("").trim()
+        ),
+    }
+}
+
+pub(super) fn check_runtime(
+    req: &VerifyRequest,
+    torch: &Torch,
+    install: Option<&Journal>,
+    r: &mut CheckReport,
+) {
+    let out = match proc::run(python(req, torch, MAPS), req.timeout) {
+        Ok(o) => o,
+        Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
+    };
+    if out.status.is_none_or(|s| !s.success()) {
+        return r.push(
+            "runtime",
+            Status::Fail,
+            failed_run(&out, "import torch", req.timeout),
+        );
+    }
+    let maps: Maps = match serde_json::from_str(out.stdout.trim()) {
+        Ok(m) => m,
+        Err(e) => return r.push("runtime", Status::Fail, format!("unreadable answer: {e}")),
+    };
+    let mapped = |stem: &str| -> Vec<&PathBuf> {
+        maps.maps
+            .iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| elf::stem(n) == stem)
+            })
+            .collect()
+    };
+    let miopen = mapped("libMIOpen");
+    let hip = mapped("libamdhip64");
+    let mut problems = Vec::new();
+    match miopen.as_slice() {
+        [one] => {
+            let real = one.canonicalize().unwrap_or(one.to_path_buf());
+            if real != torch.target {
+                problems.push(format!(
+                    "the mapped libMIOpen is {}, not torch's {}",
+                    one.display(),
+                    torch.target.display()
+                ));
+            } else if let Some(j) = install {
+                let md5 = checksum::md5_file(&real).unwrap_or_default();
+                if md5 != j.new.md5 {
+                    problems.push(format!(
+                        "the mapped {} is not the patched library (MD5 {md5})",
+                        one.display()
+                    ));
+                }
+            } else {
+                problems.push(format!(
+                    "{} is mapped but is torch's own library",
+                    one.display()
+                ));
+            }
+        }
+        [] => problems.push("no libMIOpen is mapped after import torch".to_owned()),
+        many => problems.push(format!(
+            "{} copies of libMIOpen are mapped: {many:?}",
+            many.len()
+        )),
+    }
+    if hip.len() != 1 {
+        problems.push(format!("{} HIP runtimes are mapped: {hip:?}", hip.len()));
+    }
+    if problems.is_empty() {
+        r.push(
+            "runtime",
+            Status::Ok,
+            format!(
+                "import torch maps the patched {} and one HIP runtime, {}",
+                miopen[0].display(),
+                hip[0].display()
+            ),
+        );
+    } else {
+        r.push_fix(
+            "runtime",
+            Status::Fail,
+            problems.join("; "),
+            "run `rdna1-patch install --into-torch` (it relinks to torch's runtime), then verify again",
+        );
+    }
+}
+
+/// Read by `python -c`: a convolution forward and backward on the GPU.
+const SMOKE: &str = include_str!("smoke.py");
+
+#[derive(Deserialize)]
+struct Smoke {
+    device: String,
+    seconds: f64,
+}
+
+pub(super) fn smoke(req: &VerifyRequest, torch: Option<&Torch>, r: &mut CheckReport) {
+    let gpus: Vec<gpu::Gpu> = gpu::scan(&req.sysfs)
+        .into_iter()
+        .filter(|g| g.is_amd())
+        .collect();
+    if gpus.is_empty() {
+        return r.push(
+            "smoke",
+            Status::Skip,
+            format!(
+                "no AMD GPU in the KFD topology ({}), so there is nothing to run a convolution on",
+                gpu::topology(&req.sysfs).display()
+            ),
+        );
+    }
+    let Some(torch) = torch else {
+        return r.push("smoke", Status::Skip, "no torch to run it with");
+    };
+    let out = match proc::run(python(req, torch, SMOKE), req.timeout) {
+        Ok(o) => o,
+        Err(e) => return r.push("smoke", Status::Fail, format!("{e:#}")),
+    };
+    let ok = out.status.is_some_and(|s| s.success());
+    match serde_json::from_str::<Smoke>(out.stdout.trim()) {
+        Ok(s) if ok => r.push(
+            "smoke",
+            Status::Ok,
+            format!(
+                "Conv2d forward+backward ran on {} ({}) in {:.2} s",
+                s.device,
+                gpus[0].gfx(),
+                s.seconds
+            ),
+        ),
+        _ => r.push_fix(
+            "smoke",
+            Status::Fail,
+            failed_run(&out, "a Conv2d forward+backward", req.timeout),
+            if out.status.is_none() {
+                "MIOpen hangs like this in its Find step on unpatched RDNA1: check that `verify --runtime` is all ok, and try MIOPEN_FIND_MODE=FAST"
+            } else {
+                "run it by hand with MIOPEN_ENABLE_LOGGING=1 MIOPEN_LOG_LEVEL=5 to see where it fails"
+            },
+        ),
+    }
+}
