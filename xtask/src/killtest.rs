@@ -422,13 +422,13 @@ fn publishable(sb: &Sandbox, size_mb: u64) -> Result<()> {
     // the layer does not compress to nothing.
     let lib = sb.prefix.join("lib/libMIOpen.so.1.0.0");
     let tail = sb.root.join("tail");
-    crate::bench::write_library_like(&tail, (size_mb << 20) as usize / 2)?;
+    crate::bench::measure::write_library_like(&tail, (size_mb << 20) as usize / 2)?;
     let mut bytes = std::fs::read(&lib)?;
     bytes.extend(std::fs::read(&tail)?);
     std::fs::write(&lib, bytes)?;
     std::fs::remove_file(&tail)?;
-    crate::bench::rehash(&sb.prefix)?;
-    let key = crate::bench::keypair(&sb.root.join("k.pub"), &sb.key)?;
+    crate::bench::measure::rehash(&sb.prefix)?;
+    let key = crate::bench::measure::keypair(&sb.root.join("k.pub"), &sb.key)?;
     std::fs::write(&sb.config, format!("trusted-keys = [{key:?}]\n"))?;
     Ok(std::fs::create_dir_all(&sb.tmp)?)
 }

@@ -1,0 +1,152 @@
+//! What is compiled into the binary: the profiles under `profiles/` and
+//! the patch series under `patches/`, read as a series directory, listed,
+//! and exported to disk.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use include_dir::{Dir, include_dir};
+
+use super::{DEFAULT_PROFILE, Origin, Profile};
+use crate::error::hint;
+
+static PROFILES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/profiles");
+pub(super) static PATCHES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/patches");
+
+/// Where a component's patch series lives.
+#[derive(Debug, Clone)]
+pub enum SeriesDir {
+    Embedded(&'static Dir<'static>, String),
+    Disk(PathBuf),
+}
+
+impl SeriesDir {
+    /// Read a file of the series; `None` when it does not exist.
+    pub fn read(&self, name: &str) -> Result<Option<String>> {
+        match self {
+            SeriesDir::Embedded(dir, _) => match dir.get_file(dir.path().join(name)) {
+                Some(f) => Ok(Some(
+                    f.contents_utf8()
+                        .with_context(|| format!("{name} in {self} is not UTF-8"))?
+                        .to_owned(),
+                )),
+                None => Ok(None),
+            },
+            SeriesDir::Disk(dir) => {
+                let path = dir.join(name);
+                if std::fs::symlink_metadata(&path).is_err() {
+                    return Ok(None);
+                }
+                crate::fsutil::read_small(&path, 16 << 20).map(Some)
+            }
+        }
+    }
+
+    /// The directory on disk, when there is one (`patches refresh` writes there).
+    pub fn disk_path(&self) -> Option<&Path> {
+        match self {
+            SeriesDir::Embedded(..) => None,
+            SeriesDir::Disk(p) => Some(p),
+        }
+    }
+}
+
+impl std::fmt::Display for SeriesDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SeriesDir::Embedded(_, rel) => write!(f, "built-in patches/{rel}"),
+            SeriesDir::Disk(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The names of the built-in series (`miopen/rocm-6.2.4`, ...).
+pub fn builtin_series() -> Vec<String> {
+    let mut out = Vec::new();
+    for component in PATCHES.dirs() {
+        for series in component.dirs() {
+            if series.get_file(series.path().join("series")).is_some() {
+                out.push(series.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn builtin(name: &str) -> Option<&'static str> {
+    PROFILES
+        .get_file(format!("{name}.toml"))
+        .and_then(|f| f.contents_utf8())
+}
+
+/// Names of the profiles compiled into this binary.
+pub fn builtin_names() -> Vec<String> {
+    let mut names: Vec<String> = PROFILES
+        .files()
+        .filter_map(|f| {
+            let p = f.path();
+            (p.extension()? == "toml")
+                .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The text of a built-in profile, for `profiles show`.
+pub fn builtin_text(name: &str) -> Option<&'static str> {
+    builtin(name)
+}
+
+/// `profiles list --json`: each built-in profile as it parses.
+pub fn list_json() -> Result<serde_json::Value> {
+    let mut out = Vec::new();
+    for name in builtin_names() {
+        let p = Profile::load(&name)?;
+        let mut v = serde_json::to_value(&p)?;
+        v["default"] = serde_json::Value::Bool(name == DEFAULT_PROFILE);
+        v["install_prefix"] = serde_json::to_value(p.install_prefix()?)?;
+        out.push(v);
+    }
+    Ok(serde_json::json!({
+        "schema_version": crate::version::SCHEMA_VERSION,
+        "profiles": out,
+    }))
+}
+
+/// `profiles export NAME DIR`: the built-in profile as DIR/NAME.toml with
+/// its series beside it, laid out so the file works as `--profile
+/// DIR/NAME.toml` and its patches can be edited. Nothing that exists is
+/// overwritten: the whole export is refused before anything is written.
+pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let text = builtin(name).ok_or_else(|| {
+        hint(
+            format!("no built-in profile named `{name}`"),
+            format!("built-in profiles: {}", builtin_names().join(", ")),
+        )
+    })?;
+    let profile = Profile::parse(text, name, Origin::Embedded)?;
+    let mut files: Vec<(PathBuf, &[u8])> =
+        vec![(dir.join(format!("{name}.toml")), text.as_bytes())];
+    for c in profile.components.values() {
+        let series = PATCHES
+            .get_dir(&c.patches)
+            .with_context(|| format!("patches/{} is not in this binary", c.patches))?;
+        for f in series.files() {
+            files.push((dir.join(f.path()), f.contents()));
+        }
+    }
+    if let Some((existing, _)) = files.iter().find(|(p, _)| p.exists()) {
+        return Err(hint(
+            format!("{} already exists", existing.display()),
+            "export into an empty directory, or move the old profile away; nothing was written",
+        ));
+    }
+    for (path, bytes) in &files {
+        if let Some(parent) = path.parent() {
+            crate::fsutil::create_dir_all(parent)?;
+        }
+        crate::fsutil::write_atomic(path, bytes, None)?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}
