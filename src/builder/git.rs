@@ -217,7 +217,8 @@ pub fn check_version() -> Result<(u32, u32, u32)> {
     let mut c = Command::new("git");
     c.arg("--version");
     let out = proc::helper(c).map_err(|e| {
-        if format!("{e:#}").contains("not installed") {
+        // Judged by where git is, not by the words of the error.
+        if which::which("git").is_err() {
             return hint(
                 "git is not installed (not found)",
                 "install it (Debian/Ubuntu: sudo apt install git) and run this again; sources are fetched with git",

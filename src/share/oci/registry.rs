@@ -439,26 +439,25 @@ struct Explained<R> {
 impl<R: Read> Read for Explained<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.inner.read(buf).map_err(|e| {
-            let text = e.to_string();
-            let global = e
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<ureq::Error>())
-                .is_some_and(|u| matches!(u, ureq::Error::Timeout(ureq::Timeout::Global)));
-            let what = if global {
-                format!(
+            // ureq says which of its timeouts fired; a socket's own says
+            // only its kind.
+            let timeout = match e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>()) {
+                Some(ureq::Error::Timeout(t)) => Some(*t),
+                _ => None,
+            };
+            let what = match timeout {
+                Some(ureq::Timeout::Global) => format!(
                     "the registry {} did not finish sending the blob within {} s (at least {} KiB/s are needed)",
                     self.host,
                     self.deadline,
                     MIN_RATE / 1024
-                )
-            } else if e.kind() == std::io::ErrorKind::TimedOut || text.contains("imeout") {
-                    format!(
-                        "the registry {} sent nothing for {} s",
-                        self.host, self.secs
-                    )
-                } else {
-                    format!("the download from {} broke off: {e}", self.host)
-                };
+                ),
+                Some(_) => format!("the registry {} sent nothing for {} s", self.host, self.secs),
+                None if e.kind() == std::io::ErrorKind::TimedOut => {
+                    format!("the registry {} sent nothing for {} s", self.host, self.secs)
+                }
+                None => format!("the download from {} broke off: {e}", self.host),
+            };
             std::io::Error::new(e.kind(), what)
         })
     }
