@@ -229,9 +229,10 @@ impl Registry {
         if !resp.status().is_success() {
             return Err(self.failed("give a login token", resp));
         }
-        let body = self
-            .small_json(&mut resp)?
-            .context("the registry's token service did not answer JSON")?;
+        let body = self.small_body(&mut resp).and_then(|b| {
+            serde_json::from_slice::<serde_json::Value>(&b)
+                .context("the registry's token service did not answer JSON")
+        })?;
         let token = body["token"]
             .as_str()
             .or(body["access_token"].as_str())
@@ -239,19 +240,14 @@ impl Registry {
         Ok(format!("Bearer {token}"))
     }
 
-    /// A small answer's body (at most [`super::SMALL_LIMIT`]) as JSON: the
-    /// outer error is the transfer's, the inner one the parse's.
-    fn small_json(
-        &self,
-        resp: &mut Response,
-    ) -> Result<std::result::Result<serde_json::Value, serde_json::Error>> {
-        let bytes = resp
-            .body_mut()
+    /// A small answer's body (at most [`super::SMALL_LIMIT`]); its
+    /// callers parse it and say what it should have been.
+    fn small_body(&self, resp: &mut Response) -> Result<Vec<u8>> {
+        resp.body_mut()
             .with_config()
             .limit(super::SMALL_LIMIT)
             .read_to_vec()
-            .map_err(|e| self.unreachable(e))?;
-        Ok(serde_json::from_slice(&bytes))
+            .map_err(|e| self.unreachable(e))
     }
 
     fn with_auth<B>(&self, req: ureq::RequestBuilder<B>) -> Result<ureq::RequestBuilder<B>> {
@@ -340,13 +336,7 @@ impl Registry {
         if !resp.status().is_success() {
             return Err(self.failed(&format!("give the manifest {reference}"), resp));
         }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(super::SMALL_LIMIT)
-            .read_to_vec()
-            .map_err(|e| self.unreachable(e))?;
-        Ok(Some(bytes))
+        Ok(Some(self.small_body(&mut resp)?))
     }
 
     pub fn blob(&self, digest: &str, size: u64) -> Result<Box<dyn Read + Send>> {
@@ -390,15 +380,16 @@ impl Registry {
         if !resp.status().is_success() {
             return Err(self.failed("list its tags", resp));
         }
-        let body = self.small_json(&mut resp)?.map_err(|e| {
-            hint(
-                format!(
-                    "the registry {} listed its tags in something not JSON: {e}",
-                    self.host
-                ),
-                "check that it is an OCI registry; nothing was changed",
-            )
-        })?;
+        let body: serde_json::Value = serde_json::from_slice(&self.small_body(&mut resp)?)
+            .map_err(|e| {
+                hint(
+                    format!(
+                        "the registry {} listed its tags in something not JSON: {e}",
+                        self.host
+                    ),
+                    "check that it is an OCI registry; nothing was changed",
+                )
+            })?;
         Ok(body["tags"]
             .as_array()
             .map(|ts| {
