@@ -144,7 +144,7 @@ fn a_hunk_that_does_not_apply_changes_nothing() {
         "-        result = host_malloc(sz);",
         "-        result = host_alloc(sz);",
     );
-    let run = sb.build(&["--stop-after", "patch"]).fails();
+    let run = sb.build(&["--stop-after", "patch"]).fails_with("error: patch 0002-handlehip-host-alloc.patch does not apply: src/hip/handlehip.cpp: hunk #3 (@@ -26,7 +40,7 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)");
     for needle in [
         "0002-handlehip-host-alloc.patch",
         "src/hip/handlehip.cpp",
@@ -173,7 +173,10 @@ fn patches_that_escape_the_tree_are_rejected() {
         format!("{series}0004-evil.patch\n"),
     )
     .unwrap();
-    let run = sb.build(&["--stop-after", "patch"]).fails();
+    let run = sb.build(&["--stop-after", "patch"]).fails_with(
+        r#"error: patch 0004-evil.patch names `../outside.txt`, which is outside the source tree
+help: patch paths must be relative to the source root (a/src/..., b/src/...), without `..`"#,
+    );
     run.says("0004-evil.patch");
     run.says("outside the source tree");
     assert!(!sb.work.join("mini/miopen/outside.txt").exists());
@@ -198,7 +201,10 @@ fn patches_that_escape_the_tree_are_rejected() {
         format!("{series}0004-link.patch\n"),
     )
     .unwrap();
-    let run = sb.build(&["--stop-after", "patch"]).fails();
+    let run = sb.build(&["--stop-after", "patch"]).fails_with(
+        r#"error: patch 0004-link.patch changes `src/link/x.txt`, but [..]/work/mini/miopen/src/src/link is a symlink, which could point outside the source tree
+help: refusing to write through it; replace the symlink with a real file or directory"#,
+    );
     run.says("is a symlink");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     assert!(!sb.src().join("src/include/miopen/rdna1.hpp").exists());
@@ -213,7 +219,14 @@ fn a_bad_profile_is_named_with_line_and_column() {
             "build_type = \"Release\"\nbuild_typo = \"Debug\"",
         )
     });
-    let run = sb.build(&[]).fails();
+    let run = sb.build(&[]).fails_with(
+        r#"error: invalid profile [..]/mini.toml: TOML parse error at line 21, column 1
+   |
+21 | build_typo = "Debug"
+   | ^^^^^^^^^^
+unknown field `build_typo`, expected one of `generator`, `build_type`, `defines`, `launcher`
+help: fix the profile; `rdna1-patch profiles show` prints a valid one to start from"#,
+    );
     run.error_is(
         "error: invalid profile [..]/mini.toml: TOML parse error at line 21, column 1
    |
@@ -227,7 +240,10 @@ help: fix the profile; `rdna1-patch profiles show` prints a valid one to start f
     run.says("build_typo");
     assert!(!sb.work.exists());
 
-    let run = sb.run(&["build", "--profile", "no-such-profile"]).fails();
+    let run = sb.run(&["build", "--profile", "no-such-profile"]).fails_with(
+        r#"error: no built-in profile named `no-such-profile`
+help: built-in profiles: rocm-6.2.4, rocm-6.3.1, rocm-6.4.3, rocm-7.2, therock-7.14; or give a file with --profile path/to/profile.toml"#,
+    );
     assert!(
         run.stderr
             .contains("no built-in profile named `no-such-profile`"),
@@ -286,7 +302,10 @@ fn an_unwritable_prefix_is_a_clear_error() {
     let prefix = locked.join("rocm-miopen-rdna1");
     let args = sb.build_args(&["--prefix", prefix.to_str().unwrap()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = sb.run_unprivileged(&args).fails();
+    let run = sb.run_unprivileged(&args).fails_with(
+        r#"error: cannot write to the install prefix [..]/locked/rocm-miopen-rdna1: [..]/locked is not writable (permission denied)
+help: run with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into [..]/locked/rocm-miopen-rdna1"#,
+    );
     run.error_is(&format!(
         "error: cannot write to the install prefix {0}: {1} is not writable (permission denied)
 help: run with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {0}",
@@ -328,7 +347,10 @@ fn a_moved_tag_stops_the_build_unless_updated() {
 
     // A cached checkout is used as is; a fresh fetch sees the move.
     std::fs::remove_dir_all(sb.src()).unwrap();
-    let run = sb.build(&["--stop-after", "fetch"]).fails();
+    let run = sb.build(&["--stop-after", "fetch"]).fails_with(
+        r#"error: tag rocm-6.2.4 of [..]/origin now resolves to [..], but [..]/work/mini/sources.lock recorded [..] on the first fetch
+help: a moved tag can mean a compromised or rewritten upstream; inspect it, then pass --update to accept the new commit"#,
+    );
     run.error_is(&format!(
         "error: tag rocm-6.2.4 of {} now resolves to {moved}, but {} recorded {first} on the first fetch
 help: a moved tag can mean a compromised or rewritten upstream; inspect it, then pass --update to accept the new commit",
@@ -362,7 +384,10 @@ fn a_pinned_commit_must_match() {
             "tag = \"rocm-6.2.4\"\ncommit = \"0123456789abcdef0123456789abcdef01234567\"",
         )
     });
-    let run = sb.build(&["--stop-after", "fetch"]).fails();
+    let run = sb.build(&["--stop-after", "fetch"]).fails_with(
+        r#"error: [..]/origin tag rocm-6.2.4 resolved to [..], but the profile pins commit [..]
+help: the tag was moved or the profile is wrong; check upstream before changing the pin"#,
+    );
     run.says("pins commit 0123456789abcdef");
 }
 
@@ -401,7 +426,12 @@ fn missing_tools_are_reported_before_any_fetch() {
     let at = args.iter().position(|a| a == "--rocm").unwrap();
     args[at + 1] = no_rocm.display().to_string();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = sb.run(&args).fails();
+    let run = sb.run(&args).fails_with(
+        r#"error: missing what the build needs:
+  - a C++ compiler: `/nonexistent/amdclang++` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+    );
     run.says("/nonexistent/amdclang++");
     assert!(
         run.stderr
@@ -422,7 +452,10 @@ fn make_generator_builds_too() {
     let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
     assert!(cache.contains("CMAKE_GENERATOR:INTERNAL=Unix Makefiles"));
     // Switching generators on a kept build dir is refused with the fix.
-    let run = sb.build(&["--generator", "ninja"]).fails();
+    let run = sb.build(&["--generator", "ninja"]).fails_with(
+        r#"error: [..]/work/mini/miopen/build was configured with the Unix Makefiles generator, this build uses Ninja
+help: pass --clean to start a fresh build dir"#,
+    );
     run.says("--clean");
     sb.build(&["--generator", "ninja", "--clean"]).ok();
 }
@@ -659,7 +692,7 @@ fn an_extra_series_goes_after_the_profiles_and_into_provenance() {
     .unwrap();
     let snapshot = crate::support::snapshot(&sb.src());
     sb.build(&[])
-        .fails()
+        .fails_with("error: patch 9001-compat.patch does not apply: include/miopen/miopen.h: hunk #1 (@@ -1,2 +1,2 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)")
         .says("patch 9001-compat.patch does not apply: include/miopen/miopen.h: hunk #1");
     assert_eq!(crate::support::snapshot(&sb.src()), snapshot);
 }

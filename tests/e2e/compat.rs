@@ -76,7 +76,11 @@ fn each_need_is_read_from_the_toolchain_and_can_be_turned_off() {
     // A profile that lists nothing gets nothing, whatever the toolchain.
     with_compat(&sb, "");
     assert!(!dry(&sb, &[]).ok().stdout.contains("compat:"));
-    sb.build(&["--dry-run", "--no-compat", "fast"]).fails();
+    sb.build(&["--dry-run", "--no-compat", "fast"]).fails_with(
+        r#"error: invalid value 'fast' for '--no-compat <NAME>': expected all or one of boost-1.92, half, comgr-3, comgr-2
+
+For more information, try '--help'."#,
+    );
 }
 
 #[test]
@@ -104,7 +108,10 @@ fn a_real_build_makes_the_half_link_and_records_the_define() {
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::rename(&half_dir, sb.root.join("half-kept")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &half_dir).unwrap();
-    sb.build(&[]).fails().error_is(&format!(
+    sb.build(&[]).fails_with(
+        r#"error: [..]/work/mini/half-include is a symlink (to [..]/elsewhere), so the compat header directory [..]/work/mini/half-include/half would be outside the work dir [..]/work
+help: rdna1-patch never writes or builds through a symlink: remove [..]/work/mini/half-include (the work dir is rdna1-patch's own), or pass another --work-dir. Nothing was written"#,
+    ).error_is(&format!(
         "error: {half} is a symlink (to {to}), so the compat header directory {dir} would be outside the work dir {work}
 help: rdna1-patch never writes or builds through a symlink: remove {half} (the work dir is rdna1-patch's own), or pass another --work-dir. Nothing was written",
         half = half_dir.display(),
@@ -127,7 +134,10 @@ fn comgr_3_stops_a_release_written_for_comgr_2_before_the_fetch() {
     let sb = Sandbox::new();
     debian_like(&sb);
     with_compat(&sb, "\"comgr-2\"");
-    let run = sb.build(&[]).fails();
+    let run = sb.build(&[]).fails_with(
+        r#"error: this ROCm's comgr is version 3, and this MIOpen release is written for comgr 2: its src/comgr.cpp uses actions comgr 3 removed, and the build would stop there after most of an hour
+help: build a profile whose MIOpen has the comgr 3 port (rocm-6.3.1 and later), or use a ROCm with comgr 2; --no-compat comgr-2 builds anyway. Nothing was changed"#,
+    );
     run.error_is("error: this ROCm's comgr is version 3, and this MIOpen release is written for comgr 2: [..]\nhelp: build a profile whose MIOpen has the comgr 3 port (rocm-6.3.1 and later), or use a ROCm with comgr 2; --no-compat comgr-2 builds anyway. Nothing was changed");
     assert!(!sb.work.exists(), "something was made before the stop");
     sb.build(&["--dry-run", "--no-compat", "comgr-2"]).ok();
@@ -171,14 +181,20 @@ fn a_header_that_cannot_be_believed_stops_the_build_before_the_fetch() {
             .unwrap()
             .success()
     );
-    dry(&sb, &[]).fails().error_is(&format!(
+    dry(&sb, &[]).fails_with(
+        r#"error: cannot tell what this toolchain needs for compat boost-1.92: [..]/rocm/include/boost/version.hpp cannot be read: [..]/rocm/include/boost/version.hpp is a FIFO, not a regular file
+help: fix or reinstall that header, or leave the fix out with --no-compat boost-1.92; nothing was fetched or built"#,
+    ).error_is(&format!(
         "error: cannot tell what this toolchain needs for compat boost-1.92: {} cannot be read: [..]
 help: fix or reinstall that header, or leave the fix out with --no-compat boost-1.92; nothing was fetched or built",
         boost.display()
     ));
     std::fs::remove_file(&boost).unwrap();
     std::fs::write(&boost, "garbage without the define\n").unwrap();
-    dry(&sb, &[]).fails().says(&format!(
+    dry(&sb, &[]).fails_with(
+        r#"error: cannot tell what this toolchain needs for compat boost-1.92: [..]/rocm/include/boost/version.hpp does not define BOOST_VERSION
+help: fix or reinstall that header, or leave the fix out with --no-compat boost-1.92; nothing was fetched or built"#,
+    ).says(&format!(
         "{} does not define BOOST_VERSION",
         boost.display()
     ));
@@ -189,7 +205,10 @@ help: fix or reinstall that header, or leave the fix out with --no-compat boost-
         "#define AMD_COMGR_INTERFACE_VERSION_MAJOR 4294967295\n",
     )
     .unwrap();
-    dry(&sb, &[]).fails().says(&format!(
+    dry(&sb, &[]).fails_with(
+        r#"error: cannot tell what this toolchain needs for compat comgr-3: [..]/rocm/include/amd_comgr/amd_comgr.h defines AMD_COMGR_INTERFACE_VERSION_MAJOR as 4294967295, which is no version
+help: fix or reinstall that header, or leave the fix out with --no-compat comgr-3; nothing was fetched or built"#,
+    ).says(&format!(
         "{} defines AMD_COMGR_INTERFACE_VERSION_MAJOR as 4294967295, which is no version",
         comgr.display()
     ));

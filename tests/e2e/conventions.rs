@@ -83,7 +83,10 @@ fn a_user_builds_into_a_prefix_they_own_and_another_user_is_told_whose_checkout_
     assert_eq!(std::fs::metadata(&library).unwrap().uid(), NOBODY);
     // Root reusing that user's work dir: an ownership problem, said as one,
     // and the checkout is left alone.
-    let run = sb.build(&["--prefix", sb.prefix.to_str().unwrap()]).fails();
+    let run = sb.build(&["--prefix", sb.prefix.to_str().unwrap()]).fails_with(
+        r#"error: the cached checkout [..]/work/mini/miopen/src belongs to uid 65534, not to the user running this (uid 0); git will not use another user's repository
+help: run rdna1-patch as the user who built it (the default prefix is one that user can write), or give this run its own --work-dir; the checkout is fine, do not delete it"#,
+    );
     run.error_is(&format!(
         "error: the cached checkout {} belongs to uid {NOBODY}, not to the user running this (uid 0); git will not use another user's repository
 help: run rdna1-patch as the user who built it (the default prefix is one that user can write), or give this run its own --work-dir; the checkout is fine, do not delete it",
@@ -151,7 +154,10 @@ fn the_readme_profile_examples_run() {
             dir.join("mine/miopen/rocm-6.2.4").display()
         ));
     // Exporting over it again is refused, and writes nothing.
-    let again = in_dir(&["profiles", "export", "rocm-6.2.4", "mine"]).fails();
+    let again = in_dir(&["profiles", "export", "rocm-6.2.4", "mine"]).fails_with(
+        r#"error: mine/rocm-6.2.4.toml already exists
+help: export into an empty directory, or move the old profile away; nothing was written"#,
+    );
     again.error_is(
         "error: mine/rocm-6.2.4.toml already exists
 help: export into an empty directory, or move the old profile away; nothing was written",
@@ -225,9 +231,19 @@ fn global_flags_version_and_jobs() {
         "{version}"
     );
     sb.run(&["build", "-j", "0"])
-        .fails()
+        .fails_with(
+            r#"error: invalid value '0' for '--jobs <JOBS>': 0 is not in 1..=4294967295
+
+For more information, try '--help'."#,
+        )
         .says("invalid value '0' for '--jobs <JOBS>'");
-    sb.run(&["status", "--verbose", "--quiet"]).fails();
+    sb.run(&["status", "--verbose", "--quiet"]).fails_with(
+        r#"error: the argument '--verbose' cannot be used with '--quiet'
+
+Usage: rdna1-patch status --verbose
+
+For more information, try '--help'."#,
+    );
     for verb in [
         "build", "install", "rollback", "status", "verify", "doctor", "patches", "profiles",
         "clean",

@@ -7,14 +7,23 @@ use crate::support::Sandbox;
 fn first_errors_are_said_once_with_what_to_do() {
     let sb = Sandbox::new();
     sb.run(&["patches", "check", "--source", "/nonexistent-src"])
-        .fails()
+        .fails_with(
+            r#"error: there is no directory /nonexistent-src
+help: --source names a MIOpen source tree (a checkout of the profile's tag)"#,
+        )
         .error_is("error: there is no directory /nonexistent-src\nhelp: --source names a MIOpen source tree (a checkout of the profile's tag)");
     let builtins = "rocm-6.2.4, rocm-6.3.1, rocm-6.4.3, rocm-7.2, therock-7.14";
     sb.run(&["status", "--profile", "nope.toml"])
-        .fails()
+        .fails_with(
+            r#"error: there is no profile file nope.toml
+help: give the path of a profile file, or a built-in profile's name (rocm-6.2.4, rocm-6.3.1, rocm-6.4.3, rocm-7.2, therock-7.14)"#,
+        )
         .error_is(&format!("error: there is no profile file nope.toml\nhelp: give the path of a profile file, or a built-in profile's name ({builtins})"));
     sb.run(&["profiles", "show", "rocm-9"])
-        .fails()
+        .fails_with(
+            r#"error: no built-in profile named `rocm-9`
+help: built-in profiles: rocm-6.2.4, rocm-6.3.1, rocm-6.4.3, rocm-7.2, therock-7.14"#,
+        )
         .error_is(&format!(
             "error: no built-in profile named `rocm-9`\nhelp: built-in profiles: {builtins}"
         ));
@@ -261,7 +270,10 @@ fn every_verb_the_manual_lists_has_its_own_page() {
     }
     let build = sb.run(&["man", "build"]).ok().stdout;
     assert!(build.contains("gpu\\-targets"), "{build}");
-    sb.run(&["man", "nope"]).fails().error_is(
+    sb.run(&["man", "nope"]).fails_with(
+        r#"error: rdna1-patch has no verb `nope`
+help: pages: rdna1-patch man {build,install,rollback,status,verify,doctor,patches,profiles,publish,clean,completions,man,help}"#,
+    ).error_is(
         "error: rdna1-patch has no verb `nope`\nhelp: pages: rdna1-patch man {build,[..]}",
     );
 }
@@ -273,7 +285,11 @@ fn a_dry_run_says_the_build_would_stop_for_a_missing_tool() {
     let mut args = sb.build_args(&["--dry-run"]);
     let at = args.iter().position(|a| a == "--rocm").unwrap();
     args[at + 1] = nowhere.display().to_string();
-    let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).fails();
+    let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).fails_with(
+        r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+    );
     // The plan is still printed, and ends with the stop.
     run.prints("configure: cmake")
         .prints("preflight: would stop: see the error below");

@@ -43,7 +43,10 @@ fn a_symlink_the_origin_commits_above_the_subdir_is_never_written_through() {
     profile_with(&sb, &url, "subdir = \"projects/miopen\"");
     let before = snapshot(&outside);
     for stop in ["patch", "configure", "install"] {
-        let run = sb.build(&["--stop-after", stop]).fails();
+        let run = sb.build(&["--stop-after", stop]).fails_with(
+            r#"error: [..]/work/mini/miopen/src/projects is a symlink (to [..]/outside), so the project directory [..]/work/mini/miopen/src/projects/miopen would be outside the work dir [..]/work
+help: rdna1-patch never writes or builds through a symlink; if the repository commits it, the profile's `subdir` must name a real directory. Nothing was written"#,
+        );
         run.error_is(&format!(
             "error: {}/projects is a symlink (to {}), so the project directory {}/projects/miopen would be outside the work dir {}\nhelp: rdna1-patch never writes or builds through a symlink[..]",
             sb.src().display(),
@@ -88,7 +91,10 @@ fn a_subdir_or_patch_path_into_dot_git_is_refused() {
     list.push_str("9999-hook.patch\n");
     std::fs::write(&series, list).unwrap();
     sb.build(&["--stop-after", "patch"])
-        .fails()
+        .fails_with(
+            r#"error: patch 9999-hook.patch names `sub/.git/hooks/post-checkout`, which is outside the source tree
+help: patch paths must be relative to the source root (a/src/..., b/src/...), without `..`"#,
+        )
         .says("patch 9999-hook.patch names `sub/.git/hooks/post-checkout`, which is outside the source tree");
 }
 
@@ -279,7 +285,10 @@ fn an_empty_target_family_is_unset_and_a_hung_query_falls_back_soon() {
         .env("ROCM_SDK_TARGET_FAMILY", "")
         .output()
         .unwrap();
-    crate::support::Run::from(out).fails().says(
+    crate::support::Run::from(out).fails_with(
+        r#"error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads
+help: set ROCM_SDK_TARGET_FAMILY to your GPU's family (for an RX 5000 card: ROCM_SDK_TARGET_FAMILY=gfx101X-dgpu rdna1-patch ...), as torch itself does"#,
+    ).says(
         "error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads",
     );
 
@@ -542,7 +551,10 @@ fn rollback_with_no_state_and_no_torch_does_not_say_all_is_well() {
         .env("PYTHONPATH", sb.root.join("nowhere"))
         .output()
         .unwrap();
-    let run = crate::support::Run::from(out).fails();
+    let run = crate::support::Run::from(out).fails_with(
+        r#"error: no transactions in [..]/state, and no torch to check whether it holds an rdna1-patch build: python3 ([..]) has no torch installed
+help: name the torch with --python PATH or --torch-dir DIR, and the state dir that installed into it with --state-dir DIR; nothing was changed"#,
+    );
     run.says(&format!(
         "error: no transactions in {}, and no torch to check whether it holds an rdna1-patch build: ",
         sb.state()
@@ -556,6 +568,9 @@ fn rollback_with_no_state_and_no_torch_does_not_say_all_is_well() {
     // Named, it is found to be patched, as before.
     let dir = torch.dir.display().to_string();
     sb.rollback(&["--torch-dir", &dir])
-        .fails()
+        .fails_with(
+            r#"error: [..]/site/torch/lib/libMIOpen.so is an rdna1-patch build, but no transaction in [..]/state installed it, so there is no original here to put back
+help: if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch==2.5.1+rocm6.2` (from the index you installed it from) brings torch's own library back"#,
+        )
         .says("is an rdna1-patch build, but no transaction in");
 }

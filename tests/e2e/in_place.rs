@@ -200,9 +200,15 @@ fn a_torch_without_gfx101x_code_is_never_offered_the_in_place_fix() {
     let original = std::fs::read(torch.miopen()).unwrap();
     // Auto: neither route is offered.
     install(&sb, &[])
-        .fails()
+        .fails_with(
+            r#"error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
+        )
         .says("neither a build nor the in-place fix would change anything");
-    install(&sb, &["--in-place"]).fails().error_is(
+    install(&sb, &["--in-place"]).fails_with(
+        r#"error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
+    ).error_is(
         "error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
 help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
     );
@@ -224,7 +230,10 @@ fn a_fixed_unknown_or_truncated_library_is_refused_and_nothing_changes() {
         .unwrap();
     odd[at..at + 2].copy_from_slice(b"(!");
     std::fs::write(&lib, &odd).unwrap();
-    let run = install(&sb, &["--in-place"]).fails();
+    let run = install(&sb, &["--in-place"]).fails_with(
+        r#"error: cannot fix [..]/site/torch/lib/libMIOpen.so in place: kernel text MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: line 16 decides on the batch-norm reduction as `#if defined(__AMDGCN__) && (!MIO_BN_GFX103X || MIO_BN_GFX110X || MIO_BN_GFX120X)`, not as `#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)`
+help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above"#,
+    );
     run.error_is(&format!(
         "error: cannot fix {} in place: kernel text MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: line [..] decides on the batch-norm reduction as `#if defined(__AMDGCN__) && (!MIO_BN_GFX103X || MIO_BN_GFX110X || MIO_BN_GFX120X)`, not as `#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)`
 help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
@@ -237,7 +246,7 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
     let cut = original.len() / 2;
     std::fs::write(&lib, &original[..cut]).unwrap();
     install(&sb, &["--in-place"])
-        .fails()
+        .fails_with("error: [..]/site/torch/lib/libMIOpen.so is not a library whose kernel texts can be read: not an ELF file: bad offset [..]")
         .says("is not a library whose kernel texts can be read");
     assert_eq!(std::fs::read(&lib).unwrap().len(), cut);
 
@@ -261,7 +270,10 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
         "--state-dir",
         &other.root.join("state").display().to_string(),
     ]);
-    run.fails().error_is(&format!(
+    run.fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so already has the fix: 4 batch-norm kernel texts name gfx101x
+help: nothing to do; `rdna1-patch verify` checks what torch loads"#,
+    ).error_is(&format!(
         "error: {} already has the fix: 4 batch-norm kernel texts name gfx101x
 help: nothing to do; `rdna1-patch verify` checks what torch loads",
         lib.display()

@@ -113,7 +113,10 @@ fn a_moved_tag_is_refused_against_the_pinned_commit() {
     git(&m.repo, &["tag", "-f", "-a", "rocm-6.2.4", "-m", "moved"]);
     let moved = git(&m.repo, &["rev-parse", "rocm-6.2.4^{commit}"]);
 
-    let run = sb.build(&["--update", "--stop-after", "fetch"]).fails();
+    let run = sb.build(&["--update", "--stop-after", "fetch"]).fails_with(
+        r#"error: file://[..]/monorepo tag rocm-6.2.4 resolved to [..], but the profile pins commit [..]
+help: the tag was moved or the profile is wrong; check upstream before changing the pin"#,
+    );
     run.error_is(&format!(
         "error: {} tag rocm-6.2.4 resolved to {moved}, but the profile pins commit {}
 help: the tag was moved or the profile is wrong; check upstream before changing the pin",
@@ -149,7 +152,10 @@ fn a_commit_alone_pins_the_source() {
     // A short id cannot be fetched by id: the profile is refused first.
     let text = std::fs::read_to_string(&sb.profile).unwrap();
     std::fs::write(&sb.profile, text.replace(&m.commit, &m.commit[..12])).unwrap();
-    let run = sb.build(&["--dry-run"]).fails();
+    let run = sb.build(&["--dry-run"]).fails_with(
+        r#"error: invalid profile [..]/mini.toml: components.miopen.commit `[..]` is not a full 40-digit commit id
+help: without a tag the commit is fetched by its id, which git needs in full"#,
+    );
     run.says(&format!(
         "components.miopen.commit `{}` is not a full 40-digit commit id",
         &m.commit[..12]
@@ -167,7 +173,10 @@ fn local_edits_in_a_sparse_checkout_are_found_relative_to_the_project() {
     text.push_str("// mine\n");
     std::fs::write(&tensor, &text).unwrap();
     std::fs::write(sb.src().join("projects/miopen/src/extra.cpp"), "// new\n").unwrap();
-    let run = sb.build(&["--stop-after", "patch"]).fails();
+    let run = sb.build(&["--stop-after", "patch"]).fails_with(
+        r#"error: the checkout [..]/work/mini/miopen/src/projects/miopen has local edits that are not part of miopen rocm-6.2.4 and its patch series: src/extra.cpp, src/tensor.cpp
+help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C [..]/work/mini/miopen/src/projects/miopen checkout -- .` and `git -C [..]/work/mini/miopen/src/projects/miopen clean -fd`"#,
+    );
     run.says(&format!(
         "the checkout {} has local edits that are not part of miopen rocm-6.2.4 and its patch series: src/extra.cpp, src/tensor.cpp",
         sb.src().join("projects/miopen").display()
@@ -178,7 +187,10 @@ fn local_edits_in_a_sparse_checkout_are_found_relative_to_the_project() {
 #[test]
 fn a_tag_the_remote_lacks_is_named() {
     let m = mono(|_| "tag = \"rocm-9.9.9\"".to_owned());
-    let run = m.sb.build(&["--stop-after", "fetch"]).fails();
+    let run = m.sb.build(&["--stop-after", "fetch"]).fails_with(
+        r#"error: file://[..]/monorepo has no tag rocm-9.9.9
+help: check the profile's `tag` against the repository's tags"#,
+    );
     run.error_is(&format!(
         "error: {} has no tag rocm-9.9.9
 help: check the profile's `tag` against the repository's tags",

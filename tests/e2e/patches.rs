@@ -218,7 +218,10 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
             "--source",
             src.to_str().unwrap(),
         ])
-        .fails();
+        .fails_with(
+            r#"error: there is no profile file rocm-6.2.4
+help: give the path of a profile file, or a built-in profile's name (rocm-6.2.4, rocm-6.3.1, rocm-6.4.3, rocm-7.2, therock-7.14)"#,
+        );
     run.says("rocm-6.2.4");
 }
 

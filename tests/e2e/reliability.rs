@@ -120,7 +120,10 @@ fn abandon_always_works_and_a_deleted_torch_blocks_nothing() {
     let run = sb.install(&["--torch-dir", &b_dir]).ok();
     run.says("warning: transaction 1 on ").says("is left open");
     // Torch A itself is refused, with the fix; and the fix works.
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so (MD5 [..]) is neither the original (MD5 [..]) nor the library transaction 1 installed (MD5 [..]): something else changed it, perhaps a pip install
+help: rdna1-patch does not overwrite a file it did not put there. If torch was reinstalled, its own library is back and `rdna1-patch rollback --abandon 1` closes the transaction without touching torch; the original stays in [..].so"#,
+    );
     run.says("something else changed it");
     run.says("rollback --abandon 1");
     let run = sb.rollback(&["--abandon", "1"]).ok();
@@ -175,7 +178,10 @@ fn files_in_the_state_dir_that_are_not_ours_are_never_touched() {
     std::fs::rename(state.join("staging"), sb.root.join("old-staging")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, state.join("staging")).unwrap();
     let before = md5(&torch.miopen());
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: [..]/state/staging is a symlink; rdna1-patch only writes into directories it created
+help: remove the symlink (`rm [..]/state/staging`) and run again; nothing was changed"#,
+    );
     run.says("staging is a symlink");
     assert!(elsewhere.join("precious").is_file());
     assert_eq!(md5(&torch.miopen()), before);
@@ -186,7 +192,10 @@ fn files_in_the_state_dir_that_are_not_ours_are_never_touched() {
     std::fs::write(&victim, "important").unwrap();
     std::fs::remove_file(state.join("lock")).unwrap();
     std::os::unix::fs::symlink(&victim, state.join("lock")).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: cannot open the lock file [..]/state/lock: Too many levels of symbolic links (os error 40)
+help: it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`rm [..]/state/lock`) and run again"#,
+    );
     run.says("cannot open the lock file");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "important");
     std::fs::remove_file(state.join("lock")).unwrap();
@@ -232,7 +241,11 @@ fn an_edited_journal_never_names_a_file_to_delete_or_overwrite() {
         text.replace(target.to_str().unwrap(), victim.to_str().unwrap()),
     )
     .unwrap();
-    let run = sb.rollback(&[]).fails();
+    let run = sb.rollback(&[]).fails_with(
+        r#"error: 1 transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:
+  [..]/state/transactions/0002.toml: its target [..]/victim.so is not a libMIOpen inside [..]/site/torch
+help: if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv [..]/state/transactions/0002.toml [..]/state/transactions/0002.toml.damaged`) and run this again"#,
+    );
     run.says("cannot be trusted");
     run.says("is not a libMIOpen inside");
     run.says(&format!("mv {}", j.display()));
@@ -273,7 +286,10 @@ fn a_library_symlinked_out_of_torch_is_refused() {
     std::fs::rename(torch.miopen(), system.join("libMIOpen.so")).unwrap();
     std::os::unix::fs::symlink(system.join("libMIOpen.so"), torch.miopen()).unwrap();
     let before = md5(&system.join("libMIOpen.so"));
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so is a symlink to [..]/system-rocm/lib/libMIOpen.so, outside torch at [..]/site/torch: rdna1-patch only replaces a file that belongs to torch
+help: that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`cp --remove-destination [..]/system-rocm/lib/libMIOpen.so [..]/site/torch/lib/libMIOpen.so`) and install again"#,
+    );
     run.says("outside torch at");
     run.says("cp --remove-destination");
     assert_eq!(md5(&system.join("libMIOpen.so")), before);
@@ -324,7 +340,11 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
     bytes[200] ^= 0xff;
     std::fs::write(&lib, bytes).unwrap();
     std::fs::write(&sums, "").unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build in [..]/prefix does not match its MD5SUMS:
+  share/rdna1-patch/MD5SUMS lists no files
+help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+    );
     run.says("share/rdna1-patch/MD5SUMS lists no files");
     let run = sb.verify(&[]).check_fails();
     run.prints("MD5SUMS lists no files");
@@ -335,7 +355,13 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&sums, without).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build in [..]/prefix does not match its MD5SUMS:
+  share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0
+  lib/libMIOpen.so: MD5 [..], expected [..]
+  lib/libMIOpen.so.1: MD5 [..], expected [..]
+help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+    );
     run.says("share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0");
     assert_eq!(md5(&torch.miopen()), before);
 }
@@ -384,7 +410,16 @@ fn md5sums_naming_a_fifo_or_a_device_fails_at_once() {
     );
     let torch = sb.torch(TorchKind::Rocm, HIP);
     let before = md5(&torch.miopen());
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build in [..]/prefix does not match its MD5SUMS:
+  share/rdna1-patch/MD5SUMS lists ../../../../../../dev/zero, which the build did not install
+  share/rdna1-patch/MD5SUMS lists /dev/zero, which the build did not install
+  share/rdna1-patch/MD5SUMS lists include/fifo, which the build did not install
+  include/fifo: [..]/prefix/include/fifo is a FIFO, not a regular file
+  ../../../../../../dev/zero: outside the directory it vouches for
+  /dev/zero: outside the directory it vouches for
+help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+    );
     run.says("does not match its MD5SUMS");
     assert_eq!(md5(&torch.miopen()), before);
 }
@@ -402,7 +437,10 @@ fn local_edits_in_the_checkout_are_named_and_kept() {
     let hip = src.join("src/hip/handlehip.cpp");
     let hip_edited = format!("{}// mine\n", std::fs::read_to_string(&hip).unwrap());
     std::fs::write(&hip, &hip_edited).unwrap();
-    let run = sb.build(&[]).fails();
+    let run = sb.build(&[]).fails_with(
+        r#"error: the checkout [..]/work/mini/miopen/src has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp
+help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C [..]/work/mini/miopen/src checkout -- .` and `git -C [..]/work/mini/miopen/src clean -fd`"#,
+    );
     run.says("has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp");
     run.says("--keep-local");
     assert!(run.compiled().is_empty(), "{:?}", run.compiled());
@@ -572,7 +610,10 @@ fn a_lost_state_dir_does_not_make_a_patched_torch_look_clean() {
     let torch = sb.torch(TorchKind::Rocm, HIP);
     sb.install(&[]).ok();
     std::fs::remove_dir_all(sb.state()).unwrap();
-    let run = sb.rollback(&[]).fails();
+    let run = sb.rollback(&[]).fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so is an rdna1-patch build, but no transaction in [..]/state installed it, so there is no original here to put back
+help: if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch==2.5.1+rocm6.2` (from the index you installed it from) brings torch's own library back"#,
+    );
     run.says(&format!(
         "{} is an rdna1-patch build, but no transaction in {} installed it",
         torch.miopen().canonicalize().unwrap().display(),
@@ -588,7 +629,10 @@ fn a_lost_state_dir_does_not_make_a_patched_torch_look_clean() {
         .to_owned();
     assert!(line.contains("is an rdna1-patch build"), "{line}");
     // A second state dir does not stack a new "original" on top of it.
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so is already an rdna1-patch build (it carries [RDNA1 PATCH] markers), but no transaction in [..]/state put it there, so there is no original to go back to
+help: if another --state-dir installed it, run this with that one. If that state is lost, reinstall torch to get its own library back (`pip install --force-reinstall torch==2.5.1+rocm6.2` from the index you installed it from), then install again"#,
+    );
     run.says("is already an rdna1-patch build");
 }
 
@@ -600,7 +644,11 @@ fn a_damaged_journal_is_named_with_a_fix() {
     let installed = md5(&torch.miopen());
     let bad = journal(&sb, 2);
     std::fs::write(&bad, "state = [not toml").unwrap();
-    let run = sb.rollback(&[]).fails();
+    let run = sb.rollback(&[]).fails_with(
+        r#"error: 1 transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:
+  [..]/state/transactions/0002.toml: TOML parse error at line 1, column 18   | 1 | state = [not toml   |                  ^ unclosed array, expected `]`
+help: if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv [..]/state/transactions/0002.toml [..]/state/transactions/0002.toml.damaged`) and run this again"#,
+    );
     run.says("cannot be trusted, so rdna1-patch will not change torch");
     run.says(&format!("`mv {0} {0}.damaged`", bad.display()));
     assert_eq!(md5(&torch.miopen()), installed);
@@ -636,7 +684,10 @@ fn a_full_disk_leaves_no_partial_file_and_no_open_transaction() {
     let room = staged + (256 << 10);
     let filler = free_bytes(&state) - room;
     std::fs::write(state.join("filler"), vec![0u8; filler as usize]).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: cannot write [..].so.tmp: No space left on device (os error 28); torch was not changed and the partial copy was removed
+help: free space on the disk holding [..]/state (or pass a --state-dir on a disk with room), then run this again"#,
+    );
     run.says("the partial copy was removed");
     run.says("free space on the disk holding");
     assert_eq!(md5(&torch.miopen()), before);
@@ -661,7 +712,10 @@ fn a_prefix_that_is_a_file_is_refused_before_the_build() {
     let sb = Sandbox::new();
     let file = sb.root.join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
-    let run = sb.build(&["--prefix", file.to_str().unwrap()]).fails();
+    let run = sb.build(&["--prefix", file.to_str().unwrap()]).fails_with(
+        r#"error: the install prefix [..]/not-a-dir cannot be a directory: [..]/not-a-dir is a file
+help: choose another --prefix; nothing was fetched or built"#,
+    );
     run.says(&format!(
         "the install prefix {} cannot be a directory: {} is a file",
         file.display(),
@@ -680,7 +734,7 @@ fn a_huge_profile_is_refused_without_reading_it() {
         .unwrap();
     f.set_len(300 << 20).unwrap();
     let start = Instant::now();
-    let run = sb.build(&["--dry-run"]).fails();
+    let run = sb.build(&["--dry-run"]).fails_with("error: reading a profile: [..]/mini.toml is [..] bytes; it should be a small text file (at most 1024 KiB)");
     assert!(start.elapsed() < Duration::from_secs(5));
     run.says("is 314572800 bytes; it should be a small text file (at most 1024 KiB)");
 }
@@ -705,13 +759,19 @@ fn two_state_dirs_never_change_one_torch_at_once() {
     let held = std::fs::File::open(&torch.lib).unwrap();
     held.lock().unwrap();
     let before = md5(&torch.miopen());
-    let run = install_other().fails();
+    let run = install_other().fails_with(
+        r#"error: another rdna1-patch run is changing [..]/site/torch/lib right now (perhaps with another --state-dir)
+help: wait for it to finish and run this again"#,
+    );
     run.says("another rdna1-patch run is changing");
     assert_eq!(md5(&torch.miopen()), before);
     drop(held);
     // One after the other: the second sees the first's build and stops.
     sb.install(&[]).ok();
-    let run = install_other().fails();
+    let run = install_other().fails_with(
+        r#"error: [..]/site/torch/lib/libMIOpen.so is already an rdna1-patch build (it carries [RDNA1 PATCH] markers), but no transaction in [..]/other-state put it there, so there is no original to go back to
+help: if another --state-dir installed it, run this with that one. If that state is lost, reinstall torch to get its own library back (`pip install --force-reinstall torch==2.5.1+rocm6.2` from the index you installed it from), then install again"#,
+    );
     run.says("is already an rdna1-patch build");
     sb.rollback(&[]).ok();
     assert_eq!(md5(&torch.miopen()), before);

@@ -113,7 +113,10 @@ fn a_build_for_another_rocm_is_refused_by_the_sdk_version() {
     let sb = Sandbox::built();
     let sdk = sdk(&sb, &["gfx101X-dgpu"]);
     let before = std::fs::read(&sdk.miopen).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build is for ROCm 6.2.4 but torch 2.11.0+rocm7.14.0 is built for rocm-sdk 7.14.0 gfx101X-dgpu: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs
+help: build with a profile for ROCm 7.14 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway"#,
+    );
     run.error_is(&format!(
         "error: the build is for ROCm 6.2.4 but torch 2.11.0+rocm{SDK} is built for rocm-sdk {SDK} gfx101X-dgpu: [..]
 help: build with a profile for ROCm 7.14 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway"
@@ -147,7 +150,10 @@ fn several_families_need_rocm_sdk_target_family() {
     let sb = Sandbox::new();
     let sdk = sdk(&sb, &["gfx101X-dgpu", "gfx110X-all"]);
     build_against(&sb, &sdk.devel);
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads
+help: set ROCM_SDK_TARGET_FAMILY to your GPU's family (for an RX 5000 card: ROCM_SDK_TARGET_FAMILY=gfx101X-dgpu rdna1-patch ...), as torch itself does"#,
+    );
     run.error_is(
         "error: several rocm-sdk libraries packages are installed (gfx101X-dgpu, gfx110X-all), and ROCM_SDK_TARGET_FAMILY does not say which one torch loads
 help: set ROCM_SDK_TARGET_FAMILY to your GPU's family (for an RX 5000 card: ROCM_SDK_TARGET_FAMILY=gfx101X-dgpu rdna1-patch ...), as torch itself does",
@@ -313,7 +319,10 @@ fn a_libraries_package_that_links_into_another_environment_is_refused() {
     std::fs::remove_dir_all(&ours.libraries).unwrap();
     std::os::unix::fs::symlink(&other.libraries, &ours.libraries).unwrap();
     let before = std::fs::read(&other.miopen).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the rocm-sdk package [..]/site/_rocm_sdk_libraries_gfx101X_dgpu is [..]/other-venv/site/_rocm_sdk_libraries_gfx101X_dgpu, outside torch's site-packages [..]/site: rdna1-patch replaces only the MIOpen of torch's own environment
+help: that package belongs to another environment (a symlink put it here); install torch's own libraries there (`pip install --force-reinstall "rocm[libraries]"`), or run rdna1-patch with the other environment's python. Nothing was changed"#,
+    );
     run.error_is(&format!(
         "error: the rocm-sdk package {} is {}, outside torch's site-packages {}: rdna1-patch replaces only the MIOpen of torch's own environment
 help: that package belongs to another environment (a symlink put it here); install torch's own libraries there (`pip install --force-reinstall \"rocm[libraries]\"`), or run rdna1-patch with the other environment's python. Nothing was changed",

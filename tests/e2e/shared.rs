@@ -259,13 +259,21 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     let stranger = keys(&publisher.sb.root, "stranger");
     let user = User::new(&[&stranger.public], &[]);
     user.build(&["--from", &tagged, "--dry-run"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("which is not in your trusted-keys");
 
     // Trusted, but another build: GPU targets it has no code for.
     let user = User::new(&[&publisher.keys.public], &[]);
     user.build(&["--from", &tagged, "--dry-run", "--gpu-targets", "gfx1030"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("the artifact has no code for gfx1030");
     // ... or another patch series: it says which patch, and compiles (here
     // the dry run then says the build would stop: there is no ROCm).
@@ -275,7 +283,11 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
         .edit_patch("0003-find-fast-mode.patch", "Subject:", "Subject: (mine)");
     user2
         .build(&["--from", &tagged, "--dry-run"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("would compile: ")
         .prints("patch 0003-find-fast-mode.patch differs from the artifact's");
 
@@ -292,7 +304,11 @@ fn untrusted_unsigned_or_other_builds_are_compiled_instead_and_say_why() {
     std::fs::write(&index, json.to_string()).unwrap();
     let user = User::new(&[&publisher.keys.public], &[]);
     user.build(&["--from", &tagged, "--dry-run"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("is not signed");
 }
 
@@ -464,7 +480,10 @@ fn a_tampered_layer_in_the_registry_is_refused() {
     flip_a_byte(&layer);
     let user = User::new(&[&publisher.keys.public], &[]);
     let run = user.build(&["--from", &reference]);
-    let run = run.fails();
+    let run = run.fails_with(
+        r#"error: oci://127.0.0.1:[..] cannot be trusted: its layer is not what the signed manifest says ([..] bytes with digest sha256:[..], expected [..] bytes with sha256:[..])
+help: it may have been tampered with or damaged on the way; ask its publisher, or build without it (leave out --from); nothing was installed"#,
+    );
     run.says("cannot be trusted");
     user.nothing_installed();
     std::fs::write(&layer, good).unwrap();
@@ -518,7 +537,10 @@ fn a_signature_of_other_bytes_by_a_trusted_key_is_refused() {
         }
     }
     std::fs::write(&index_path, index.to_string()).unwrap();
-    let run = user.build(&["--from", &tagged]).fails();
+    let run = user.build(&["--from", &tagged]).fails_with(
+        r#"error: [..] cannot be trusted: its signature by trusted key [..] does not verify: Signature verification failed
+help: it may have been tampered with or damaged on the way; ask its publisher, or build without it (leave out --from); nothing was installed"#,
+    );
     run.says("cannot be trusted: its signature by trusted key")
         .says("does not verify");
     user.nothing_installed();
@@ -576,7 +598,7 @@ fn a_registry_that_is_down_slow_or_answers_garbage_is_a_clear_error() {
 fn a_full_disk_during_a_pull_leaves_nothing_in_the_prefix() {
     let (_publisher, _dir, tagged, user) = published_layout();
     let mount = Tmpfs::mount(&user.sb.prefix, "8k");
-    let run = user.build(&["--from", &tagged]).fails();
+    let run = user.build(&["--from", &tagged]).fails_with("error: cannot write [..]/prefix/.rdna1-patch-staging/include/miopen/miopen.h: No space left on device (os error 28)");
     run.says("No space left on device");
     user.nothing_installed();
     drop(mount);
@@ -590,7 +612,10 @@ fn registry_credentials_come_from_the_auth_file_and_are_never_printed() {
     let publisher = Publisher::new();
     let reference = registry_ref(&reg, "rdna1/miopen");
     // No credentials: the registry's refusal, and where to log in.
-    let run = publisher.publish(&reference).fails();
+    let run = publisher.publish(&reference).fails_with(
+        r#"error: the registry 127.0.0.1:[..] refused to start an upload: HTTP 401 Unauthorized
+help: log in to 127.0.0.1:[..] (docker login, podman login, or an auths entry in one of [..]/home/.docker/config.json); nothing was changed"#,
+    );
     run.says("HTTP 401").says("log in to");
     let auth = publisher.sb.root.join("auth.json");
     let encoded = {

@@ -174,9 +174,17 @@ fn a_file_in_the_current_directory_named_like_a_trusted_key_is_not_a_key() {
     std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
     std::fs::copy(public_file(&attacker), &planted).unwrap();
     user.build(&["--from", &tagged, "--dry-run"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("which is not in your trusted-keys");
-    user.build(&["--from", &tagged]).fails();
+    user.build(&["--from", &tagged]).fails_with(
+        r#"error: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+    );
     user.nothing_installed();
 }
 
@@ -195,7 +203,11 @@ fn a_relative_key_file_is_read_beside_the_config_not_in_the_current_directory() 
     // The attacker's key under the same name where the user runs the tool.
     std::fs::copy(public_file(&attacker), user.sb.root.join("maintainer.pub")).unwrap();
     user.build(&["--from", &attackers, "--dry-run"])
-        .fails()
+        .fails_with(
+            r#"error: the build would stop before fetching: missing what the build needs:
+  - ROCm at [..]/no-rocm (install ROCm, or point at it with --rocm DIR)
+help: install the above and run again; `rdna1-patch doctor` checks everything at once"#,
+        )
         .prints("which is not in your trusted-keys");
     user.build(&["--from", &maintainers])
         .ok()
@@ -266,7 +278,10 @@ fn publish_replaces_a_planted_blob_and_refuses_a_symlinked_blobs_dir() {
     std::os::unix::fs::symlink(&elsewhere, linked.join("blobs/sha256")).unwrap();
     publisher
         .publish(linked.to_str().unwrap())
-        .fails()
+        .fails_with(
+            r#"error: [..]/linked/blobs/sha256 is a symlink, so the layout's blobs would be written elsewhere
+help: use a layout dir whose blobs/sha256 is a directory of its own; nothing was written"#,
+        )
         .error_is(&format!(
             "error: {} is a symlink, so the layout's blobs would be written elsewhere
 help: use a layout dir whose blobs/sha256 is a directory of its own; nothing was written",
@@ -463,7 +478,10 @@ fn a_registry_that_drips_its_answer_is_given_up_on() {
         "1",
     ]);
     let took = started.elapsed();
-    run.fails().says("did not finish answering in time");
+    run.fails_with(
+        r#"error: the registry 127.0.0.1:[..] did not finish answering in time (a whole answer is bounded, not only each wait: 4 s for a small one, and at least 64 KiB/s for a blob)
+help: check that the registry is up and is an OCI registry (curl http://127.0.0.1:[..]/v2/), or give --net-timeout more seconds; nothing was changed"#,
+    ).says("did not finish answering in time");
     assert!(took.as_secs() < 20, "took {took:?}");
     user.nothing_installed();
 }
@@ -564,7 +582,10 @@ fn a_layer_that_unpacks_to_more_than_its_signed_config_declares_is_refused() {
     }));
     std::fs::write(&index_path, index.to_string()).unwrap();
     user.build(&["--from", &tagged])
-        .fails()
+        .fails_with(
+            r#"error: [..] cannot be trusted: its layer unpacks to more than the [..] bytes its signed config declares (include/miopen/miopen.h alone is 999)
+help: it may have been tampered with or damaged on the way; ask its publisher, or build without it (leave out --from); nothing was installed"#,
+        )
         .says("its layer unpacks to more than the 100 bytes its signed config declares");
     user.nothing_installed();
 }

@@ -57,6 +57,9 @@ impl Run {
     /// one way errors are, its help (if any) as the last line.
     #[track_caller]
     pub fn fails(self) -> Run {
+        if let Some(dump) = std::env::var_os("RDNA1_DUMP_ERRORS") {
+            dump_error(&dump, std::panic::Location::caller(), &self.stderr);
+        }
         assert_eq!(
             self.code,
             Some(2),
@@ -74,6 +77,15 @@ impl Run {
             self.stderr
         );
         self
+    }
+
+    /// The command failed as `fails` checks, with exactly this error (as
+    /// `error_is` compares it).
+    #[track_caller]
+    pub fn fails_with(self, expected: &str) -> Run {
+        let run = self.fails();
+        run.error_is(expected);
+        run
     }
 
     /// A check found a problem: exit 1.
@@ -435,4 +447,25 @@ pub fn md5sum_c(prefix: &Path) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "md5sum -c failed: {text}");
     text
+}
+
+/// Where a failure's error came from and what it said, one JSON line per
+/// call, for writing `fails_with` expectations from a real run.
+fn dump_error(file: &std::ffi::OsStr, at: &std::panic::Location, stderr: &str) {
+    use std::io::Write;
+    let lines: Vec<&str> = stderr.lines().collect();
+    let start = lines.iter().position(|l| l.starts_with("error: "));
+    let error = start.map(|s| lines[s..].join("\n")).unwrap_or_default();
+    let line = serde_json::json!({
+        "file": at.file(), "line": at.line(), "column": at.column(),
+        "test": std::thread::current().name().unwrap_or("").to_owned(),
+        "error": error,
+    });
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+    {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
 }

@@ -71,7 +71,11 @@ fn gpu_targets_are_the_rdna1_cards_the_machine_has() {
         "rx5600xt-gfx1010",
         &["--dry-run", "--gpu-targets", "navi10"],
     )
-    .fails();
+    .fails_with(
+        r#"error: invalid value 'navi10' for '--gpu-targets <LIST>': `navi10` is not a GPU arch like gfx1010 (RX 5600/5700), gfx1011 or gfx1012 (RX 5500)
+
+For more information, try '--help'."#,
+    );
     run.says("`navi10` is not a GPU arch like gfx1010");
 }
 

@@ -124,7 +124,10 @@ fn rollback_to_undoes_installs_into_several_torches() {
     sb.rollback(&["--to", "1"]).ok();
     assert_eq!(md5(&a.miopen()), orig_a);
     assert_eq!(md5(&b.miopen()), orig_b);
-    let again = sb.rollback(&["--to", "1"]).fails();
+    let again = sb.rollback(&["--to", "1"]).fails_with(
+        r#"error: transaction 1 is rolled-back already; there is nothing of it to undo
+help: `rdna1-patch rollback --list` shows every transaction and its state"#,
+    );
     assert!(
         again
             .stderr
@@ -139,7 +142,10 @@ fn a_rocm_version_mismatch_is_refused_unless_forced() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Rocm, "6.1.40091-a8dbc0c19");
     let before = md5(&torch.miopen());
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs
+help: build with a profile for ROCm 6.1 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway"#,
+    );
     run.error_is(
         "error: the build is for ROCm 6.2.4 but torch 2.5.1+rocm6.2 is built for HIP 6.1.40091-a8dbc0c19: a library built for another ROCm major.minor crashes with memory faults that look like GPU bugs
 help: build with a profile for ROCm 6.1 (`rdna1-patch profiles list`), or install a torch for ROCm 6.2; --force installs anyway",
@@ -159,7 +165,10 @@ help: build with a profile for ROCm 6.1 (`rdna1-patch profiles list`), or instal
 fn a_cpu_torch_is_refused_by_name() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Cpu, HIP);
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: torch 2.5.1+rocm6.2 at [..]/site/torch is a CPU-only build: torch.version.hip is None and torch/lib has no libMIOpen.so
+help: install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`"#,
+    );
     run.error_is(&format!(
         "error: torch 2.5.1+rocm6.2 at {} is a CPU-only build: torch.version.hip is None and torch/lib has no libMIOpen.so
 help: install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
@@ -172,7 +181,10 @@ help: install a ROCm build of torch that matches the build's ROCm, e.g. `pip ins
     run.says("help: install a ROCm build of torch");
     // A python without torch at all.
     std::fs::remove_dir_all(&torch.dir).unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: python3 ([..]) has no torch installed
+help: pass the python of the environment torch is in with --python, or the package with --torch-dir"#,
+    );
     run.says("has no torch installed");
 }
 
@@ -195,7 +207,10 @@ fn a_read_only_torch_lib_is_a_clear_error_and_changes_nothing() {
             "--state-dir",
             &state,
         ])
-        .fails();
+        .fails_with(
+            r#"error: cannot write to [..]/site/torch/lib: permission denied; nothing was changed
+help: run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own"#,
+        );
     std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(
         run.stderr
@@ -226,7 +241,10 @@ fn a_tampered_backup_is_never_restored() {
     bytes[100] ^= 0xff;
     std::fs::remove_file(&backup).unwrap();
     std::fs::write(&backup, bytes).unwrap();
-    let run = sb.rollback(&[]).fails();
+    let run = sb.rollback(&[]).fails_with(
+        r#"error: the backup of the original [..]/site/torch/lib/libMIOpen.so is not the file transaction 1 saved: its MD5 is [..], the journal says [..]; nothing was changed
+help: rdna1-patch will not restore a damaged original. Reinstall torch 2.5.1+rocm6.2 to get a clean one (e.g. `pip install --force-reinstall torch==2.5.1+rocm6.2` with the index you installed it from)"#,
+    );
     run.says("is not the file transaction 1 saved");
     run.says("nothing was changed");
     assert!(
@@ -248,10 +266,16 @@ fn a_second_run_is_blocked_by_the_lock() {
     // Held the way another rdna1-patch holds it (flock on the lock file).
     let lock = std::fs::File::create(state.join("lock")).unwrap();
     lock.lock().unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: another rdna1-patch run () is changing torch right now; its lock is [..]/state/lock
+help: wait for it to finish and run this again (the lock is released when that process exits, even if it is killed)"#,
+    );
     run.says("another rdna1-patch run");
     run.says("is changing torch right now");
-    let run = sb.rollback(&[]).fails();
+    let run = sb.rollback(&[]).fails_with(
+        r#"error: another rdna1-patch run () is changing torch right now; its lock is [..]/state/lock
+help: wait for it to finish and run this again (the lock is released when that process exits, even if it is killed)"#,
+    );
     run.says("another rdna1-patch run");
     assert_eq!(md5(&torch.miopen()), before);
     drop(lock);
@@ -264,7 +288,11 @@ fn a_prefix_that_fails_its_checksums_is_refused() {
     let torch = sb.torch(TorchKind::Rocm, HIP);
     let before = md5(&torch.miopen());
     std::fs::write(sb.prefix.join("include/miopen/miopen.h"), "tampered").unwrap();
-    let run = sb.install(&[]).fails();
+    let run = sb.install(&[]).fails_with(
+        r#"error: the build in [..]/prefix does not match its MD5SUMS:
+  include/miopen/miopen.h: MD5 [..], expected [..]
+help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+    );
     run.says("does not match its MD5SUMS");
     run.says("include/miopen/miopen.h: MD5");
     assert_eq!(md5(&torch.miopen()), before);
