@@ -54,16 +54,15 @@ fn harness() -> &'static Path {
 
 /// What the harness printed for a HIP device at `pci` named `arch`.
 fn decide(topology: &Path, pci: &str, arch: &str) -> String {
-    let out = Command::new(harness())
-        .arg(topology)
-        .arg("0")
-        .env("STUB_PCI", pci)
-        .env("STUB_ARCH", arch)
-        .env_remove("STUB_FAIL_FIRST")
-        .env_remove("MIOPEN_FORCE_RDNA1")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = rdna1_testkit::run(
+        Command::new(harness())
+            .arg(topology)
+            .arg("0")
+            .env("STUB_PCI", pci)
+            .env("STUB_ARCH", arch)
+            .env_remove("STUB_FAIL_FIRST")
+            .env_remove("MIOPEN_FORCE_RDNA1"),
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 

@@ -106,15 +106,10 @@ fn env(sb: &Sandbox, reg: &Registry) -> Env {
     shim("python", "exec python3 \"$@\"");
     // A real venv with the fake torch in it, for --python ~/venv/bin/python.
     let venv = home.join("venv");
-    let out = Command::new("python3")
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    rdna1_testkit::run(
+        Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv),
     );
     let venv_site = venv.join(format!("lib/python{}/site-packages", python_version()));
     FakeTorch::create(&venv_site, runtime(), TorchKind::Rocm, "2.5.1+rocm6.2", HIP);
@@ -148,14 +143,13 @@ fn env(sb: &Sandbox, reg: &Registry) -> Env {
     }
     // A maintainer key where minisign -G puts it, and a config trusting it.
     std::fs::create_dir_all(home.join(".minisign")).unwrap();
-    let out = Command::new("minisign")
-        .args(["-G", "-W", "-p"])
-        .arg(home.join(".minisign/minisign.pub"))
-        .arg("-s")
-        .arg(home.join(".minisign/minisign.key"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    rdna1_testkit::run(
+        Command::new("minisign")
+            .args(["-G", "-W", "-p"])
+            .arg(home.join(".minisign/minisign.pub"))
+            .arg("-s")
+            .arg(home.join(".minisign/minisign.key")),
+    );
     let public = std::fs::read_to_string(home.join(".minisign/minisign.pub")).unwrap();
     std::fs::write(
         home.join("config.toml"),

@@ -61,15 +61,7 @@ fn bash_completes(words: &[&str]) -> Vec<String> {
         quoted.join(" "),
         words[cword]
     );
-    let out = std::process::Command::new("bash")
-        .args(["--norc", "-c", &cmd])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = rdna1_testkit::run(std::process::Command::new("bash").args(["--norc", "-c", &cmd]));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

@@ -436,15 +436,10 @@ fn kernel_cache(file: &Path) {
         db.execute('CREATE TABLE kern_db (id INTEGER PRIMARY KEY ASC, kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL, kernel_blob BLOB NOT NULL, kernel_hash TEXT NOT NULL, uncompressed_size INT NOT NULL)')\n\
         for k in ['MIOpenBatchNormFwdTrainSpatial.cl', 'MIOpenBatchNormBwdSpatial.cl', 'MIOpenConvDirUni.cl']:\n    db.execute('INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) VALUES (?, ?, ?, ?, ?)', (k, '-DMIO_BN_N=32', b'code', 'h', 4))\n\
         db.commit()\n";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    rdna1_testkit::run(
+        std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(file),
     );
 }
 

@@ -24,17 +24,12 @@ pub(crate) fn keys(dir: &Path, name: &str) -> Keys {
     // plant a file under a trusted key's text need one that can (1 key in
     // 64 ends so): such a pair is made again.
     loop {
-        let out = std::process::Command::new("minisign")
-            .args(["-G", "-f", "-W", "-p"])
-            .arg(&p)
-            .arg("-s")
-            .arg(&s)
-            .output()
-            .expect("minisign (apt-get install minisign)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        rdna1_testkit::run(
+            std::process::Command::new("minisign")
+                .args(["-G", "-f", "-W", "-p"])
+                .arg(&p)
+                .arg("-s")
+                .arg(&s),
         );
         let public = std::fs::read_to_string(&p)
             .unwrap()
@@ -514,14 +509,13 @@ fn a_signature_of_other_bytes_by_a_trusted_key_is_refused() {
     // correctly addressed, in place of the real one.
     let other = publisher.sb.root.join("other.txt");
     std::fs::write(&other, "not the manifest\n").unwrap();
-    let out = std::process::Command::new("minisign")
-        .args(["-S", "-s"])
-        .arg(&publisher.keys.secret)
-        .arg("-m")
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    rdna1_testkit::run(
+        std::process::Command::new("minisign")
+            .args(["-S", "-s"])
+            .arg(&publisher.keys.secret)
+            .arg("-m")
+            .arg(&other),
+    );
     let forged = std::fs::read(publisher.sb.root.join("other.txt.minisig")).unwrap();
     sig_manifest["layers"][0]["digest"] = put_blob(&dir, &forged).into();
     sig_manifest["layers"][0]["size"] = forged.len().into();

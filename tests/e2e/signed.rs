@@ -542,18 +542,13 @@ fn a_layer_that_unpacks_to_more_than_its_signed_config_declares_is_refused() {
     // Signed by the trusted key, as publish signs.
     let file = publisher.sb.root.join("bomb.json");
     std::fs::write(&file, &manifest_bytes).unwrap();
-    let out = std::process::Command::new("minisign")
-        .args(["-S", "-s"])
-        .arg(&publisher.keys.secret)
-        .arg("-m")
-        .arg(&file)
-        .args(["-t", &format!("rdna1-patch build manifest {digest}")])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    rdna1_testkit::run(
+        std::process::Command::new("minisign")
+            .args(["-S", "-s"])
+            .arg(&publisher.keys.secret)
+            .arg("-m")
+            .arg(&file)
+            .args(["-t", &format!("rdna1-patch build manifest {digest}")]),
     );
     let signature = std::fs::read(publisher.sb.root.join("bomb.json.minisig")).unwrap();
     let old_sig_tag = format!("{}.sig", layout_manifest(&dir, tag).1.replace(':', "-"));

@@ -260,15 +260,10 @@ impl Sandbox {
     /// `import torch` in a real python3 with this sandbox's site-packages;
     /// it must succeed. Returns the process's /proc/self/maps.
     pub fn maps_after_import(&self) -> String {
-        let out = Command::new("python3")
-            .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
-            .env("PYTHONPATH", self.root.join("site"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = rdna1_testkit::run(
+            Command::new("python3")
+                .args(["-c", "import torch; print(open('/proc/self/maps').read())"])
+                .env("PYTHONPATH", self.root.join("site")),
         );
         String::from_utf8(out.stdout).unwrap()
     }

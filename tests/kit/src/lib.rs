@@ -52,7 +52,9 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn run(cmd: &mut Command) {
+/// Run a helper program the tests need (a compiler, minisign, python) and
+/// insist it succeeds; the command and all it printed are shown if not.
+pub fn run(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
@@ -60,6 +62,7 @@ fn run(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 /// Build tests/fixtures/fake-runtime in `dir` (incrementally, if it was
