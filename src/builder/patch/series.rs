@@ -19,7 +19,11 @@ pub struct Series {
 
 #[derive(Debug, Clone)]
 pub struct PatchFile {
+    /// The file's name: what provenance, build keys and messages say.
     pub name: String,
+    /// Where the series finds it: `name`, or `../SERIES/name` for a patch
+    /// a sibling series holds.
+    pub file: String,
     /// The series it came from, for provenance and messages.
     pub origin: String,
     pub text: String,
@@ -89,9 +93,10 @@ impl Series {
                     );
                 }
             }
-            if name.contains('/') || name.starts_with('.') {
+            let shared = crate::builder::profile::sibling(name);
+            if shared.is_none() && (name.contains('/') || name.starts_with('.')) {
                 bail!(
-                    "{origin}/series line {}: `{name}` must be a file in the series directory",
+                    "{origin}/series line {}: `{name}` must be a file in the series directory, or ../SERIES/FILE in a sibling series",
                     n + 1
                 );
             }
@@ -101,7 +106,8 @@ impl Series {
                     n + 1
                 )
             })?;
-            let mut p = PatchFile::parse(name, text)?;
+            let mut p = PatchFile::parse(shared.map_or(name, |(_, file)| file), text)?;
+            p.file = name.to_owned();
             p.origin = origin.clone();
             patches.push(p);
         }
@@ -142,6 +148,7 @@ impl PatchFile {
         let (subject, marker) = parse_header(&text);
         let mut p = PatchFile {
             name: name.to_owned(),
+            file: name.to_owned(),
             origin: String::new(),
             text,
             subject,

@@ -209,7 +209,10 @@ pub fn refresh(
             ),
         )
     })?;
-    let target = disk.join(name);
+    // A patch shared with a sibling series is rewritten where it lives,
+    // for every series that names it.
+    let file = series.get(name).map_or(name, |(_, p)| p.file.as_str());
+    let target = disk.join(file);
     if std::fs::read_to_string(&target).ok().as_deref() == Some(text.as_str()) {
         return Ok(format!("{name} is up to date"));
     }

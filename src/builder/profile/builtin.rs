@@ -20,11 +20,28 @@ pub enum SeriesDir {
     Disk(PathBuf),
 }
 
+/// A series line that names a patch of a sibling series, `../SERIES/FILE`:
+/// the way one patch text serves several series without a copy. Nothing
+/// deeper or further up is a patch of this tree.
+pub fn sibling(name: &str) -> Option<(&str, &str)> {
+    let (series, file) = name.strip_prefix("../")?.split_once('/')?;
+    let plain = |s: &str| !s.is_empty() && !s.starts_with('.') && !s.contains('/');
+    (plain(series) && plain(file)).then_some((series, file))
+}
+
 impl SeriesDir {
-    /// Read a file of the series; `None` when it does not exist.
+    /// Read a file of the series, or with `../SERIES/FILE` of a sibling
+    /// series; `None` when it does not exist.
     pub fn read(&self, name: &str) -> Result<Option<String>> {
+        let embedded = |dir: &'static Dir<'static>| match sibling(name) {
+            Some((series, file)) => {
+                let up = dir.path().parent().unwrap_or(Path::new(""));
+                PATCHES.get_file(up.join(series).join(file))
+            }
+            None => dir.get_file(dir.path().join(name)),
+        };
         match self {
-            SeriesDir::Embedded(dir, _) => match dir.get_file(dir.path().join(name)) {
+            SeriesDir::Embedded(dir, _) => match embedded(dir) {
                 Some(f) => Ok(Some(
                     f.contents_utf8()
                         .with_context(|| format!("{name} in {self} is not UTF-8"))?
@@ -134,6 +151,27 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
             .with_context(|| format!("patches/{} is not in this binary", c.patches))?;
         for f in series.files() {
             files.push((dir.join(f.path()), f.contents()));
+        }
+        // The patches it shares with a sibling series go with it, where
+        // its `../SERIES/FILE` lines find them.
+        let lines = series
+            .get_file(series.path().join("series"))
+            .and_then(|f| f.contents_utf8())
+            .unwrap_or_default();
+        for line in lines.lines() {
+            let word = line.split('#').next().unwrap_or_default();
+            let Some((sib, file)) = word.split_whitespace().next().and_then(sibling) else {
+                continue;
+            };
+            let rel = Path::new(&c.patches)
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join(sib)
+                .join(file);
+            let f = PATCHES
+                .get_file(&rel)
+                .with_context(|| format!("patches/{} is not in this binary", rel.display()))?;
+            files.push((dir.join(rel), f.contents()));
         }
     }
     if let Some((existing, _)) = files.iter().find(|(p, _)| p.exists()) {

@@ -16,7 +16,9 @@ use crate::error::hint;
 mod builtin;
 
 use builtin::{PATCHES, builtin};
-pub use builtin::{SeriesDir, builtin_names, builtin_series, builtin_text, export, list_json};
+pub use builtin::{
+    SeriesDir, builtin_names, builtin_series, builtin_text, export, list_json, sibling,
+};
 
 /// A profile is a few KB of TOML; reading anything much larger is a mistake.
 const PROFILE_LIMIT: u64 = 1 << 20;
@@ -441,14 +443,68 @@ impl Component {
 mod tests {
     use super::*;
 
-    /// rocm-7.2's series carries bn-gfx101x's OpenCL patch as a copy (a
-    /// series names only files of its own directory): the two must not drift.
+    /// One copy of each patch text: a series that needs another's patch
+    /// names it `../SERIES/FILE` rather than carrying its own copy.
     #[test]
-    fn the_copied_batchnorm_patch_is_the_same() {
-        let file = |p: &str| PATCHES.get_file(p).map(|f| f.contents()).unwrap();
+    fn no_patch_text_is_held_twice() {
+        let mut seen = std::collections::BTreeMap::new();
+        let mut dirs = vec![&PATCHES];
+        while let Some(d) = dirs.pop() {
+            dirs.extend(d.dirs());
+            for f in d
+                .files()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "patch"))
+            {
+                if let Some(other) = seen.insert(f.contents(), f.path()) {
+                    panic!(
+                        "{} and {} hold the same patch",
+                        other.display(),
+                        f.path().display()
+                    );
+                }
+            }
+        }
+        assert!(seen.len() >= 6, "{} patch files", seen.len());
         assert_eq!(
-            file("miopen/rocm-7.2/0004-batchnorm-gfx101x.patch"),
-            file("miopen/bn-gfx101x/0004-batchnorm-gfx101x.patch")
+            sibling("../rocm-6.2.4/0001-x.patch"),
+            Some(("rocm-6.2.4", "0001-x.patch"))
+        );
+        for not in [
+            "0001-x.patch",
+            "../../a/b",
+            "../a/b/c",
+            "../.git/x",
+            "../a/.x",
+            "./a/b",
+        ] {
+            assert_eq!(sibling(not), None, "{not}");
+        }
+    }
+
+    /// An exported profile finds the patches it shares with a sibling
+    /// series, as the built-in one does.
+    #[test]
+    fn an_exported_profile_keeps_its_shared_patches() {
+        let dir = tempfile::tempdir().unwrap();
+        export("rocm-6.3.1", dir.path()).unwrap();
+        let p = Profile::from_file(&dir.path().join("rocm-6.3.1.toml")).unwrap();
+        let c = p.component("miopen").unwrap();
+        let on_disk = crate::builder::patch::Series::load(&p.series_dir(c).unwrap()).unwrap();
+        let built_in = Profile::load("rocm-6.3.1").unwrap();
+        let c = built_in.component("miopen").unwrap();
+        let embedded =
+            crate::builder::patch::Series::load(&built_in.series_dir(c).unwrap()).unwrap();
+        let names = |s: &crate::builder::patch::Series| -> Vec<(String, String, String)> {
+            s.patches
+                .iter()
+                .map(|p| (p.name.clone(), p.file.clone(), p.text.clone()))
+                .collect()
+        };
+        assert_eq!(names(&on_disk), names(&embedded));
+        assert_eq!(on_disk.patches[0].name, "0001-rdna1-detection.patch");
+        assert_eq!(
+            on_disk.patches[0].file,
+            "../rocm-6.2.4/0001-rdna1-detection.patch"
         );
     }
 
