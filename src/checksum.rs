@@ -44,7 +44,7 @@ impl Md5 {
 
 /// MD5 of a file's contents (following symlinks, as md5sum does), lowercase hex.
 pub fn md5_file(path: &Path) -> Result<String> {
-    Ok(md5_file_scanning(path, b"")?.0)
+    Ok(scan_file(path, b"")?.md5)
 }
 
 /// What one read of a file established: its MD5, whether it holds the
@@ -69,12 +69,8 @@ impl Known {
 }
 
 /// MD5 of a file and whether it contains `needle`, in one read (a library
-/// can be a gigabyte; reading it twice is what this avoids).
-pub fn md5_file_scanning(path: &Path, needle: &[u8]) -> Result<(String, bool)> {
-    scan_file(path, needle).map(|k| (k.md5, k.holds))
-}
-
-/// [`md5_file_scanning`], with the stamp the file had when it was opened.
+/// can be a gigabyte; reading it twice is what this avoids), with the stamp
+/// the file had when it was opened.
 pub fn scan_file(path: &Path, needle: &[u8]) -> Result<Known> {
     let mut f: File = crate::fsutil::open_regular(path)?;
     let stamp = crate::fsutil::Stamp::of(
@@ -335,10 +331,10 @@ mod tests {
         let mut data = vec![7u8; READ_BUF - 3];
         data.extend_from_slice(b"[RDNA1 PATCH] x");
         std::fs::write(&f, &data).unwrap();
-        let (md5, found) = md5_file_scanning(&f, b"[RDNA1 PATCH]").unwrap();
-        assert_eq!(md5, md5_bytes(&data).unwrap());
-        assert!(found);
-        assert!(!md5_file_scanning(&f, b"[RDNA2 PATCH]").unwrap().1);
+        let known = scan_file(&f, b"[RDNA1 PATCH]").unwrap();
+        assert_eq!(known.md5, md5_bytes(&data).unwrap());
+        assert!(known.holds);
+        assert!(!scan_file(&f, b"[RDNA2 PATCH]").unwrap().holds);
         assert_eq!(md5_file(&f).unwrap(), md5_bytes(&data).unwrap());
     }
 

@@ -296,39 +296,6 @@ pub fn entries_named(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<std::path
     found
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fifo_or_device_is_refused_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("fifo");
-        mkfifo(&fifo);
-        let err = open_regular(&fifo).unwrap_err().to_string();
-        assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
-        let err = open_regular(Path::new("/dev/zero"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.ends_with("is a device, not a regular file"), "{err}");
-        let err = read_small(dir.path(), 10).unwrap_err().to_string();
-        assert!(err.ends_with("is a directory, not a regular file"), "{err}");
-    }
-
-    #[test]
-    fn removing_our_file_never_follows_a_symlink() {
-        let dir = tempfile::tempdir().unwrap();
-        let precious = dir.path().join("precious");
-        std::fs::write(&precious, "keep").unwrap();
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&precious, &link).unwrap();
-        assert!(remove_own_file(&link).unwrap());
-        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep");
-        assert!(!remove_own_file(&link).unwrap());
-        assert!(remove_own_file(dir.path()).is_err());
-    }
-}
-
 /// The user this process acts as (what owns the files it creates).
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -421,5 +388,38 @@ pub fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_or_device_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        let err = open_regular(&fifo).unwrap_err().to_string();
+        assert!(err.ends_with("is a FIFO, not a regular file"), "{err}");
+        let err = open_regular(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("is a device, not a regular file"), "{err}");
+        let err = read_small(dir.path(), 10).unwrap_err().to_string();
+        assert!(err.ends_with("is a directory, not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn removing_our_file_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, "keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&precious, &link).unwrap();
+        assert!(remove_own_file(&link).unwrap());
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep");
+        assert!(!remove_own_file(&link).unwrap());
+        assert!(remove_own_file(dir.path()).is_err());
     }
 }

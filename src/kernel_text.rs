@@ -470,7 +470,7 @@ fn hip_decision(
     let norm = normalized(&text[start..end]);
     let at = start + memchr::memchr(b'#', &text[start..end])?;
     let block_end = elses.next(end);
-    let series = series.next(end) + b"MIO_BN_GFX101X".len() <= block_end;
+    let series = series.next(end) + series.word.len() <= block_end;
     if norm == HIP_GUARD && text[at..].starts_with(HIP_GUARD.as_bytes()) {
         return Some(Decision {
             line_start: start,

@@ -58,14 +58,6 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-impl From<OpenError> for anyhow::Error {
-    fn from(e: OpenError) -> anyhow::Error {
-        match e {
-            OpenError::Provenance(e) | OpenError::Md5sums(e, _) => e,
-        }
-    }
-}
-
 impl Prefix {
     pub fn open(dir: &Path) -> std::result::Result<Prefix, OpenError> {
         let provenance = Provenance::read(dir).map_err(OpenError::Provenance)?;

@@ -29,15 +29,24 @@ pub fn sibling(name: &str) -> Option<(&str, &str)> {
     (plain(series) && plain(file)).then_some((series, file))
 }
 
+/// Where a `../SERIES/FILE` line of the series at `dir` (relative to the
+/// patches tree) finds its patch; None for a line of any other shape.
+fn sibling_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    let (series, file) = sibling(name)?;
+    Some(
+        dir.parent()
+            .unwrap_or(Path::new(""))
+            .join(series)
+            .join(file),
+    )
+}
+
 impl SeriesDir {
     /// Read a file of the series, or with `../SERIES/FILE` of a sibling
     /// series; `None` when it does not exist.
     pub fn read(&self, name: &str) -> Result<Option<String>> {
-        let embedded = |dir: &'static Dir<'static>| match sibling(name) {
-            Some((series, file)) => {
-                let up = dir.path().parent().unwrap_or(Path::new(""));
-                PATCHES.get_file(up.join(series).join(file))
-            }
+        let embedded = |dir: &'static Dir<'static>| match sibling_path(dir.path(), name) {
+            Some(path) => PATCHES.get_file(path),
             None => dir.get_file(dir.path().join(name)),
         };
         match self {
@@ -160,14 +169,13 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
             .unwrap_or_default();
         for line in lines.lines() {
             let word = line.split('#').next().unwrap_or_default();
-            let Some((sib, file)) = word.split_whitespace().next().and_then(sibling) else {
+            let Some(rel) = word
+                .split_whitespace()
+                .next()
+                .and_then(|name| sibling_path(series.path(), name))
+            else {
                 continue;
             };
-            let rel = Path::new(&c.patches)
-                .parent()
-                .unwrap_or(Path::new(""))
-                .join(sib)
-                .join(file);
             let f = PATCHES
                 .get_file(&rel)
                 .with_context(|| format!("patches/{} is not in this binary", rel.display()))?;

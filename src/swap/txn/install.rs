@@ -58,7 +58,7 @@ pub fn original_of(locked: &Locked, target: &Path) -> Result<PathBuf> {
 
 /// Whether a file carries our markers: an rdna1-patch build.
 pub fn is_patched(path: &Path) -> bool {
-    checksum::md5_file_scanning(path, MARKER_PREFIX.as_bytes()).is_ok_and(|(_, found)| found)
+    checksum::scan_file(path, MARKER_PREFIX.as_bytes()).is_ok_and(|k| k.holds)
 }
 
 /// The swap as a transaction: journal, back up the original (unless an

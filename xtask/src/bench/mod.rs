@@ -93,11 +93,12 @@ const GROUPS: &[Group] = &[
     },
 ];
 
-/// The `--only` groups, one a line, as the usage and errors list them.
-pub fn groups_help() -> String {
+/// The `--only` groups, one a line after `indent`, as the usage and
+/// errors list them.
+pub fn groups_help(indent: &str) -> String {
     GROUPS
         .iter()
-        .map(|g| format!("  {:<9} {}", g.name, g.what))
+        .map(|g| format!("{indent}{:<9} {}", g.name, g.what))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -131,14 +132,14 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
             "--only" => opts.only = it.next().cloned(),
             other => bail!(
                 "bench: unknown argument {other} (known: --miopen-src DIR, --quick, --only GROUP)\n{}",
-                groups_help()
+                groups_help("  ")
             ),
         }
     }
     if let Some(o) = &opts.only
         && !GROUPS.iter().any(|g| g.name == o)
     {
-        bail!("bench: no group {o}\n{}", groups_help());
+        bail!("bench: no group {o}\n{}", groups_help("  "));
     }
     let started = Instant::now();
     run(crate::cargo().args(["build", "--release", "--quiet", "--bin", "rdna1-patch"]))?;
