@@ -258,10 +258,8 @@ fn color_flag(args: impl Iterator<Item = std::ffi::OsString>) -> clap::ColorChoi
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "rdna1-patch", &mut out);
-    crate::outln!(
-        "{}",
-        completion_script(shell, &String::from_utf8_lossy(&out))
-    );
+    let script = completion_script(shell, &String::from_utf8_lossy(&out));
+    crate::outln!("{}", script.trim_end());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -269,22 +267,12 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
 /// script names the subcommand states `rdna1__patch__subcmd__build` in one
 /// place and `rdna1__subcmd__patch__subcmd__build` (the hyphen of the
 /// binary's name read as a subcommand separator) in the case labels, so
-/// nothing after the first word completed; and it offers the hidden
-/// `--sysfs-root` (a test hook) in every shell.
+/// nothing after the first word completed.
 fn completion_script(shell: clap_complete::Shell, script: &str) -> String {
-    let bash = shell == clap_complete::Shell::Bash;
-    script
-        .lines()
-        .filter_map(|l| match bash {
-            // Bash lists the options on `opts=` lines; its case arm for
-            // the option stays (it is never offered, so never reached).
-            true if l.trim_start().starts_with("opts=") => Some(l.replace(" --sysfs-root", "")),
-            true => Some(l.replace("rdna1__subcmd__patch", "rdna1__patch")),
-            // The other shells give each option a line of its own.
-            false => (!l.contains("sysfs-root")).then(|| l.to_owned()),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    match shell {
+        clap_complete::Shell::Bash => script.replace("rdna1__subcmd__patch", "rdna1__patch"),
+        _ => script.to_owned(),
+    }
 }
 
 fn man(verb: Option<&str>) -> anyhow::Result<ExitCode> {

@@ -70,9 +70,20 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// What [`fix`] made of a library it could read.
+#[derive(Debug)]
+pub enum Fix {
+    /// The library with its texts fixed (the same bytes when no text
+    /// needed it), and what was done.
+    Fixed { bytes: Vec<u8>, edit: Edit },
+    /// A text it does not know: nothing was fixed.
+    Refused(Refused),
+}
+
 /// `original` (a whole library file) with every batch-norm text fixed,
 /// and what was done; proven to differ from it inside those texts alone.
-pub fn fix(original: &[u8]) -> Result<std::result::Result<(Vec<u8>, Edit), Refused>> {
+/// An error is a library whose texts cannot be read at all.
+pub fn fix(original: &[u8]) -> Result<Fix> {
     let (texts, found_by) = locate(original)?;
     let mut edit = Edit {
         changed: Vec::new(),
@@ -86,7 +97,7 @@ pub fn fix(original: &[u8]) -> Result<std::result::Result<(Vec<u8>, Edit), Refus
             Ok(Outcome::Untouched) => {}
             Ok(Outcome::AlreadyFixed) => edit.already.push(t),
             Ok(Outcome::Fixed { text, decisions }) => fixed.push((t, text, decisions)),
-            Err(why) => return Ok(Err(Refused { text: t.name, why })),
+            Err(why) => return Ok(Fix::Refused(Refused { text: t.name, why })),
         }
     }
     let mut bytes = original.to_vec();
@@ -96,7 +107,7 @@ pub fn fix(original: &[u8]) -> Result<std::result::Result<(Vec<u8>, Edit), Refus
     }
     let ranges: Vec<Range<usize>> = edit.changed.iter().map(|(t, _)| t.range.clone()).collect();
     prove_confined(original, &bytes, &ranges)?;
-    Ok(Ok((bytes, edit)))
+    Ok(Fix::Fixed { bytes, edit })
 }
 
 /// Every byte that differs lies inside one of `ranges`, and the length is

@@ -45,6 +45,20 @@ pub struct Derived {
     pub source: checksum::Known,
 }
 
+impl Derived {
+    /// What was done, in a line: "4 of 5 kernel texts fixed (found by
+    /// dynamic symbols), 12 files with MD5SUMS".
+    pub fn summary(&self) -> String {
+        format!(
+            "{} of {} kernel texts fixed (found by {}), {} files with MD5SUMS",
+            self.changed.len(),
+            self.texts,
+            self.found_by.name(),
+            self.files
+        )
+    }
+}
+
 /// The library as read, and as it would be fixed.
 pub struct Planned {
     pub original: Vec<u8>,
@@ -62,14 +76,21 @@ pub fn plan(library: &Path) -> Result<Planned> {
     let meta =
         std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
     let original = crate::elf::read_file(library)?;
-    let (fixed, edit) = embedded::fix(&original)
-        .with_context(|| format!("{} is not a library whose kernel texts can be read", library.display()))?
-        .map_err(|refused| {
-            hint(
+    let fix = embedded::fix(&original).with_context(|| {
+        format!(
+            "{} is not a library whose kernel texts can be read",
+            library.display()
+        )
+    })?;
+    let (fixed, edit) = match fix {
+        embedded::Fix::Fixed { bytes, edit } => (bytes, edit),
+        embedded::Fix::Refused(refused) => {
+            return Err(hint(
                 format!("cannot fix {} in place: {refused}", library.display()),
                 "this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
-            )
-        })?;
+            ));
+        }
+    };
     if edit.changed.is_empty() {
         let (what, fix) = if edit.already.is_empty() {
             (

@@ -82,8 +82,6 @@ pub struct Args {
     /// Do not look in the config's caches
     #[arg(long, conflicts_with = "from")]
     no_caches: bool,
-    #[command(flatten)]
-    sysfs: super::SysfsArg,
 }
 
 pub fn parse_reference(s: &str) -> Result<crate::share::oci::Reference, String> {
@@ -183,7 +181,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         net_timeout: std::time::Duration::from_secs(args.net_timeout),
         gpu_targets: args.gpu_targets,
         no_compat: args.no_compat,
-        sysfs: args.sysfs.root,
+        sysfs: super::sysfs_root(),
         shared,
     };
     if opts.dry_run {

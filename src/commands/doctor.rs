@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
-        sysfs: args.report.sysfs.root.clone(),
+        sysfs: super::sysfs_root(),
         // The torch `install` would use: --python, --torch-dir, else python3.
         torch: Some(args.torch.locator()),
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),

@@ -37,8 +37,6 @@ pub struct Args {
     /// Say which route would be taken and why; change nothing
     #[arg(long)]
     dry_run: bool,
-    #[command(flatten)]
-    sysfs: super::SysfsArg,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -72,7 +70,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         force: args.force,
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
-        sysfs: args.sysfs.root,
+        sysfs: super::sysfs_root(),
         profile,
         route,
         dry_run: args.dry_run,

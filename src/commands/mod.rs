@@ -75,6 +75,15 @@ pub fn rocm_path_env() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The sysfs root the GPUs are read from (its KFD topology): `/sys`, or
+/// `$RDNA1_PATCH_SYSFS` when set. A test hook, kept out of the options
+/// so that no help, completion or man page offers it to users.
+pub fn sysfs_root() -> PathBuf {
+    std::env::var_os("RDNA1_PATCH_SYSFS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/sys"), PathBuf::from)
+}
+
 /// `--state-dir`, where transactions and backups are kept.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StateArg {
@@ -126,22 +135,12 @@ impl PrefixArg {
     }
 }
 
-/// How `verify` and `doctor` report, and where they read the GPU from.
+/// How `verify` and `doctor` report.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub sysfs: SysfsArg,
-}
-
-/// Where the GPUs are read from: the KFD topology below this sysfs root.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SysfsArg {
-    /// Read GPUs from this sysfs tree instead of /sys (for tests)
-    #[arg(long = "sysfs-root", default_value = "/sys", hide = true)]
-    pub root: PathBuf,
 }
 
 /// Print a check report (or its JSON); exit 1 if any check failed.

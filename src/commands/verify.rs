@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         runtime: args.runtime,
         smoke: args.smoke,
         timeout: Duration::from_secs(args.timeout),
-        sysfs: args.report.sysfs.root.clone(),
+        sysfs: super::sysfs_root(),
         jobs: crate::checksum::default_jobs(),
         compile: args.compile,
         compile_for: args.compile_for,

@@ -130,17 +130,7 @@ fn a_fat_binary_that_lies_about_its_sizes_is_an_error_not_a_crash() {
     let torch = sb.torch(TorchKind::Rocm, HIP);
     let real = std::fs::read(fat_library(&sb.root, &["gfx1030"])).unwrap();
     let lib = torch.lib.join("libtorch_hip.so");
-    let doctor = || {
-        sb.run(&[
-            "doctor",
-            "--need-space",
-            "0",
-            "--python",
-            "python3",
-            "--sysfs-root",
-            fixtures().join("sysfs/no-gpu").to_str().unwrap(),
-        ])
-    };
+    let doctor = || sb.run(&["doctor", "--need-space", "0", "--python", "python3"]);
     for (section, what) in [
         (".hip_fatbin", ".hip_fatbin section"),
         (".shstrtab", "section name table"),
@@ -520,13 +510,10 @@ fn an_unreadable_kfd_node_is_said_by_build_and_doctor() {
     copy_dir(&fixtures().join("sysfs/rx5600xt-gfx1010"), &sys);
     let nodes = sys.join("class/kfd/kfd/topology/nodes");
     copy_dir(&nodes.join("1"), &nodes.join("4294967296"));
-    let sysfs = sys.to_str().unwrap();
-    let mut args = sb.build_args(&["--dry-run"]);
-    let at = args.iter().position(|a| a == "--sysfs-root").unwrap();
-    args[at + 1] = sysfs.to_owned();
-    let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).ok();
+    sb.set_gpus(&sys);
+    let run = sb.build(&["--dry-run"]).ok();
     run.prints("targets:   gfx1010 (the RDNA1 card(s) in the KFD topology, 1 node(s) of it unreadable: `rdna1-patch doctor` says which; --gpu-targets to choose)");
-    let doctor = sb.run(&["doctor", "--need-space", "0", "--sysfs-root", sysfs]);
+    let doctor = sb.run(&["doctor", "--need-space", "0"]);
     let all = format!("{}{}", doctor.stdout, doctor.stderr);
     assert!(
         all.contains(&format!(

@@ -308,9 +308,11 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
         args.extend(extra);
         sb.verify(&args)
     };
-    let verify = |sysfs: &str| compile(&["--sysfs-root", sysfs]);
-    let card = crate::support::fixtures().join("sysfs/rx5600xt-gfx1010");
-    let run = verify(card.to_str().unwrap()).ok();
+    let verify = |sysfs: &Path| {
+        sb.set_gpus(sysfs);
+        compile(&[])
+    };
+    let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).ok();
     run.prints(&format!(
         "2 batch-norm kernels compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
         torch.lib.join("libamd_comgr.so.2").display()
@@ -321,7 +323,7 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
         .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
         .prints("the original's: 0 of 2 fail");
     // With no card, gfx1010 is assumed, and said.
-    verify("/nonexistent")
+    verify(Path::new("/nonexistent"))
         .ok()
         .prints("compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr");
     // The original back in place: its kernels fail to compile for gfx1010.
@@ -335,7 +337,7 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
     )
     .unwrap();
     std::fs::write(torch.miopen(), original).unwrap();
-    let run = verify(card.to_str().unwrap()).check_fails();
+    let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).check_fails();
     run.prints("2 of 2 batch-norm kernels do not compile for gfx1010")
         .prints("MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: ")
         .prints("cannot compile inline asm");
@@ -350,7 +352,9 @@ fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() 
     let comgr = Comgr::open(Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"))
         .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
     let pristine = std::fs::read(runtime().join("torch/lib/libMIOpen.so")).unwrap();
-    let (fixed, _) = embedded::fix(&pristine).unwrap().unwrap();
+    let embedded::Fix::Fixed { bytes: fixed, .. } = embedded::fix(&pristine).unwrap() else {
+        panic!("the fixture's library is refused");
+    };
     let failing = |lib: &[u8], arch: &str| {
         let rows = kernel_check::check(&comgr, lib, arch).unwrap();
         assert_eq!(rows.len(), 2, "{rows:?}");

@@ -575,24 +575,13 @@ fn doctor_names_a_sysfs_node_it_cannot_read_instead_of_hanging() {
     // SAFETY: a valid C string.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
     let start = Instant::now();
-    let run = sb.run(&[
-        "doctor",
-        "--sysfs-root",
-        sys.to_str().unwrap(),
-        "--need-space",
-        "0",
-    ]);
+    sb.set_gpus(&sys);
+    let run = sb.run(&["doctor", "--need-space", "0"]);
     assert!(start.elapsed() < Duration::from_secs(20));
     run.prints("a KFD topology node was skipped: node 1: ")
         .prints("is a FIFO, not a regular file");
     // A need that overflows GiB -> bytes is still a need, not "ok".
-    let run = sb.run(&[
-        "doctor",
-        "--sysfs-root",
-        sys.to_str().unwrap(),
-        "--need-space",
-        "17179869184",
-    ]);
+    let run = sb.run(&["doctor", "--need-space", "17179869184"]);
     let disk = run
         .stdout
         .lines()

@@ -1,12 +1,11 @@
 //! `build` and `install` without --profile take the profile for the torch
 //! they target, say which and why, and refuse a ROCm line with no profile.
 
-use crate::support::{FakeTorch, Run, Sandbox, TorchKind, fixtures, runtime};
+use crate::support::{FakeTorch, Run, Sandbox, TorchKind, runtime};
 
 /// `build miopen --dry-run` with no --profile, against python3's torch;
 /// to the patch stage, which needs no ROCm here.
 fn dry_run(sb: &Sandbox) -> Run {
-    let no_gpu = fixtures().join("sysfs/no-gpu");
     sb.run(&[
         "build",
         "miopen",
@@ -15,8 +14,6 @@ fn dry_run(sb: &Sandbox) -> Run {
         "patch",
         "--work-dir",
         sb.work.to_str().unwrap(),
-        "--sysfs-root",
-        no_gpu.to_str().unwrap(),
     ])
 }
 

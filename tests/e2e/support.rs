@@ -17,6 +17,9 @@ pub use rdna1_testkit::{FakeTorch, TorchKind, copy_dir, fat_library, fixtures, g
 pub struct Sandbox {
     _tmp: tempfile::TempDir,
     pub fx: Fixture,
+    /// The sysfs tree the binary reads its GPUs from; no GPU until a test
+    /// says otherwise, whatever this machine has.
+    gpus: std::cell::RefCell<PathBuf>,
 }
 
 impl std::ops::Deref for Sandbox {
@@ -157,6 +160,11 @@ impl Run {
     }
 }
 
+/// A recorded sysfs tree of tests/fixtures/sysfs, e.g. `rx5600xt-gfx1010`.
+pub fn gpus(tree: &str) -> PathBuf {
+    fixtures().join("sysfs").join(tree)
+}
+
 /// Shared by every test of this run, under target/tmp.
 fn shared(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -177,10 +185,7 @@ fn built_prefix() -> &'static Path {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
         let fx = Fixture::create(&root, runtime());
-        let sb = Sandbox {
-            _tmp: tempfile::tempdir().unwrap(),
-            fx,
-        };
+        let sb = Sandbox::of(tempfile::tempdir().unwrap(), fx);
         sb.build(&[]).ok();
         sb.fx.prefix.clone()
     })
@@ -197,7 +202,22 @@ impl Sandbox {
     pub fn new() -> Sandbox {
         let tmp = tempfile::tempdir().unwrap();
         let fx = Fixture::create(tmp.path(), runtime());
-        Sandbox { _tmp: tmp, fx }
+        Sandbox::of(tmp, fx)
+    }
+
+    fn of(tmp: tempfile::TempDir, fx: Fixture) -> Sandbox {
+        let gpus = fixtures().join("sysfs/no-gpu").into();
+        Sandbox {
+            _tmp: tmp,
+            fx,
+            gpus,
+        }
+    }
+
+    /// Read the GPUs from the sysfs tree `root` from now on: a tree of
+    /// tests/fixtures/sysfs (see [`gpus`]) or one the test made.
+    pub fn set_gpus(&self, root: impl Into<PathBuf>) {
+        *self.gpus.borrow_mut() = root.into();
     }
 
     /// A sandbox whose prefix already holds the fixture's build.
@@ -254,7 +274,8 @@ impl Sandbox {
             .env("CCACHE_DIR", self.root.join("ccache"))
             .env_remove("FAILPOINTS")
             .env_remove("CXX")
-            .env_remove("MAKEFLAGS");
+            .env_remove("MAKEFLAGS")
+            .env(rdna1_testkit::SYSFS_ENV, &*self.gpus.borrow());
     }
 
     /// `import torch` in a real python3 with this sandbox's site-packages;

@@ -1,18 +1,12 @@
 //! GPU_TARGETS: the RDNA1 cards of the machine (recorded KFD topologies),
 //! `--gpu-targets`, `-D`, and the warning when a card's arch was left out.
 
-use crate::support::{HIP, Sandbox, TorchKind, fixtures};
+use crate::support::{HIP, Sandbox, TorchKind, gpus};
 
-fn sysfs(name: &str) -> String {
-    fixtures().join("sysfs").join(name).display().to_string()
-}
-
-/// The sandbox's build arguments with the topology `tree` instead of none.
+/// The sandbox's build with the topology `tree` instead of none.
 fn build_on(sb: &Sandbox, tree: &str, extra: &[&str]) -> crate::support::Run {
-    let mut args = sb.build_args(extra);
-    let at = args.iter().position(|a| a == "--sysfs-root").unwrap() + 1;
-    args[at] = sysfs(tree);
-    crate::support::Run::from(sb.cmd().args(&args).output().unwrap())
+    sb.set_gpus(gpus(tree));
+    sb.build(extra)
 }
 
 #[test]
@@ -90,19 +84,17 @@ fn a_card_left_out_of_the_build_is_named_by_verify_and_install() {
     let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
     assert!(cache.contains("GPU_TARGETS:STRING=gfx1010\n"), "{cache}");
 
-    let ok = sb
-        .verify(&["--sysfs-root", &sysfs("rx5600xt-gfx1010")])
-        .ok();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let ok = sb.verify(&[]).ok();
     ok.prints("ok    targets   built for gfx1010");
-    let two = sb.verify(&["--sysfs-root", &sysfs("two-cards-gfx1010-gfx1012")]);
+    sb.set_gpus(gpus("two-cards-gfx1010-gfx1012"));
+    let two = sb.verify(&[]);
     two.prints(
         "warn  targets   the library was built for gfx1010 (GPU_TARGETS), but this machine has gfx1012",
     );
     two.prints("rdna1-patch build miopen --gpu-targets gfx1010,gfx1012");
 
     sb.torch(TorchKind::Rocm, HIP);
-    let install = sb
-        .install(&["--sysfs-root", &sysfs("two-cards-gfx1010-gfx1012")])
-        .ok();
+    let install = sb.install(&[]).ok();
     install.says("warning: the library was built for gfx1010 (GPU_TARGETS), but this machine has gfx1012; rebuild with `rdna1-patch build miopen --gpu-targets gfx1010,gfx1012`");
 }

@@ -3,11 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{HIP, Run, Sandbox, TorchKind, fat_library, fixtures};
-
-fn sysfs(name: &str) -> String {
-    fixtures().join("sysfs").join(name).display().to_string()
-}
+use crate::support::{HIP, Run, Sandbox, TorchKind, fat_library, gpus};
 
 /// The line of check `name`, e.g. "ok    prefix    ...".
 fn line<'a>(run: &'a Run, name: &str) -> &'a str {
@@ -132,20 +128,20 @@ fn smoke_runs_on_a_gpu_skips_without_one_and_a_hang_becomes_a_fail() {
     let sb = Sandbox::built();
     sb.torch(TorchKind::Rocm, HIP);
     sb.install(&[]).ok();
-    let gpu = sysfs("rx5600xt-gfx1010");
-    let run = sb.verify(&["--smoke", "--sysfs-root", &gpu]).ok();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let run = sb.verify(&["--smoke"]).ok();
     let l = line(&run, "smoke");
     assert!(
         l.starts_with("ok ") && l.contains("ran on AMD Radeon RX 5600 XT (gfx1010)"),
         "{l}"
     );
 
-    let run = sb
-        .verify(&["--smoke", "--sysfs-root", &sysfs("no-gpu")])
-        .ok();
+    sb.set_gpus(gpus("no-gpu"));
+    let run = sb.verify(&["--smoke"]).ok();
     assert!(line(&run, "smoke").starts_with("skip"), "{}", run.stdout);
     assert!(line(&run, "smoke").contains("no AMD GPU"), "{}", run.stdout);
 
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
     let start = Instant::now();
     let state = sb.state();
     let out = sb
@@ -157,7 +153,7 @@ fn smoke_runs_on_a_gpu_skips_without_one_and_a_hang_becomes_a_fail() {
             "--state-dir",
             &state,
         ])
-        .args(["--smoke", "--timeout", "2", "--sysfs-root", &gpu])
+        .args(["--smoke", "--timeout", "2"])
         .env("FAKE_TORCH_CONV_SLEEP", "600")
         .output()
         .unwrap();
@@ -183,15 +179,7 @@ fn smoke_runs_on_a_gpu_skips_without_one_and_a_hang_becomes_a_fail() {
 fn doctor_says_plainly_what_blocks_a_build() {
     let sb = Sandbox::new();
     let run = sb
-        .run(&[
-            "doctor",
-            "--rocm",
-            "/nonexistent/rocm",
-            "--need-space",
-            "0",
-            "--sysfs-root",
-            &sysfs("no-gpu"),
-        ])
+        .run(&["doctor", "--rocm", "/nonexistent/rocm", "--need-space", "0"])
         .check_fails();
     for needle in [
         "FAIL  rocm      no ROCm at /nonexistent/rocm",
@@ -249,22 +237,14 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .status()
         .unwrap();
     let rocm = sb.rocm.display().to_string();
-    let gpu = sysfs("rx5600xt-gfx1010");
     // doctor with this ROCm, a sysfs tree and a space need.
     let doctor = |tree: &str, need: &str| -> Vec<String> {
-        [
-            "doctor",
-            "--rocm",
-            &rocm,
-            "--need-space",
-            need,
-            "--sysfs-root",
-            tree,
-        ]
-        .map(String::from)
-        .to_vec()
+        sb.set_gpus(gpus(tree));
+        ["doctor", "--rocm", &rocm, "--need-space", need]
+            .map(String::from)
+            .to_vec()
     };
-    let base = doctor(&gpu, "0");
+    let base = doctor("rx5600xt-gfx1010", "0");
     let base: Vec<&str> = base.iter().map(String::as_str).collect();
     let run = sb.run(&base).ok();
     for needle in [
@@ -296,7 +276,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     );
     assert!(stdout.contains("ok    gpu       gfx1010"), "{stdout}");
 
-    let mut args = doctor(&sysfs("rx6800-gfx1030"), "0");
+    let mut args = doctor("rx6800-gfx1030", "0");
     args.push("--json".into());
     let run = sb
         .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
@@ -318,7 +298,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     );
 
     // Too little disk blocks a build.
-    let args = doctor(&gpu, "100000000");
+    let args = doctor("rx5600xt-gfx1010", "100000000");
     let run = sb
         .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .check_fails();
@@ -329,18 +309,10 @@ fn doctor_says_plainly_what_blocks_a_build() {
 fn doctors_override_advice_follows_the_code_objects_in_torch() {
     let sb = Sandbox::new();
     let torch = sb.torch(TorchKind::Rocm, HIP);
-    let gpu = sysfs("rx5600xt-gfx1010");
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
     let doctor = |with_override: bool| -> String {
         let mut c = sb.cmd();
-        c.args([
-            "doctor",
-            "--need-space",
-            "0",
-            "--python",
-            "python3",
-            "--sysfs-root",
-            &gpu,
-        ]);
+        c.args(["doctor", "--need-space", "0", "--python", "python3"]);
         if with_override {
             c.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
         } else {

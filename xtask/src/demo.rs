@@ -57,7 +57,7 @@ pub fn run_demo(root: &Path) -> Result<()> {
     let fx = Fixture::create(sb, &runtime);
 
     let build = |extra: &[&str]| {
-        let mut c = Command::new(&bin);
+        let mut c = fx.command(&bin);
         c.current_dir(sb).args(fx.build_args()).args(extra);
         c
     };

@@ -74,7 +74,7 @@ struct Sandbox {
 
 impl Sandbox {
     fn cmd(&self, op: Op) -> Command {
-        let mut c = Command::new(&self.bin);
+        let mut c = rdna1_testkit::binary_with_gpus(&self.bin, "no-gpu");
         c.current_dir(&self.root);
         let state = || ["--state-dir".into(), self.state.clone().into_os_string()];
         match op {
@@ -209,7 +209,8 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
     let sbdir = dir.path();
     let runtime = rdna1_testkit::build_runtime(&sbdir.join("fake-runtime"));
     let fx = Fixture::create(sbdir, &runtime);
-    run(Command::new(&bin)
+    run(fx
+        .command(&bin)
         .current_dir(sbdir)
         .args(fx.build_args())
         .stderr(Stdio::null()))?;

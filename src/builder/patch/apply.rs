@@ -137,13 +137,13 @@ impl<'b> Workspace<'b> {
     pub fn apply(&mut self, patch: &PatchFile) -> Result<ApplyOutcome> {
         let changes = patch.changes()?;
         match self.try_apply(patch, &changes, false)? {
-            Ok(staged) => {
+            Trial::Fits(staged) => {
                 self.files.extend(staged);
                 Ok(ApplyOutcome::Applied)
             }
-            Err(forward) => match self.try_apply(patch, &changes, true)? {
-                Ok(_) => Ok(ApplyOutcome::AlreadyApplied),
-                Err(_) => Err(forward.into()),
+            Trial::DoesNot(forward) => match self.try_apply(patch, &changes, true)? {
+                Trial::Fits(_) => Ok(ApplyOutcome::AlreadyApplied),
+                Trial::DoesNot(_) => Err(forward.into()),
             },
         }
     }
@@ -155,27 +155,32 @@ impl<'b> Workspace<'b> {
             .into_iter()
             .filter(|c| only.contains(&c.path))
             .collect();
-        let staged = self.try_apply(patch, &changes, true)?.map_err(|e| {
-            hint(
-                format!("{e} (while taking it out to refresh an earlier patch)"),
-                format!(
-                    "{} also changes this file and its changes are no longer in the tree as it has them; refresh {} first, or fix the file",
-                    e.patch, e.patch
-                ),
-            )
-        })?;
+        let staged = match self.try_apply(patch, &changes, true)? {
+            Trial::Fits(staged) => staged,
+            Trial::DoesNot(e) => {
+                return Err(hint(
+                    format!("{e} (while taking it out to refresh an earlier patch)"),
+                    format!(
+                        "{} also changes this file and its changes are no longer in the tree as it has them; refresh {} first, or fix the file",
+                        e.patch, e.patch
+                    ),
+                ));
+            }
+        };
         self.files.extend(staged);
         Ok(())
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Apply `changes` (reversed with `reverse`) to the files as they are
+    /// now, without keeping the result. An error is a file that cannot
+    /// be read; a patch that does not fit is [`Trial::DoesNot`].
     fn try_apply(
         &mut self,
         patch: &PatchFile,
         changes: &[FileChange],
         reverse: bool,
-    ) -> Result<std::result::Result<BTreeMap<String, Option<String>>, ApplyError>> {
-        let mut staged: BTreeMap<String, Option<String>> = BTreeMap::new();
+    ) -> Result<Trial> {
+        let mut staged = Staged::new();
         for ch in changes {
             let current = match staged.get(&ch.path) {
                 Some(v) => v.clone(),
@@ -192,9 +197,9 @@ impl<'b> Workspace<'b> {
                 (k, _) => k,
             };
             let input = match (kind, &current) {
-                (Kind::Create, Some(_)) => return Ok(Err(fail(Reason::Exists))),
+                (Kind::Create, Some(_)) => return Ok(Trial::DoesNot(fail(Reason::Exists))),
                 (Kind::Create, None) => String::new(),
-                (_, None) => return Ok(Err(fail(Reason::Missing))),
+                (_, None) => return Ok(Trial::DoesNot(fail(Reason::Missing))),
                 (_, Some(text)) => text.clone(),
             };
             let reversed;
@@ -220,12 +225,12 @@ impl<'b> Workspace<'b> {
                         .get(number - 1)
                         .map(hunk_header)
                         .unwrap_or_default();
-                    return Ok(Err(fail(Reason::Hunk { number, header })));
+                    return Ok(Trial::DoesNot(fail(Reason::Hunk { number, header })));
                 }
             };
             let result = if kind == Kind::Delete {
                 if !output.is_empty() {
-                    return Ok(Err(fail(Reason::NotEmptyAfterDelete)));
+                    return Ok(Trial::DoesNot(fail(Reason::NotEmptyAfterDelete)));
                 }
                 None
             } else {
@@ -233,8 +238,17 @@ impl<'b> Workspace<'b> {
             };
             staged.insert(ch.path.clone(), result);
         }
-        Ok(Ok(staged))
+        Ok(Trial::Fits(staged))
     }
+}
+
+/// Each changed file's new text (None: deleted), by path.
+type Staged = BTreeMap<String, Option<String>>;
+
+/// Whether a patch fits the files as they are.
+enum Trial {
+    Fits(Staged),
+    DoesNot(ApplyError),
 }
 
 /// What applying a series to a tree would do.

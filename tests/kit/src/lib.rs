@@ -14,6 +14,17 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
+/// The variable the binary reads its sysfs root from instead of `/sys`.
+pub const SYSFS_ENV: &str = "RDNA1_PATCH_SYSFS";
+
+/// The binary at `bin`, reading the GPUs from `tests/fixtures/sysfs/TREE`
+/// (`no-gpu`, `rx5600xt-gfx1010`, ...) whatever this machine has.
+pub fn binary_with_gpus(bin: &Path, tree: &str) -> Command {
+    let mut c = Command::new(bin);
+    c.env(SYSFS_ENV, fixtures().join("sysfs").join(tree));
+    c
+}
+
 /// Run git in `dir` with a fixed identity and no user or system config.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -209,9 +220,15 @@ impl Fixture {
         std::fs::write(&self.profile, edit(text)).unwrap();
     }
 
-    /// Arguments for `rdna1-patch build` on this fixture.
+    /// The binary at `bin` as this fixture's builds run it: with no GPU,
+    /// whatever this machine has, so GPU_TARGETS stays the profile's.
+    pub fn command(&self, bin: &Path) -> Command {
+        binary_with_gpus(bin, "no-gpu")
+    }
+
+    /// Arguments for `rdna1-patch build` on this fixture; run them with
+    /// [`Fixture::command`].
     pub fn build_args(&self) -> Vec<String> {
-        let no_gpu = fixtures().join("sysfs/no-gpu");
         [
             "build",
             "--profile",
@@ -220,9 +237,6 @@ impl Fixture {
             self.work.to_str().unwrap(),
             "--rocm",
             self.rocm.to_str().unwrap(),
-            // No GPU, whatever this machine has: GPU_TARGETS stays the profile's.
-            "--sysfs-root",
-            no_gpu.to_str().unwrap(),
         ]
         .map(String::from)
         .to_vec()

@@ -14,7 +14,7 @@ fn noop_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Row
     let fx = sandbox(bin, &dir.join("noop"), runtime, &["--launcher", "none"])?;
     let ours = time(runs, || {
         let out = quiet(
-            Command::new(bin)
+            fx.command(bin)
                 .args(fx.build_args())
                 .args(["--launcher", "none"]),
         )?;
@@ -105,7 +105,7 @@ fn big_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<(Row
             clean()?;
             if first {
                 let t = Instant::now();
-                let out = quiet(Command::new(bin).args(fx.build_args()).args(units).args([
+                let out = quiet(fx.command(bin).args(fx.build_args()).args(units).args([
                     "--launcher",
                     "none",
                     "--stop-after",
@@ -167,7 +167,7 @@ fn big_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<(Row
     let build = |extra: &[&str]| -> Result<f64> {
         let t = Instant::now();
         quiet(
-            Command::new(bin)
+            fx2.command(bin)
                 .args(fx2.build_args())
                 .args(units)
                 .args(["--launcher", "ccache"])

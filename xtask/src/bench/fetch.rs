@@ -191,7 +191,7 @@ fn fetch_race(
     for i in 0..runs {
         let _ = std::fs::remove_dir_all(work);
         let t = Instant::now();
-        quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
+        quiet(fx.command(bin).args(fx.build_args()).args(fetch_args))?;
         ours.push(t.elapsed().as_secs_f64());
         let clone = work.with_file_name(format!("clone{i}"));
         let t = Instant::now();
@@ -209,7 +209,7 @@ fn fetch_race(
         )
     };
     let before = objects()?;
-    let again = quiet(Command::new(bin).args(fx.build_args()).args(fetch_args))?;
+    let again = quiet(fx.command(bin).args(fx.build_args()).args(fetch_args))?;
     let transferred = again.contains("Fetching") || objects()? != before;
     Ok((Stats::of(ours), Stats::of(theirs), transferred))
 }

@@ -233,7 +233,7 @@ pub(crate) fn sandbox(bin: &Path, root: &Path, runtime: &Path, extra: &[&str]) -
     std::fs::create_dir_all(root)?;
     let fx = Fixture::create(root, runtime);
     quiet(
-        Command::new(bin)
+        fx.command(bin)
             .args(fx.build_args())
             .args(extra)
             .env("CCACHE_DIR", root.join("ccache")),
@@ -262,7 +262,7 @@ pub(crate) fn fixture_cold_and_warm(
         &["--launcher", "ccache"],
     )?;
     let build = |clean: bool, cache: &Path| -> Result<()> {
-        let mut c = Command::new(bin);
+        let mut c = fx.command(bin);
         c.args(fx.build_args())
             .args(["--launcher", "ccache", "--clean"])
             .env("CCACHE_DIR", cache);

@@ -60,7 +60,7 @@ fn shared_pull(
     let pull = time(runs, || {
         let _ = std::fs::remove_dir_all(&prefix);
         let out = quiet(
-            Command::new(bin)
+            fx.command(bin)
                 .args(&args)
                 .args(["--prefix"])
                 .arg(&prefix)
