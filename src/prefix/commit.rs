@@ -350,36 +350,34 @@ mod tests {
     fn an_install_that_cannot_finish_leaves_the_previous_prefix_whole() {
         let dir = tempfile::tempdir().unwrap();
         let (prefix, staged) = (dir.path().join("p"), dir.path().join("s"));
-        let entry = |path: &str, md5: &str| Entry {
-            path: path.to_owned(),
-            md5: md5.to_owned(),
-        };
         std::fs::create_dir_all(prefix.join("lib/libMIOpen.so.1")).unwrap();
         std::fs::create_dir_all(prefix.join("share/rdna1-patch")).unwrap();
-        std::fs::write(prefix.join("lib/a"), "old").unwrap();
-        let old = vec![entry("lib/a", &"0".repeat(32))];
-        std::fs::write(prefix.join(MD5SUMS), checksum::format_md5sums(&old)).unwrap();
-        std::fs::create_dir_all(staged.join("lib")).unwrap();
-        std::fs::write(staged.join("lib/a"), "new").unwrap();
-        std::fs::write(staged.join("lib/libMIOpen.so.1"), "new").unwrap();
-        let new = vec![
-            entry("lib/a", &"1".repeat(32)),
-            entry("lib/libMIOpen.so.1", &"2".repeat(32)),
-        ];
+        write_listed(&prefix, &["lib/a"], "old", 0);
+        let new = write_listed(&staged, &["lib/a", "lib/libMIOpen.so.1"], "new", 1);
         let err = move_into_place(&prefix, &staged, &new).unwrap_err();
         assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("lib/a")).unwrap(),
-            "old"
-        );
+        assert_eq!(read(&prefix.join("lib/a")), "old");
         assert!(prefix.join(MD5SUMS).exists(), "MD5SUMS stays");
     }
 
-    fn entry(path: &str, md5: &str) -> Entry {
-        Entry {
-            path: path.to_owned(),
-            md5: md5.to_owned(),
+    /// `files` below `root`, each holding `text`, and their entries with
+    /// made-up sums from digit `first` on; written to `root`'s MD5SUMS
+    /// when its record dir exists (a prefix, not a staged tree).
+    fn write_listed(root: &Path, files: &[&str], text: &str, first: u32) -> Vec<Entry> {
+        let mut entries = Vec::new();
+        for (n, f) in (first..).zip(files) {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), text).unwrap();
+            let digit = char::from_digit(n, 10).unwrap();
+            entries.push(Entry {
+                path: (*f).to_owned(),
+                md5: digit.to_string().repeat(32),
+            });
         }
+        if root.join(RECORD_DIR).is_dir() {
+            std::fs::write(root.join(MD5SUMS), checksum::format_md5sums(&entries)).unwrap();
+        }
+        entries
     }
 
     /// A previous prefix (lib/a, lib/old-only, MD5SUMS) and a staged tree
@@ -387,23 +385,14 @@ mod tests {
     fn previous_and_staged(dir: &Path) -> (PathBuf, PathBuf, Vec<Entry>) {
         let prefix = dir.join("p");
         std::fs::create_dir_all(prefix.join(RECORD_DIR)).unwrap();
-        std::fs::create_dir_all(prefix.join("lib")).unwrap();
-        std::fs::write(prefix.join("lib/a"), "old").unwrap();
-        std::fs::write(prefix.join("lib/old-only"), "old").unwrap();
-        let old = vec![
-            entry("lib/a", &"0".repeat(32)),
-            entry("lib/old-only", &"1".repeat(32)),
-        ];
-        std::fs::write(prefix.join(MD5SUMS), checksum::format_md5sums(&old)).unwrap();
+        write_listed(&prefix, &["lib/a", "lib/old-only"], "old", 0);
         let staged = staging_dir(&prefix).join("root");
-        std::fs::create_dir_all(staged.join("lib")).unwrap();
-        std::fs::write(staged.join("lib/a"), "new").unwrap();
-        std::fs::write(staged.join("lib/b"), "new").unwrap();
-        let new = vec![
-            entry("lib/a", &"2".repeat(32)),
-            entry("lib/b", &"3".repeat(32)),
-        ];
+        let new = write_listed(&staged, &["lib/a", "lib/b"], "new", 2);
         (prefix, staged, new)
+    }
+
+    fn read(p: &Path) -> String {
+        std::fs::read_to_string(p).unwrap()
     }
 
     fn ino(p: &Path) -> u64 {
@@ -421,19 +410,10 @@ mod tests {
         let removed = move_into_place(&prefix, &staged, &new).unwrap();
         assert_eq!(removed, ["lib/old-only"]);
         assert_ne!(ino(&prefix), before, "exchanged, not changed file by file");
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("lib/a")).unwrap(),
-            "new"
-        );
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("lib/b")).unwrap(),
-            "new"
-        );
+        assert_eq!(read(&prefix.join("lib/a")), "new");
+        assert_eq!(read(&prefix.join("lib/b")), "new");
         assert!(!prefix.join("lib/old-only").exists());
-        assert_eq!(
-            std::fs::read_to_string(prefix.join(MD5SUMS)).unwrap(),
-            checksum::format_md5sums(&new)
-        );
+        assert_eq!(read(&prefix.join(MD5SUMS)), checksum::format_md5sums(&new));
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -454,17 +434,8 @@ mod tests {
         let removed = move_into_place(&prefix, &staged, &new).unwrap();
         assert_eq!(removed, ["lib/old-only"]);
         assert_eq!(ino(&prefix), before);
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("bin/theirs")).unwrap(),
-            "theirs"
-        );
-        assert_eq!(
-            std::fs::read_to_string(prefix.join("lib/b")).unwrap(),
-            "new"
-        );
-        assert_eq!(
-            std::fs::read_to_string(prefix.join(MD5SUMS)).unwrap(),
-            checksum::format_md5sums(&new)
-        );
+        assert_eq!(read(&prefix.join("bin/theirs")), "theirs");
+        assert_eq!(read(&prefix.join("lib/b")), "new");
+        assert_eq!(read(&prefix.join(MD5SUMS)), checksum::format_md5sums(&new));
     }
 }

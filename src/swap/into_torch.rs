@@ -340,17 +340,8 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
         },
         ui,
     )?;
-    ui.stage(
-        "Prefix",
-        format!(
-            "{}: {} of {} kernel texts fixed (found by {}), {} files with MD5SUMS",
-            req.prefix.display(),
-            derived.changed.len(),
-            derived.texts,
-            derived.found_by.name(),
-            derived.files
-        ),
-    );
+    let summary = derived.summary();
+    ui.stage("Prefix", format!("{}: {summary}", req.prefix.display()));
     // The library was hashed as it was written and parsed from the same
     // bytes: the prefix need not be read again before the swap.
     let known = (source == torch.target).then_some(derived.source);

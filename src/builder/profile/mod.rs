@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::error::hint;
@@ -206,85 +206,38 @@ impl Profile {
     }
 
     fn check(&self, label: &str) -> Result<()> {
+        let problem = self.problem().or_else(|| {
+            self.components
+                .iter()
+                .find_map(|(name, c)| component_problem(name, c))
+        });
+        if let Some((what, help)) = problem {
+            let what = format!("invalid profile {label}: {what}");
+            return Err(help.map_or_else(|| anyhow::anyhow!("{what}"), |h| hint(&what, h)));
+        }
+        for (name, c) in &self.components {
+            check_compat(label, name, c)?;
+        }
+        Ok(())
+    }
+
+    /// What is wrong with the profile as a whole, and the fix if there
+    /// is more to say than the problem.
+    fn problem(&self) -> Option<(String, Option<&'static str>)> {
         if self.components.is_empty() {
-            bail!("invalid profile {label}: it defines no [components.*]");
+            return Some(("it defines no [components.*]".into(), None));
         }
         // Both name directories of the work dir: they must stay single,
         // plain path components inside it.
-        for (what, name) in std::iter::once(("name", &self.name))
+        std::iter::once(("name", &self.name))
             .chain(self.components.keys().map(|k| ("component", k)))
-        {
-            if !is_plain_name(name) {
-                return Err(hint(
-                    format!(
-                        "invalid profile {label}: {what} `{}` is not a plain name",
-                        name.escape_debug()
-                    ),
-                    "use letters, digits, `.`, `_` and `-` only (it names a directory in the work dir), e.g. name = \"rocm-6.2.4-mine\"",
-                ));
-            }
-        }
-        for (name, c) in &self.components {
-            if c.url.trim().is_empty() {
-                bail!("invalid profile {label}: components.{name} needs a `url`");
-            }
-            match (&c.tag, &c.commit) {
-                (Some(tag), _) if tag.trim().is_empty() => {
-                    bail!("invalid profile {label}: components.{name}.tag is empty")
-                }
-                (None, None) => {
-                    return Err(hint(
-                        format!("invalid profile {label}: components.{name} pins no source"),
-                        "give a `tag`, a `commit` (the full 40-digit id), or both",
-                    ));
-                }
-                _ => {}
-            }
-            if let Some(commit) = &c.commit {
-                let full = c.tag.is_some() || commit.len() == 40;
-                if commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()) || !full {
-                    return Err(hint(
-                        format!(
-                            "invalid profile {label}: components.{name}.commit `{commit}` is not {}",
-                            if c.tag.is_some() {
-                                "a hex commit id"
-                            } else {
-                                "a full 40-digit commit id"
-                            }
-                        ),
-                        "without a tag the commit is fetched by its id, which git needs in full",
-                    ));
-                }
-            }
-            for (key, path) in c
-                .subdir
-                .iter()
-                .map(|p| ("subdir", p))
-                .chain(c.sparse.iter().map(|p| ("sparse", p)))
-            {
-                if !is_inner_path(path) {
-                    return Err(hint(
-                        format!(
-                            "invalid profile {label}: components.{name}.{key} `{}` is not a directory inside the repository",
-                            path.escape_debug()
-                        ),
-                        "give a relative path without `..` and outside `.git`, e.g. subdir = \"projects/miopen\"",
-                    ));
-                }
-            }
-            if !c.sparse.is_empty() && c.subdir.is_none() {
-                bail!(
-                    "invalid profile {label}: components.{name}.sparse needs a `subdir` (without one, the whole repository is checked out)"
-                );
-            }
-            check_compat(label, name, c)?;
-            if c.cmake.defines.contains_key("CMAKE_INSTALL_PREFIX") {
-                bail!(
-                    "invalid profile {label}: set the install prefix with the top-level `prefix` key, not CMAKE_INSTALL_PREFIX"
-                );
-            }
-        }
-        Ok(())
+            .find(|(_, name)| !is_plain_name(name))
+            .map(|(what, name)| {
+                (
+                    format!("{what} `{}` is not a plain name", name.escape_debug()),
+                    Some("use letters, digits, `.`, `_` and `-` only (it names a directory in the work dir), e.g. name = \"rocm-6.2.4-mine\""),
+                )
+            })
     }
 
     pub fn component(&self, name: &str) -> Result<&Component> {
@@ -383,6 +336,74 @@ impl CmakeSettings {
         }
         defines
     }
+}
+
+/// What is wrong with component `name`, as [`Profile::problem`] says it.
+fn component_problem(name: &str, c: &Component) -> Option<(String, Option<&'static str>)> {
+    let at = |key: &str, what: &str| format!("components.{name}{key} {what}");
+    if c.url.trim().is_empty() {
+        return Some((at("", "needs a `url`"), None));
+    }
+    match (&c.tag, &c.commit) {
+        (Some(tag), _) if tag.trim().is_empty() => return Some((at(".tag", "is empty"), None)),
+        (None, None) => {
+            return Some((
+                at("", "pins no source"),
+                Some("give a `tag`, a `commit` (the full 40-digit id), or both"),
+            ));
+        }
+        _ => {}
+    }
+    if let Some(commit) = &c.commit {
+        let full = c.tag.is_some() || commit.len() == 40;
+        if commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()) || !full {
+            let want = match c.tag {
+                Some(_) => "a hex commit id",
+                None => "a full 40-digit commit id",
+            };
+            return Some((
+                at(".commit", &format!("`{commit}` is not {want}")),
+                Some("without a tag the commit is fetched by its id, which git needs in full"),
+            ));
+        }
+    }
+    let paths = c.subdir.iter().map(|p| (".subdir", p));
+    if let Some((key, path)) = paths
+        .chain(c.sparse.iter().map(|p| (".sparse", p)))
+        .find(|(_, p)| !is_inner_path(p))
+    {
+        return Some((
+            at(
+                key,
+                &format!(
+                    "`{}` is not a directory inside the repository",
+                    path.escape_debug()
+                ),
+            ),
+            Some(
+                "give a relative path without `..` and outside `.git`, e.g. subdir = \"projects/miopen\"",
+            ),
+        ));
+    }
+    if !c.sparse.is_empty() && c.subdir.is_none() {
+        return Some((
+            at(
+                ".sparse",
+                "needs a `subdir` (without one, the whole repository is checked out)",
+            ),
+            None,
+        ));
+    }
+    c.cmake
+        .defines
+        .contains_key("CMAKE_INSTALL_PREFIX")
+        .then(|| {
+            (
+                "set the install prefix with the top-level `prefix` key, not CMAKE_INSTALL_PREFIX"
+                    .into(),
+                None,
+            )
+        })
 }
 
 /// A component's `compat` names only fixes this version knows.
