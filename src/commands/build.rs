@@ -74,9 +74,9 @@ pub struct Args {
     /// comgr-3, comgr-2), or `all`; repeatable
     #[arg(long, value_name = "NAME", value_parser = parse_compat)]
     no_compat: Vec<String>,
-    /// Install a shared build from here instead of compiling, when a
-    /// trusted key signed it and it is this build (oci://HOST/REPO[:TAG],
-    /// or an OCI layout DIR[:TAG]); else compile, and say why
+    /// Install a shared build from here instead of compiling: one a
+    /// trusted key signed that is this build (oci://HOST/REPO[:TAG], or
+    /// an OCI layout DIR[:TAG]); else stop and say why, compiling nothing
     #[arg(long, value_name = "REF", value_parser = parse_reference)]
     from: Option<crate::share::oci::Reference>,
     /// Do not look in the config's caches

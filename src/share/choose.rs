@@ -4,14 +4,17 @@
 //! (`KeyInputs::accepts`); otherwise the build goes on and says why.
 //!
 //! `--from` names one artifact, so what is wrong with it (a registry that
-//! is down, a layer that is not what its signed manifest says) stops the
-//! run. A cache is a place to look: such a fault there is a warning, and
+//! is down, a layer that is not what its signed manifest says, a key that
+//! is not trusted, another build) stops the run with what to do: the user
+//! asked for that build, and an hour of compiling is not what they asked
+//! for. A cache is a place to look: such a fault there is a warning, and
 //! the next cache, or the build, follows.
 
 use anyhow::Result;
 
-use super::examine::{Candidate, Found, examine};
+use super::examine::{Candidate, Declined, Fix, Found, examine};
 use super::oci::{self, Reference, Store};
+use crate::error::hint;
 use crate::prefix::key::KeyInputs;
 use crate::ui::Ui;
 
@@ -57,10 +60,13 @@ impl Sources {
     pub fn choose(&self, want: &Want, ui: &Ui) -> Result<Choice> {
         if let Some(r) = &self.from {
             let store = Store::open(r, self.net())?;
-            return Ok(match self.look(&store, r, want)? {
-                Found::Candidate(c) => Choice::Pull(store, c),
-                Found::Declined(why) => Choice::Build(why),
-            });
+            return match self.look(&store, r, want)? {
+                Found::Candidate(c) => Ok(Choice::Pull(store, c)),
+                Found::Declined(d) => Err(hint(
+                    format!("not pulling the build --from names: {}", d.why),
+                    d.help(),
+                )),
+            };
         }
         let mut why = Vec::new();
         for r in &self.caches {
@@ -68,7 +74,7 @@ impl Sources {
                 .and_then(|store| Ok((self.look(&store, r, want)?, store)));
             match found {
                 Ok((Found::Candidate(c), store)) => return Ok(Choice::Pull(store, c)),
-                Ok((Found::Declined(w), _)) => why.push(w),
+                Ok((Found::Declined(d), _)) => why.push(d.why),
                 Err(e) => {
                     let e = crate::error::chain(&e);
                     ui.warn(format!("cache {r}: {e}"));
@@ -104,7 +110,7 @@ impl Sources {
         tags.sort_by(|a, b| (*a != own).cmp(&(*b != own)).then(b.cmp(a)));
         let skipped = tags.len().saturating_sub(MAX_EXAMINED);
         tags.truncate(MAX_EXAMINED);
-        let mut why = Vec::new();
+        let mut declined: Vec<Declined> = Vec::new();
         for t in &tags {
             let found = match examine(store, &r.with_tag(t), &self.trusted)? {
                 Found::Candidate(c) => self.judge(c, want),
@@ -112,15 +118,24 @@ impl Sources {
             };
             match found {
                 c @ Found::Candidate(_) => return Ok(c),
-                Found::Declined(w) => why.push(w),
+                Found::Declined(d) => declined.push(d),
             }
         }
-        let mut said = match why.len() {
-            0 => format!("{r} has no build of {}", want.inputs.profile),
-            1 => why.remove(0),
-            n => format!(
-                "none of the {n} builds of {} in {r} is this one (the first: {})",
-                want.inputs.profile, why[0]
+        let (fix, mut said) = match declined.len() {
+            0 => (
+                Fix::NameAnother,
+                format!("{r} has no build of {}", want.inputs.profile),
+            ),
+            1 => {
+                let d = declined.remove(0);
+                (d.fix, d.why)
+            }
+            n => (
+                Fix::Differs,
+                format!(
+                    "none of the {n} builds of {} in {r} is this one (the first: {})",
+                    want.inputs.profile, declined[0].why
+                ),
             ),
         };
         if skipped > 0 {
@@ -129,7 +144,7 @@ impl Sources {
                 want.inputs.profile
             ));
         }
-        Ok(Found::Declined(said))
+        Ok(Declined::new(fix, said))
     }
 
     fn judge(&self, c: Box<Candidate>, want: &Want) -> Found {
@@ -138,7 +153,10 @@ impl Sources {
             .accepts(&c.config.inputs, want.toolchain, &want.rocm_release)
         {
             Ok(()) => Found::Candidate(c),
-            Err(why) => Found::Declined(format!("{} is another build: {why}", c.reference)),
+            Err(why) => Declined::new(
+                Fix::Differs,
+                format!("{} is another build: {why}", c.reference),
+            ),
         }
     }
 }

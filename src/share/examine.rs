@@ -22,7 +22,51 @@ pub struct Candidate {
 /// take (said, and then the build goes on).
 pub enum Found {
     Candidate(Box<Candidate>),
-    Declined(String),
+    Declined(Declined),
+}
+
+/// Why an artifact is not taken, and what would let it be.
+pub struct Declined {
+    pub why: String,
+    pub fix: Fix,
+}
+
+/// What the user can do about a declined artifact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fix {
+    /// Nothing by that name, or no build of the profile there.
+    NameAnother,
+    /// Signed by a key the user does not trust.
+    Trust,
+    /// No signature, or a config this version cannot check: only its
+    /// publisher can mend it.
+    AskPublisher,
+    /// Another build than this one (profile, patches, targets, toolchain).
+    Differs,
+}
+
+impl Declined {
+    pub fn new(fix: Fix, why: String) -> Found {
+        Found::Declined(Declined { why, fix })
+    }
+
+    /// The help line for a `--from` that names this artifact.
+    pub fn help(&self) -> &'static str {
+        match self.fix {
+            Fix::NameAnother => {
+                "name a tag that exists, or give the repository alone (oci://HOST/REPO) to find this build's own; without --from, rdna1-patch compiles it"
+            }
+            Fix::Trust => {
+                "if you trust its publisher, trust their public key: `rdna1-patch trust KEY` (KEY: the second line of their minisign.pub), then run this again"
+            }
+            Fix::AskPublisher => {
+                "ask its publisher to publish it again with this rdna1-patch (publish signs before it pushes); without --from, rdna1-patch compiles it"
+            }
+            Fix::Differs => {
+                "pull a build of this same profile, patch series and GPU targets (`--dry-run` shows this build's key), or leave out --from to compile it"
+            }
+        }
+    }
 }
 
 /// Read a manifest and its signature, and the config it vouches for.
@@ -41,19 +85,26 @@ pub fn examine(
         .or_else(|| reference.tag.clone())
         .context("the reference names no tag or digest")?;
     let Some((manifest, digest)) = store.manifest(&name)? else {
-        return Ok(Found::Declined(format!("{reference} does not exist")));
+        return Ok(Declined::new(
+            Fix::NameAnother,
+            format!("{reference} does not exist"),
+        ));
     };
     let Some((sig_manifest, _)) = store.manifest(&signature_tag(&digest))? else {
-        return Ok(Found::Declined(format!("{reference} is not signed")));
+        return Ok(Declined::new(
+            Fix::AskPublisher,
+            format!("{reference} is not signed"),
+        ));
     };
     let signature = read_signature(store, &sig_manifest)?;
     let sig_box = minisign::SignatureBox::from_string(&signature)
         .map_err(|e| tampered(reference, &format!("its signature is not minisign's: {e}")))?;
     let id = key_id(sig_box.keynum());
     let Some(pk) = trusted.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
-        return Ok(Found::Declined(format!(
-            "{reference} is signed by key {id}, which is not in your trusted-keys"
-        )));
+        return Ok(Declined::new(
+            Fix::Trust,
+            format!("{reference} is signed by key {id}, which is not in your trusted-keys"),
+        ));
     };
     minisign::verify(
         pk,
@@ -97,9 +148,12 @@ pub fn examine(
         ));
     }
     let Some(unpacked_size) = config.unpacked_size else {
-        return Ok(Found::Declined(format!(
-            "{reference} was published by an older rdna1-patch, whose config does not declare how much it unpacks to (ask its publisher to publish it again)"
-        )));
+        return Ok(Declined::new(
+            Fix::AskPublisher,
+            format!(
+                "{reference} was published by an older rdna1-patch, whose config does not declare how much it unpacks to"
+            ),
+        ));
     };
     Ok(Found::Candidate(Box::new(Candidate {
         reference: reference.clone(),

@@ -26,6 +26,12 @@ const NEEDS_THE_WORLD: &[(&str, &str)] = &[
         "--profile rocm-6.3.1 --rocm /usr",
         "missing what the build needs",
     ),
+    // What the sandbox published is the fixture's build, not rocm-6.2.4's:
+    // a --from finds none of this profile, and refuses (never compiles).
+    (
+        "rdna1-patch build --from oci://",
+        "has no build of rocm-6.2.4",
+    ),
     ("rdna1-patch build", "transport 'https' not allowed"),
     // Installs the build that the line before fetches from GitHub.
     (

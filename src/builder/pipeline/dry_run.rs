@@ -70,7 +70,10 @@ impl BuildPlan<'_> {
         lines.push(format!("install:   {}", self.prefix.display()));
         let (shared, pulls) = self.describe_shared()?;
         lines.extend(shared);
-        let stop = self.preflight_stop(pulls);
+        let stop = match pulls {
+            Ok(pulls) => self.preflight_stop(pulls),
+            Err(e) => Some(e.context("the build would stop before fetching")),
+        };
         lines.extend([
             format!("stop after: {:?}", self.opts.stop_after),
             match stop {
@@ -95,15 +98,15 @@ impl BuildPlan<'_> {
     }
 
     /// Its lines, and whether a shared build would be pulled (then no
-    /// toolchain is needed).
-    pub(super) fn describe_shared(&self) -> Result<(Vec<String>, bool)> {
+    /// toolchain is needed), or why the run would stop there.
+    pub(super) fn describe_shared(&self) -> Result<(Vec<String>, Result<bool>)> {
         let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
         let mut lines = vec![format!(
             "key:       {} (tag {})",
             inputs.key(),
             inputs.tag()
         )];
-        let mut pulls = false;
+        let mut pulls = Ok(false);
         if self.opts.stop_after == Stage::Install {
             let (plan, pull) = self.shared_plan(&inputs);
             lines.push(format!("shared:    {plan}"));
@@ -112,12 +115,12 @@ impl BuildPlan<'_> {
         Ok((lines, pulls))
     }
 
-    pub(super) fn shared_plan(&self, inputs: &KeyInputs) -> (String, bool) {
+    pub(super) fn shared_plan(&self, inputs: &KeyInputs) -> (String, Result<bool>) {
         let shared = &self.opts.shared;
         if !shared.any() {
             return (
                 format!("no --from and no caches in {}; compiling", shared.config),
-                false,
+                Ok(false),
             );
         }
         match shared.choose(&self.want(inputs), &Ui::silent()) {
@@ -126,10 +129,10 @@ impl BuildPlan<'_> {
                     "would pull {} ({}, signed by key {}) instead of compiling",
                     c.reference, c.digest, c.key_id
                 ),
-                true,
+                Ok(true),
             ),
-            Ok(Choice::Build(why)) => (format!("would compile: {why}"), false),
-            Err(e) => (format!("would stop: {}", crate::error::chain(&e)), false),
+            Ok(Choice::Build(why)) => (format!("would compile: {why}"), Ok(false)),
+            Err(e) => ("would stop: see the error below".to_owned(), Err(e)),
         }
     }
 }
