@@ -82,7 +82,11 @@ const PUBLISH_EXAMPLES: &str = "Examples:
   rdna1-patch publish oci://ghcr.io/you/miopen-rdna1  # tag <profile>-<key>
   rdna1-patch publish --profile rocm-6.3.1 /mnt/usb/miopen-builds
   rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1  # a user, after
-                                    # trusting your key (README)";
+                                    # `rdna1-patch trust` of your key";
+const TRUST_EXAMPLES: &str = "Examples:
+  rdna1-patch trust RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3
+  rdna1-patch trust ~/Downloads/maintainer.pub  # their minisign.pub
+  rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1  # then pull";
 const CLEAN_EXAMPLES: &str = "Examples:
   rdna1-patch clean --dry-run       # what would go, and how much
   rdna1-patch clean";
@@ -124,6 +128,10 @@ enum Command {
     /// or layout directory
     #[command(after_help = PUBLISH_EXAMPLES)]
     Publish(commands::publish::Args),
+    /// Accept builds a publisher signed: add their minisign public key to
+    /// trusted-keys in your config
+    #[command(after_help = TRUST_EXAMPLES)]
+    Trust(commands::trust::Args),
     /// Free space: old logs, backups no rollback can need, old work dirs
     #[command(after_help = CLEAN_EXAMPLES)]
     Clean(commands::clean::Args),
@@ -170,6 +178,7 @@ pub fn main() -> ExitCode {
         Command::Profiles(cmd) => commands::profiles::run(cmd),
         Command::Clean(args) => commands::clean::run(args),
         Command::Publish(args) => commands::publish::run(args),
+        Command::Trust(args) => commands::trust::run(args),
         Command::Completions { shell } => completions(shell),
         Command::Man { verb } => man(verb.as_deref()),
     };

@@ -10,6 +10,7 @@ pub(crate) mod publish;
 pub(crate) mod rollback;
 pub(crate) mod status;
 pub(crate) mod term;
+pub(crate) mod trust;
 pub(crate) mod verify;
 
 use std::path::PathBuf;

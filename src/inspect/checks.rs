@@ -104,7 +104,8 @@ impl CheckReport {
     }
 
     /// One line that says where things stand: what blocks (the causes, not
-    /// what follows from them), and how many warnings.
+    /// what follows from them), and how many warnings. The text report
+    /// heads it `verdict: `; JSON has it under that name.
     pub fn verdict(&self) -> String {
         let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
         let causes: Vec<&str> = self
@@ -119,11 +120,11 @@ impl CheckReport {
             n => format!("; {n} warnings"),
         };
         if causes.is_empty() {
-            format!("verdict: no problem found{warnings}")
+            format!("no problem found{warnings}")
         } else {
             let follow = count(Status::Fail) - causes.len();
             format!(
-                "verdict: {} to fix: {}{}{warnings}",
+                "{} to fix: {}{}{warnings}",
                 if causes.len() == 1 {
                     "1 problem"
                 } else {
@@ -169,7 +170,7 @@ impl CheckReport {
     }
 
     pub fn text(&self) -> String {
-        let mut lines = vec![self.verdict()];
+        let mut lines = vec![format!("verdict: {}", self.verdict())];
         for c in self.checks.iter().filter(|c| c.cause.is_none()) {
             lines.push(format!(
                 "{:<4}  {:<9} {}",

@@ -144,7 +144,7 @@ impl Sources {
                 want.inputs.profile
             ));
         }
-        Ok(Declined::new(fix, said))
+        Ok(Declined::found(fix, said))
     }
 
     fn judge(&self, c: Box<Candidate>, want: &Want) -> Found {
@@ -153,7 +153,7 @@ impl Sources {
             .accepts(&c.config.inputs, want.toolchain, &want.rocm_release)
         {
             Ok(()) => Found::Candidate(c),
-            Err(why) => Declined::new(
+            Err(why) => Declined::found(
                 Fix::Differs,
                 format!("{} is another build: {why}", c.reference),
             ),

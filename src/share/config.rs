@@ -120,11 +120,11 @@ impl Config {
 }
 
 /// A `.pub` file is two lines; nothing larger is read.
-const KEY_FILE_LIMIT: u64 = 4 << 10;
+pub(super) const KEY_FILE_LIMIT: u64 = 4 << 10;
 
 /// minisign's `.pub` format (an untrusted comment, then the key), or the
 /// key line alone.
-fn decode_key_file(text: &str) -> Option<minisign::PublicKey> {
+pub(super) fn decode_key_file(text: &str) -> Option<minisign::PublicKey> {
     minisign::PublicKeyBox::from_string(text)
         .and_then(minisign::PublicKeyBox::into_public_key)
         .ok()

@@ -46,7 +46,7 @@ pub enum Fix {
 }
 
 impl Declined {
-    pub fn new(fix: Fix, why: String) -> Found {
+    pub fn found(fix: Fix, why: String) -> Found {
         Found::Declined(Declined { why, fix })
     }
 
@@ -85,13 +85,13 @@ pub fn examine(
         .or_else(|| reference.tag.clone())
         .context("the reference names no tag or digest")?;
     let Some((manifest, digest)) = store.manifest(&name)? else {
-        return Ok(Declined::new(
+        return Ok(Declined::found(
             Fix::NameAnother,
             format!("{reference} does not exist"),
         ));
     };
     let Some((sig_manifest, _)) = store.manifest(&signature_tag(&digest))? else {
-        return Ok(Declined::new(
+        return Ok(Declined::found(
             Fix::AskPublisher,
             format!("{reference} is not signed"),
         ));
@@ -101,7 +101,7 @@ pub fn examine(
         .map_err(|e| tampered(reference, &format!("its signature is not minisign's: {e}")))?;
     let id = key_id(sig_box.keynum());
     let Some(pk) = trusted.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
-        return Ok(Declined::new(
+        return Ok(Declined::found(
             Fix::Trust,
             format!("{reference} is signed by key {id}, which is not in your trusted-keys"),
         ));
@@ -120,7 +120,19 @@ pub fn examine(
             &format!("its signature by trusted key {id} does not verify: {e}"),
         )
     })?;
-    let m: serde_json::Value = serde_json::from_slice(&manifest)
+    read_vouched(store, reference, &manifest, digest, id)
+}
+
+/// What a manifest that a trusted key's signature verified vouches for:
+/// its config, checked against its own key, and its one layer.
+fn read_vouched(
+    store: &Store,
+    reference: &Reference,
+    manifest: &[u8],
+    digest: String,
+    id: String,
+) -> Result<Found> {
+    let m: serde_json::Value = serde_json::from_slice(manifest)
         .map_err(|e| tampered(reference, &format!("its manifest is not JSON: {e}")))?;
     let config_desc = descriptor(&m["config"], CONFIG_TYPE)
         .ok_or_else(|| tampered(reference, "its manifest has no rdna1-patch config"))?;
@@ -148,7 +160,7 @@ pub fn examine(
         ));
     }
     let Some(unpacked_size) = config.unpacked_size else {
-        return Ok(Declined::new(
+        return Ok(Declined::found(
             Fix::AskPublisher,
             format!(
                 "{reference} was published by an older rdna1-patch, whose config does not declare how much it unpacks to"

@@ -33,6 +33,7 @@ pub(crate) mod oci;
 mod publish;
 mod pull;
 mod sign;
+pub(crate) mod trust;
 
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_pull;

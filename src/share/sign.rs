@@ -96,7 +96,7 @@ impl Signer {
 }
 
 /// minisign prints key ids as 16 hex digits of the little-endian number.
-pub(super) fn key_id(keynum: &[u8]) -> String {
+pub(crate) fn key_id(keynum: &[u8]) -> String {
     keynum.iter().rev().map(|b| format!("{b:02X}")).collect()
 }
 

@@ -157,6 +157,9 @@ fn env(sb: &Sandbox, reg: &Registry) -> Env {
             .arg(home.join(".minisign/minisign.key")),
     );
     let public = std::fs::read_to_string(home.join(".minisign/minisign.pub")).unwrap();
+    // The same key as a user downloads it, for `trust FILE`.
+    std::fs::create_dir_all(home.join("Downloads")).unwrap();
+    std::fs::write(home.join("Downloads/maintainer.pub"), &public).unwrap();
     std::fs::write(
         home.join("config.toml"),
         format!(
@@ -261,6 +264,7 @@ fn help_examples() -> Vec<String> {
         "patches",
         "profiles",
         "publish",
+        "trust",
         "clean",
         "completions",
     ];

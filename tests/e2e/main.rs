@@ -14,6 +14,7 @@ mod in_place;
 mod launcher;
 mod miopen;
 mod monorepo;
+mod newcomer;
 mod patches;
 mod reliability;
 mod rocm_sdk;

@@ -267,7 +267,7 @@ help: if you trust its publisher, trust their public key: `rdna1-patch trust KEY
     user.nothing_installed();
     // The same artifact as a cache: passed over, and the build compiles
     // (here it stops at once: there is no ROCm).
-    let cache = User::new(&[&stranger.public], &[&dir.to_str().unwrap()]);
+    let cache = User::new(&[&stranger.public], &[dir.to_str().unwrap()]);
     cache
         .build(&["--dry-run"])
         .fails()

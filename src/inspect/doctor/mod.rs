@@ -1,0 +1,118 @@
+//! `doctor`: will a build work here, and what will the GPU side see? Only
+//! what blocks a build is a FAIL; the rest is information or a warning.
+
+use std::path::{Path, PathBuf};
+
+use crate::builder::profile::Profile;
+use crate::builder::tools;
+use crate::fatbin;
+use crate::gpu;
+use crate::inspect::checks::{CheckReport, Status};
+use crate::swap::advice;
+use crate::swap::torch::{self, Locator};
+
+mod toolchain;
+mod torch_side;
+
+use toolchain::{build_tools, compiler, launchers, rocm};
+use torch_side::{gfx_override, gpus, torch_checks};
+
+pub struct DoctorRequest {
+    pub profile: Profile,
+    pub rocm: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    pub sysfs: PathBuf,
+    pub torch: Option<Locator>,
+    /// HSA_OVERRIDE_GFX_VERSION, if set.
+    pub gfx_override: Option<String>,
+    /// Free space a build needs, in GiB.
+    pub need_gib: u64,
+}
+
+pub fn run(req: &DoctorRequest) -> CheckReport {
+    let mut r = CheckReport::default();
+    build_tools(&mut r);
+    compiler(req, &mut r);
+    launchers(&mut r);
+    rocm(req, &mut r);
+    let cards = gpus(req, &mut r);
+    disk(req, &mut r);
+    let code = torch_checks(req, &mut r);
+    gfx_override(req, &cards, code.as_ref(), &mut r);
+    shared(&mut r);
+    // No ROCm: no compiler in it, no hipcc; one cause, one fix.
+    r.follows_from("rocm", &["compiler", "hipcc", "compat"]);
+    r
+}
+
+/// The shared route: a build compiles for 40-75 minutes; a build someone
+/// published, signed by a key the user trusts, installs in seconds.
+fn shared(r: &mut CheckReport) {
+    let config = match crate::share::config::Config::load() {
+        Ok(c) => c,
+        Err(e) => return r.push_error("shared", Status::Warn, &e),
+    };
+    let (keys, caches) = (config.trusted_keys.len(), config.caches.len());
+    if keys == 0 {
+        return r.push_fix(
+            "shared",
+            Status::Ok,
+            format!(
+                "no trusted keys in {}: every build compiles here (40-75 minutes, a ROCm SDK)",
+                config.describe()
+            ),
+            "to install a build a maintainer published instead, in seconds: `rdna1-patch trust KEY`, then `rdna1-patch build --from oci://HOST/REPO`",
+        );
+    }
+    r.push(
+        "shared",
+        Status::Ok,
+        format!(
+            "{keys} trusted key(s), {caches} cache(s) in {}: `build` pulls a signed build of its profile from a cache or --from when one is there",
+            config.describe()
+        ),
+    );
+}
+
+fn disk(req: &DoctorRequest, r: &mut CheckReport) {
+    let mut dir: &Path = &req.work_dir;
+    while !dir.exists() {
+        dir = dir.parent().unwrap_or(Path::new("/"));
+    }
+    match free_bytes(dir) {
+        None => r.push(
+            "disk",
+            Status::Warn,
+            format!("cannot read the free space of {}", dir.display()),
+        ),
+        Some(free) => {
+            let gib = free as f64 / (1u64 << 30) as f64;
+            let detail = format!(
+                "{gib:.1} GiB free at {} (a MIOpen build needs about {} GiB)",
+                dir.display(),
+                req.need_gib
+            );
+            if u128::from(free) >= u128::from(req.need_gib) << 30 {
+                r.push("disk", Status::Ok, detail);
+            } else {
+                r.push_fix(
+                    "disk",
+                    Status::Fail,
+                    detail,
+                    "free space there, or pass --work-dir on a disk with room",
+                );
+            }
+        }
+    }
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a zeroed struct for the kernel to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail as u64 * s.f_frsize as u64)
+}

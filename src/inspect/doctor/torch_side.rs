@@ -1,0 +1,222 @@
+//! doctor's GPU side: the cards the kernel driver reports, the torch
+//! python runs and the code it carries, and the route for it.
+
+use super::*;
+
+/// The torch of `--python`, and the GPU code its libtorch_hip.so carries.
+pub(super) fn torch_checks(
+    req: &DoctorRequest,
+    r: &mut CheckReport,
+) -> Option<fatbin::CodeObjects> {
+    let torch = req.torch.as_ref().map(torch::locate);
+    match &torch {
+        None => {}
+        Some(Ok(t)) if crate::version::major_minor(t.rocm()) == req.profile.rocm.torch_hip => r
+            .push(
+                "torch",
+                Status::Ok,
+                format!(
+                    "{} ({}) at {}; {}",
+                    t.version,
+                    t.rocm_label(),
+                    t.dir.display(),
+                    crate::inspect::verify::layout_detail(t)
+                ),
+            ),
+        Some(Ok(t)) => r.push_fix(
+            "torch",
+            Status::Warn,
+            format!(
+                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}",
+                t.version,
+                t.rocm_label(),
+                t.dir.display(),
+                req.profile.name,
+                req.profile.rocm.torch_hip,
+                crate::inspect::verify::layout_detail(t)
+            ),
+            "use the profile for torch's ROCm, or the torch for the profile's",
+        ),
+        Some(Err(e)) => r.push_error("torch", Status::Warn, e),
+    }
+    if let Some(Ok(t)) = &torch
+        && let torch::Layout::RocmSdk(_) = t.layout
+        && let Some(torch::Locator::Python(python)) = &req.torch
+    {
+        devel_sdk(python, r);
+    }
+    if let Some(Ok(t)) = &torch {
+        route(&req.profile, t, r);
+    }
+    let code = torch
+        .as_ref()
+        .and_then(|t| t.as_ref().ok())
+        .map(|t| torch_code(t, r));
+    code.flatten()
+}
+
+/// On the rocm-sdk layout the build wants that environment's devel SDK:
+/// `python -m rocm_sdk path --root` names it (and expands it on first use).
+fn devel_sdk(python: &Path, r: &mut CheckReport) {
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(["-m", "rocm_sdk", "path", "--root"]);
+    match crate::proc::helper(cmd) {
+        Ok(out) if out.status.success() => r.push(
+            "rocm-sdk",
+            Status::Ok,
+            format!("devel SDK at {}: build with --rocm {0}", out.stdout.trim()),
+        ),
+        Ok(out) => r.push_fix(
+            "rocm-sdk",
+            Status::Warn,
+            format!(
+                "{} -m rocm_sdk path --root failed: {}",
+                python.display(),
+                out.stderr.lines().last().unwrap_or("").trim()
+            ),
+            "install the devel SDK into the same environment: pip install \"rocm[devel]\"",
+        ),
+        Err(e) => r.push("rocm-sdk", Status::Warn, format!("{e:#}")),
+    }
+}
+
+/// Which GPUs torch's own GPU code is for: the offload bundles of
+/// torch/lib/libtorch_hip.so. `None` when that cannot be told.
+fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
+    let lib = t.dir.join("lib/libtorch_hip.so");
+    match fatbin::read(&lib) {
+        Ok(Some(c)) if !c.archs.is_empty() => {
+            let list: Vec<&str> = c.archs.iter().map(String::as_str).collect();
+            r.push(
+                "torch-gpu",
+                Status::Ok,
+                format!(
+                    "{} has code for {}{}",
+                    lib.display(),
+                    list.join(", "),
+                    if c.has_gfx101x() { "" } else { " (no gfx101x)" }
+                ),
+            );
+            Some(c)
+        }
+        Ok(Some(c)) if c.compressed > 0 => {
+            r.push(
+                "torch-gpu",
+                Status::Skip,
+                format!(
+                    "{} holds {} compressed offload bundles, which this version does not read",
+                    lib.display(),
+                    c.compressed
+                ),
+            );
+            None
+        }
+        Ok(_) => {
+            r.push(
+                "torch-gpu",
+                Status::Skip,
+                format!(
+                    "{} carries no GPU code objects (.hip_fatbin)",
+                    lib.display()
+                ),
+            );
+            None
+        }
+        Err(e) => {
+            r.push_error("torch-gpu", Status::Skip, &e);
+            None
+        }
+    }
+}
+
+pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
+    let scan = gpu::scan_all(&req.sysfs);
+    for p in &scan.problems {
+        r.push_fix(
+            "gpu",
+            Status::Warn,
+            format!("a KFD topology node was skipped: {p}"),
+            "in a container, pass the GPU's /dev/dri/renderD* and /dev/kfd through; otherwise report this with the file attached",
+        );
+    }
+    let all = scan.gpus;
+    if all.is_empty() {
+        r.push_fix(
+            "gpu",
+            Status::Warn,
+            format!(
+                "no AMD GPU in the KFD topology ({}): a build works, running needs the card and the amdgpu driver",
+                gpu::topology(&req.sysfs).display()
+            ),
+            "on the GPU machine: check `lsmod | grep amdgpu` and that your user is in the render and video groups",
+        );
+    }
+    for g in &all {
+        let what = format!(
+            "{} {} at {} (node {}, gfx_target_version {})",
+            g.gfx(),
+            g.model(),
+            g.pci,
+            g.node,
+            g.gfx_target_version
+        );
+        if g.is_rdna1() {
+            r.push(
+                "gpu",
+                Status::Ok,
+                format!("{what}: RDNA1, what this tool is for"),
+            );
+        } else {
+            r.push(
+                "gpu",
+                Status::Warn,
+                format!("{what}: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1"),
+            );
+        }
+    }
+    let params = gpu::amdgpu_params(&req.sysfs);
+    if params.iter().all(|(_, v)| v.is_none()) {
+        r.push(
+            "amdgpu",
+            Status::Skip,
+            "module parameters not readable (amdgpu not loaded)",
+        );
+    } else {
+        let shown: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("?")))
+            .collect();
+        r.push("amdgpu", Status::Ok, shown.join(" "));
+    }
+    all.iter().map(gpu::Gpu::gfx).collect()
+}
+
+pub(super) fn gfx_override(
+    req: &DoctorRequest,
+    cards: &[String],
+    code: Option<&fatbin::CodeObjects>,
+    r: &mut CheckReport,
+) {
+    let a = advice::override_advice(code, req.gfx_override.as_deref(), cards);
+    let status = if a.fine { Status::Ok } else { Status::Warn };
+    match a.fix {
+        Some(fix) => r.push_fix("override", status, a.detail, fix),
+        None => r.push("override", status, a.detail),
+    }
+}
+
+/// The route for this torch, as build and install take it (`select::plan`).
+fn route(profile: &crate::builder::profile::Profile, t: &torch::Torch, r: &mut CheckReport) {
+    match crate::select::plan(profile, t) {
+        crate::select::Plan::Inert(why) => r.push_fix(
+            "route",
+            Status::Warn,
+            why,
+            format!(
+                "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
+                crate::swap::route::NATIVE_TORCH
+            ),
+        ),
+        other => r.push("route", Status::Ok, other.detail()),
+    }
+}

@@ -1,0 +1,127 @@
+//! A newcomer's routes, round three (issue 31): each test here failed on
+//! the code before it, and names the item it keeps.
+
+use crate::shared::{Publisher, User};
+use crate::support::*;
+
+/// The doctor row `name`, e.g. "ok    shared    ...", and its fix line.
+fn row(run: &Run, name: &str) -> String {
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| {
+            l.get(6..)
+                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+        })
+        .unwrap_or_else(|| panic!("no {name} row:\n{}", run.stdout));
+    let mut row = lines[at].to_owned();
+    if let Some(fix) = lines
+        .get(at + 1)
+        .filter(|l| l.trim_start().starts_with("fix:"))
+    {
+        row.push('\n');
+        row.push_str(fix.trim_start());
+    }
+    row
+}
+
+/// Item 4: trusting a key is a command, not a config file written by hand,
+/// and doctor names the shared route before and after.
+#[test]
+fn trust_adds_a_publishers_key_and_doctor_names_the_shared_route() {
+    let publisher = Publisher::new();
+    let dir = publisher.sb.root.join("builds");
+    let printed = publisher.published(dir.to_str().unwrap());
+    let tagged = printed.split('@').next().unwrap().to_owned();
+    let user = User::new(&[], &[]);
+    std::fs::remove_file(&user.config).unwrap();
+    let doctor = || {
+        user.sb
+            .cmd()
+            .env("RDNA1_PATCH_CONFIG", &user.config)
+            .args(["doctor", "--need-space", "0"])
+            .output()
+            .map(Run::from)
+            .unwrap()
+    };
+    assert_eq!(
+        row(&doctor(), "shared"),
+        format!(
+            "ok    shared    no trusted keys in {}: every build compiles here (40-75 minutes, a ROCm SDK)\nfix: to install a build a maintainer published instead, in seconds: `rdna1-patch trust KEY`, then `rdna1-patch build --from oci://HOST/REPO`",
+            user.config.display()
+        )
+    );
+    user.build(&["--from", &tagged])
+        .fails()
+        .says("help: if you trust its publisher, trust their public key: `rdna1-patch trust KEY`");
+
+    // The .pub file the publisher's minisign wrote: its key goes in.
+    let public = publisher.keys.secret.with_extension("pub");
+    let trust = |key: &str| {
+        user.sb
+            .cmd()
+            .env("RDNA1_PATCH_CONFIG", &user.config)
+            .args(["trust", key])
+            .output()
+            .map(Run::from)
+            .unwrap()
+    };
+    let run = trust(public.to_str().unwrap()).ok();
+    let id = run
+        .stderr
+        .split("key ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        run.stderr,
+        format!(
+            "   Trusted key {id} in {}: `build --from` and the caches take builds it signed\n",
+            user.config.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(&user.config).unwrap(),
+        format!("trusted-keys = [\"{}\"]\n", publisher.keys.public)
+    );
+    // Again, by the key string: nothing changes.
+    trust(&publisher.keys.public)
+        .ok()
+        .says(&format!("key {id} was already trusted"));
+    assert_eq!(
+        row(&doctor(), "shared"),
+        format!(
+            "ok    shared    1 trusted key(s), 0 cache(s) in {}: `build` pulls a signed build of its profile from a cache or --from when one is there",
+            user.config.display()
+        )
+    );
+    user.build(&["--from", &tagged]).ok().says("is this build");
+    // Neither a key nor a file: said, and the config is unchanged.
+    trust("RWnot-a-key").fails_with(
+        "error: `RWnot-a-key` is neither a minisign public key nor a file
+help: give the second line of the publisher's minisign.pub (RW...), or the path of that file",
+    );
+}
+
+/// Item 10: the JSON verdict is the verdict, not the text report's line.
+#[test]
+fn the_json_verdict_is_not_headed_like_the_text_line() {
+    let sb = Sandbox::new();
+    let run = sb.run(&[
+        "doctor",
+        "--need-space",
+        "0",
+        "--json",
+        "--rocm",
+        "/nonexistent",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("1 problem to fix: rocm (2 more check(s) fail because of it"),
+        "{verdict}"
+    );
+}
