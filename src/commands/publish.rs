@@ -19,6 +19,10 @@ pub struct Args {
     /// where `minisign -G` puts it]
     #[arg(long, value_name = "FILE")]
     sign_key: Option<PathBuf>,
+    /// Read the signing key's password from the first line of FILE, for a
+    /// publish with no terminal to ask on [or: $RDNA1_PATCH_SIGN_PASSWORD]
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<PathBuf>,
     /// Give up on a registry that sends nothing for this long
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -35,7 +39,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 anyhow::anyhow!("no home directory: name the key with --sign-key FILE")
             })?,
     };
-    let signer = Signer::load(&key_file)?;
+    let signer = Signer::load(&key_file, args.password_file.as_deref())?;
     let net = crate::share::oci::Net {
         timeout: std::time::Duration::from_secs(args.net_timeout),
     };

@@ -10,18 +10,27 @@ use crate::error::hint;
 
 /// Signs with the maintainer's own minisign, as `minisign -S` would: the
 /// key file stays the one `minisign -G` wrote (its password asked for by
-/// minisign itself on the terminal), and the signature is what `minisign
-/// -V` checks. Signatures are verified here with the minisign crate, so
-/// users need no minisign.
+/// minisign itself on the terminal, or given to it on its stdin when there
+/// is none), and the signature is what `minisign -V` checks. Signatures
+/// are verified here with the minisign crate, so users need no minisign.
 pub struct Signer {
     key: PathBuf,
     minisign: PathBuf,
     /// What the user should know about the key file (who else can read it).
     pub warning: Option<String>,
+    /// The key's password, for a run with no terminal to ask on.
+    password: Option<String>,
 }
 
+/// The variable a password for the signing key may come from.
+pub const PASSWORD_ENV: &str = "RDNA1_PATCH_SIGN_PASSWORD";
+
 impl Signer {
-    pub fn load(path: &Path) -> Result<Signer> {
+    /// The key at `path`, and its password from `password_file` (its first
+    /// line) or `$RDNA1_PATCH_SIGN_PASSWORD`. A key with a password and no
+    /// way to give it (no terminal, none given) is refused here, before
+    /// anything is packed or pushed.
+    pub fn load(path: &Path, password_file: Option<&Path>) -> Result<Signer> {
         let minisign = which::which("minisign").ok().ok_or_else(|| {
             hint(
                 "publish signs with minisign, which is not installed",
@@ -46,6 +55,22 @@ impl Signer {
                 "give the secret key file `minisign -G` wrote (not the .pub file)",
             ));
         }
+        let password = match password_file {
+            Some(f) => Some(read_password(f)?),
+            None => std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()),
+        };
+        use std::io::IsTerminal;
+        if has_password(key_line) && password.is_none() && !std::io::stdin().is_terminal() {
+            return Err(hint(
+                format!(
+                    "the signing key {} has a password, and there is no terminal to ask for it on",
+                    path.display()
+                ),
+                format!(
+                    "give it with --password-file FILE or ${PASSWORD_ENV}, or sign with a key made without one (`minisign -G -W`); nothing was pushed"
+                ),
+            ));
+        }
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(path)
             .map(|m| m.permissions().mode())
@@ -62,6 +87,7 @@ impl Signer {
             key: path.to_owned(),
             minisign,
             warning,
+            password,
         })
     }
 
@@ -84,15 +110,61 @@ impl Signer {
             .arg("-x")
             .arg(&sig)
             .args(["-t", trusted]);
-        let ok = crate::proc::interactive(cmd)?;
+        let (ok, said) = match &self.password {
+            Some(p) => with_password(cmd, p)?,
+            None => (crate::proc::interactive(cmd)?, String::new()),
+        };
         if !ok {
             return Err(hint(
-                format!("minisign could not sign with {}", self.key.display()),
-                "check the key and its password (minisign says what went wrong above); nothing was signed",
+                format!("minisign could not sign with {}{said}", self.key.display()),
+                "check the key and its password; nothing was pushed",
             ));
         }
         Ok(std::fs::read_to_string(&sig)?)
     }
+}
+
+/// Whether a secret key's line (base64 of "Ed", the KDF's name, ...) names
+/// a KDF: then minisign asks for its password.
+fn has_password(key_line: &str) -> bool {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(key_line.trim())
+        .is_ok_and(|b| b.get(2..4).is_some_and(|kdf| kdf != [0, 0]))
+}
+
+fn read_password(file: &Path) -> Result<String> {
+    let text = crate::fsutil::read_small(file, 4 << 10).map_err(|e| {
+        hint(
+            format!("cannot read the password file {}: {e:#}", file.display()),
+            "--password-file names a file whose first line is the signing key's password; nothing was pushed",
+        )
+    })?;
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
+/// Run minisign with the password on its stdin, where it reads it when
+/// stdin is no terminal: whether it signed, and what it said (`: ...`).
+fn with_password(mut cmd: std::process::Command, password: &str) -> Result<(bool, String)> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A minisign that stopped reading is judged by its status below.
+        let _ = writeln!(stdin, "{password}");
+    }
+    let out = child.wait_with_output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = said
+        .lines()
+        .map(|l| l.trim().trim_start_matches("Password:").trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    Ok((out.status.success(), format!(": {}", said.join("; "))))
 }
 
 /// minisign prints key ids as 16 hex digits of the little-endian number.

@@ -125,3 +125,56 @@ fn the_json_verdict_is_not_headed_like_the_text_line() {
         "{verdict}"
     );
 }
+
+/// Item 5: a key with a password and no terminal is refused before
+/// anything is pushed; its password from a file or the environment signs.
+#[test]
+fn publish_with_no_terminal_takes_the_password_or_refuses_before_pushing() {
+    let sb = Sandbox::built();
+    let (public, secret) = (sb.root.join("pw.pub"), sb.root.join("pw.key"));
+    let mut make = std::process::Command::new("minisign");
+    make.args(["-G", "-p"]).arg(&public).arg("-s").arg(&secret);
+    let out = make
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"sesame\nsesame\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success());
+    let layout = sb.root.join("builds");
+    let publish = |extra: &[&str], env: Option<&str>| {
+        let mut c = sb.cmd();
+        c.args(["publish", "--prefix", sb.prefix.to_str().unwrap()])
+            .args(["--sign-key", secret.to_str().unwrap()])
+            .args(extra)
+            .arg(&layout)
+            .env_remove("RDNA1_PATCH_SIGN_PASSWORD");
+        if let Some(pw) = env {
+            c.env("RDNA1_PATCH_SIGN_PASSWORD", pw);
+        }
+        Run::from(c.output().unwrap())
+    };
+    publish(&[], None).fails_with(&format!(
+        "error: the signing key {} has a password, and there is no terminal to ask for it on
+help: give it with --password-file FILE or $RDNA1_PATCH_SIGN_PASSWORD, or sign with a key made without one (`minisign -G -W`); nothing was pushed",
+        secret.display()
+    ));
+    assert!(!layout.exists(), "nothing pushed");
+    let wrong = sb.root.join("wrong");
+    std::fs::write(&wrong, "open barley\n").unwrap();
+    publish(&["--password-file", wrong.to_str().unwrap()], None).fails_with(&format!(
+        "error: minisign could not sign with {}: Wrong password for that key
+help: check the key and its password; nothing was pushed",
+        secret.display()
+    ));
+    assert!(!layout.exists(), "nothing pushed");
+    publish(&[], Some("sesame")).ok().says("Published");
+    let right = sb.root.join("right");
+    std::fs::write(&right, "sesame\n").unwrap();
+    publish(&["--password-file", right.to_str().unwrap()], None)
+        .ok()
+        .says("Published");
+}
