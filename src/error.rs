@@ -73,6 +73,14 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// Whether the error comes from a file or directory that is not there.
+pub fn is_not_found(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    })
+}
+
 /// What to do about `err`: the help of the first hint in its chain.
 pub fn help(err: &anyhow::Error) -> Option<&str> {
     // anyhow finds a Hint as the root or as any context layer.

@@ -118,6 +118,19 @@ impl PrefixArg {
         }
     }
 
+    /// The prefix as given; with neither --prefix nor --profile, the one
+    /// the newest install in torch used (`install --prefix DIR` is
+    /// remembered in its transaction), else the default profile's.
+    pub fn resolve_installed(&self, state: &crate::swap::txn::StateDir) -> Result<PathBuf> {
+        if self.prefix.is_none()
+            && self.profile.profile.is_none()
+            && let Some((_, prefix)) = state.installed_prefix()
+        {
+            return Ok(prefix);
+        }
+        self.resolve()
+    }
+
     /// The prefix, the profile it is for (None when --prefix names it and
     /// no profile can be had), and why the profile was chosen.
     pub fn resolve_with_profile(

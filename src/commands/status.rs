@@ -17,7 +17,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let report = status::report(&args.prefix.resolve()?, &args.state.open()?)?;
+    let state = args.state.open()?;
+    let report = status::report(&args.prefix.resolve_installed(&state)?, &state)?;
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {

@@ -36,15 +36,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    let state = args.state.open()?;
     let req = VerifyRequest {
-        prefix: args.prefix.resolve()?,
+        prefix: args.prefix.resolve_installed(&state)?,
         torch: args.torch.given().then(|| args.torch.locator()),
         python: args
             .torch
             .python
             .clone()
             .unwrap_or_else(|| "python3".into()),
-        state: args.state.open()?,
+        state,
         runtime: args.runtime,
         smoke: args.smoke,
         timeout: Duration::from_secs(args.timeout),

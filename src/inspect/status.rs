@@ -27,6 +27,13 @@ pub struct StatusReport {
 pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     let (build, build_error) = match Provenance::read(prefix) {
         Ok(p) => (Some(p), None),
+        Err(e) if crate::error::is_not_found(&e) => (
+            None,
+            Some(
+                "nothing is built there: `rdna1-patch build` builds it, or pulls one with --from"
+                    .to_owned(),
+            ),
+        ),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
     let all = state.read()?;

@@ -261,7 +261,7 @@ fn every_verb_the_manual_lists_has_its_own_page() {
     assert!(build.contains("gpu\\-targets"), "{build}");
     sb.run(&["man", "nope"]).fails_with(
         r#"error: rdna1-patch has no verb `nope`
-help: pages: rdna1-patch man {build,install,rollback,status,verify,doctor,patches,profiles,publish,clean,completions,man,help}"#,
+help: pages: rdna1-patch man {build,install,rollback,status,verify,doctor,patches,profiles,publish,trust,clean,completions,man,help}"#,
     ).error_is(
         "error: rdna1-patch has no verb `nope`\nhelp: pages: rdna1-patch man {build,[..]}",
     );

@@ -178,3 +178,47 @@ help: check the key and its password; nothing was pushed",
         .ok()
         .says("Published");
 }
+
+/// Item 2: the prefix `install --prefix DIR` used is the one `verify` and
+/// `status` read afterwards, with no --prefix; item 10: with nothing built
+/// and nothing installed, status says so in words, not `(os error 2)`.
+#[test]
+fn verify_and_status_read_the_prefix_the_install_used() {
+    let sb = Sandbox::built();
+    sb.torch(TorchKind::Rocm, HIP);
+    let status = sb.run_with_state(&["status"], &[]).ok();
+    assert!(
+        status.stdout.starts_with("build:      none in ")
+            && status.stdout.contains(
+                " (nothing is built there: `rdna1-patch build` builds it, or pulls one with --from)\ninstalled:  nowhere\n"
+            ),
+        "{}",
+        status.stdout
+    );
+    let elsewhere = sb.root.join("elsewhere");
+    copy_dir(&sb.prefix, &elsewhere);
+    sb.run_with_state(
+        &[
+            "install",
+            "--into-torch",
+            "--prefix",
+            elsewhere.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .ok();
+    let verify = sb.run_with_state(&["verify"], &[]).ok();
+    verify.prints(&format!("ok    prefix    {}", elsewhere.display()));
+    let status = sb.run_with_state(&["status"], &[]).ok();
+    assert!(
+        status
+            .stdout
+            .starts_with(&format!("build:      {} miopen ", elsewhere.display())),
+        "{}",
+        status.stdout
+    );
+    // A --prefix or --profile given still names the build to read.
+    sb.run_with_state(&["status", "--prefix", sb.prefix.to_str().unwrap()], &[])
+        .ok()
+        .prints(&format!("build:      {} miopen ", sb.prefix.display()));
+}

@@ -143,6 +143,19 @@ impl StateDir {
 
     /// Every journal, oldest first, and those that cannot be read. Reading
     /// needs no lock: journals are replaced atomically.
+    /// The prefix of the newest transaction whose library is in torch now,
+    /// and its id: a `--prefix` given to `install` is remembered there, so
+    /// `verify` and `status` read the build torch holds.
+    pub fn installed_prefix(&self) -> Option<(u32, PathBuf)> {
+        let journals = self.read().ok()?;
+        journals
+            .list
+            .iter()
+            .rev()
+            .find(|j| j.state == State::Installed)
+            .map(|j| (j.id, j.build.prefix.clone()))
+    }
+
     pub fn read(&self) -> Result<Journals> {
         let dir = self.journal_dir();
         let mut out = Journals::default();
