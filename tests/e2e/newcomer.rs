@@ -222,3 +222,49 @@ fn verify_and_status_read_the_prefix_the_install_used() {
         .ok()
         .prints(&format!("build:      {} miopen ", sb.prefix.display()));
 }
+
+/// Item 1: Debian 12's ROCm 5.2.3 is served by no profile. doctor fails
+/// its row with the way out, and `build --dry-run` says the build would
+/// stop there, instead of letting an hour-long build start.
+#[test]
+fn a_rocm_no_profile_is_for_fails_doctor_and_stops_the_build() {
+    let sb = Sandbox::new();
+    let rocm = sb.root.join("usr");
+    copy_dir(&sb.rocm, &rocm);
+    std::fs::create_dir_all(rocm.join(".info")).unwrap();
+    std::fs::write(rocm.join(".info/version"), "5.2.3\n").unwrap();
+    let why = format!(
+        "ROCm 5.2.3 at {}: no profile is for ROCm 5.2 (the built-in profiles are for ROCm 6.2, 6.3, 6.4, 7.2, 7.14)",
+        rocm.display()
+    );
+    let help = "install ROCm 6.2 for profile rocm-6.2.4 (or a release another profile is for), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`)";
+    let doctor = sb.run(&[
+        "doctor",
+        "--need-space",
+        "0",
+        "--rocm",
+        rocm.to_str().unwrap(),
+    ]);
+    assert_eq!(doctor.code, Some(1), "{}", doctor.stdout);
+    let row = doctor
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("FAIL  rocm"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        row,
+        format!("FAIL  rocm      {why}\n                fix: {help}")
+    );
+    // The build, with the fixture's profile (for ROCm 6.2.4 too).
+    let mut args = sb.build_args(&["--dry-run"]);
+    let at = args.iter().position(|a| a == "--rocm").unwrap();
+    args[at + 1] = rocm.display().to_string();
+    let run = Run::from(sb.cmd().args(&args).output().unwrap());
+    run.fails_with(&format!(
+        "error: the build would stop before fetching: {}\nhelp: {}",
+        why,
+        help.replace("rocm-6.2.4", "[..]")
+    ));
+}

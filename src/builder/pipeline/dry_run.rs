@@ -92,7 +92,7 @@ impl BuildPlan<'_> {
         if pulls || self.opts.stop_after < Stage::Configure {
             return None;
         }
-        tools::preflight(self.generator, &self.rocm, &self.defines)
+        self.preflight()
             .err()
             .map(|e| e.context("the build would stop before fetching"))
     }

@@ -325,7 +325,7 @@ impl BuildPlan<'_> {
     /// The tools configure and build need, with warnings about what differs
     /// from the profile.
     fn toolchain(&self, ui: &Ui) -> Result<tools::Toolchain> {
-        let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
+        let t = self.preflight()?;
         if t.generator_fallback {
             ui.warn(format!(
                 "{} is not installed; using {} instead",
@@ -345,6 +345,20 @@ impl BuildPlan<'_> {
             _ => {}
         }
         Ok(t)
+    }
+
+    /// The tools configure and build need, and a ROCm some profile is for:
+    /// one no profile serves (Debian 12's 5.2) would fail most of an hour
+    /// in, so it stops the build before the fetch.
+    pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
+        let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
+        let unserved = t.rocm.version.as_deref().and_then(|v| {
+            crate::builder::profile::unserved_rocm(&self.opts.profile, v, &self.rocm)
+        });
+        match unserved {
+            Some(e) => Err(e),
+            None => Ok(t),
+        }
     }
 
     /// `--clean`: a fresh build dir, and no install stamp.

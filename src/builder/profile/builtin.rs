@@ -196,3 +196,43 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
     }
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }
+
+/// The built-in profiles, each with the ROCm release (major.minor) it is
+/// for, in name order.
+pub fn builtin_releases() -> Vec<(String, String)> {
+    builtin_names()
+        .into_iter()
+        .filter_map(|n| {
+            let p = Profile::load(&n).ok()?;
+            Some((n, crate::version::major_minor(&p.rocm.version)))
+        })
+        .collect()
+}
+
+/// Why the ROCm `found` at `path` cannot build `profile`: its release is
+/// not the profile's, and no built-in profile is for it (Debian 12's
+/// ROCm 5.2, say). None when it can, or a profile serves it (then the
+/// mismatch is a warning with that profile's name).
+pub fn unserved_rocm(profile: &Profile, found: &str, path: &Path) -> Option<anyhow::Error> {
+    let release = crate::version::major_minor(found);
+    if release == crate::version::major_minor(&profile.rocm.version) {
+        return None;
+    }
+    let releases = builtin_releases();
+    if releases.iter().any(|(_, r)| *r == release) {
+        return None;
+    }
+    let served: Vec<&str> = releases.iter().map(|(_, r)| r.as_str()).collect();
+    Some(hint(
+        format!(
+            "ROCm {found} at {}: no profile is for ROCm {release} (the built-in profiles are for ROCm {})",
+            path.display(),
+            served.join(", ")
+        ),
+        format!(
+            "install ROCm {} for profile {} (or a release another profile is for), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`)",
+            crate::version::major_minor(&profile.rocm.version),
+            profile.name
+        ),
+    ))
+}

@@ -203,16 +203,26 @@ pub(super) fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
             Some(v) if crate::version::major_minor(&v) == crate::version::major_minor(want) => {
                 r.push("rocm", Status::Ok, format!("{v} at {}", path.display()))
             }
-            Some(v) => r.push_fix(
-                "rocm",
-                Status::Warn,
-                format!(
-                    "{v} at {}, but profile {} is for ROCm {want}",
-                    path.display(),
-                    req.profile.name
-                ),
-                "use the profile for this ROCm, or install the profile's",
-            ),
+            Some(v) => match crate::builder::profile::unserved_rocm(&req.profile, &v, &path) {
+                Some(e) => r.push_error("rocm", Status::Fail, &e),
+                None => {
+                    let release = crate::version::major_minor(&v);
+                    let fits = crate::builder::profile::builtin_releases()
+                        .into_iter()
+                        .find(|(_, r)| *r == release)
+                        .map_or_else(String::new, |(name, _)| format!("--profile {name}"));
+                    r.push_fix(
+                        "rocm",
+                        Status::Warn,
+                        format!(
+                            "{v} at {}, but profile {} is for ROCm {want}",
+                            path.display(),
+                            req.profile.name
+                        ),
+                        format!("use the profile for this ROCm ({fits}), or install the profile's"),
+                    )
+                }
+            },
             None => r.push_fix(
                 "rocm",
                 Status::Warn,
