@@ -217,30 +217,86 @@ impl Command {
     }
 }
 
-/// A command line clap refuses: its message and usage, as clap prints
-/// them; with `--json` anywhere on it, stdout gets the error object every
+/// A command line clap refuses, said as every other error is: clap's
+/// `error:` line (its continuation lines joined to it), then one `help:`
+/// line with clap's suggestion and where the arguments are listed; no
+/// usage line (it made optional flags look required) and no tip block.
+/// With `--json` anywhere on it, stdout gets the error object every
 /// `--json` failure gives (README, "JSON"). `--help` and `--version` are
-/// not errors.
+/// not errors, and print as clap prints them.
 fn usage_error(e: clap::Error) -> ! {
     use clap::error::ErrorKind;
-    let refused = !matches!(
+    if matches!(
         e.kind(),
         ErrorKind::DisplayHelp
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    );
-    if refused && std::env::args_os().any(|a| a == "--json") {
-        let first = e.render().to_string();
-        let message = first
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim_start_matches("error: ")
-            .to_owned();
-        let err = crate::error::hint(message, "run the command with --help for its arguments");
+    ) {
+        e.exit()
+    }
+    let err = one_error(&e);
+    crate::output::configure(crate::output::Settings {
+        color: crate::output::use_color(match color_flag(std::env::args_os()) {
+            clap::ColorChoice::Always => Some(true),
+            clap::ColorChoice::Never => Some(false),
+            clap::ColorChoice::Auto => None,
+        }),
+        ..Default::default()
+    });
+    if std::env::args_os().any(|a| a == "--json") {
         crate::outln!("{}", crate::error::json(&err, crate::error::FAILED));
     }
-    e.exit()
+    crate::output::error(&err);
+    std::process::exit(crate::error::FAILED.into())
+}
+
+/// clap's error as one message and one help line.
+fn one_error(e: &clap::Error) -> anyhow::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let mut message = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    for l in lines.take_while(|l| !l.trim().is_empty()) {
+        message.push(' ');
+        message.push_str(l.trim());
+    }
+    let value = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
+        _ => Vec::new(),
+    };
+    let mut help = String::new();
+    for kind in [ContextKind::SuggestedArg, ContextKind::SuggestedSubcommand] {
+        if let Some(s) = value(kind).first() {
+            help.push_str(&format!("did you mean `{s}`? "));
+        }
+    }
+    for tip in value(ContextKind::Suggested) {
+        help.push_str(&format!("{}; ", tip.trim_end_matches('.')));
+    }
+    help.push_str(&format!("`{}` lists its arguments", verb_help()));
+    crate::error::hint(message, help)
+}
+
+/// `rdna1-patch VERB [SUB] --help` for the verbs on this command line.
+fn verb_help() -> String {
+    let mut cmd = Cli::command();
+    let mut words = vec!["rdna1-patch".to_owned()];
+    // Flags and their values are passed over: the verbs are among them.
+    for arg in std::env::args().skip(1) {
+        if let Some(sub) = cmd.find_subcommand(&arg) {
+            words.push(arg.clone());
+            cmd = sub.clone();
+        }
+    }
+    words.push("--help".to_owned());
+    words.join(" ")
 }
 
 /// The `--color` a command line gives (the last one wins, as in clap),

@@ -233,16 +233,12 @@ fn global_flags_version_and_jobs() {
     sb.run(&["build", "-j", "0"])
         .fails_with(
             r#"error: invalid value '0' for '--jobs <JOBS>': 0 is not in 1..=4294967295
-
-For more information, try '--help'."#,
+help: `rdna1-patch build --help` lists its arguments"#,
         )
         .says("invalid value '0' for '--jobs <JOBS>'");
     sb.run(&["status", "--verbose", "--quiet"]).fails_with(
         r#"error: the argument '--verbose' cannot be used with '--quiet'
-
-Usage: rdna1-patch status --verbose
-
-For more information, try '--help'."#,
+help: `rdna1-patch status --help` lists its arguments"#,
     );
     for verb in [
         "build", "install", "rollback", "status", "verify", "doctor", "patches", "profiles",

@@ -268,3 +268,33 @@ fn a_rocm_no_profile_is_for_fails_doctor_and_stops_the_build() {
         help.replace("rocm-6.2.4", "[..]")
     ));
 }
+
+/// Item 7: an argument clap refuses is said as every other error is, one
+/// `error:` line and one `help:` line; no usage line that makes an
+/// optional flag look required, no tip block.
+#[test]
+fn argument_errors_are_one_error_and_one_help_line() {
+    let sb = Sandbox::new();
+    for (args, said) in [
+        (
+            &["build", "--porfile", "X"][..],
+            "error: unexpected argument '--porfile' found\nhelp: did you mean `--profile`? `rdna1-patch build --help` lists its arguments",
+        ),
+        (
+            &["bild"],
+            "error: unrecognized subcommand 'bild'\nhelp: did you mean `build`? `rdna1-patch --help` lists its arguments",
+        ),
+        (
+            &["--color", "never", "patches", "list", "--jobs", "2"],
+            "error: unexpected argument '--jobs' found\nhelp: `rdna1-patch patches list --help` lists its arguments",
+        ),
+        (
+            &["completions"],
+            "error: the following required arguments were not provided: <SHELL>\nhelp: `rdna1-patch completions --help` lists its arguments",
+        ),
+    ] {
+        let run = sb.run(args);
+        assert_eq!(run.code, Some(2), "{args:?}");
+        assert_eq!(run.stderr, format!("{said}\n"), "{args:?}");
+    }
+}
