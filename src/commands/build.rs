@@ -12,7 +12,8 @@ use crate::ui::Ui;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The component to build
-    #[arg(default_value = "miopen")]
+    #[arg(default_value = "miopen", value_parser = super::Offered(super::offered_components),
+          hide_possible_values = true)]
     component: String,
     #[command(flatten)]
     profile: ProfileArg,

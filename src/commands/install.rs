@@ -9,7 +9,8 @@ use crate::ui::Ui;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The component to install
-    #[arg(default_value = "miopen")]
+    #[arg(default_value = "miopen", value_parser = super::Offered(super::offered_components),
+          hide_possible_values = true)]
     component: String,
     /// Swap the built library into a torch install, reversibly
     #[arg(long)]

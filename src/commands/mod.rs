@@ -25,8 +25,47 @@ use crate::builder::profile::{DEFAULT_PROFILE, Profile};
 pub struct ProfileArg {
     /// A built-in profile name, or a profile TOML file [default: rocm-6.2.4;
     /// build and install choose the one for your torch]
-    #[arg(long, value_name = "NAME|FILE")]
+    #[arg(long, value_name = "NAME|FILE", value_parser = Offered(offered_profiles),
+          hide_possible_values = true)]
     pub profile: Option<String>,
+}
+
+/// A value that may be anything (a profile may be a file), with the
+/// values a shell completion offers: clap's completion scripts list a
+/// parser's possible values, and this parser checks none of them.
+#[derive(Clone)]
+pub struct Offered(pub fn() -> Vec<String>);
+
+impl clap::builder::TypedValueParser for Offered {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            (self.0)()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
+fn offered_profiles() -> Vec<String> {
+    crate::builder::profile::builtin_names()
+}
+
+/// The components a built-in profile builds.
+pub fn offered_components() -> Vec<String> {
+    vec!["miopen".to_owned()]
 }
 
 impl ProfileArg {

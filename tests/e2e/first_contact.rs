@@ -43,7 +43,7 @@ fn a_gpu_target_that_is_not_rdna1_is_named() {
 
 /// What bash offers for the words typed, through the script the binary
 /// prints, in a real bash.
-fn bash_completes(words: &[&str]) -> Vec<String> {
+pub(crate) fn bash_completes(words: &[&str]) -> Vec<String> {
     let script = std::process::Command::new(crate::support::BIN)
         .args(["completions", "bash"])
         .output()

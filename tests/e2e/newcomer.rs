@@ -298,3 +298,38 @@ fn argument_errors_are_one_error_and_one_help_line() {
         assert_eq!(run.stderr, format!("{said}\n"), "{args:?}");
     }
 }
+
+/// Item 8: completion goes on into values: `--profile <TAB>` offers the
+/// built-in profiles, `build <TAB>` the component; a profile file is
+/// still taken.
+#[test]
+fn completions_offer_profile_names_and_components() {
+    use crate::first_contact::bash_completes;
+    let listed = Sandbox::new().run(&["profiles", "list"]).ok().stdout;
+    let profiles: Vec<String> = bash_completes(&["rdna1-patch", "build", "--profile", ""]);
+    assert_eq!(
+        profiles,
+        [
+            "rocm-6.2.4",
+            "rocm-6.3.1",
+            "rocm-6.4.3",
+            "rocm-7.2",
+            "therock-7.14"
+        ]
+    );
+    for p in &profiles {
+        assert!(
+            listed.contains(p.as_str()),
+            "{p} is not in profiles list:\n{listed}"
+        );
+    }
+    assert_eq!(
+        bash_completes(&["rdna1-patch", "verify", "--profile", "rocm-6.3"]),
+        ["rocm-6.3.1"]
+    );
+    assert_eq!(bash_completes(&["rdna1-patch", "build", "mi"]), ["miopen"]);
+    assert_eq!(
+        bash_completes(&["rdna1-patch", "install", "--into-torch", "mi"]),
+        ["miopen"]
+    );
+}
