@@ -333,3 +333,18 @@ fn completions_offer_profile_names_and_components() {
         ["miopen"]
     );
 }
+
+/// Item 10: a one-machine user with distcc installed is offered no fix to
+/// spread the build (CI installs distcc).
+#[test]
+fn doctor_offers_no_distcc_fix_to_one_machine() {
+    let sb = Sandbox::new();
+    let mut c = sb.cmd();
+    c.args(["doctor", "--need-space", "0"])
+        .env_remove("DISTCC_HOSTS");
+    let run = Run::from(c.output().unwrap());
+    assert_eq!(
+        row(&run, "distcc"),
+        "skip  distcc    installed; no DISTCC_HOSTS names other machines, so builds compile here (`--launcher distcc` with DISTCC_HOSTS set spreads them)"
+    );
+}
