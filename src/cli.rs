@@ -140,10 +140,7 @@ enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): `rdna1-patch man | man -l -`; with a
     /// verb, the page of its own that the main page lists for it
-    Man {
-        /// The verb whose page to print, e.g. build
-        verb: Option<String>,
-    },
+    Man(commands::man::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -180,7 +177,7 @@ pub fn main() -> ExitCode {
         Command::Publish(args) => commands::publish::run(args),
         Command::Trust(args) => commands::trust::run(args),
         Command::Completions { shell } => completions(shell),
-        Command::Man { verb } => man(verb.as_deref()),
+        Command::Man(args) => commands::man::run(Cli::command(), args),
     };
     // A command that reports errors as data (doctor, verify) still ends
     // with the signal's status when a signal stopped one of its programs.
@@ -338,32 +335,4 @@ fn completion_script(shell: clap_complete::Shell, script: &str) -> String {
         clap_complete::Shell::Bash => script.replace("rdna1__subcmd__patch", "rdna1__patch"),
         _ => script.to_owned(),
     }
-}
-
-fn man(verb: Option<&str>) -> anyhow::Result<ExitCode> {
-    let mut out = Vec::new();
-    let page = match verb {
-        None => Cli::command(),
-        Some(v) => {
-            let mut cli = Cli::command();
-            // Built, so that clap's own `help` verb (on the main page) is
-            // there too.
-            cli.build();
-            let names: Vec<String> = cli
-                .get_subcommands()
-                .map(|s| s.get_name().to_owned())
-                .collect();
-            let sub = cli.find_subcommand(v).ok_or_else(|| {
-                crate::error::hint(
-                    format!("rdna1-patch has no verb `{v}`"),
-                    format!("pages: rdna1-patch man {{{}}}", names.join(",")),
-                )
-            })?;
-            // The page's name, as the main page's SUBCOMMANDS list names it.
-            sub.clone().name(format!("rdna1-patch-{v}"))
-        }
-    };
-    clap_mangen::Man::new(page).render(&mut out)?;
-    crate::outln!("{}", String::from_utf8_lossy(&out).trim_end());
-    Ok(ExitCode::SUCCESS)
 }

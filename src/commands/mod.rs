@@ -4,6 +4,7 @@ pub(crate) mod build;
 pub(crate) mod clean;
 pub(crate) mod doctor;
 pub(crate) mod install;
+pub(crate) mod man;
 pub(crate) mod patches;
 pub(crate) mod profiles;
 pub(crate) mod publish;

@@ -348,3 +348,44 @@ fn doctor_offers_no_distcc_fix_to_one_machine() {
         "skip  distcc    installed; no DISTCC_HOSTS names other machines, so builds compile here (`--launcher distcc` with DISTCC_HOSTS set spreads them)"
     );
 }
+
+/// Item 10: the man pages can be installed, each page the main page
+/// names is there, and no section is headed "EXTRA".
+#[test]
+fn man_install_writes_every_page_the_main_page_names() {
+    let sb = Sandbox::new();
+    let dir = sb.root.join("share/man");
+    sb.run(&["man", "--install", dir.to_str().unwrap()])
+        .ok()
+        .says(&format!(
+            "Installed 15 pages into {}",
+            dir.join("man1").display()
+        ));
+    let main = std::fs::read_to_string(dir.join("man1/rdna1-patch.1")).unwrap();
+    assert!(main.contains(".SH \"EXIT STATUS\""), "{main}");
+    let named: Vec<&str> = main
+        .split("rdna1\\-patch\\-")
+        .skip(1)
+        .filter_map(|s| s.split_once("(1)").map(|(verb, _)| verb))
+        .collect();
+    assert_eq!(named.len(), 14, "{main}");
+    for verb in named {
+        let page = dir.join(format!("man1/rdna1-patch-{}.1", verb.replace("\\-", "-")));
+        let text = std::fs::read_to_string(&page).unwrap_or_else(|_| panic!("{page:?}"));
+        assert!(!text.contains(".SH EXTRA"), "{verb}");
+    }
+    let build = std::fs::read_to_string(dir.join("man1/rdna1-patch-build.1")).unwrap();
+    assert!(build.contains(".SH EXAMPLES"), "{build}");
+    // man itself finds them there.
+    let out = std::process::Command::new("man")
+        .args(["rdna1-patch-trust"])
+        .env("MANPATH", &dir)
+        .env("MANPAGER", "cat")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("trusted-keys"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

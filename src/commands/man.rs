@@ -1,0 +1,87 @@
+//! `man`: the manual pages, made from the same clap definitions as
+//! `--help`, printed or installed where man-db finds them.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::error::hint;
+use crate::ui::Ui;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The verb whose page to print, e.g. build
+    #[arg(conflicts_with = "install")]
+    verb: Option<String>,
+    /// Write every page (rdna1-patch.1 and one per verb) into DIR/man1,
+    /// e.g. ~/.local/share/man, instead of printing one
+    #[arg(long, value_name = "DIR")]
+    install: Option<PathBuf>,
+}
+
+pub fn run(cli: clap::Command, args: Args) -> Result<ExitCode> {
+    match args.install {
+        Some(dir) => {
+            let (man1, count) = install(cli, &dir)?;
+            let term = super::term::Term::new();
+            Ui::new(&term).stage(
+                "Installed",
+                format!(
+                    "{count} pages into {}: `man rdna1-patch` reads them where man looks (man-db looks in ~/.local/share/man when ~/.local/bin is on PATH; else MANPATH)",
+                    man1.display()
+                ),
+            );
+        }
+        None => crate::outln!("{}", page(cli, args.verb.as_deref())?.trim_end()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The verbs with a page of their own: every one the main page lists,
+/// clap's own `help` among them.
+fn verbs(cli: &mut clap::Command) -> Vec<String> {
+    cli.build();
+    cli.get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .collect()
+}
+
+/// The page of `verb`, or the main page, as roff. clap_mangen heads the
+/// text after the options "EXTRA": it is the exit statuses on the main
+/// page and the examples on a verb's, and is headed so.
+fn page(mut cli: clap::Command, verb: Option<&str>) -> Result<String> {
+    let (page, extra) = match verb {
+        None => (cli, "\"EXIT STATUS\""),
+        Some(v) => {
+            let names = verbs(&mut cli);
+            let sub = cli.find_subcommand(v).ok_or_else(|| {
+                hint(
+                    format!("rdna1-patch has no verb `{v}`"),
+                    format!("pages: rdna1-patch man {{{}}}", names.join(",")),
+                )
+            })?;
+            // The page's name, as the main page's SUBCOMMANDS list names it.
+            (sub.clone().name(format!("rdna1-patch-{v}")), "EXAMPLES")
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page).render(&mut out)?;
+    Ok(String::from_utf8_lossy(&out).replace(".SH EXTRA", &format!(".SH {extra}")))
+}
+
+/// Every page into `dir/man1`; the directory and how many pages.
+fn install(mut cli: clap::Command, dir: &Path) -> Result<(PathBuf, usize)> {
+    let man1 = dir.join("man1");
+    crate::fsutil::create_dir_all(&man1)?;
+    let verbs = verbs(&mut cli);
+    let mut pages = vec![("rdna1-patch.1".to_owned(), page(cli.clone(), None)?)];
+    for v in &verbs {
+        pages.push((format!("rdna1-patch-{v}.1"), page(cli.clone(), Some(v))?));
+    }
+    for (name, text) in &pages {
+        crate::fsutil::write_atomic(&man1.join(name), text.as_bytes(), Some(0o644))
+            .with_context(|| format!("writing the manual page {name}"))?;
+    }
+    Ok((man1, pages.len()))
+}
