@@ -198,6 +198,28 @@ pub struct ReportArgs {
 }
 
 /// Print a check report (or its JSON); exit 1 if any check failed.
+/// A report with its status words in colour, when colour is on (`--color
+/// always` on a pipe too, as cargo colours its own status words).
+fn painted(text: &str) -> String {
+    use crate::output::{ERROR, HELP, STAGE, WARNING, paint};
+    let styles = [
+        ("ok", STAGE),
+        ("warn", WARNING),
+        ("FAIL", ERROR),
+        ("skip", HELP),
+    ];
+    text.lines()
+        .map(|l| {
+            let word = l.split(' ').next().unwrap_or_default();
+            match styles.iter().find(|(w, _)| *w == word) {
+                Some((w, style)) => format!("{}{}", paint(*style, w), &l[w.len()..]),
+                None => l.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn print_report(
     report: &crate::inspect::checks::CheckReport,
     args: &ReportArgs,
@@ -205,7 +227,7 @@ pub fn print_report(
     if args.json {
         crate::outln!("{}", report.json());
     } else {
-        crate::outln!("{}", report.text_wrapped(term::stdout_width()));
+        crate::outln!("{}", painted(&report.text_wrapped(term::stdout_width())));
     }
     Ok(if report.failed() {
         ExitCode::FAILURE

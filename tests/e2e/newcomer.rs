@@ -389,3 +389,37 @@ fn man_install_writes_every_page_the_main_page_names() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Item 10: `--color always` colours doctor's and verify's status words,
+/// even on a pipe; `--color never` and a pipe leave them plain.
+#[test]
+fn color_always_colours_the_reports_and_never_does_not() {
+    let sb = Sandbox::built();
+    sb.torch(TorchKind::Rocm, HIP);
+    sb.install(&[]).ok();
+    let doctor = ["doctor", "--need-space", "0"];
+    let coloured = sb.run(&[&["--color", "always"], &doctor[..]].concat());
+    assert!(
+        coloured
+            .stdout
+            .contains("\u{1b}[1m\u{1b}[32mok\u{1b}[0m    cmake"),
+        "{}",
+        coloured.stdout
+    );
+    let verify = sb
+        .run_with_state(&["--color", "always", "verify"], &[])
+        .ok();
+    assert!(
+        verify.stdout.contains("\u{1b}[32mok\u{1b}[0m    prefix"),
+        "{}",
+        verify.stdout
+    );
+    for args in [&["--color", "never"][..], &[]] {
+        let plain = sb.run(&[args, &doctor[..]].concat());
+        assert!(
+            !plain.stdout.contains('\u{1b}'),
+            "{args:?}: {}",
+            plain.stdout
+        );
+    }
+}
