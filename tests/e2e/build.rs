@@ -37,7 +37,7 @@ fn build_installs_a_prefix_that_md5sum_accepts() {
     let commit = git(&sb.origin, &["rev-parse", "rocm-6.2.4^{commit}"]);
     assert!(prov.contains(&format!("commit = \"{commit}\"")), "{prov}");
     assert!(
-        prov.contains("name = \"0002-handlehip-host-alloc.patch\""),
+        prov.contains("name = \"0002-fixture-host-alloc.patch\""),
         "{prov}"
     );
     assert!(prov.contains("MIOPEN_USE_MLIR = \"OFF\""), "{prov}");
@@ -119,7 +119,7 @@ fn a_changed_patch_recompiles_only_what_it_touches() {
     // Dropping the patch from the series puts its file back as the tag has it.
     std::fs::write(
         sb.series.join("series"),
-        "0001-rdna1-detection.patch\n0002-handlehip-host-alloc.patch\n",
+        "0001-rdna1-detection.patch\n0002-fixture-host-alloc.patch\n",
     )
     .unwrap();
     let run = sb.build(&[]).ok();
@@ -140,13 +140,13 @@ fn a_hunk_that_does_not_apply_changes_nothing() {
     sb.build(&["--stop-after", "fetch"]).ok();
     let before = snapshot(&sb.src());
     sb.edit_patch(
-        "0002-handlehip-host-alloc.patch",
+        "0002-fixture-host-alloc.patch",
         "-        result = host_malloc(sz);",
         "-        result = host_alloc(sz);",
     );
-    let run = sb.build(&["--stop-after", "patch"]).fails_with("error: patch 0002-handlehip-host-alloc.patch does not apply: src/hip/handlehip.cpp: hunk #3 (@@ -26,7 +40,7 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)");
+    let run = sb.build(&["--stop-after", "patch"]).fails_with("error: patch 0002-fixture-host-alloc.patch does not apply: src/hip/handlehip.cpp: hunk #3 (@@ -26,7 +40,7 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)");
     for needle in [
-        "0002-handlehip-host-alloc.patch",
+        "0002-fixture-host-alloc.patch",
         "src/hip/handlehip.cpp",
         "hunk #3 (@@ -26,7 +40,7 @@)",
         "fuzz is not",
@@ -397,7 +397,7 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     let run = sb.build(&["--dry-run", "-D", "MIOPEN_USE_MLIR=ON"]).ok();
     for needle in [
         "tag rocm-6.2.4 commit (resolved on first fetch)",
-        "0002-handlehip-host-alloc.patch  handlehip: non-coherent host-memory fallback on RDNA1",
+        "0002-fixture-host-alloc.patch  handlehip: host-memory fallback (a fixture; no real patch)",
         "'-DMIOPEN_USE_MLIR=ON'",
         "-G 'Ninja'",
         &format!("install:   {}", sb.prefix.display()),

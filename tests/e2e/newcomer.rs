@@ -423,3 +423,29 @@ fn color_always_colours_the_reports_and_never_does_not() {
         );
     }
 }
+
+/// Item 6: README leads to the demo, and the demo's series does not show
+/// a patch under the name README says the real series dropped.
+#[test]
+fn the_demo_is_reachable_from_readme_and_its_series_is_plainly_a_fixture() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains("`cargo xtask demo`"),
+        "README names no demo"
+    );
+    assert!(
+        readme.contains("`--keep` keeps the\nsandbox"),
+        "nor how to keep it"
+    );
+    let series = std::fs::read_to_string(fixtures().join("series/miopen-mini/series")).unwrap();
+    assert!(readme.contains("There is no 0002 any more"));
+    assert!(!series.contains("0002-handlehip-host-alloc"), "{series}");
+    let p = std::fs::read_to_string(
+        fixtures().join("series/miopen-mini/0002-fixture-host-alloc.patch"),
+    )
+    .unwrap();
+    assert!(
+        p.contains("Subject: [PATCH] handlehip: host-memory fallback (a fixture; no real patch)")
+    );
+}

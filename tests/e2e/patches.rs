@@ -95,7 +95,7 @@ fn check_says_whether_a_tree_takes_the_series() {
         statuses,
         [
             ("0001-rdna1-detection.patch", "ok"),
-            ("0002-handlehip-host-alloc.patch", "ok"),
+            ("0002-fixture-host-alloc.patch", "ok"),
             ("0003-find-fast-mode.patch", "failed"),
         ]
     );
@@ -154,7 +154,7 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
         sb.run(&[
             "patches",
             "refresh",
-            "0002-handlehip-host-alloc.patch",
+            "0002-fixture-host-alloc.patch",
             "--profile",
             sb.profile.to_str().unwrap(),
             "--source",
@@ -164,7 +164,7 @@ fn refresh_rewrites_a_patch_from_the_edited_checkout() {
     };
     let run = refresh();
     run.prints("refreshed");
-    let patch = std::fs::read_to_string(sb.series.join("0002-handlehip-host-alloc.patch")).unwrap();
+    let patch = std::fs::read_to_string(sb.series.join("0002-fixture-host-alloc.patch")).unwrap();
     assert!(
         patch.starts_with("From: rdna1-patch fixture"),
         "header kept:\n{patch}"

@@ -32,11 +32,14 @@ fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-pub fn run_demo(root: &Path) -> Result<()> {
+pub fn run_demo(root: &Path, args: &[String]) -> Result<()> {
+    if let Some(other) = args.iter().find(|a| *a != "--keep") {
+        anyhow::bail!("cargo xtask demo takes --keep (keep the sandbox), not {other}");
+    }
     eprintln!("demo: building rdna1-patch (cargo shows its progress)");
     crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
     let bin = root.join("target/debug/rdna1-patch");
-    let keep = std::env::var_os("RDNA1_DEMO_KEEP").is_some();
+    let keep = !args.is_empty();
     let dir = tempfile::Builder::new()
         .prefix("rdna1-patch-demo-")
         .tempdir()?;
@@ -47,7 +50,7 @@ pub fn run_demo(root: &Path) -> Result<()> {
         if keep {
             "kept"
         } else {
-            "removed at the end; RDNA1_DEMO_KEEP=1 keeps it"
+            "removed at the end; `cargo xtask demo --keep` keeps it"
         }
     );
     println!(
@@ -118,7 +121,13 @@ pub fn run_demo(root: &Path) -> Result<()> {
     step(sb, &mut verb(&["rollback"]))?;
     step(sb, &mut verb(&["rollback", "--list"]))?;
     if keep {
-        println!("\nkept {}", dir.keep().display());
+        let kept = dir.keep();
+        println!(
+            "\nkept {0}; its fake torch is on PYTHONPATH={0}/site, e.g.\n  PYTHONPATH={0}/site {1} install --into-torch --prefix {2} --state-dir {0}/state",
+            kept.display(),
+            bin.display(),
+            prefix
+        );
     }
     Ok(())
 }

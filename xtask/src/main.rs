@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("demo") => demo::run_demo(&root()),
+        Some("demo") => demo::run_demo(&root(), &args[1..]),
         Some("bench") => bench::bench(&root(), &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root(), &args[1..]),
         Some("killtest") => killtest::killtest(&root(), &args[1..]),
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Some("rocm-env") => rocm_env::rocm_env(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]",
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]",
                 bench::groups_help("         ")
             );
             return ExitCode::from(2);
