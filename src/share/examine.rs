@@ -18,6 +18,14 @@ pub struct Candidate {
     pub(super) unpacked_size: u64,
 }
 
+impl Candidate {
+    /// What a pull downloads (the layer's signed size) and what it unpacks
+    /// to, in bytes.
+    pub fn sizes(&self) -> (u64, u64) {
+        (self.layer.1, self.unpacked_size)
+    }
+}
+
 /// What a look for an artifact found: one to pull, or why there is none to
 /// take (said, and then the build goes on).
 pub enum Found {

@@ -449,3 +449,38 @@ fn the_demo_is_reachable_from_readme_and_its_series_is_plainly_a_fixture() {
         p.contains("Subject: [PATCH] handlehip: host-memory fallback (a fixture; no real patch)")
     );
 }
+
+/// Item 10: a dry run says what the run would cost: a build's time and
+/// disk, a pull's download and size on disk.
+#[test]
+fn a_dry_run_says_what_the_build_or_the_pull_costs() {
+    let (_publisher, dir, _tagged, user) = crate::shared::published_layout();
+    let run = user.sb.build(&["--dry-run"]).ok();
+    let cost = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("cost:"))
+        .unwrap_or_else(|| panic!("no cost line:\n{}", run.stdout));
+    assert_eq!(
+        cost,
+        format!(
+            "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor` checks the space); a published build, if one were found, would take seconds",
+            user.sb.work.join("mini/miopen").display()
+        )
+    );
+    let pull = user
+        .build(&["--dry-run", "--from", dir.to_str().unwrap()])
+        .ok();
+    let shared = pull
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("shared:"))
+        .unwrap();
+    assert!(
+        shared.contains(" instead of compiling: ")
+            && shared.contains(" to download, ")
+            && shared.ends_with(" on disk, seconds"),
+        "{shared}"
+    );
+    assert!(!pull.stdout.contains("cost:"), "{}", pull.stdout);
+}

@@ -112,6 +112,12 @@ impl BuildPlan<'_> {
             lines.push(format!("shared:    {plan}"));
             pulls = pull;
         }
+        if matches!(pulls, Ok(false)) && self.opts.stop_after >= Stage::Build {
+            lines.push(format!(
+                "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor` checks the space); a published build, if one were found, would take seconds",
+                self.dirs.build.parent().unwrap_or(&self.dirs.build).display()
+            ));
+        }
         Ok((lines, pulls))
     }
 
@@ -126,8 +132,12 @@ impl BuildPlan<'_> {
         match shared.choose(&self.want(inputs), &Ui::silent()) {
             Ok(Choice::Pull(_, c)) => (
                 format!(
-                    "would pull {} ({}, signed by key {}) instead of compiling",
-                    c.reference, c.digest, c.key_id
+                    "would pull {} ({}, signed by key {}) instead of compiling: {} to download, {} on disk, seconds",
+                    c.reference,
+                    c.digest,
+                    c.key_id,
+                    crate::fsutil::human_bytes(c.sizes().0),
+                    crate::fsutil::human_bytes(c.sizes().1)
                 ),
                 Ok(true),
             ),
