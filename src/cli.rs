@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ColorChoice, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands;
 
@@ -30,15 +30,8 @@ pub struct Cli {
     verbose: bool,
     /// Colour: auto (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE
     /// forces it), always, never
-    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN", help_heading = GLOBAL)]
-    color: Color,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Color {
-    Auto,
-    Always,
-    Never,
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN", help_heading = GLOBAL)]
+    color: ColorChoice,
 }
 
 // Every example fits an 80-column terminal unwrapped (help wraps longer
@@ -157,11 +150,7 @@ pub fn main() -> ExitCode {
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,
-        color: crate::output::use_color(match cli.color {
-            Color::Auto => None,
-            Color::Always => Some(true),
-            Color::Never => Some(false),
-        }),
+        color: colour_on(cli.color),
     });
     let json = cli.command.json();
     let result = match cli.command {
@@ -233,11 +222,7 @@ fn usage_error(e: clap::Error) -> ! {
     }
     let err = one_error(&e);
     crate::output::configure(crate::output::Settings {
-        color: crate::output::use_color(match color_flag(std::env::args_os()) {
-            clap::ColorChoice::Always => Some(true),
-            clap::ColorChoice::Never => Some(false),
-            clap::ColorChoice::Auto => None,
-        }),
+        color: colour_on(color_flag(std::env::args_os())),
         ..Default::default()
     });
     if std::env::args_os().any(|a| a == "--json") {
@@ -298,9 +283,18 @@ fn verb_help() -> String {
 
 /// The `--color` a command line gives (the last one wins, as in clap),
 /// for clap's own output.
-fn color_flag(args: impl Iterator<Item = std::ffi::OsString>) -> clap::ColorChoice {
+/// Whether `--color WHEN` turns colour on here.
+fn colour_on(when: ColorChoice) -> bool {
+    crate::output::use_color(match when {
+        ColorChoice::Always => Some(true),
+        ColorChoice::Never => Some(false),
+        ColorChoice::Auto => None,
+    })
+}
+
+fn color_flag(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
     let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
-    let mut choice = clap::ColorChoice::Auto;
+    let mut choice = ColorChoice::Auto;
     for (i, a) in args.iter().enumerate() {
         let value = match a.strip_prefix("--color") {
             Some("") => args.get(i + 1).map(String::as_str),
@@ -308,9 +302,9 @@ fn color_flag(args: impl Iterator<Item = std::ffi::OsString>) -> clap::ColorChoi
             None => None,
         };
         match value {
-            Some("never") => choice = clap::ColorChoice::Never,
-            Some("always") => choice = clap::ColorChoice::Always,
-            Some("auto") => choice = clap::ColorChoice::Auto,
+            Some("never") => choice = ColorChoice::Never,
+            Some("always") => choice = ColorChoice::Always,
+            Some("auto") => choice = ColorChoice::Auto,
             _ => {}
         }
     }

@@ -26,7 +26,7 @@ use crate::builder::profile::{DEFAULT_PROFILE, Profile};
 pub struct ProfileArg {
     /// A built-in profile name, or a profile TOML file [default: rocm-6.2.4;
     /// build and install choose the one for your torch]
-    #[arg(long, value_name = "NAME|FILE", value_parser = Offered(offered_profiles),
+    #[arg(long, value_name = "NAME|FILE", value_parser = Offered(crate::builder::profile::builtin_names),
           hide_possible_values = true)]
     pub profile: Option<String>,
 }
@@ -58,10 +58,6 @@ impl clap::builder::TypedValueParser for Offered {
                 .map(clap::builder::PossibleValue::new),
         ))
     }
-}
-
-fn offered_profiles() -> Vec<String> {
-    crate::builder::profile::builtin_names()
 }
 
 /// The components a built-in profile builds.
@@ -197,7 +193,6 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
-/// Print a check report (or its JSON); exit 1 if any check failed.
 /// A report with its status words in colour, when colour is on (`--color
 /// always` on a pipe too, as cargo colours its own status words).
 fn painted(text: &str) -> String {
@@ -220,6 +215,7 @@ fn painted(text: &str) -> String {
         .join("\n")
 }
 
+/// Print a check report (or its JSON); exit 1 if any check failed.
 pub fn print_report(
     report: &crate::inspect::checks::CheckReport,
     args: &ReportArgs,
