@@ -352,11 +352,12 @@ impl BuildPlan<'_> {
     /// in, so it stops the build before the fetch.
     pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
         let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
-        let unserved = t.rocm.version.as_deref().and_then(|v| {
-            crate::builder::profile::unserved_rocm(&self.opts.profile, v, &self.rocm)
-        });
-        match unserved {
-            Some(e) => Err(e),
+        use crate::builder::profile::{RocmFit, rocm_fit};
+        match t.rocm.version.as_deref() {
+            Some(v) => match rocm_fit(&self.opts.profile, v, &self.rocm) {
+                RocmFit::Unserved(e) => Err(e),
+                RocmFit::Profile | RocmFit::Other(_) => Ok(t),
+            },
             None => Ok(t),
         }
     }

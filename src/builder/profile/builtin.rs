@@ -199,7 +199,7 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// The built-in profiles, each with the ROCm release (major.minor) it is
 /// for, in name order.
-pub fn builtin_releases() -> Vec<(String, String)> {
+fn builtin_releases() -> Vec<(String, String)> {
     builtin_names()
         .into_iter()
         .filter_map(|n| {
@@ -209,21 +209,29 @@ pub fn builtin_releases() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Why the ROCm `found` at `path` cannot build `profile`: its release is
-/// not the profile's, and no built-in profile is for it (Debian 12's
-/// ROCm 5.2, say). None when it can, or a profile serves it (then the
-/// mismatch is a warning with that profile's name).
-pub fn unserved_rocm(profile: &Profile, found: &str, path: &Path) -> Option<anyhow::Error> {
+/// How a ROCm install of release `found` fits `profile`.
+pub enum RocmFit {
+    /// It is the profile's release.
+    Profile,
+    /// Another release, which this built-in profile is for.
+    Other(String),
+    /// A release no built-in profile is for (Debian 12's ROCm 5.2, say):
+    /// why, and the way out.
+    Unserved(anyhow::Error),
+}
+
+/// How the ROCm `found` at `path` fits `profile`.
+pub fn rocm_fit(profile: &Profile, found: &str, path: &Path) -> RocmFit {
     let release = crate::version::major_minor(found);
     if release == crate::version::major_minor(&profile.rocm.version) {
-        return None;
+        return RocmFit::Profile;
     }
     let releases = builtin_releases();
-    if releases.iter().any(|(_, r)| *r == release) {
-        return None;
+    if let Some((name, _)) = releases.iter().find(|(_, r)| *r == release) {
+        return RocmFit::Other(name.clone());
     }
     let served: Vec<&str> = releases.iter().map(|(_, r)| r.as_str()).collect();
-    Some(hint(
+    RocmFit::Unserved(hint(
         format!(
             "ROCm {found} at {}: no profile is for ROCm {release} (the built-in profiles are for ROCm {})",
             path.display(),

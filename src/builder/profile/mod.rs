@@ -17,8 +17,8 @@ mod builtin;
 
 use builtin::{PATCHES, builtin};
 pub use builtin::{
-    SeriesDir, builtin_names, builtin_releases, builtin_series, builtin_text, export, list_json,
-    sibling, unserved_rocm,
+    RocmFit, SeriesDir, builtin_names, builtin_series, builtin_text, export, list_json, rocm_fit,
+    sibling,
 };
 
 /// A profile is a few KB of TOML; reading anything much larger is a mistake.

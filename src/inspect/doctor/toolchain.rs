@@ -200,29 +200,25 @@ pub(super) fn rocm(req: &DoctorRequest, r: &mut CheckReport) {
             }),
         );
     } else {
+        use crate::builder::profile::{RocmFit, rocm_fit};
         match tools::rocm_version(&path) {
-            Some(v) if crate::version::major_minor(&v) == crate::version::major_minor(want) => {
-                r.push("rocm", Status::Ok, format!("{v} at {}", path.display()))
-            }
-            Some(v) => match crate::builder::profile::unserved_rocm(&req.profile, &v, &path) {
-                Some(e) => r.push_error("rocm", Status::Fail, &e),
-                None => {
-                    let release = crate::version::major_minor(&v);
-                    let fits = crate::builder::profile::builtin_releases()
-                        .into_iter()
-                        .find(|(_, r)| *r == release)
-                        .map_or_else(String::new, |(name, _)| format!("--profile {name}"));
-                    r.push_fix(
-                        "rocm",
-                        Status::Warn,
-                        format!(
-                            "{v} at {}, but profile {} is for ROCm {want}",
-                            path.display(),
-                            req.profile.name
-                        ),
-                        format!("use the profile for this ROCm ({fits}), or install the profile's"),
-                    )
+            Some(v) => match rocm_fit(&req.profile, &v, &path) {
+                RocmFit::Profile => {
+                    r.push("rocm", Status::Ok, format!("{v} at {}", path.display()))
                 }
+                RocmFit::Other(name) => r.push_fix(
+                    "rocm",
+                    Status::Warn,
+                    format!(
+                        "{v} at {}, but profile {} is for ROCm {want}",
+                        path.display(),
+                        req.profile.name
+                    ),
+                    format!(
+                        "use the profile for this ROCm (--profile {name}), or install the profile's"
+                    ),
+                ),
+                RocmFit::Unserved(e) => r.push_error("rocm", Status::Fail, &e),
             },
             None => r.push_fix(
                 "rocm",
