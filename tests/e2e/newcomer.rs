@@ -6,17 +6,13 @@ use crate::support::*;
 
 /// The doctor row `name`, e.g. "ok    shared    ...", and its fix line.
 fn row(run: &Run, name: &str) -> String {
-    let lines: Vec<&str> = run.stdout.lines().collect();
-    let at = lines
-        .iter()
-        .position(|l| {
-            l.get(6..)
-                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
-        })
-        .unwrap_or_else(|| panic!("no {name} row:\n{}", run.stdout));
-    let mut row = lines[at].to_owned();
-    if let Some(fix) = lines
-        .get(at + 1)
+    let line = check_row(&run.stdout, name);
+    let mut row = line.to_owned();
+    if let Some(fix) = run
+        .stdout
+        .lines()
+        .skip_while(|l| *l != line)
+        .nth(1)
         .filter(|l| l.trim_start().starts_with("fix:"))
     {
         row.push('\n');

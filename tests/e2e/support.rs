@@ -394,6 +394,18 @@ pub fn on_path(program: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
+/// The row of check `name` in a doctor or verify report, e.g. "ok    prefix
+/// ...": status 4 wide, two spaces, the name 9 wide.
+pub fn check_row<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| {
+            l.get(6..)
+                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+        })
+        .unwrap_or_else(|| panic!("no {name} row in:\n{report}"))
+}
+
 /// `pattern` with each `[..]` matching any text, against one whole line.
 pub fn line_matches(pattern: &str, line: &str) -> bool {
     let mut parts = pattern.split("[..]");

@@ -3,17 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{HIP, Run, Sandbox, TorchKind, fat_library, gpus};
+use crate::support::{HIP, Run, Sandbox, TorchKind, check_row, fat_library, gpus};
 
 /// The line of check `name`, e.g. "ok    prefix    ...".
 fn line<'a>(run: &'a Run, name: &str) -> &'a str {
-    run.stdout
-        .lines()
-        .find(|l| {
-            l.get(6..)
-                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
-        })
-        .unwrap_or_else(|| panic!("no {name} line in:\n{}", run.stdout))
+    check_row(&run.stdout, name)
 }
 
 #[test]
@@ -320,15 +314,7 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
         }
         String::from_utf8(c.output().unwrap().stdout).unwrap()
     };
-    let line = |out: &str, name: &str| -> String {
-        out.lines()
-            .find(|l| {
-                l.get(6..)
-                    .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
-            })
-            .unwrap_or_else(|| panic!("no {name} line:\n{out}"))
-            .to_owned()
-    };
+    let line = |out: &str, name: &str| check_row(out, name).to_owned();
     // A pytorch.org-style wheel: code for gfx900 and gfx1030, none for gfx101x.
     let lib = torch.lib.join("libtorch_hip.so");
     std::fs::copy(fat_library(&sb.root, &["gfx900", "gfx1030"]), &lib).unwrap();
