@@ -12,7 +12,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_rdna1-patch");
 pub const HIP: &str = "6.2.41133-dd7f95766";
 
 pub use rdna1_testkit::Fixture;
-pub use rdna1_testkit::{FakeTorch, TorchKind, copy_dir, fat_library, fixtures, git};
+pub use rdna1_testkit::{FakeTorch, TorchKind, copy_dir, fat_library, fixtures, git, gpus};
 
 pub struct Sandbox {
     _tmp: tempfile::TempDir,
@@ -160,11 +160,6 @@ impl Run {
     }
 }
 
-/// A recorded sysfs tree of tests/fixtures/sysfs, e.g. `rx5600xt-gfx1010`.
-pub fn gpus(tree: &str) -> PathBuf {
-    fixtures().join("sysfs").join(tree)
-}
-
 /// Shared by every test of this run, under target/tmp.
 fn shared(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -206,7 +201,7 @@ impl Sandbox {
     }
 
     fn of(tmp: tempfile::TempDir, fx: Fixture) -> Sandbox {
-        let gpus = fixtures().join("sysfs/no-gpu").into();
+        let gpus = gpus("no-gpu").into();
         Sandbox {
             _tmp: tmp,
             fx,

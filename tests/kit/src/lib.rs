@@ -17,11 +17,16 @@ pub fn fixtures() -> PathBuf {
 /// The variable the binary reads its sysfs root from instead of `/sys`.
 pub const SYSFS_ENV: &str = "RDNA1_PATCH_SYSFS";
 
+/// A recorded sysfs tree of tests/fixtures/sysfs, e.g. `rx5600xt-gfx1010`.
+pub fn gpus(tree: &str) -> PathBuf {
+    fixtures().join("sysfs").join(tree)
+}
+
 /// The binary at `bin`, reading the GPUs from `tests/fixtures/sysfs/TREE`
 /// (`no-gpu`, `rx5600xt-gfx1010`, ...) whatever this machine has.
 pub fn binary_with_gpus(bin: &Path, tree: &str) -> Command {
     let mut c = Command::new(bin);
-    c.env(SYSFS_ENV, fixtures().join("sysfs").join(tree));
+    c.env(SYSFS_ENV, gpus(tree));
     c
 }
 
