@@ -6,6 +6,7 @@
 
 use anyhow::Result;
 
+use crate::builder::pipeline::ForTorch;
 use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
 use crate::error::hint;
 use crate::swap::torch::{self, Layout, Locator};
@@ -142,8 +143,13 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
 
 /// For `build`: an error where the profile was chosen for a torch for which
 /// it changes nothing (a named profile gets a warning instead), and what to
-/// say otherwise.
-pub fn build_plan(profile: &Profile, loc: &Locator, named: bool) -> Result<Option<Plan>> {
+/// say otherwise, with the torch the build is for unless the profile was
+/// named (then it may be for another torch).
+pub fn build_plan(
+    profile: &Profile,
+    loc: &Locator,
+    named: bool,
+) -> Result<Option<(Plan, Option<ForTorch>)>> {
     let Ok(t) = torch::locate(loc) else {
         return Ok(None);
     };
@@ -153,9 +159,13 @@ pub fn build_plan(profile: &Profile, loc: &Locator, named: bool) -> Result<Optio
             format!("nothing to build for torch {}: {why}", t.version),
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
-                crate::swap::route::NATIVE_TORCH
+                crate::swap::torch::NATIVE_TORCH
             ),
         ));
     }
-    Ok(Some(p))
+    let for_torch = (!named).then(|| ForTorch {
+        label: format!("torch {} at {}", t.version, t.dir.display()),
+        rocm: t.rocm().to_owned(),
+    });
+    Ok(Some((p, for_torch)))
 }

@@ -128,11 +128,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
-    let plan = crate::select::build_plan(
+    let (plan, torch) = match crate::select::build_plan(
         &profile,
         &args.torch.locator(),
         args.profile.profile.is_some(),
-    )?;
+    )? {
+        Some((plan, torch)) => (Some(plan), torch),
+        None => (None, None),
+    };
     let config = crate::share::config::Config::load()?;
     let caches: Vec<_> = if args.no_caches {
         Vec::new()
@@ -165,6 +168,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
             other => other.detail().to_owned(),
         }),
+        torch,
         component: args.component,
         work_dir: WorkDir::new(args.work_dir.as_deref())?,
         prefix: args.prefix,

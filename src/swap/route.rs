@@ -14,11 +14,7 @@ use anyhow::Result;
 
 use crate::builder::profile::Profile;
 use crate::error::hint;
-use crate::swap::torch::{Layout, Torch};
-
-/// TheRock's native gfx101x torch, as its RELEASES.md installs a multi-arch
-/// torch with one device's code.
-pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
+use crate::swap::torch::{Layout, NATIVE_TORCH, Torch};
 
 /// The targets whose batch norm the fix is for.
 const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];

@@ -142,6 +142,11 @@ struct Found {
     torch: Option<PathBuf>,
 }
 
+/// TheRock's native gfx101x torch, as its RELEASES.md installs a multi-arch
+/// torch with one device's code: the torch with an MIOpen of its own that
+/// sees the real chip.
+pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
+
 /// The torch package directory.
 pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     let python = match loc {
@@ -281,6 +286,18 @@ fn which_library(
             // torch's site-packages.
             Some(sdk) => (sdk.library.clone(), Layout::RocmSdk(sdk)),
             None => {
+                if let Some(system) = system_miopen(dir) {
+                    return Err(hint(
+                        format!(
+                            "torch {named} (hip {hip}) at {} has no MIOpen of its own: it loads {}, from the system's library path",
+                            dir.display(),
+                            system.display()
+                        ),
+                        format!(
+                            "that library belongs to your package manager and to every program here that uses MIOpen, and rdna1-patch never edits it. Give torch an MIOpen of its own: in a venv, TheRock's native torch (`{NATIVE_TORCH}`), then `rdna1-patch install --into-torch` fixes it in place in seconds"
+                        ),
+                    ));
+                }
                 return Err(hint(
                     format!(
                         "torch {named} (hip {hip}) at {} has no MIOpen: torch/lib has no libMIOpen.so, and there is no rocm-sdk libraries package ({}*) beside it in {}",
@@ -293,6 +310,22 @@ fn which_library(
             }
         }
     })
+}
+
+/// The libMIOpen that torch's libtorch_hip.so would load from outside torch
+/// (a distribution's torch linked to the system's MIOpen), as the loader
+/// itself answers (`ldd`: LD_LIBRARY_PATH, ld.so.cache). None when torch
+/// has no libtorch_hip.so there or it loads no MIOpen.
+fn system_miopen(dir: &Path) -> Option<PathBuf> {
+    let hip = dir.join("lib/libtorch_hip.so");
+    if !hip.is_file() {
+        return None;
+    }
+    let deps = crate::swap::linker::resolve(&hip, &[]).ok()?;
+    deps.into_iter()
+        .filter(|d| d.name.starts_with("libMIOpen.so"))
+        .find_map(|d| d.path)
+        .filter(|p| !p.starts_with(dir))
 }
 
 /// Read torch/version.py as text: it is a generated file of simple

@@ -177,18 +177,6 @@ fn env(sb: &Sandbox, reg: &Registry) -> Env {
     }
 }
 
-/// The built-in profiles' compilers where ROCm keeps them: g++ behind
-/// AMD's names.
-fn compiler_shims(llvm: &Path) {
-    std::fs::create_dir_all(llvm).unwrap();
-    for (name, real) in [("amdclang", "gcc"), ("amdclang++", "g++")] {
-        let p = llvm.join(name);
-        std::fs::write(&p, format!("#!/bin/sh\nexec {real} \"$@\"\n")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-}
-
 fn python_version() -> String {
     let out = Command::new("python3")
         .args([

@@ -265,6 +265,85 @@ fn a_rocm_no_profile_is_for_fails_doctor_and_stops_the_build() {
     ));
 }
 
+/// Item 9, the Debian route: Debian's ROCm 6.4 builds a library that
+/// `install` refuses for a `+rocm6.2` torch, so a build whose profile was
+/// chosen for that torch stops before the fetch instead of an hour later;
+/// named with --profile (for another torch), it builds.
+#[test]
+fn a_rocm_of_another_line_than_the_torchs_stops_the_build_first() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let rocm = sb.root.join("usr");
+    copy_dir(&sb.rocm, &rocm);
+    std::fs::write(rocm.join(".info/version"), "6.4.3-1\n").unwrap();
+    compiler_shims(&rocm.join("llvm/bin"));
+    let work = sb.root.join("work");
+    let build = |extra: &[&str]| {
+        let mut c = sb.cmd();
+        c.args(["build", "miopen", "--dry-run", "--torch-dir"])
+            .arg(&torch.dir)
+            .arg("--rocm")
+            .arg(&rocm)
+            .arg("--work-dir")
+            .arg(&work)
+            .arg("--prefix")
+            .arg(&sb.prefix)
+            .args(extra);
+        Run::from(c.output().unwrap())
+    };
+    let run = build(&[]).fails_with(&format!(
+        "error: the build would stop before fetching: ROCm 6.4.3 at {} would build MIOpen for ROCm 6.4, but torch 2.5.1+rocm6.2 at {} is for ROCm 6.2: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)
+help: build with ROCm 6.2 (AMD's packages put it at /opt/rocm; or --rocm DIR), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`); to build for another torch anyway, name the profile with --profile",
+        rocm.display(),
+        torch.dir.canonicalize().unwrap().display()
+    ));
+    assert!(
+        run.stdout.contains("preflight: would stop"),
+        "{}",
+        run.stdout
+    );
+    build(&["--profile", "rocm-6.2.4"])
+        .ok()
+        .prints("preflight: the tools the build needs are here");
+}
+
+/// Item 9, the Debian route: a distribution's torch that loads the
+/// system's libMIOpen (Ubuntu's python3-torch-rocm on Debian's libmiopen1)
+/// is told that the file is the package manager's and what to do, instead
+/// of "reinstall torch".
+#[test]
+fn a_torch_on_the_systems_miopen_is_refused_with_the_native_route() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let system = sb.root.join("usr-lib");
+    std::fs::create_dir_all(&system).unwrap();
+    for name in ["libMIOpen.so", "libMIOpen.so.1"] {
+        std::fs::copy(torch.lib.join("libMIOpen.so"), system.join(name)).unwrap();
+    }
+    std::fs::remove_file(torch.lib.join("libMIOpen.so")).unwrap();
+    let before = snapshot(&torch.dir);
+    let system_before = snapshot(&system);
+    let run = Run::from(
+        sb.cmd()
+            .env("LD_LIBRARY_PATH", &system)
+            .args(["install", "--into-torch", "--prefix"])
+            .arg(&sb.prefix)
+            .args(["--state-dir", &sb.state(), "--torch-dir"])
+            .arg(&torch.dir)
+            .output()
+            .unwrap(),
+    );
+    let dir = torch.dir.canonicalize().unwrap();
+    run.fails_with(&format!(
+        "error: torch 2.5.1+rocm6.2 (hip {HIP}) at {} has no MIOpen of its own: it loads {}/libMIOpen.so[..], from the system's library path
+help: that library belongs to your package manager and to every program here that uses MIOpen, and rdna1-patch never edits it. Give torch an MIOpen of its own: in a venv, TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch` fixes it in place in seconds",
+        dir.display(),
+        system.display()
+    ));
+    assert_eq!(snapshot(&torch.dir), before);
+    assert_eq!(snapshot(&system), system_before);
+}
+
 /// Item 7: an argument clap refuses is said as every other error is, one
 /// `error:` line and one `help:` line; no usage line that makes an
 /// optional flag look required, no tip block.

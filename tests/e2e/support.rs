@@ -492,3 +492,15 @@ fn dump_error(file: &std::ffi::OsStr, at: &std::panic::Location, stderr: &str) {
         let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
+
+/// The built-in profiles' compilers where ROCm keeps them: g++ behind
+/// AMD's names.
+pub fn compiler_shims(llvm: &Path) {
+    std::fs::create_dir_all(llvm).unwrap();
+    for (name, real) in [("amdclang", "gcc"), ("amdclang++", "g++")] {
+        let p = llvm.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\nexec {real} \"$@\"\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}

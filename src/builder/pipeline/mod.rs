@@ -49,6 +49,9 @@ pub struct Options {
     pub profile_why: Option<String>,
     /// What this build changes for the user's torch (`select::plan`).
     pub route: Option<String>,
+    /// The torch the build is for, when one was found and the profile was
+    /// chosen for it (not named with --profile).
+    pub torch: Option<ForTorch>,
     pub component: String,
     pub work_dir: WorkDir,
     pub prefix: Option<PathBuf>,
@@ -75,6 +78,16 @@ pub struct Options {
     /// Where a finished build may be pulled from instead of compiling:
     /// `--from`, else the config's caches.
     pub shared: crate::share::choose::Sources,
+}
+
+/// A torch a build is for: `install` refuses a library of another ROCm
+/// major.minor, so a toolchain of another line is stopped before the fetch.
+#[derive(Debug, Clone)]
+pub struct ForTorch {
+    /// "torch 2.5.1+rocm6.2 at DIR".
+    pub label: String,
+    /// Its ROCm version (torch.version.hip, or the rocm-sdk version).
+    pub rocm: String,
 }
 
 /// What a build would do, worked out without touching anything.
@@ -349,16 +362,33 @@ impl BuildPlan<'_> {
 
     /// The tools configure and build need, and a ROCm some profile is for:
     /// one no profile serves (Debian 12's 5.2) would fail most of an hour
-    /// in, so it stops the build before the fetch.
+    /// in, and one of another line than the torch's would make a library
+    /// `install` refuses an hour later, so either stops the build before
+    /// the fetch.
     pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
         let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
         use crate::builder::profile::{RocmFit, rocm_fit};
-        match t.rocm.version.as_deref() {
-            Some(v) => match rocm_fit(&self.opts.profile, v, &self.rocm) {
-                RocmFit::Unserved(e) => Err(e),
-                RocmFit::Profile | RocmFit::Other(_) => Ok(t),
-            },
-            None => Ok(t),
+        let Some(v) = t.rocm.version.as_deref() else {
+            return Ok(t);
+        };
+        if let RocmFit::Unserved(e) = rocm_fit(&self.opts.profile, v, &self.rocm) {
+            return Err(e);
+        }
+        let line = crate::version::major_minor(v);
+        match &self.opts.torch {
+            Some(torch) if crate::version::major_minor(&torch.rocm) != line => Err(hint(
+                format!(
+                    "ROCm {v} at {} would build MIOpen for ROCm {line}, but {} is for ROCm {}: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)",
+                    self.rocm.display(),
+                    torch.label,
+                    crate::version::major_minor(&torch.rocm)
+                ),
+                format!(
+                    "build with ROCm {} (AMD's packages put it at /opt/rocm; or --rocm DIR), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`); to build for another torch anyway, name the profile with --profile",
+                    crate::version::major_minor(&torch.rocm)
+                ),
+            )),
+            _ => Ok(t),
         }
     }
 

@@ -214,7 +214,7 @@ fn route(profile: &crate::builder::profile::Profile, t: &torch::Torch, r: &mut C
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::swap::route::NATIVE_TORCH
+                crate::swap::torch::NATIVE_TORCH
             ),
         ),
         other => r.push("route", Status::Ok, other.detail()),
