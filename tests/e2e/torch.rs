@@ -135,6 +135,11 @@ help: `rdna1-patch rollback --list` shows every transaction and its state"#,
         "{}",
         again.stderr
     );
+    // Transaction 1 undone, a later one in: "1 and later" undoes that one.
+    sb.install(&[]).ok();
+    assert_ne!(md5(&a.miopen()), orig_a);
+    sb.rollback(&["--to", "1"]).ok().says("transaction 3");
+    assert_eq!(md5(&a.miopen()), orig_a);
 }
 
 #[test]

@@ -49,7 +49,9 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
                     "`rdna1-patch rollback --list` shows them",
                 ));
             };
-            if !live(&j) {
+            // "ID and later": an ID undone already, with later ones still
+            // in, undoes those; only when none is left is there nothing to do.
+            if !live(&j) && !journals.iter().any(|k| k.id > id && live(&k)) {
                 return Err(hint(
                     format!(
                         "transaction {id} is {} already; there is nothing of it to undo",
