@@ -40,7 +40,7 @@ impl Signer {
         let text = crate::fsutil::read_small(path, 64 << 10).map_err(|e| {
             hint(
                 format!("cannot read the signing key {}: {e:#}", path.display()),
-                "make one with `minisign -G` (it writes ~/.minisign/minisign.key), or name yours with --sign-key FILE",
+                "make one with `mkdir -p ~/.minisign && minisign -G` (the key goes to ~/.minisign/minisign.key, minisign.pub to the current directory), or name yours with --sign-key FILE",
             )
         })?;
         // A secret key file: a comment line, then the key, base64 of

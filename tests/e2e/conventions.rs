@@ -95,16 +95,17 @@ help: run rdna1-patch as the user who built it (the default prefix is one that u
     assert!(sb.src().join(".git").is_dir());
 }
 
-/// README's "Profiles as files" commands, run as written: a profile copied
+/// docs/patches.md's "Profiles as files" commands, run as written: a profile copied
 /// with `profiles show` or `profiles export` works as a file.
 #[test]
 fn the_readme_profile_examples_run() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
-        .split("### Profiles as files")
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/patches.md"))
+            .unwrap();
+    let section = page
+        .split("## Profiles as files")
         .nth(1)
-        .expect("README has a `### Profiles as files` section");
+        .expect("docs/patches.md has a `## Profiles as files` section");
     let section = section.split("\n## ").next().unwrap();
     let commands: Vec<&str> = section
         .split("```console")

@@ -1,4 +1,4 @@
-//! Every shell example of README.md and of each verb's `--help`, run as
+//! Every shell example of README.md, of docs/ and of each verb's `--help`, run as
 //! written by bash in a sandbox home: a fake torch in a real venv, the
 //! fixture's ROCm as $ROCM_PATH, a real registry for the `oci://` examples,
 //! and no network (git may use file:// only, HTTP goes to a closed port).
@@ -37,11 +37,6 @@ const NEEDS_THE_WORLD: &[(&str, &str)] = &[
     (
         "install --into-torch --profile therock-7.14",
         "no usable build",
-    ),
-    // Uninstall, after the examples before it rolled everything back.
-    (
-        "rollback --to 1                 # torch gets",
-        "rolled-back already",
     ),
     (
         "patches refresh 0004-batchnorm-gfx101x.patch --profile ~/my-profiles",
@@ -320,22 +315,54 @@ fn check(env: &Env, reg: &Registry, examples: &[String], failures: &mut Vec<Stri
     }
 }
 
+/// README, then the docs/ pages in the order a user meets them, in one
+/// home: the uninstall page near the end, as it undoes every install the
+/// pages before it made.
+const DOCUMENTS: &[&str] = &[
+    "README.md",
+    "docs/build.md",
+    "docs/install.md",
+    "docs/verify.md",
+    "docs/patches.md",
+    "docs/shared.md",
+    "docs/commands.md",
+    "docs/uninstall.md",
+    "docs/hardware.md",
+];
+
 #[test]
 fn every_readme_and_help_example_runs() {
     let reg = Registry::start(None);
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let from_readme = document_examples(&readme);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Every page of docs/ is in the list, so none is left unrun.
+    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| format!("docs/{}", e.unwrap().file_name().to_str().unwrap()))
+        .collect();
+    pages.sort();
+    let mut listed: Vec<String> = DOCUMENTS[1..].iter().map(|s| s.to_string()).collect();
+    listed.sort();
+    assert_eq!(pages, listed, "docs/ pages and DOCUMENTS differ");
+    let mut from_docs = Vec::new();
+    for doc in DOCUMENTS {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let examples = document_examples(&text);
+        assert!(
+            !examples.is_empty() || *doc == "docs/hardware.md",
+            "{doc} has no examples"
+        );
+        from_docs.extend(examples);
+    }
     let from_help = help_examples();
     assert!(
-        from_readme.len() > 40 && from_help.len() > 25,
+        from_docs.len() > 40 && from_help.len() > 25,
         "examples not found: {} and {}",
-        from_readme.len(),
+        from_docs.len(),
         from_help.len()
     );
     let mut failures = Vec::new();
     // Each document in a home of its own, its examples in their order.
-    for examples in [&from_readme, &from_help] {
+    for examples in [&from_docs, &from_help] {
         let sb = Sandbox::built();
         let env = env(&sb, &reg);
         check(&env, &reg, examples, &mut failures);
@@ -344,7 +371,7 @@ fn every_readme_and_help_example_runs() {
         failures.is_empty(),
         "{} of {} examples do not run as written:\n\n{}",
         failures.len(),
-        from_readme.len() + from_help.len(),
+        from_docs.len() + from_help.len(),
         failures.join("\n\n")
     );
 }

@@ -344,6 +344,95 @@ help: that library belongs to your package manager and to every program here tha
     assert_eq!(snapshot(&system), system_before);
 }
 
+/// Item 9: README said `minisign -G` writes both files to ~/.minisign;
+/// Debian 12's minisign 0.11 writes minisign.pub to the current directory
+/// and fails when ~/.minisign is missing. publish's help, run as written
+/// in a fresh home, makes the key where publish looks for it.
+#[test]
+fn publishs_help_makes_a_key_where_publish_looks() {
+    let sb = Sandbox::built();
+    let home = sb.root.join("home");
+    let layout = sb.root.join("builds");
+    let publish = || {
+        sb.run(&[
+            "publish",
+            "--prefix",
+            sb.prefix.to_str().unwrap(),
+            layout.to_str().unwrap(),
+        ])
+    };
+    publish().fails_with(&format!(
+        "error: cannot read the signing key {}/.minisign/minisign.key: [..]
+help: make one with `mkdir -p ~/.minisign && minisign -G` (the key goes to ~/.minisign/minisign.key, minisign.pub to the current directory), or name yours with --sign-key FILE",
+        home.display()
+    ));
+    // As the help says (-W: no password, for the test), in a directory of
+    // the user's.
+    let cwd = sb.root.join("somewhere");
+    std::fs::create_dir_all(&cwd).unwrap();
+    rdna1_testkit::run(
+        std::process::Command::new("sh")
+            .args(["-c", "mkdir -p ~/.minisign && minisign -G -W"])
+            .current_dir(&cwd)
+            .env("HOME", &home),
+    );
+    assert!(cwd.join("minisign.pub").is_file());
+    publish().ok().says("Published");
+}
+
+/// Item 9: the profile table of docs/patches.md is the binary's list:
+/// every built-in profile has a row and every row a profile, with its ROCm
+/// version, its pin (commit and tag), its torch line and its MIOpen, and
+/// the default marked as `profiles list` marks it.
+#[test]
+fn the_profile_table_is_what_profiles_list_says() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/patches.md")).unwrap();
+    let rows: Vec<Vec<&str>> = page
+        .lines()
+        .skip_while(|l| !l.starts_with("| profile | ROCm | MIOpen | pinned | for torch |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    let sb = Sandbox::new();
+    let list: serde_json::Value =
+        serde_json::from_str(&sb.run(&["profiles", "list", "--json"]).ok().stdout).unwrap();
+    let profiles = list["profiles"].as_array().unwrap();
+    assert_eq!(rows.len(), profiles.len(), "{rows:?}");
+    for p in profiles {
+        let name = p["name"].as_str().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r[0].starts_with(&format!("`{name}`")))
+            .unwrap_or_else(|| panic!("no row for {name}"));
+        let default = p["default"].as_bool().unwrap();
+        assert_eq!(row[0].ends_with("(default)"), default, "{name}: {row:?}");
+        assert_eq!(row[1], p["rocm"]["version"].as_str().unwrap(), "{name}");
+        let miopen = &p["components"]["miopen"];
+        let description = p["description"].as_str().unwrap();
+        let first = row[2].split(' ').next().unwrap();
+        assert!(
+            description.contains(first),
+            "{name}: {first} / {description}"
+        );
+        if let Some(commit) = miopen["commit"].as_str() {
+            assert!(row[3].starts_with(&commit[..8]), "{name}: {}", row[3]);
+        } else {
+            assert!(
+                !row[3].chars().take(8).all(|c| c.is_ascii_hexdigit()),
+                "{name}"
+            );
+        }
+        match miopen["tag"].as_str() {
+            Some(tag) => assert!(row[3].contains(&format!("tag {tag}")), "{name}: {}", row[3]),
+            None => assert!(row[3].contains("no tag"), "{name}: {}", row[3]),
+        }
+        let line = p["rocm"]["torch_hip"].as_str().unwrap();
+        assert!(row[4].contains(line), "{name}: {} lacks {line}", row[4]);
+    }
+}
+
 /// Item 7: an argument clap refuses is said as every other error is, one
 /// `error:` line and one `help:` line; no usage line that makes an
 /// optional flag look required, no tip block.
@@ -514,7 +603,8 @@ fn the_demo_is_reachable_from_readme_and_its_series_is_plainly_a_fixture() {
         "nor how to keep it"
     );
     let series = std::fs::read_to_string(fixtures().join("series/miopen-mini/series")).unwrap();
-    assert!(readme.contains("There is no 0002 any more"));
+    let page = std::fs::read_to_string(root.join("docs/patches.md")).unwrap();
+    assert!(page.contains("There is no 0002 any more"));
     assert!(!series.contains("0002-handlehip-host-alloc"), "{series}");
     let p = std::fs::read_to_string(
         fixtures().join("series/miopen-mini/0002-fixture-host-alloc.patch"),
