@@ -37,13 +37,26 @@ pub struct Cli {
 // Every example fits an 80-column terminal unwrapped (help wraps longer
 // lines, and a wrapped command cannot be pasted), and the test
 // examples::every_readme_and_help_example_runs runs each of them.
-const BUILD_EXAMPLES: &str = "Examples:
+const BUILD_EXAMPLES: &str =
+    "Cost: compiling MIOpen takes 40-75 minutes the first time (a rebuild with
+nothing changed, seconds), about 20 GiB in the work dir, about 0.4 GiB in the
+prefix for one GPU target, and the ROCm SDK of your torch's line. A published
+build (--from, or a cache your config names) takes seconds and its download
+instead, with no SDK; --dry-run says which, with the download's size.
+
+Examples:
   rdna1-patch build --dry-run       # what would run, changing nothing
   rdna1-patch build                 # ~/.local/share/rdna1-patch/rocm-6.2.4
   rdna1-patch build --profile rocm-6.3.1 -D GPU_TARGETS=gfx1010
   sudo rdna1-patch build --prefix /opt/rocm-miopen-rdna1
   rdna1-patch build                 # after a failed install: installs only";
-const INSTALL_EXAMPLES: &str = "Examples:
+const INSTALL_EXAMPLES: &str =
+    "Cost: seconds, and no download. On disk, a backup of torch's libMIOpen.so in
+the state dir (a second name for the same file where the state dir shares
+torch's filesystem); the in-place fix adds a copy of that library in the
+prefix. --dry-run says which route it would take.
+
+Examples:
   rdna1-patch install --into-torch  # the torch of python3 on PATH
   rdna1-patch install --into-torch --python ~/venv/bin/python
   rdna1-patch install --into-torch --profile rocm-6.3.1 --force";
@@ -70,8 +83,13 @@ const PATCHES_EXAMPLES: &str = "Examples:
 const PROFILES_EXAMPLES: &str = "Examples:
   rdna1-patch profiles list
   rdna1-patch profiles export rocm-6.2.4 ~/my-profiles  # to edit";
-const PUBLISH_EXAMPLES: &str = "Examples:
-  minisign -G                       # a signing key, once
+const PUBLISH_EXAMPLES: &str =
+    "Cost: the prefix, compressed with zstd, is uploaded once; a pull by anyone
+else takes seconds and that download.
+
+Examples:
+  mkdir -p ~/.minisign              # minisign -G fails without it
+  minisign -G                       # ~/.minisign/minisign.key, once
   rdna1-patch publish oci://ghcr.io/you/miopen-rdna1  # tag <profile>-<key>
   rdna1-patch publish --profile rocm-6.3.1 /mnt/usb/miopen-builds
   rdna1-patch build --from oci://ghcr.io/you/miopen-rdna1  # a user, after

@@ -49,7 +49,8 @@ fn verbs(cli: &mut clap::Command) -> Vec<String> {
 
 /// The page of `verb`, or the main page, as roff. clap_mangen heads the
 /// text after the options "EXTRA": it is the exit statuses on the main
-/// page and the examples on a verb's, and is headed so.
+/// page and the examples on a verb's, and is headed so; a verb's cost,
+/// ahead of its examples, gets a section of its own.
 fn page(mut cli: clap::Command, verb: Option<&str>) -> Result<String> {
     let (page, extra) = match verb {
         None => (cli, "\"EXIT STATUS\""),
@@ -67,7 +68,18 @@ fn page(mut cli: clap::Command, verb: Option<&str>) -> Result<String> {
     };
     let mut out = Vec::new();
     clap_mangen::Man::new(page).render(&mut out)?;
-    Ok(String::from_utf8_lossy(&out).replace(".SH EXTRA", &format!(".SH {extra}")))
+    let text = String::from_utf8_lossy(&out)
+        .replacen(".SH EXTRA\nCost:", ".SH COST\nCost:", 1)
+        .replacen(".SH EXTRA\n", &format!(".SH {extra}\n"), 1);
+    // Examples are command lines: unfilled, so none is wrapped or joined.
+    Ok(match text.split_once("\nExamples:\n") {
+        Some((head, tail)) => {
+            let (examples, rest) = tail.split_at(tail.find("\n.SH ").unwrap_or(tail.len()));
+            let head = head.trim_end_matches(&format!(".SH {extra}"));
+            format!("{head}\n.SH {extra}\n.nf\n{examples}\n.fi{rest}")
+        }
+        None => text,
+    })
 }
 
 /// Every page into `dir/man1`; the directory and how many pages.

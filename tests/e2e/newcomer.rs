@@ -539,7 +539,15 @@ fn man_install_writes_every_page_the_main_page_names() {
         assert!(!text.contains(".SH EXTRA"), "{verb}");
     }
     let build = std::fs::read_to_string(dir.join("man1/rdna1-patch-build.1")).unwrap();
-    assert!(build.contains(".SH EXAMPLES"), "{build}");
+    assert!(
+        build.contains(".SH COST\nCost: compiling MIOpen"),
+        "{build}"
+    );
+    // Examples are unfilled: man does not join or wrap the command lines.
+    assert!(
+        build.contains(".SH EXAMPLES\n.nf\n  rdna1\\-patch build \\-\\-dry\\-run"),
+        "{build}"
+    );
     // man itself finds them there.
     let out = std::process::Command::new("man")
         .args(["rdna1-patch-trust"])
@@ -552,6 +560,34 @@ fn man_install_writes_every_page_the_main_page_names() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Item 10: `--help` says what a command costs in time, disk and
+/// download, where that is more than a moment.
+#[test]
+fn help_says_what_build_install_and_publish_cost() {
+    let sb = Sandbox::new();
+    // One line, as a paragraph reads.
+    let help = |verb: &str| sb.run(&[verb, "--help"]).ok().stdout.replace('\n', " ");
+    let build = help("build");
+    for said in [
+        "40-75 minutes",
+        "20 GiB in the work dir",
+        "0.4 GiB in the prefix",
+        "takes seconds and its download",
+    ] {
+        assert!(
+            build.contains(said),
+            "build --help lacks {said:?}:\n{build}"
+        );
+    }
+    let install = help("install");
+    assert!(
+        install
+            .contains("Cost: seconds, and no download. On disk, a backup of torch's libMIOpen.so"),
+        "{install}"
+    );
+    assert!(help("publish").contains("Cost: the prefix, compressed with zstd, is uploaded once"));
 }
 
 /// Item 10: `--color always` colours doctor's and verify's status words,
