@@ -1,8 +1,9 @@
 //! The terminal reporter: stage headers, warnings and progress on stderr.
 //!
 //! On a terminal progress is one indicatif bar; otherwise (CI logs, pipes,
-//! tests), and with `-v`, each step becomes a plain line, so logs stay
-//! readable and nothing is redrawn. `-q` keeps warnings and errors only;
+//! tests), with `-v`, and with colour off (`--color never`, NO_COLOR), each
+//! step becomes a plain line, so logs stay readable and nothing is redrawn:
+//! a bar redraws with escape sequences, which colour off promises away. `-q` keeps warnings and errors only;
 //! `-v` adds the build's own output.
 
 use std::io::IsTerminal;
@@ -30,7 +31,7 @@ impl Term {
     pub fn new() -> Term {
         let s = settings();
         Term {
-            tty: std::io::stderr().is_terminal(),
+            tty: std::io::stderr().is_terminal() && s.color,
             quiet: s.quiet,
             verbose: s.verbose,
         }

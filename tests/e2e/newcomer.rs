@@ -562,6 +562,37 @@ fn man_install_writes_every_page_the_main_page_names() {
     );
 }
 
+/// Item 10: on a terminal, `--color never` writes no escape sequence at
+/// all: the progress bar, which redraws with them, gives way to plain
+/// lines, as on a pipe.
+#[test]
+fn color_never_on_a_terminal_writes_no_escape_sequence() {
+    let sb = Sandbox::new();
+    let mut args = vec!["--color".to_owned(), "never".to_owned()];
+    args.extend(sb.build_args(&["--prefix", sb.prefix.to_str().unwrap()]));
+    let line = std::iter::once(BIN.to_owned())
+        .chain(args.iter().map(|a| format!("'{a}'")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut c = std::process::Command::new("script");
+    c.args([
+        "-qec",
+        &format!("stty rows 24 cols 100; {line}"),
+        "/dev/null",
+    ]);
+    sb.env(&mut c);
+    let out = Run::from(c.output().unwrap());
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stdout.contains("Finished"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains('\u{1b}'),
+        "an escape sequence on the terminal: {:?}",
+        out.stdout
+    );
+    // The steps were said, as lines.
+    assert!(out.stdout.contains("Build"), "{}", out.stdout);
+}
+
 /// Item 10: `--help` says what a command costs in time, disk and
 /// download, where that is more than a moment.
 #[test]

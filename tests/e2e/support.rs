@@ -257,7 +257,7 @@ impl Sandbox {
         c
     }
 
-    fn env(&self, c: &mut Command) {
+    pub fn env(&self, c: &mut Command) {
         c.current_dir(&self.root)
             // MIOpen's kernel cache is ~/.cache/miopen: never the real one.
             .env("HOME", self.root.join("home"))
