@@ -52,6 +52,17 @@ pub struct Toolchain {
     pub defines: BTreeMap<String, String>,
 }
 
+impl Toolchain {
+    /// "ROCm 6.2.4, clang version 17.0.0": what built it, for a person.
+    pub fn describe(&self) -> String {
+        format!(
+            "ROCm {}, {}",
+            self.rocm_version.as_deref().unwrap_or("(unknown)"),
+            self.compiler.as_deref().unwrap_or("(unknown compiler)")
+        )
+    }
+}
+
 impl KeyInputs {
     /// The key: SHA-256 of the inputs as JSON (struct fields in a fixed
     /// order, maps sorted), in hex.

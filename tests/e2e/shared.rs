@@ -234,6 +234,22 @@ fn layout_directory_round_trip_and_caches_find_the_build_by_key() {
     let user = User::new(&[&publisher.keys.public], &[&down, dir.to_str().unwrap()]);
     let dry = user.build(&["--dry-run"]).ok();
     dry.prints("would pull");
+    // Issue 31, 10: the key shown is the one of the build it would pull,
+    // made with the publisher's toolchain (this user has no ROCm).
+    let tag = printed
+        .split('@')
+        .next()
+        .unwrap()
+        .rsplit_once(':')
+        .unwrap()
+        .1;
+    let key_line = dry.stdout.lines().find(|l| l.starts_with("key:")).unwrap();
+    assert!(
+        key_line.contains(&format!(
+            "(tag {tag}; the publisher's toolchain: ROCm 6.2.4, "
+        )),
+        "{key_line}\n(published: {printed})"
+    );
     user.nothing_installed();
     user.build(&[])
         .ok()

@@ -108,7 +108,19 @@ impl BuildPlan<'_> {
         )];
         let mut pulls = Ok(false);
         if self.opts.stop_after == Stage::Install {
-            let (plan, pull) = self.shared_plan(&inputs);
+            let (plan, pull, theirs) = self.shared_plan(&inputs);
+            // What would be installed is the artifact: its key, which
+            // differs from this machine's where the publisher's toolchain
+            // stands in for one this machine lacks.
+            if let Some(theirs) = theirs.filter(|t| t.key() != inputs.key()) {
+                lines[0] = format!(
+                    "key:       {} (tag {}; the publisher's toolchain: {}; this machine's would give {})",
+                    theirs.key(),
+                    theirs.tag(),
+                    theirs.toolchain.describe(),
+                    &inputs.key()[..16]
+                );
+            }
             lines.push(format!("shared:    {plan}"));
             pulls = pull;
         }
@@ -121,12 +133,18 @@ impl BuildPlan<'_> {
         Ok((lines, pulls))
     }
 
-    pub(super) fn shared_plan(&self, inputs: &KeyInputs) -> (String, Result<bool>) {
+    /// What the shared route would do, whether it pulls, and the inputs of
+    /// the build it would pull.
+    pub(super) fn shared_plan(
+        &self,
+        inputs: &KeyInputs,
+    ) -> (String, Result<bool>, Option<KeyInputs>) {
         let shared = &self.opts.shared;
         if !shared.any() {
             return (
                 format!("no --from and no caches in {}; compiling", shared.config),
                 Ok(false),
+                None,
             );
         }
         match shared.choose(&self.want(inputs), &Ui::silent()) {
@@ -140,9 +158,10 @@ impl BuildPlan<'_> {
                     crate::fsutil::human_bytes(c.sizes().1)
                 ),
                 Ok(true),
+                Some(c.config.inputs.clone()),
             ),
-            Ok(Choice::Build(why)) => (format!("would compile: {why}"), Ok(false)),
-            Err(e) => ("would stop: see the error below".to_owned(), Err(e)),
+            Ok(Choice::Build(why)) => (format!("would compile: {why}"), Ok(false), None),
+            Err(e) => ("would stop: see the error below".to_owned(), Err(e), None),
         }
     }
 }
