@@ -22,7 +22,13 @@ pub struct Chosen {
 /// found: the default profile, said as such. A ROCm line with no profile:
 /// an error naming the lines there are and the routes to them.
 pub fn profile_for(loc: &Locator) -> Result<Chosen> {
-    let t = match torch::locate(loc) {
+    profile_for_found(&torch::locate(loc))
+}
+
+/// The same, for a torch already looked for (each look asks python, which
+/// a pyenv shim makes 100 ms).
+pub fn profile_for_found(found: &Result<torch::Torch>) -> Result<Chosen> {
+    let t = match found {
         Ok(t) => t,
         Err(e) => {
             return Ok(Chosen {
@@ -145,15 +151,15 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
 /// it changes nothing (a named profile gets a warning instead), and what to
 /// say otherwise, with the torch the build is for unless the profile was
 /// named (then it may be for another torch).
-pub fn build_plan(
+fn build_plan(
     profile: &Profile,
-    loc: &Locator,
+    found: Option<&torch::Torch>,
     named: bool,
 ) -> Result<Option<(Plan, Option<ForTorch>)>> {
-    let Ok(t) = torch::locate(loc) else {
+    let Some(t) = found else {
         return Ok(None);
     };
-    let p = plan(profile, &t);
+    let p = plan(profile, t);
     if let (Plan::Inert(why), false) = (&p, named) {
         return Err(hint(
             format!("nothing to build for torch {}: {why}", t.version),
@@ -168,4 +174,41 @@ pub fn build_plan(
         rocm: t.rocm().to_owned(),
     });
     Ok(Some((p, for_torch)))
+}
+
+/// What `build` takes from the user's torch: the profile (and why, when
+/// chosen for that torch), the route for it, and the torch the build is
+/// for.
+pub struct ForBuild {
+    pub profile: Profile,
+    pub why: Option<String>,
+    pub route: Option<String>,
+    pub torch: Option<ForTorch>,
+}
+
+/// One look for torch serves the profile's choice and the route (each look
+/// asks python: 100 ms through a pyenv shim). `named`: --profile's value.
+pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
+    let found = torch::locate(loc);
+    let (profile, why) = match named {
+        Some(p) => (Profile::load(p)?, None),
+        None => {
+            let c = profile_for_found(&found)?;
+            (c.profile, Some(c.why))
+        }
+    };
+    let (route, torch) = match build_plan(&profile, found.as_ref().ok(), named.is_some())? {
+        Some((Plan::Inert(why), torch)) => (
+            Some(format!("warning: {why} (building anyway: --profile)")),
+            torch,
+        ),
+        Some((plan, torch)) => (Some(plan.detail().to_owned()), torch),
+        None => (None, None),
+    };
+    Ok(ForBuild {
+        profile,
+        why,
+        route,
+        torch,
+    })
 }

@@ -127,15 +127,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             _ => bail!("-D {d}: expected KEY=VALUE"),
         }
     }
-    let (profile, profile_why) = args.profile.for_torch(&args.torch)?;
-    let (plan, torch) = match crate::select::build_plan(
-        &profile,
-        &args.torch.locator(),
-        args.profile.profile.is_some(),
-    )? {
-        Some((plan, torch)) => (Some(plan), torch),
-        None => (None, None),
-    };
+    let crate::select::ForBuild {
+        profile,
+        why: profile_why,
+        route,
+        torch,
+    } = crate::select::for_build(&args.torch.locator(), args.profile.profile.as_deref())?;
     let config = crate::share::config::Config::load()?;
     let caches: Vec<_> = if args.no_caches {
         Vec::new()
@@ -162,12 +159,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = pipeline::Options {
         profile,
         profile_why,
-        route: plan.map(|p| match p {
-            crate::select::Plan::Inert(why) => {
-                format!("warning: {why} (building anyway: --profile)")
-            }
-            other => other.detail().to_owned(),
-        }),
+        route,
         torch,
         component: args.component,
         work_dir: WorkDir::new(args.work_dir.as_deref())?,
