@@ -75,7 +75,7 @@ fn page(mut cli: clap::Command, verb: Option<&str>) -> Result<String> {
     Ok(match text.split_once("\nExamples:\n") {
         Some((head, tail)) => {
             let (examples, rest) = tail.split_at(tail.find("\n.SH ").unwrap_or(tail.len()));
-            let head = head.trim_end_matches(&format!(".SH {extra}"));
+            let head = head.trim_end_matches(&format!(".SH {extra}")).trim_end();
             format!("{head}\n.SH {extra}\n.nf\n{examples}\n.fi{rest}")
         }
         None => text,

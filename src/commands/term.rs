@@ -3,8 +3,8 @@
 //! On a terminal progress is one indicatif bar; otherwise (CI logs, pipes,
 //! tests), with `-v`, and with colour off (`--color never`, NO_COLOR), each
 //! step becomes a plain line, so logs stay readable and nothing is redrawn:
-//! a bar redraws with escape sequences, which colour off promises away. `-q` keeps warnings and errors only;
-//! `-v` adds the build's own output.
+//! a bar redraws with escape sequences, which colour off promises away.
+//! `-q` keeps warnings and errors only; `-v` adds the build's own output.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -16,7 +16,8 @@ use crate::ui::{Progress, Reporter};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Term {
-    tty: bool,
+    /// stderr is a terminal that may take escape sequences (colour on).
+    bar: bool,
     quiet: bool,
     verbose: bool,
 }
@@ -31,7 +32,7 @@ impl Term {
     pub fn new() -> Term {
         let s = settings();
         Term {
-            tty: std::io::stderr().is_terminal() && s.color,
+            bar: std::io::stderr().is_terminal() && s.color,
             quiet: s.quiet,
             verbose: s.verbose,
         }
@@ -76,7 +77,7 @@ impl Reporter for Term {
     }
 
     fn progress(&self, len: u64) -> Box<dyn Progress> {
-        let lines = !self.quiet && (!self.tty || self.verbose);
+        let lines = !self.quiet && (!self.bar || self.verbose);
         if self.quiet || lines {
             return Box::new(Bar {
                 bar: ProgressBar::hidden(),
