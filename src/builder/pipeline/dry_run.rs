@@ -101,29 +101,30 @@ impl BuildPlan<'_> {
     /// toolchain is needed), or why the run would stop there.
     pub(super) fn describe_shared(&self) -> Result<(Vec<String>, Result<bool>)> {
         let inputs = self.key_inputs(source::planned_commit(&self.source_request())?);
-        let mut lines = vec![format!(
-            "key:       {} (tag {})",
-            inputs.key(),
-            inputs.tag()
-        )];
+        let ours = inputs.key();
+        let mut key = format!("key:       {ours} (tag {})", inputs.tag());
+        let mut shared = None;
         let mut pulls = Ok(false);
         if self.opts.stop_after == Stage::Install {
             let (plan, pull, theirs) = self.shared_plan(&inputs);
             // What would be installed is the artifact: its key, which
             // differs from this machine's where the publisher's toolchain
             // stands in for one this machine lacks.
-            if let Some(theirs) = theirs.filter(|t| t.key() != inputs.key()) {
-                lines[0] = format!(
-                    "key:       {} (tag {}; the publisher's toolchain: {}; this machine's would give {})",
-                    theirs.key(),
+            if let Some(theirs) = theirs
+                && let their_key = theirs.key()
+                && their_key != ours
+            {
+                key = format!(
+                    "key:       {their_key} (tag {}; the publisher's toolchain: {}; this machine's would give {})",
                     theirs.tag(),
                     theirs.toolchain.describe(),
-                    &inputs.key()[..16]
+                    &ours[..16]
                 );
             }
-            lines.push(format!("shared:    {plan}"));
+            shared = Some(format!("shared:    {plan}"));
             pulls = pull;
         }
+        let mut lines: Vec<String> = std::iter::once(key).chain(shared).collect();
         if matches!(pulls, Ok(false)) && self.opts.stop_after >= Stage::Build {
             lines.push(format!(
                 "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor` checks the space); a published build, if one were found, would take seconds",
