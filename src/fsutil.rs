@@ -5,8 +5,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use crate::owner;
+
 /// Write `data` to a temp file beside `path`, fsync it, give it `mode` (or
-/// the replaced file's mode), and rename it into place.
+/// the replaced file's mode; never a setuid, setgid or sticky bit) and, run
+/// as root, the directory owner's uid, and rename it into place.
 pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -17,13 +20,10 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     tmp.write_all(data)
         .and_then(|_| tmp.as_file().sync_all())
         .with_context(|| format!("cannot write {}", tmp.path().display()))?;
-    let mode = mode.or_else(|| {
-        std::fs::metadata(path)
-            .ok()
-            .map(|m| m.permissions().mode() & 0o7777)
-    });
-    let mode = mode.unwrap_or(0o644);
+    let mode = mode.or_else(|| std::fs::metadata(path).ok().map(|m| m.permissions().mode()));
+    let mode = owner::plain_mode(mode.unwrap_or(0o644));
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode))
+        .and_then(|()| owner::give_to_dir_owner(tmp.as_file(), dir))
         .with_context(|| format!("cannot set the mode of {}", tmp.path().display()))?;
     tmp.persist(path)
         .map_err(|e| e.error)
@@ -38,9 +38,11 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("cannot sync {}", dir.display()))
 }
 
-/// Copy `from` to a new file `to` (replacing a leftover), with `mode`, and
-/// fsync it before returning.
+/// Copy `from` to a new file `to` (replacing a leftover), with `mode` (its
+/// permission bits alone) and, run as root, the owner of `to`'s directory,
+/// and fsync it before returning.
 pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
+    let mode = owner::plain_mode(mode);
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut src =
         std::fs::File::open(from).with_context(|| format!("cannot read {}", from.display()))?;
@@ -53,6 +55,7 @@ pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
         .with_context(|| format!("cannot create {}", to.display()))?;
     std::io::copy(&mut src, &mut dst)
         .and_then(|_| dst.set_permissions(std::fs::Permissions::from_mode(mode)))
+        .and_then(|()| owner::give_to_dir_owner(&dst, to.parent().unwrap_or(Path::new("/"))))
         .and_then(|_| dst.sync_all())
         .with_context(|| format!("cannot write {}", to.display()))?;
     Ok(())
@@ -296,12 +299,6 @@ pub fn entries_named(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<std::path
     found
 }
 
-/// The user this process acts as (what owns the files it creates).
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// What says a file's bytes are the ones read before, without reading them
 /// again: the same inode, size and modification time, as git's index and
 /// rsync judge a file unchanged. The change time is left out: a hard link
@@ -339,8 +336,9 @@ impl Stamp {
 
 /// Give `from`'s file a second name `to` (a hard link), as uv links its
 /// cache into environments, when the result is a file that a copy made by
-/// this process could not be safer than: owned by this user, writable by
-/// no one else, with `mode` already (None: any). Ok(false), with nothing
+/// this process could not be safer than: owned by this user, as the
+/// directory it goes into is, writable by no one else, with no setuid,
+/// setgid or sticky bit, with `mode` already (None: any). Ok(false), with nothing
 /// made, when that does not hold or the link cannot be made (another
 /// filesystem, a filesystem without links): the caller copies instead.
 pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
@@ -349,7 +347,13 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
         return Ok(false);
     };
     let bits = meta.mode() & 0o7777;
-    if !meta.is_file() || meta.uid() != euid() || bits & 0o022 != 0 {
+    if !meta.is_file() || meta.uid() != owner::euid() || bits & 0o7022 != 0 {
+        return Ok(false);
+    }
+    // A link into a directory someone else owns would leave them a file of
+    // ours (root's, under sudo) that they cannot replace: copy instead.
+    let dir = to.parent().unwrap_or(Path::new("/"));
+    if std::fs::metadata(dir).map_or(true, |m| m.uid() != meta.uid()) {
         return Ok(false);
     }
     if mode.is_some_and(|m| m != bits) {

@@ -167,6 +167,25 @@ fn pump(
 /// has not answered in this long is hung, and waiting longer helps nobody.
 pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
 
+/// A python for a question the tool asks of it. Nothing in the current
+/// directory is imported: python puts the working directory first on
+/// `sys.path` for `-c` and `-m`, so a `json.py` there would run (as root
+/// under sudo). The working directory is `/`, which only root writes, and
+/// `PYTHONSAFEPATH` says the same to python 3.11 and newer. The user's
+/// environment (PYTHONPATH, a venv) still decides which torch is seen: it
+/// is theirs, given on purpose, unlike the directory they happen to be in.
+pub fn python(program: &Path) -> Command {
+    // A relative path with a slash is the caller's, not `/`'s.
+    let program = if program.components().count() > 1 && program.is_relative() {
+        std::path::absolute(program).unwrap_or_else(|_| program.to_owned())
+    } else {
+        program.to_owned()
+    };
+    let mut c = Command::new(program);
+    c.current_dir("/").env("PYTHONSAFEPATH", "1");
+    c
+}
+
 /// Run a helper program to the end within [`HELPER_LIMIT`]; a hang is an
 /// error that names the program.
 pub fn helper(cmd: Command) -> Result<Finished> {

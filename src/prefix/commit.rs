@@ -177,7 +177,7 @@ fn whole_is_ours(prefix: &Path, previous: &[Entry]) -> bool {
     let Ok(meta) = std::fs::symlink_metadata(prefix) else {
         return false;
     };
-    if !meta.is_dir() || meta.uid() != fsutil::euid() {
+    if !meta.is_dir() || meta.uid() != crate::owner::euid() {
         return false;
     }
     let listed = |rel: &str| {

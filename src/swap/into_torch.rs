@@ -372,6 +372,7 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
 
 /// Settle what killed runs left; refuse a torch whose transaction is open.
 fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
+    txn::ensure_root_may_change(&torch.target)?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {
         ui.stage("Recovered", note);

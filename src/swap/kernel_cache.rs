@@ -31,7 +31,8 @@ fn cache_dirs() -> Vec<PathBuf> {
             (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
             _ => custom,
         };
-        return vec![custom];
+        // The python that edits it runs in `/`: a relative dir is ours.
+        return vec![std::path::absolute(&custom).unwrap_or(custom)];
     }
     let Some(home) = std::env::var_os("HOME") else {
         return Vec::new();
@@ -48,9 +49,14 @@ fn cache_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// The user caches of gfx101x devices in `dir`.
+/// The user caches of gfx101x devices in `dir`: regular files only. A
+/// symlink is never followed: it could name any SQLite file, whose rows
+/// the cleanup would delete (as root under sudo).
 fn gfx101x_caches(dir: &Path) -> Vec<PathBuf> {
-    crate::fsutil::entries_named(dir, |n| n.starts_with("gfx101") && n.ends_with(".ukdb"))
+    let mut files =
+        crate::fsutil::entries_named(dir, |n| n.starts_with("gfx101") && n.ends_with(".ukdb"));
+    files.retain(|f| std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file()));
+    files
 }
 
 /// Deletes the batch-norm kernels, in one transaction, and prints how many.
@@ -78,7 +84,7 @@ pub fn forget_batch_norm(python: &Path) -> Result<Forgotten> {
     let mut files = Vec::new();
     for dir in cache_dirs() {
         for file in gfx101x_caches(&dir) {
-            let mut cmd = std::process::Command::new(python.as_os_str());
+            let mut cmd = crate::proc::python(python);
             cmd.args(["-c", FORGET]).arg(&file);
             let out = crate::proc::run(cmd, FORGET_LIMIT)?;
             let ok = out.status.is_some_and(|s| s.success());

@@ -164,7 +164,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         }
         Locator::Python(p) => p,
     };
-    let mut cmd = std::process::Command::new(python.as_os_str());
+    let mut cmd = crate::proc::python(python);
     cmd.args(["-c", FIND_SPEC]);
     let out = crate::proc::helper(cmd).map_err(|e| {
         hint(

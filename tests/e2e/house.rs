@@ -126,3 +126,22 @@ fn every_import_runs_down_and_no_modules_import_each_other() {
     }
     assert!(loops.is_empty(), "modules on an import loop: {loops:?}");
 }
+
+/// Every python the tool starts goes through `proc::python`, which keeps
+/// the current directory off its `sys.path` (SECURITY.md).
+#[test]
+fn every_python_is_started_isolated() {
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        for line in code.lines() {
+            let l = line.to_lowercase();
+            if l.contains("command::new(") && l.contains("python") && name != "proc" {
+                found.push(format!("{name}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "pythons started without proc::python: {found:#?}"
+    );
+}

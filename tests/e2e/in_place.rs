@@ -10,7 +10,7 @@ use rdna1_testkit::{FakeTorch, TorchKind, fat_library_linking};
 use crate::support::{Run, Sandbox, contains_bytes, md5sum_c, runtime};
 
 const MARKER: &str = "[RDNA1 PATCH] batchnorm: gfx101x has no DPP row_bcast";
-const HIP64: &str = "6.4.43484-123eb5128";
+pub(crate) const HIP64: &str = "6.4.43484-123eb5128";
 
 /// A torch for ROCm 6.4 whose libtorch_hip.so carries code for `archs`
 /// and loads torch/lib/libMIOpen.so, as a build of torch for those
@@ -433,7 +433,7 @@ fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
 
 /// A MIOpen user cache with compiled batch-norm and convolution kernels,
 /// as MIOpen's kern_db table holds them.
-fn kernel_cache(file: &Path) {
+pub(crate) fn kernel_cache(file: &Path) {
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     let script = "import sqlite3, sys\n\
         db = sqlite3.connect(sys.argv[1])\n\

@@ -16,6 +16,7 @@ mod miopen;
 mod monorepo;
 mod newcomer;
 mod patches;
+mod privilege;
 mod reliability;
 mod rocm_sdk;
 mod routes;

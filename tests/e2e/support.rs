@@ -268,6 +268,8 @@ impl Sandbox {
             .env("PYTHONPATH", self.root.join("site"))
             .env("CCACHE_DIR", self.root.join("ccache"))
             .env_remove("FAILPOINTS")
+            // Root acts for sudo's user only when a test says so.
+            .env_remove("SUDO_UID")
             .env_remove("CXX")
             .env_remove("MAKEFLAGS")
             .env(rdna1_testkit::SYSFS_ENV, &*self.gpus.borrow());

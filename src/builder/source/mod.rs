@@ -242,7 +242,7 @@ pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
 fn check_owner(src: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(src.join(".git")).map(|m| m.uid()).ok();
-    let me = crate::fsutil::euid();
+    let me = crate::owner::euid();
     match owner {
         Some(uid) if uid != me => Err(not_yours(src, uid, me)),
         _ => Ok(()),

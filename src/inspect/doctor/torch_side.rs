@@ -58,7 +58,7 @@ pub(super) fn torch_checks(
 /// On the rocm-sdk layout the build wants that environment's devel SDK:
 /// `python -m rocm_sdk path --root` names it (and expands it on first use).
 fn devel_sdk(python: &Path, r: &mut CheckReport) {
-    let mut cmd = std::process::Command::new(python);
+    let mut cmd = crate::proc::python(python);
     cmd.args(["-m", "rocm_sdk", "path", "--root"]);
     match crate::proc::helper(cmd) {
         Ok(out) if out.status.success() => r.push(

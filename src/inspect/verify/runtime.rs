@@ -27,7 +27,7 @@ struct Maps {
 /// A python that imports exactly `torch`: its parent dir goes first on
 /// PYTHONPATH.
 pub(super) fn python(req: &VerifyRequest, torch: &Torch, script: &str) -> Command {
-    let mut c = Command::new(&req.python);
+    let mut c = proc::python(&req.python);
     let mut path = std::ffi::OsString::from(torch.dir.parent().unwrap_or(Path::new("/")));
     if let Some(old) = std::env::var_os("PYTHONPATH") {
         path.push(":");

@@ -9,6 +9,7 @@ use crate::checksum;
 use crate::error::hint;
 use crate::fsutil;
 use crate::kernel_text::MARKER_PREFIX;
+use crate::owner;
 use crate::swap::torch::Torch;
 
 use super::journal::{BuildRec, FileRec, Journal, Journals, SdkRec, State, TorchRec, now};
@@ -102,6 +103,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
         ));
     }
     let dir = target.parent().unwrap_or(Path::new("/"));
+    ensure_root_may_change(target)?;
     ensure_writable(dir)?;
 
     let mut j = new_journal(locked, swap, &journals, current, new_md5, inherits)?;
@@ -198,7 +200,7 @@ pub(super) fn new_journal(
         new: FileRec {
             md5: new_md5,
             size: std::fs::metadata(swap.staged)?.len(),
-            mode: original.mode,
+            mode: owner::plain_mode(original.mode),
         },
         inherits,
     })
@@ -212,11 +214,11 @@ pub(super) fn new_journal(
 /// copy that is not the new library never takes torch's name; the rename
 /// does not change bytes.
 fn write_temp(staged: &Path, temp: &Path, j: &Journal) -> Result<()> {
-    if fsutil::link_own(staged, temp, Some(j.original.mode))? {
+    if fsutil::link_own(staged, temp, Some(j.new.mode))? {
         crash_point!("install-temp-written");
         return Ok(());
     }
-    fsutil::copy_synced(staged, temp, j.original.mode)?;
+    fsutil::copy_synced(staged, temp, j.new.mode)?;
     crash_point!("install-temp-written");
     let copy = checksum::md5_file(temp)?;
     if copy != j.new.md5 {
@@ -301,6 +303,30 @@ pub fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::
     } else {
         e.context(unchanged.to_owned())
     }
+}
+
+/// Run as root, change only a torch no one but root and the user root acts
+/// for (sudo's) can change: another user's torch is theirs to change, and
+/// a directory they control can be swapped under root's feet.
+pub fn ensure_root_may_change(target: &Path) -> Result<()> {
+    if !owner::is_root() {
+        return Ok(());
+    }
+    let writers = owner::Writers::of(target)
+        .with_context(|| format!("cannot inspect {}", target.display()))?;
+    let others = writers.others_than(owner::invoking_user());
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(hint(
+        format!(
+            "{} can be changed by {}{}; run as root, rdna1-patch does not change a torch that another user controls; nothing was changed",
+            target.display(),
+            owner::describe(&others),
+            writers.through(target)
+        ),
+        "run rdna1-patch as the user who owns that torch, without sudo (a torch in a venv is its owner's to change)",
+    ))
 }
 
 pub(super) fn ensure_writable(dir: &Path) -> Result<()> {

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::hint;
 use crate::fsutil;
+use crate::owner;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -223,6 +224,32 @@ impl Journal {
     }
 }
 
+impl Journal {
+    /// Run as root, a journal is followed only where whoever could have
+    /// written it (or the backup it names) could change its torch anyway:
+    /// a user's state dir (`sudo -E`, or `--state-dir ~user/...`) must not
+    /// steer root into replacing a library that user cannot write.
+    pub(super) fn check_writers(&self, journal: &Path) -> std::result::Result<(), String> {
+        if !owner::is_root() {
+            return Ok(());
+        }
+        let torch = owner::Writers::of(&self.torch.target).map_err(|e| e.to_string())?;
+        for (what, file) in [("it", journal), ("its backup", self.backup.as_path())] {
+            let w = owner::Writers::of(file).map_err(|e| e.to_string())?;
+            let beyond = w.beyond(&torch);
+            if !beyond.is_empty() {
+                return Err(format!(
+                    "{what} can be changed by {}{}, who cannot change {}; run as root, rdna1-patch does not follow it",
+                    owner::describe(&beyond),
+                    w.through(file),
+                    self.torch.target.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn temp_path(target: &Path, id: u32, rollback: bool) -> PathBuf {
     let name = target.file_name().unwrap_or_default().to_string_lossy();
     let dir = target.parent().unwrap_or(Path::new("/"));
@@ -238,6 +265,10 @@ pub(super) fn temp_path(target: &Path, id: u32, rollback: bool) -> PathBuf {
 pub struct Damaged {
     pub path: PathBuf,
     pub error: String,
+    /// Readable, but written where someone root should not obey could
+    /// have written it.
+    #[serde(skip)]
+    pub untrusted: bool,
 }
 
 impl Damaged {
@@ -247,6 +278,16 @@ impl Damaged {
             .map(|d| format!("{}: {}", d.path.display(), d.error))
             .collect();
         let first = &damaged[0].path;
+        if damaged.iter().any(|d| d.untrusted) {
+            return hint(
+                format!(
+                    "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",
+                    damaged.len(),
+                    list.join("\n  ")
+                ),
+                "run rdna1-patch as the user who owns that state dir, without sudo, or give root a state dir only root can write (the default, with sudo's own environment)",
+            );
+        }
         hint(
             format!(
                 "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",

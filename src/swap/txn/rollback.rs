@@ -8,7 +8,7 @@ use crate::checksum;
 use crate::error::hint;
 use crate::fsutil;
 
-use super::install::out_of_space;
+use super::install::{ensure_root_may_change, out_of_space};
 use super::journal::{Journal, State};
 use super::recover::{Found, changed_elsewhere, found};
 use super::state::Locked;
@@ -83,6 +83,7 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
             held.push((dir, locked.lock_target(&j.torch.target)?));
         }
         if found(j, &journals) != Found::Original {
+            ensure_root_may_change(&j.torch.target)?;
             check_backup(j)?;
         }
     }

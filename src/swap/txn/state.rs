@@ -185,11 +185,21 @@ impl StateDir {
                     j.check(&self.backup_path(&j.original.md5))?;
                     Ok(j)
                 });
-            match parsed {
-                Ok(j) => out.list.push(j),
-                Err(error) => out.damaged.push(Damaged {
+            let untrusted = parsed
+                .as_ref()
+                .ok()
+                .and_then(|j| j.check_writers(&path).err());
+            match (parsed, untrusted) {
+                (Ok(_), Some(error)) => out.damaged.push(Damaged {
+                    path,
+                    error,
+                    untrusted: true,
+                }),
+                (Ok(j), None) => out.list.push(j),
+                (Err(error), _) => out.damaged.push(Damaged {
                     path,
                     error: error.trim().replace('\n', " "),
+                    untrusted: false,
                 }),
             }
         }

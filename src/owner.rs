@@ -1,0 +1,186 @@
+//! Who can write a path, and who the tool acts for: the facts behind the
+//! one privilege rule (SECURITY.md). Run as root, the tool never makes a
+//! file setuid, never leaves a root-owned file in a user's directory, and
+//! never lets a file one user controls (a journal, a torch, a compiler
+//! library) steer it into what that user could not change themselves.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The permission bits the tool gives a file it writes in place of another:
+/// read, write and execute only. A setuid, setgid or sticky bit is never
+/// carried over: under sudo, a copy of a user's mode-4755 file would be a
+/// setuid-root program.
+pub fn plain_mode(mode: u32) -> u32 {
+    mode & 0o777
+}
+
+/// The user this process acts as (what owns the files it creates).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn is_root() -> bool {
+    euid() == 0
+}
+
+/// The user on whose behalf root runs: sudo's `SUDO_UID`; None when not
+/// root or not under sudo (a root shell acts for root alone).
+pub fn invoking_user() -> Option<u32> {
+    if !is_root() {
+        return None;
+    }
+    std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&u| u != 0)
+}
+
+/// Someone besides root who can change a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Who {
+    User(u32),
+    Group(u32),
+    Anyone,
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::User(u) => write!(f, "uid {u}"),
+            Who::Group(g) => write!(f, "group {g}"),
+            Who::Anyone => f.write_str("every user"),
+        }
+    }
+}
+
+/// Everyone but root who can replace what `path` names: the owner of the
+/// path and of each directory above it, and a group or everybody where a
+/// directory (or the file) is writable by them. A sticky directory (/tmp)
+/// lets only an entry's owner move the entry, so it adds its owner alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writers {
+    pub set: BTreeSet<Who>,
+    /// Where the first of them comes from, to name in an error.
+    pub first: Option<PathBuf>,
+}
+
+impl Writers {
+    pub fn of(path: &Path) -> std::io::Result<Writers> {
+        let mut w = Writers::default();
+        let path = std::path::absolute(path)?;
+        let mut cur: Option<&Path> = Some(&path);
+        let mut leaf = true;
+        while let Some(p) = cur {
+            let meta = match std::fs::symlink_metadata(p) {
+                Ok(m) => m,
+                // A file about to be made, or one that is gone: the
+                // directories that remain decide who could put it there.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    cur = p.parent();
+                    leaf = false;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mode = meta.mode();
+            let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
+            let mut add = |who: Who| {
+                if w.set.insert(who) && w.first.is_none() {
+                    w.first = Some(p.to_owned());
+                }
+            };
+            if meta.uid() != 0 {
+                add(Who::User(meta.uid()));
+            }
+            if !sticky_dir || leaf {
+                if mode & 0o020 != 0 && meta.gid() != 0 {
+                    add(Who::Group(meta.gid()));
+                }
+                if mode & 0o002 != 0 {
+                    add(Who::Anyone);
+                }
+            }
+            leaf = false;
+            cur = p.parent();
+        }
+        Ok(w)
+    }
+
+    /// " (through DIR)" when what lets them is a directory above `path`.
+    pub fn through(&self, path: &Path) -> String {
+        match &self.first {
+            Some(p) if p != path => format!(" (through {})", p.display()),
+            _ => String::new(),
+        }
+    }
+
+    /// Those of `self` that `other` does not have.
+    pub fn beyond(&self, other: &Writers) -> Vec<Who> {
+        self.set.difference(&other.set).copied().collect()
+    }
+
+    /// Those who are neither root nor `user`.
+    pub fn others_than(&self, user: Option<u32>) -> Vec<Who> {
+        self.set
+            .iter()
+            .filter(|w| Some(**w) != user.map(Who::User))
+            .copied()
+            .collect()
+    }
+}
+
+/// "uid 1000 and group 100".
+pub fn describe(list: &[Who]) -> String {
+    let names: Vec<String> = list.iter().map(Who::to_string).collect();
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Run as root, give a file just created in `dir` the owner and group of
+/// `dir`: root's run into a user's venv leaves that user's files, as if
+/// they had run it, not root's. A no-op when not root or `dir` is root's.
+pub fn give_to_dir_owner(file: &std::fs::File, dir: &Path) -> std::io::Result<()> {
+    if !is_root() {
+        return Ok(());
+    }
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() == 0 {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_bits_never_survive() {
+        assert_eq!(plain_mode(0o4755), 0o755);
+        assert_eq!(plain_mode(0o6775), 0o775);
+        assert_eq!(plain_mode(0o1777), 0o777);
+    }
+
+    #[test]
+    fn a_world_writable_directory_lets_everyone_replace_its_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let file = sub.join("f");
+        std::fs::write(&file, "x").unwrap();
+        let before = Writers::of(&file).unwrap();
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let after = Writers::of(&file).unwrap();
+        assert_eq!(after.beyond(&before), vec![Who::Anyone]);
+        // Sticky, as /tmp: only the entry's owner moves it.
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(Writers::of(&file).unwrap(), before);
+    }
+}

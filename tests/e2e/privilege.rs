@@ -1,0 +1,166 @@
+//! Run with sudo, the tool crosses no privilege line: nothing it writes
+//! into a user's place is setuid or root's, nothing a user controls steers
+//! it, and no code of theirs runs (issue 42's findings, each here failing
+//! on the code before the fix). The root cases run as root, as CI does.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use crate::in_place::{HIP64, kernel_cache, torch_of};
+use crate::support::{Run, Sandbox};
+
+const NOBODY: u32 = 65534;
+
+fn as_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn chown(path: &Path, uid: u32) {
+    let ok = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown {}", path.display());
+}
+
+/// `args` with the sandbox's state dir, run as root as sudo would for
+/// `sudo_uid` (None: a root shell).
+fn run_as(sb: &Sandbox, sudo_uid: Option<u32>, args: &[&str]) -> Run {
+    let mut c = sb.cmd();
+    c.args(args).args(["--state-dir", &sb.state()]);
+    if let Some(uid) = sudo_uid {
+        c.env("SUDO_UID", uid.to_string());
+    }
+    Run::from(c.output().unwrap())
+}
+
+fn install_args(sb: &Sandbox) -> Vec<String> {
+    let prefix = sb.prefix.display().to_string();
+    [
+        "install",
+        "--into-torch",
+        "--prefix",
+        &prefix,
+        "--profile",
+        "rocm-6.4.3",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn mode_and_owner(path: &Path) -> (u32, u32) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.mode() & 0o7777, m.uid())
+}
+
+/// The user made their own library setuid; root's install and rollback
+/// leave that user a plain 0755 file of their own, never a setuid-root
+/// one. From a root shell (no sudo), their torch is not root's to change.
+#[test]
+fn root_never_writes_a_setuid_or_root_owned_library_into_a_users_torch() {
+    if !as_root() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    // chown clears a setuid bit: the user's chmod comes after.
+    chown(&sb.root.join("site"), NOBODY);
+    std::fs::set_permissions(torch.miopen(), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let args = install_args(&sb);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let refused = run_as(&sb, None, &args).fails_with(&format!(
+        "error: {} can be changed by uid {NOBODY}; run as root, rdna1-patch does not change a torch that another user controls; nothing was changed
+help: run rdna1-patch as the user who owns that torch, without sudo (a torch in a venv is its owner's to change)",
+        torch.miopen().display()
+    ));
+    refused.says("Route");
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    assert_eq!(mode_and_owner(&torch.miopen()), (0o4755, NOBODY));
+
+    run_as(&sb, Some(NOBODY), &args).ok().says("Installed");
+    assert_ne!(std::fs::read(torch.miopen()).unwrap(), original);
+    assert_eq!(
+        mode_and_owner(&torch.miopen()),
+        (0o755, NOBODY),
+        "the user's plain file, not a setuid-root one"
+    );
+    run_as(&sb, Some(NOBODY), &["rollback"]).ok();
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    assert_eq!(mode_and_owner(&torch.miopen()), (0o755, NOBODY));
+}
+
+/// A state dir the user can write (`sudo -E`, `--state-dir ~user/...`)
+/// holds journals that user could have written: root follows none that
+/// names a torch the user could not change themselves.
+#[test]
+fn root_follows_no_journal_a_user_could_have_written_about_roots_torch() {
+    if !as_root() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let args = install_args(&sb);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_as(&sb, None, &args).ok().says("Installed");
+    let fixed = std::fs::read(torch.miopen()).unwrap();
+    chown(Path::new(&sb.state()), NOBODY);
+    run_as(&sb, None, &["rollback"]).fails_with(&format!(
+        "error: 1 transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:
+  {state}/transactions/0001.toml: it can be changed by uid {NOBODY}, who cannot change {}; run as root, rdna1-patch does not follow it
+help: run rdna1-patch as the user who owns that state dir, without sudo, or give root a state dir only root can write (the default, with sudo's own environment)",
+        torch.miopen().display(),
+        state = sb.state(),
+    ));
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), fixed);
+    // Given back to root, the same journal is followed.
+    chown(Path::new(&sb.state()), 0);
+    run_as(&sb, None, &["rollback"]).ok();
+}
+
+/// Python modules in the directory the user runs the tool from (a torch
+/// source checkout, a `json.py`): none is imported by the pythons the tool
+/// starts, whichever verb starts them.
+#[test]
+fn no_python_module_in_the_current_directory_runs() {
+    let sb = Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    kernel_cache(&sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb"));
+    let planted = "import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'RAN-' + __name__), 'w').close()\nraise ImportError('planted')\n";
+    for module in [
+        "json.py",
+        "sqlite3.py",
+        "torch/__init__.py",
+        "rocm_sdk/__init__.py",
+    ] {
+        let file = sb.root.join(module);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, planted).unwrap();
+    }
+    let prefix = sb.prefix.display().to_string();
+    let python = ["--python", "python3"];
+    let install = install_args(&sb);
+    let install: Vec<&str> = install.iter().map(String::as_str).collect();
+    run_as(&sb, None, &install)
+        .ok()
+        .says("Installed")
+        .says("Cache forgot 2 batch-norm kernels");
+    sb.run(&[&["doctor"], &python[..]].concat())
+        .prints(&format!(
+            "2.6.0+rocm6.4 (HIP {HIP64}) at {}",
+            torch.dir.display()
+        ));
+    sb.verify(&[&["--runtime"], &python[..]].concat()).ok();
+    run_as(&sb, None, &["rollback"]).ok();
+    let ran: Vec<String> = std::fs::read_dir(&sb.root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("RAN-"))
+        .collect();
+    assert!(ran.is_empty(), "planted modules ran: {ran:?} ({prefix})");
+}
