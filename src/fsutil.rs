@@ -261,6 +261,20 @@ pub fn try_lock_dir(dir: &Path) -> Result<Option<std::fs::File>> {
     }
 }
 
+/// A lock on a directory itself, waited for: for short edits of a file in
+/// it (the config) that two runs must not make at once.
+pub fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .with_context(|| format!("cannot open {}", dir.display()))?;
+    file.lock()
+        .with_context(|| format!("cannot lock {}", dir.display()))?;
+    Ok(file)
+}
+
 /// Make a FIFO at `path`, for the tests that check one is refused.
 #[cfg(test)]
 pub fn mkfifo(path: &Path) {

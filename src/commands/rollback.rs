@@ -23,8 +23,9 @@ pub struct Args {
     /// reinstalled torch), without touching torch
     #[arg(long, value_name = "ID", conflicts_with = "to")]
     abandon: Option<u32>,
-    /// With nothing to roll back: the torch to check for a build that no
-    /// transaction here recorded
+    /// The torch whose transactions are undone (default: the newest
+    /// transaction here, whichever torch it is of); with nothing to roll
+    /// back, the torch to check for a build no transaction here recorded
     #[command(flatten)]
     torch: TorchArg,
 }
@@ -44,6 +45,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         RollbackRequest::Undo {
             to: args.to,
             torch: args.torch.locator(),
+            named: args.torch.given(),
         }
     };
     let term = super::term::Term::new();

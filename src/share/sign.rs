@@ -59,6 +59,10 @@ impl Signer {
             Some(f) => Some(read_password(f)?),
             None => std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()),
         };
+        let mut warnings: Vec<String> = password_file
+            .and_then(|f| readable_by_others("the password file", f))
+            .into_iter()
+            .collect();
         use std::io::IsTerminal;
         if has_password(key_line) && password.is_none() && !std::io::stdin().is_terminal() {
             return Err(hint(
@@ -71,22 +75,11 @@ impl Signer {
                 ),
             ));
         }
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0);
-        let warning = (mode & 0o077 != 0).then(|| {
-            format!(
-                "the signing key {} can be read by others (mode {:o}); `chmod 600 {}` keeps it yours",
-                path.display(),
-                mode & 0o777,
-                path.display()
-            )
-        });
+        warnings.extend(readable_by_others("the signing key", path));
         Ok(Signer {
             key: path.to_owned(),
             minisign,
-            warning,
+            warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
             password,
         })
     }
@@ -102,6 +95,9 @@ impl Signer {
         );
         std::fs::write(&file, data)?;
         let mut cmd = std::process::Command::new(&self.minisign);
+        // The password goes on minisign's stdin alone: left in its
+        // environment, /proc/PID/environ would show it.
+        cmd.env_remove(PASSWORD_ENV);
         cmd.arg("-S")
             .arg("-s")
             .arg(&self.key)
@@ -122,6 +118,22 @@ impl Signer {
         }
         Ok(std::fs::read_to_string(&sig)?)
     }
+}
+
+/// A warning when others can read a secret (the key, its password file).
+fn readable_by_others(what: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions().mode())
+        .unwrap_or(0);
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{what} {} can be read by others (mode {:o}); `chmod 600 {}` keeps it yours",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        )
+    })
 }
 
 /// Whether a secret key's line (base64 of "Ed", the KDF's name, ...) names

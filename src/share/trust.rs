@@ -25,9 +25,19 @@ pub struct Trusted {
 /// whom the user trusts.
 pub fn trust(key: &str) -> Result<Trusted> {
     let public = read_key(key)?;
-    let path = config::path().context(
+    let shown = config::path().context(
         "no config dir: neither RDNA1_PATCH_CONFIG nor a home directory says where the config goes",
     )?;
+    // A config that is a symlink (a dotfiles repository's) is edited where
+    // it points, so the link stays and its target gets the key.
+    let path = shown.canonicalize().unwrap_or_else(|_| shown.clone());
+    if let Some(dir) = path.parent() {
+        crate::fsutil::create_dir_all(dir)?;
+    }
+    // Two runs at once must not each add their key to the same old text,
+    // the second write losing the first's key.
+    let _lock = crate::fsutil::lock_dir(path.parent().unwrap_or(Path::new("/")))?;
+    refuse_read_only(&path)?;
     // The file as it is must already be one rdna1-patch reads.
     let existing = Config::load()?.trusted()?;
     let text = match path.exists() {
@@ -38,7 +48,7 @@ pub fn trust(key: &str) -> Result<Trusted> {
     let line = public.to_base64();
     if existing.iter().any(|k| k.to_bytes() == public.to_bytes()) {
         return Ok(Trusted {
-            config: path,
+            config: shown,
             key_id,
             added: false,
         });
@@ -51,10 +61,32 @@ pub fn trust(key: &str) -> Result<Trusted> {
     })?;
     write(&path, &new)?;
     Ok(Trusted {
-        config: path,
+        config: shown,
         key_id,
         added: true,
     })
+}
+
+/// A config the user made read-only is theirs to change, not ours.
+fn refuse_read_only(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o200 != 0 {
+        return Ok(());
+    }
+    Err(hint(
+        format!(
+            "{} is read-only (mode {mode:o}); rdna1-patch does not change a file you made read-only, so the key was not added",
+            path.display()
+        ),
+        format!(
+            "make it writable (`chmod u+w {}`) and run this again, or add the key to its trusted-keys by hand",
+            path.display()
+        ),
+    ))
 }
 
 /// The key `arg` names: a key string, else a `.pub` file.
@@ -95,13 +127,10 @@ fn with_key(text: &str, key: &str) -> std::result::Result<String, String> {
 }
 
 /// Replace the config with `text`, once rdna1-patch reads it back as a
-/// config; its directory is made if it is not there.
+/// config; it keeps its mode.
 fn write(path: &Path, text: &str) -> Result<()> {
     toml::from_str::<Config>(text)
         .context("the edited config would not be one rdna1-patch reads; nothing was written")?;
-    if let Some(dir) = path.parent() {
-        crate::fsutil::create_dir_all(dir)?;
-    }
     crate::fsutil::write_atomic(path, text.as_bytes(), None)
 }
 

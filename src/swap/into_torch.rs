@@ -154,7 +154,12 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
 }
 
 pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
-    let Some((build, target_known)) = prepare(req, ui)? else {
+    // One lock from the in-place route's fix to the swap: what it derives
+    // is what goes in, with no other run's prefix in between. Taken where
+    // something is about to be written, so a refusal before leaves no
+    // state dir behind.
+    let mut locked = None;
+    let Some((build, target_known)) = prepare(req, &mut locked, ui)? else {
         return Ok(());
     };
     let torch = torch::locate(&req.torch)?;
@@ -167,7 +172,10 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         ui.warn(format!("{detail}; {fix}"));
     }
 
-    let locked = req.state.lock()?;
+    let locked = match locked {
+        Some(l) => l,
+        None => req.state.lock()?,
+    };
     settle(&locked, &torch, ui)?;
     let _torch_lock = locked.lock_target(&torch.target)?;
     let name = torch
@@ -203,6 +211,11 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         staged,
         staged_md5,
         check: &check,
+        derived_from: build
+            .provenance
+            .in_place
+            .as_ref()
+            .map(|p| p.source_sha256.as_str()),
         target_known: target_known.as_ref(),
     };
     let outcome = txn::swap(&locked, &swap);
@@ -246,8 +259,12 @@ fn announce(build: &Build, torch: &Torch, ui: &Ui) {
 /// The build to install: the prefix's, after the in-place route made it
 /// when that is the route, with what that route read of torch's library.
 /// None: a dry run, which has said what it would do.
-fn prepare(req: &InstallRequest, ui: &Ui) -> Result<Option<(Build, Option<checksum::Known>)>> {
-    match in_place(req, ui)? {
+fn prepare<'a>(
+    req: &'a InstallRequest,
+    locked: &mut Option<txn::Locked<'a>>,
+    ui: &Ui,
+) -> Result<Option<(Build, Option<checksum::Known>)>> {
+    match in_place(req, locked, ui)? {
         InPlace::NotTaken => {}
         InPlace::DryRun => return Ok(None),
         InPlace::Made(build, known) => return Ok(Some((*build, known))),
@@ -293,7 +310,11 @@ enum InPlace {
 /// prefix, which then goes through the same swap as a build. A prefix made
 /// in place before is made again: torch may have been upgraded since, and
 /// it costs seconds.
-fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
+fn in_place<'a>(
+    req: &'a InstallRequest,
+    locked: &mut Option<txn::Locked<'a>>,
+    ui: &Ui,
+) -> Result<InPlace> {
     let Some(profile) = &req.profile else {
         return Ok(InPlace::NotTaken);
     };
@@ -314,6 +335,7 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
     if route.choice != Choice::InPlace {
         return Ok(InPlace::NotTaken);
     }
+    route::check_in_place_prefix(&req.prefix, &torch, profile)?;
     ui.stage("Route", &route.why);
     if req.dry_run {
         ui.stage(
@@ -326,10 +348,9 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
         );
         return Ok(InPlace::DryRun);
     }
-    let locked = req.state.lock()?;
-    settle(&locked, &torch, ui)?;
-    let source = txn::original_of(&locked, &torch.target)?;
-    drop(locked);
+    let locked = locked.insert(req.state.lock()?);
+    settle(locked, &torch, ui)?;
+    let source = txn::original_of(locked, &torch.target)?;
     let derived = crate::inplace::derive(
         &crate::inplace::Request {
             library: source.clone(),
@@ -340,6 +361,9 @@ fn in_place(req: &InstallRequest, ui: &Ui) -> Result<InPlace> {
         },
         ui,
     )?;
+    // A test's pause between the fix and the swap (cargo feature failpoints).
+    #[cfg(feature = "failpoints")]
+    let _ = fail::eval("in-place-derived", |_| -> () { std::process::abort() });
     let summary = derived.summary();
     ui.stage("Prefix", format!("{}: {summary}", req.prefix.display()));
     // The library was hashed as it was written and parsed from the same

@@ -14,19 +14,30 @@ pub enum RollbackRequest {
     /// Close one transaction without touching torch.
     Abandon(u32),
     /// Undo installed transactions from the newest down to `to` (or the
-    /// newest alone). `torch` is looked at only when nothing is installed,
-    /// to tell a clean torch from one another state dir patched.
-    Undo { to: Option<u32>, torch: Locator },
+    /// newest alone); when the user `named` the torch, that torch's alone.
+    /// Else `torch` is looked at only when nothing is installed, to tell a
+    /// clean torch from one another state dir patched.
+    Undo {
+        to: Option<u32>,
+        torch: Locator,
+        named: bool,
+    },
 }
 
 /// Carry out `req`; what `--list` shows is returned, one line a
 /// transaction, for the caller to print.
 pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<String>> {
-    let (to, torch) = match req {
+    let (to, torch, named) = match req {
         RollbackRequest::List => return list(state, ui),
-        RollbackRequest::Abandon(_) => (None, None),
-        RollbackRequest::Undo { to, torch } => (*to, Some(torch)),
+        RollbackRequest::Abandon(_) => (None, None, false),
+        RollbackRequest::Undo { to, torch, named } => (*to, Some(torch), *named),
     };
+    // A torch the user named picks the transactions undone.
+    let only = match torch.filter(|_| named) {
+        Some(loc) => Some(crate::swap::torch::find_dir(loc)?),
+        None => None,
+    };
+    let only = only.map(|d| d.canonicalize().unwrap_or(d));
     let locked = state.lock()?;
     let recovery = txn::recover(&locked)?;
     for note in &recovery.notes {
@@ -46,7 +57,7 @@ pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<Strin
         return Ok(Vec::new());
     }
     let mut notes = Vec::new();
-    let rolled = txn::rollback(&locked, to, &mut notes);
+    let rolled = txn::rollback(&locked, to, only.as_deref(), &mut notes);
     for note in notes {
         ui.stage("Closed", note);
     }

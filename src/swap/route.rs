@@ -165,6 +165,72 @@ pub fn choose(
     })
 }
 
+/// The prefix the in-place fix writes: never inside torch (it would write
+/// torch's files outside any transaction, with no backup), never over a
+/// finished build or another profile's fix (the user's work, replaced
+/// without a word). Checked before anything is written, dry run or not.
+pub fn check_in_place_prefix(prefix: &Path, torch: &Torch, profile: &Profile) -> Result<()> {
+    let real = nearest_real(prefix);
+    let mut roots = vec![torch.dir.clone()];
+    if let Layout::RocmSdk(sdk) = &torch.layout {
+        roots.push(sdk.package.clone());
+    }
+    if let Some(root) = roots.iter().find(|r| real.starts_with(nearest_real(r))) {
+        return Err(hint(
+            format!(
+                "the prefix {} lies inside {}: the fix would write torch's own files outside any transaction, with no backup; nothing was changed",
+                prefix.display(),
+                root.display()
+            ),
+            "give --prefix a directory outside torch, or leave it out for the profile's own prefix",
+        ));
+    }
+    let Ok(held) = crate::prefix::Provenance::read(prefix) else {
+        return Ok(());
+    };
+    let what = match &held.in_place {
+        None => format!(
+            "a build of profile {} (MIOpen {} at {})",
+            held.profile,
+            held.source.tag,
+            crate::builder::git::short(&held.source.commit)
+        ),
+        Some(_) if held.profile != profile.name => {
+            format!("profile {}'s fix of another torch library", held.profile)
+        }
+        Some(_) => return Ok(()),
+    };
+    Err(hint(
+        format!(
+            "{} holds {what}; the in-place fix would replace it; nothing was changed",
+            prefix.display()
+        ),
+        format!(
+            "give the in-place fix its own --prefix DIR (or leave --prefix out), or move that prefix away (`mv {0} {0}.old`) if you no longer want it",
+            prefix.display()
+        ),
+    ))
+}
+
+/// `path` with symlinks resolved as far as it exists, the rest appended.
+fn nearest_real(path: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut base = abs.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = base.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                base = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
 fn inert(torch: &Torch, what: &str) -> anyhow::Error {
     hint(
         format!(

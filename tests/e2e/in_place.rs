@@ -22,8 +22,19 @@ fn torch_with_code(sb: &Sandbox, archs: &[&str]) -> FakeTorch {
 /// A bundled torch `version` (torch.version.hip `hip`) whose
 /// libtorch_hip.so carries code for `archs`.
 pub(crate) fn torch_of(sb: &Sandbox, version: &str, hip: &str, archs: &[&str]) -> FakeTorch {
+    torch_in(sb, "site", version, hip, archs)
+}
+
+/// As [`torch_of`], in `<root>/<site>`.
+pub(crate) fn torch_in(
+    sb: &Sandbox,
+    site: &str,
+    version: &str,
+    hip: &str,
+    archs: &[&str],
+) -> FakeTorch {
     let torch = FakeTorch::create(
-        &sb.root.join("site"),
+        &sb.root.join(site),
         runtime(),
         TorchKind::Rocm,
         version,

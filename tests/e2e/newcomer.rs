@@ -170,9 +170,61 @@ help: check the key and its password; nothing was pushed",
     publish(&[], Some("sesame")).ok().says("Published");
     let right = sb.root.join("right");
     std::fs::write(&right, "sesame\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&right, std::fs::Permissions::from_mode(0o644)).unwrap();
     publish(&["--password-file", right.to_str().unwrap()], None)
         .ok()
-        .says("Published");
+        .says("Published")
+        .says(&format!(
+            "warning: the password file {} can be read by others (mode 644); `chmod 600 {}` keeps it yours",
+            right.display(),
+            right.display()
+        ));
+    std::fs::set_permissions(&right, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let run = publish(&["--password-file", right.to_str().unwrap()], None).ok();
+    assert!(
+        !run.stderr.contains("can be read by others"),
+        "{}",
+        run.stderr
+    );
+
+    // Issue 42, 12: the password reaches minisign on its stdin alone, never
+    // in its environment (/proc/PID/environ): the real minisign, wrapped
+    // to write down what environment it was started with.
+    let wrap = sb.root.join("wrap");
+    std::fs::create_dir(&wrap).unwrap();
+    let seen = sb.root.join("minisign-env");
+    let real =
+        rdna1_testkit::run(std::process::Command::new("sh").args(["-c", "command -v minisign"]));
+    let real = String::from_utf8(real.stdout).unwrap();
+    std::fs::write(
+        wrap.join("minisign"),
+        format!(
+            "#!/bin/sh\nenv > '{}'\nexec {} \"$@\"\n",
+            seen.display(),
+            real.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        wrap.join("minisign"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}", wrap.display(), std::env::var("PATH").unwrap());
+    let mut c = sb.cmd();
+    c.args(["publish", "--prefix", sb.prefix.to_str().unwrap()])
+        .args(["--sign-key", secret.to_str().unwrap()])
+        .arg(&layout)
+        .env("PATH", &path)
+        .env("RDNA1_PATCH_SIGN_PASSWORD", "sesame");
+    Run::from(c.output().unwrap()).ok().says("Published");
+    let env = std::fs::read_to_string(&seen).unwrap();
+    assert!(env.contains("PATH="), "{env}");
+    assert!(
+        !env.contains("sesame"),
+        "minisign's environment holds the password:\n{env}"
+    );
 }
 
 /// Item 2: the prefix `install --prefix DIR` used is the one `verify` and

@@ -164,3 +164,22 @@ fn no_python_module_in_the_current_directory_runs() {
         .collect();
     assert!(ran.is_empty(), "planted modules ran: {ran:?} ({prefix})");
 }
+
+/// Issue 42, 14: a `gfx1010*.ukdb` symlink in MIOpen's cache dir is not
+/// followed: the SQLite file it names keeps every row.
+#[test]
+fn the_kernel_cache_cleanup_follows_no_symlink() {
+    let sb = Sandbox::new();
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let elsewhere = sb.root.join("elsewhere/precious.db");
+    kernel_cache(&elsewhere);
+    let before = std::fs::read(&elsewhere).unwrap();
+    let dir = sb.root.join("home/.cache/miopen/3.4.0.abc");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("gfx1010_18.ukdb")).unwrap();
+    let install = install_args(&sb);
+    let install: Vec<&str> = install.iter().map(String::as_str).collect();
+    let run = run_as(&sb, None, &install).ok();
+    assert!(!run.stderr.contains("Cache forgot"), "{}", run.stderr);
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), before);
+}

@@ -30,7 +30,39 @@ pub(super) fn check_torch(
         return None;
     };
     check_installed(torch, &j, built, r);
+    check_source(&j, prov, r);
     Some(j)
+}
+
+/// A library fixed in place must have been made from the original the
+/// install kept: torch upgraded between the fix and the swap would hold a
+/// fix of a library it no longer has.
+fn check_source(j: &Journal, prov: &Provenance, r: &mut CheckReport) {
+    let Some(in_place) = &prov.in_place else {
+        return;
+    };
+    let kept = crate::elf::read_file(&j.backup).map(|b| crate::prefix::sha256_hex(&b));
+    match kept {
+        Ok(sha) if sha == in_place.source_sha256 => r.push(
+            "source",
+            Status::Ok,
+            format!(
+                "the fix was made from the library transaction {} kept as torch's original (SHA-256 {})",
+                j.id,
+                &sha[..16]
+            ),
+        ),
+        Ok(sha) => r.push_fix(
+            "source",
+            Status::Fail,
+            format!(
+                "the fix was made from a library with SHA-256 {}, but torch's original, kept by transaction {}, is {sha}",
+                in_place.source_sha256, j.id
+            ),
+            "torch changed between the fix and the install: `rdna1-patch rollback`, then `rdna1-patch install --into-torch` fixes the library torch has now",
+        ),
+        Err(e) => r.push("source", Status::Fail, format!("{e:#}")),
+    }
 }
 
 /// torch's HIP major.minor against the build's ROCm.
@@ -99,7 +131,20 @@ pub(super) fn check_installed(
     let md5 = checksum::md5_file(&torch.target).unwrap_or_else(|e| format!("{e:#}"));
     let id = elf::read(&torch.target).ok().and_then(|e| e.build_id);
     let want_id = built.and_then(|b| b.build_id.clone());
-    if md5 != j.new.md5 {
+    if md5 != j.new.md5 && crate::swap::txn::linked_to_prefix(j) {
+        r.push_fix(
+            "torch",
+            Status::Fail,
+            format!(
+                "{} has MD5 {md5}, transaction {} installed {}: it is the same file as the prefix's {}, which was changed after the install",
+                torch.target.display(),
+                j.id,
+                j.new.md5,
+                j.build.library.display()
+            ),
+            "`rdna1-patch rollback` puts torch's original back from its backup; then `rdna1-patch install --into-torch` installs the prefix as it is now",
+        );
+    } else if md5 != j.new.md5 {
         r.push_fix(
             "torch",
             Status::Fail,

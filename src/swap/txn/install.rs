@@ -32,6 +32,10 @@ pub struct Swap<'a> {
     /// What this run already read of the target (the in-place route reads
     /// it whole): used while its stamp still matches, instead of a read.
     pub target_known: Option<&'a checksum::Known>,
+    /// For a library fixed in place: the SHA-256 of the original it was
+    /// made from, which must be the original this swap keeps (a pip
+    /// upgrade in between would get a fix of the old library).
+    pub derived_from: Option<&'a str>,
 }
 
 pub enum SwapOutcome {
@@ -105,6 +109,13 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     let dir = target.parent().unwrap_or(Path::new("/"));
     ensure_root_may_change(target)?;
     ensure_writable(dir)?;
+    // Unchanged since the fix read it, by its stamp, needs no second read.
+    let read_unchanged =
+        inherits.is_none() && swap.target_known.is_some_and(|k| k.stamp == known.stamp);
+    if let Some(want) = swap.derived_from.filter(|_| !read_unchanged) {
+        let original = inherits.map_or(target.as_path(), |p| p.backup.as_path());
+        ensure_derived_from(original, want, torch)?;
+    }
 
     let mut j = new_journal(locked, swap, &journals, current, new_md5, inherits)?;
     locked.save(&mut j)?;
@@ -145,6 +156,25 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     Ok(SwapOutcome::Installed(j))
 }
 
+/// The original this swap keeps must be the file the fix was made from.
+fn ensure_derived_from(original: &Path, sha256: &str, torch: &Torch) -> Result<()> {
+    let bytes = crate::elf::read_file(original)?;
+    let now = crate::prefix::sha256_hex(&bytes);
+    if now == sha256 {
+        return Ok(());
+    }
+    Err(hint(
+        format!(
+            "torch's library changed while it was being fixed (a pip install or upgrade?): the fix was made from SHA-256 {sha256}, {} is now {now}; nothing was changed",
+            original.display()
+        ),
+        format!(
+            "run `rdna1-patch install --into-torch` again: it fixes the library torch {} has now",
+            torch.version
+        ),
+    ))
+}
+
 /// The journal of a new install. Over our own earlier install, the
 /// original (and its backup) is that transaction's.
 pub(super) fn new_journal(
@@ -157,10 +187,23 @@ pub(super) fn new_journal(
 ) -> Result<Journal> {
     let torch = swap.torch;
     let target = &torch.target;
-    let id = journals
+    let last = journals
         .last_id
-        .max(journals.list.last().map_or(0, |j| j.id))
-        + 1;
+        .max(journals.list.last().map_or(0, |j| j.id));
+    // A set-aside journal numbered u32::MAX must not wrap the next id to 0,
+    // which would sort before every other transaction.
+    let id = last.checked_add(1).ok_or_else(|| {
+        hint(
+            format!(
+                "the journals in {} already use transaction number {last}, the highest there is; nothing was changed",
+                locked.state.root().display()
+            ),
+            format!(
+                "move the journal numbered {last} out of {} (it was set aside or edited by hand), then run this again",
+                locked.state.root().join("transactions").display()
+            ),
+        )
+    })?;
     let (original, backup, inherits) = match inherits {
         Some(prev) => (prev.original.clone(), prev.backup.clone(), Some(prev.id)),
         None => {
@@ -210,16 +253,17 @@ pub(super) fn new_journal(
 /// link to the file whose MD5 this run established (the prefix's, checked
 /// or just written; or the relinked copy), when the link gives the file
 /// the mode the target needs and no one else could write it
-/// (`fsutil::link_own`). Else a copy, read back before the rename, so a
-/// copy that is not the new library never takes torch's name; the rename
-/// does not change bytes.
+/// (`fsutil::link_own`). Else a copy. Either is read back before the
+/// rename, so a file that is not the new library never takes torch's
+/// name; the rename does not change bytes.
 fn write_temp(staged: &Path, temp: &Path, j: &Journal) -> Result<()> {
-    if fsutil::link_own(staged, temp, Some(j.new.mode))? {
-        crash_point!("install-temp-written");
-        return Ok(());
+    if !fsutil::link_own(staged, temp, Some(j.new.mode))? {
+        fsutil::copy_synced(staged, temp, j.new.mode)?;
     }
-    fsutil::copy_synced(staged, temp, j.new.mode)?;
     crash_point!("install-temp-written");
+    // A link is read back too: the prefix it shares an inode with may have
+    // been rewritten (another run, another state dir) since its MD5 was
+    // taken.
     let copy = checksum::md5_file(temp)?;
     if copy != j.new.md5 {
         bail!(

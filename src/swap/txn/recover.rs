@@ -42,6 +42,15 @@ pub(super) fn found(j: &Journal, all: &[Journal]) -> Found {
     }
 }
 
+/// Whether torch's library is still the same file as the prefix's (a
+/// linked install), so a change to one was a change to both: someone
+/// edited the prefix's library (patchelf, a rebuild in place).
+pub fn linked_to_prefix(j: &Journal) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    matches!((id(&j.torch.target), id(&j.build.library)), (Ok(a), Ok(b)) if a == b)
+}
+
 pub(super) fn changed_elsewhere(j: &Journal, what: &str) -> anyhow::Error {
     hint(
         format!(

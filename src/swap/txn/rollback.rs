@@ -10,7 +10,7 @@ use crate::fsutil;
 
 use super::install::{ensure_root_may_change, out_of_space};
 use super::journal::{Journal, State};
-use super::recover::{Found, changed_elsewhere, found};
+use super::recover::{Found, changed_elsewhere, found, linked_to_prefix};
 use super::state::Locked;
 
 /// What a rollback did.
@@ -23,10 +23,17 @@ pub enum Rolled {
 }
 
 /// Roll back the newest installed transaction, or with `to`, every one from
-/// the newest down to `to`. Transactions whose torch is gone are closed on
-/// the way (their notes go to `notes`).
-pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Result<Rolled> {
-    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced);
+/// the newest down to `to`; with `torch` (its package dir), only that
+/// torch's. Transactions whose torch is gone are closed on the way (their
+/// notes go to `notes`).
+pub fn rollback(
+    locked: &Locked,
+    to: Option<u32>,
+    torch: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Result<Rolled> {
+    let mine = |j: &Journal| torch.is_none_or(|t| j.torch.dir == t);
+    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced) && mine(j);
     let all = locked.journals()?.list;
     for j in all.iter().filter(live) {
         if found(j, &all) == Found::Gone {
@@ -41,38 +48,11 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
         }
     }
     let journals = locked.journals()?.list;
-    let chosen: Vec<Journal> = match to {
-        Some(id) => {
-            let Some(j) = journals.iter().find(|j| j.id == id) else {
-                return Err(hint(
-                    format!("there is no transaction {id}"),
-                    "`rdna1-patch rollback --list` shows them",
-                ));
-            };
-            // "ID and later": an ID undone already, with later ones still
-            // in, undoes those; only when none is left is there nothing to do.
-            if !live(&j) && !journals.iter().any(|k| k.id > id && live(&k)) {
-                return Err(hint(
-                    format!(
-                        "transaction {id} is {} already; there is nothing of it to undo",
-                        j.state.name()
-                    ),
-                    "`rdna1-patch rollback --list` shows every transaction and its state",
-                ));
-            }
-            journals
-                .iter()
-                .rev()
-                .filter(live)
-                .filter(|j| j.id >= id)
-                .cloned()
-                .collect()
-        }
-        None => match journals.iter().rev().find(|j| j.state == State::Installed) {
-            Some(j) => vec![j.clone()],
-            None => return Ok(Rolled::Nothing(journals.last().cloned().map(Box::new))),
-        },
-    };
+    let chosen = choose(&journals, to, torch)?;
+    if chosen.is_empty() {
+        let last = journals.iter().rev().find(|j| mine(j));
+        return Ok(Rolled::Nothing(last.cloned().map(Box::new)));
+    }
     // Lock every torch concerned, and check every backup, before changing anything.
     let mut held = Vec::new();
     for j in &chosen {
@@ -115,6 +95,56 @@ pub fn rollback(locked: &Locked, to: Option<u32>, notes: &mut Vec<String>) -> Re
     Ok(Rolled::Done(done))
 }
 
+/// The transactions to undo, newest first: from the newest down to `to`,
+/// or the newest installed; with `torch`, that torch's alone. None: nothing
+/// is installed.
+fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result<Vec<Journal>> {
+    let mine = |j: &Journal| torch.is_none_or(|t| j.torch.dir == t);
+    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced) && mine(j);
+    let Some(id) = to else {
+        return Ok(journals
+            .iter()
+            .rev()
+            .find(|j| j.state == State::Installed && mine(j))
+            .cloned()
+            .into_iter()
+            .collect());
+    };
+    let Some(j) = journals.iter().find(|j| j.id == id) else {
+        return Err(hint(
+            format!("there is no transaction {id}"),
+            "`rdna1-patch rollback --list` shows them",
+        ));
+    };
+    if !mine(j) {
+        return Err(hint(
+            format!(
+                "transaction {id} is of the torch at {}, not of the one you named",
+                j.torch.dir.display()
+            ),
+            "`rdna1-patch rollback --list` shows which torch each transaction is of; name that torch, or leave out --python and --torch-dir",
+        ));
+    }
+    // "ID and later": an ID undone already, with later ones still in,
+    // undoes those; only when none is left is there nothing to do.
+    if !live(&j) && !journals.iter().any(|k| k.id > id && live(&k)) {
+        return Err(hint(
+            format!(
+                "transaction {id} is {} already; there is nothing of it to undo",
+                j.state.name()
+            ),
+            "`rdna1-patch rollback --list` shows every transaction and its state",
+        ));
+    }
+    Ok(journals
+        .iter()
+        .rev()
+        .filter(live)
+        .filter(|j| j.id >= id)
+        .cloned()
+        .collect())
+}
+
 pub(super) fn check_backup(j: &Journal) -> Result<()> {
     let actual = checksum::md5_file(&j.backup);
     if actual.as_ref().ok() == Some(&j.original.md5) {
@@ -153,6 +183,9 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
             ));
         }
         Found::Gone => return Err(changed_elsewhere(j, "gone")),
+        // Edited through the prefix it shares an inode with: still ours
+        // to undo, from the backup of torch's original.
+        Found::Other(_) if linked_to_prefix(j) => {}
         Found::Other(what) => return Err(changed_elsewhere(j, &what)),
     }
     // The target must still be what torch loads: a journal edited to point
