@@ -14,6 +14,10 @@ use anyhow::{Result, anyhow, bail};
 
 const DATA_SOURCE: u32 = 1;
 const DATA_LOG: u32 = 5;
+const DATA_RELOCATABLE: u32 = 7;
+/// The most of a code object or a log taken from comgr: a batch-norm
+/// kernel's object is tens of KiB; a size past this is not believed.
+const OUTPUT_LIMIT: usize = 64 << 20;
 const LANGUAGE_OPENCL_2_0: u32 = 2;
 
 /// The actions BuildOcl takes, as numbered by one comgr major version.
@@ -179,6 +183,20 @@ impl Comgr {
         arch: &str,
         defines: &[String],
     ) -> std::result::Result<(), String> {
+        self.compile_object(name, text, arch, defines)
+            .map(drop)
+            .map_err(|log| summary(&log))
+    }
+
+    /// As [`Comgr::compile_ocl`], with the code object made; a failure
+    /// gives comgr's whole log (bounded).
+    pub fn compile_object(
+        &self,
+        name: &str,
+        text: &[u8],
+        arch: &str,
+        defines: &[String],
+    ) -> std::result::Result<Vec<u8>, String> {
         // One compile at a time in a process: the compile's stderr is
         // silenced by swapping descriptor 2 (process-wide), and comgr's
         // LLVM reports a failed inline asm through process-wide state too;
@@ -192,6 +210,19 @@ impl Comgr {
             info: None,
         };
         owned.compile(self.actions, name, text, arch, defines)
+    }
+}
+
+/// A failed compile's log in a line: its first three errors.
+fn summary(log: &str) -> String {
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("error"))
+        .take(3)
+        .collect();
+    match errors.is_empty() {
+        true => log.trim().to_owned(),
+        false => errors.join(" / "),
     }
 }
 
@@ -247,7 +278,7 @@ impl Owned<'_> {
         text: &[u8],
         arch: &str,
         defines: &[String],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<Vec<u8>, String> {
         let api = self.api;
         let input = self.set()?;
         let mut data = 0;
@@ -305,20 +336,41 @@ impl Owned<'_> {
             let status = unsafe { (api.do_action)(step, info, from, out) };
             if status != 0 {
                 let log = self.log(out);
-                let errors: Vec<&str> = log
-                    .lines()
-                    .filter(|l| l.contains("error"))
-                    .take(3)
-                    .collect();
-                return Err(if errors.is_empty() {
+                return Err(if log.trim().is_empty() {
                     format!("comgr could not {what} (status {status})")
                 } else {
-                    errors.join(" / ")
+                    log
                 });
             }
             from = out;
         }
-        Ok(())
+        self.first_of(from, DATA_RELOCATABLE)
+            .ok_or_else(|| "comgr generated no code object".to_owned())
+    }
+
+    /// The bytes of the first datum of `kind` in `set`, at most
+    /// [`OUTPUT_LIMIT`] of them.
+    fn first_of(&mut self, set: Handle, kind: u32) -> Option<Vec<u8>> {
+        let api = self.api;
+        let mut d = 0;
+        let mut size = 0;
+        // SAFETY: handles made here; the buffer is sized from comgr's answer,
+        // which is refused past the limit before anything is allocated.
+        unsafe {
+            if (api.get_data_at)(set, kind, 0, &raw mut d) != 0 {
+                return None;
+            }
+            self.data.push(d);
+            if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0 || size > OUTPUT_LIMIT {
+                return None;
+            }
+            let mut buf = vec![0u8; size];
+            if (api.get_data)(d, &raw mut size, buf.as_mut_ptr().cast()) != 0 {
+                return None;
+            }
+            buf.truncate(size);
+            Some(buf)
+        }
     }
 
     /// The compile log an action left in `set`.
@@ -338,7 +390,9 @@ impl Owned<'_> {
                 }
                 self.data.push(d);
                 let mut size = 0;
-                if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0 {
+                if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0
+                    || size > OUTPUT_LIMIT
+                {
                     continue;
                 }
                 let mut buf = vec![0u8; size];
@@ -384,6 +438,24 @@ impl Drop for Quiet {
         unsafe {
             libc::dup2(self.saved, 2);
             libc::close(self.saved);
+        }
+    }
+}
+
+impl crate::verdict::Compiler for Comgr {
+    fn describe(&self) -> String {
+        format!(
+            "comgr {}.{} ({})",
+            self.version.0,
+            self.version.1,
+            self.path.display()
+        )
+    }
+
+    fn compile(&self, job: &crate::verdict::Job) -> crate::verdict::Compiled {
+        match self.compile_object(job.name, job.text, job.arch, job.defines) {
+            Ok(object) => crate::verdict::Compiled::Object(object),
+            Err(log) => crate::verdict::Compiled::Failed(log),
         }
     }
 }

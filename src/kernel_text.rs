@@ -71,10 +71,11 @@ pub fn hip_guard() -> String {
     format!("#if defined(__AMDGCN__) && !{TERM}")
 }
 
-/// Terms that say a decision was fixed already: ours, and clang's per-arch
-/// macros, which a fix by hand may have used.
-const FIXED_TERMS: [&str; 5] = [
-    TERM,
+/// clang's per-arch macros, which a fix by hand may have put in the list.
+/// They are terms like any other, never a sign that the text is fixed:
+/// comgr's precompiled OpenCL header leaves them undefined, so such a text
+/// still reaches the DPP reduction on gfx101x (the compile says so).
+const ARCH_TERMS: [&str; 4] = [
     "defined(__gfx1010__)",
     "defined(__gfx1011__)",
     "defined(__gfx1012__)",
@@ -360,7 +361,7 @@ fn normalized(raw: &[u8]) -> String {
 
 /// The known shape: `#if defined(__AMDGCN__) && !( TERM || TERM ... )`
 /// where each term is `MIO_BN_GFX<n>X`, `(defined(MIO_BN_GFX<n>X) &&
-/// MIO_BN_GFX<n>X)`, or, once fixed, one of `FIXED_TERMS`.
+/// MIO_BN_GFX<n>X)`, one of `ARCH_TERMS`, or, once fixed, [`TERM`].
 fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
     let norm = normalized(&text[start..end]);
     let expr = norm
@@ -384,9 +385,9 @@ fn decision(text: &[u8], start: usize, end: usize) -> Option<Decision> {
             .and_then(|r| r.strip_suffix(')'))
             .and_then(|r| r.split_once(") &&"))
             .is_some_and(|(a, b)| family(a) && a == b.trim());
-        let ours = FIXED_TERMS.contains(&term);
+        let ours = term == TERM;
         fixed |= ours;
-        if !(family(term) || guarded || ours) {
+        if !(family(term) || guarded || ours || ARCH_TERMS.contains(&term)) {
             return None;
         }
     }

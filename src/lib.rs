@@ -35,6 +35,7 @@ pub(crate) mod select;
 pub(crate) mod share;
 pub mod swap;
 pub(crate) mod ui;
+pub mod verdict;
 pub(crate) mod version;
 
 /// The pull's readers, for the fuzz target (built with --cfg=fuzzing).

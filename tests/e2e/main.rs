@@ -6,6 +6,7 @@ mod build;
 mod compat;
 mod conventions;
 mod detection;
+mod diagnosis;
 mod examples;
 mod first_contact;
 mod hostile;
