@@ -18,6 +18,7 @@ use crate::fsutil::Stamp;
 use crate::kernel_text;
 use crate::prefix::{self, ProvInPlace, ProvText, Provenance};
 use crate::ui::Ui;
+use crate::verdict::{self, Compiler};
 
 /// What to fix and where the prefix goes.
 pub struct Request<'a> {
@@ -67,12 +68,14 @@ pub struct Planned {
     /// The library's stamp before it was read, and its permission bits.
     pub stamp: Stamp,
     pub mode: u32,
+    /// How the fix was proven (or that it was not).
+    pub proof: String,
 }
 
 /// The library's bytes with every batch-norm text fixed, and what was done;
 /// nothing is written. An error says what is wrong with the library for
 /// this fix and what to do instead.
-pub fn plan(library: &Path) -> Result<Planned> {
+pub fn plan(library: &Path, compiler: Option<&dyn Compiler>) -> Result<Planned> {
     let meta =
         std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
     let original = crate::elf::read_file(library)?;
@@ -92,44 +95,64 @@ pub fn plan(library: &Path) -> Result<Planned> {
         }
     };
     if edit.changed.is_empty() {
-        let (what, fix) = if edit.already.is_empty() {
-            (
-                format!(
-                    "embeds no batch-norm kernel text that decides on the DPP reduction ({} texts found by {})",
-                    edit.texts,
-                    edit.found_by.name()
-                ),
-                "it is not a MIOpen whose batch norm this fix knows; nothing was changed",
-            )
-        } else {
-            (
-                format!(
-                    "already has the fix: {} batch-norm kernel texts name gfx101x",
-                    edit.already.len()
-                ),
-                "nothing to do; `rdna1-patch verify` checks what torch loads",
-            )
-        };
-        return Err(hint(format!("{} {what}", library.display()), fix));
+        return Err(hint(
+            format!(
+                "{} fails in batch norm, but none of its kernel texts decides on the DPP reduction in a way the fix knows ({} texts found by {}); nothing was changed",
+                library.display(),
+                edit.texts,
+                edit.found_by.name()
+            ),
+            "it is not a MIOpen whose batch norm this fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the library",
+        ));
     }
+    let proof = match compiler {
+        Some(c) => prove(c, library, &original, &fixed)?,
+        None => "unproven: installed without a compiler to prove it (--unproven)".to_owned(),
+    };
     Ok(Planned {
         original,
         fixed,
         edit,
         stamp: Stamp::of(&meta),
         mode: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+        proof,
     })
 }
 
-/// Make the prefix from `req.library`.
-pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
+/// The edited library compiled before a byte of it is written: every
+/// batch-norm kernel for each gfx101x target, the changed ones to gfx1030
+/// code identical to the original's. What proved it, in a line.
+fn prove(c: &dyn Compiler, library: &Path, original: &[u8], fixed: &[u8]) -> Result<String> {
+    match verdict::prove(c, original, fixed)? {
+        Ok(p) => Ok(format!(
+            "{} batch-norm kernels compile for {} and compile to unchanged {} code, through {} ({} compiles)",
+            p.kernels,
+            verdict::RDNA1.join(", "),
+            verdict::CONTROL,
+            c.describe(),
+            p.compiles
+        )),
+        Err(why) => Err(hint(
+            format!(
+                "the fix of {} is not proven: {why}; nothing was changed",
+                library.display()
+            ),
+            "this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+        )),
+    }
+}
+
+/// Make the prefix from `req.library`, fixed as `planned` (its proven
+/// edit).
+pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
     let Planned {
         original,
         fixed,
         edit,
         stamp,
         mode,
-    } = plan(&req.library)?;
+        proof,
+    } = planned;
     let elf = crate::elf::parse(&fixed)?;
     let soname = elf.soname.clone().ok_or_else(|| {
         hint(
@@ -154,6 +177,9 @@ pub fn derive(req: &Request, ui: &Ui) -> Result<Derived> {
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
         let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
         let mut prov = provenance(req, sha256, found_by, texts);
+        if let Some(p) = prov.in_place.as_mut() {
+            p.proof = Some(proof.clone());
+        }
         prov.library.soname = soname.clone();
         let known = [checksum::Entry {
             md5,
@@ -284,6 +310,7 @@ fn provenance(
             source_sha256,
             found_by: found_by.name().to_owned(),
             texts,
+            proof: None,
         }),
     }
 }

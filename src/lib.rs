@@ -15,6 +15,7 @@ pub(crate) mod clean;
 pub mod cli;
 pub mod comgr;
 pub(crate) mod commands;
+pub(crate) mod diagnosis;
 pub mod elf;
 pub mod embedded;
 pub(crate) mod error;

@@ -38,6 +38,10 @@ pub struct Args {
     /// Say which route would be taken and why; change nothing
     #[arg(long)]
     dry_run: bool,
+    /// With no compiler library beside torch's MIOpen: fix it in place
+    /// anyway, unproven (the provenance and `status` say so)
+    #[arg(long)]
+    unproven: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -75,6 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         profile,
         route,
         dry_run: args.dry_run,
+        unproven: args.unproven,
     };
     into_torch::run(&req, &ui)?;
     Ok(ExitCode::SUCCESS)

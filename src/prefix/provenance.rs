@@ -48,6 +48,12 @@ pub struct ProvInPlace {
     /// How the texts were found: "dynamic symbols" or a search.
     pub found_by: String,
     pub texts: Vec<ProvText>,
+    /// How the fix was proven: the compiles that showed every batch-norm
+    /// kernel compiling for gfx101x and gfx1030's code unchanged; or that
+    /// it was not, on the user's word (`--unproven`). Absent in prefixes
+    /// made before fixes were proven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -35,6 +35,8 @@ pub struct InstallRequest {
     pub route: Option<Choice>,
     /// Say the route and why, change nothing.
     pub dry_run: bool,
+    /// Install an in-place fix with no compiler to prove it.
+    pub unproven: bool,
 }
 
 /// A build in a prefix that checks out.
@@ -266,7 +268,7 @@ fn prepare<'a>(
 ) -> Result<Option<(Build, Option<checksum::Known>)>> {
     match in_place(req, locked, ui)? {
         InPlace::NotTaken => {}
-        InPlace::DryRun => return Ok(None),
+        InPlace::Done => return Ok(None),
         InPlace::Made(build, known) => return Ok(Some((*build, known))),
     }
     let build = check_build(&req.prefix, req.jobs)?;
@@ -301,7 +303,8 @@ fn source_of<'a>(
 /// read of torch's library when that was its source (not a backup).
 enum InPlace {
     NotTaken,
-    DryRun,
+    /// A dry run, or nothing to fix: said, and nothing written.
+    Done,
     Made(Box<Build>, Option<checksum::Known>),
 }
 
@@ -337,20 +340,36 @@ fn in_place<'a>(
     }
     route::check_in_place_prefix(&req.prefix, &torch, profile)?;
     ui.stage("Route", &route.why);
+    // What fails is established from the library itself before anything
+    // is decided; the fix is made and proven in memory, dry run or not.
+    let source = txn::original_of(&req.state.read()?, &torch.target);
+    let diagnosis = crate::diagnosis::diagnose(&torch, &source, &req.sysfs)?;
+    let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
+        return Ok(InPlace::Done);
+    };
     if req.dry_run {
         ui.stage(
             "Route",
             format!(
-                "would fix {} in place into {}, then swap it in (dry run: nothing was changed)",
+                "would fix {} in place into {} ({}), then swap it in (dry run: nothing was changed)",
                 torch.target.display(),
-                req.prefix.display()
+                req.prefix.display(),
+                planned.proof
             ),
         );
-        return Ok(InPlace::DryRun);
+        return Ok(InPlace::Done);
     }
     let locked = locked.insert(req.state.lock()?);
     settle(locked, &torch, ui)?;
-    let source = txn::original_of(locked, &torch.target)?;
+    if txn::original_of(&locked.journals()?, &torch.target) != source {
+        return Err(hint(
+            format!(
+                "another run changed {} while this one was fixing it; nothing was changed",
+                torch.target.display()
+            ),
+            "run this again",
+        ));
+    }
     let derived = crate::inplace::derive(
         &crate::inplace::Request {
             library: source.clone(),
@@ -359,6 +378,7 @@ fn in_place<'a>(
             rocm: torch.rocm().to_owned(),
             jobs: req.jobs,
         },
+        planned,
         ui,
     )?;
     // A test's pause between the fix and the swap (cargo feature failpoints).
@@ -440,7 +460,7 @@ fn stage(
     fsutil::copy_synced(&build.library, staged, 0o755)?;
     // The SONAME to keep is torch's own: over our own install, that is the
     // backed-up original's, not the file in place.
-    let original = elf::read(&txn::original_of(locked, &torch.target)?).ok();
+    let original = elf::read(&txn::original_of(&locked.journals()?, &torch.target)).ok();
     let r = relink::plan(&build.elf, original.as_ref(), &torch.lib_dir)?;
     r.apply(staged)?;
     ui.stage("Relink", r.describe());

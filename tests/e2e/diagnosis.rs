@@ -100,3 +100,173 @@ fn a_fix_is_proven_only_where_it_makes_every_kernel_compile() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `install --into-torch` (its dry run first, which must say the same)
+/// on a native torch whose libMIOpen is `name`'s.
+fn install_variant(
+    name: &str,
+) -> (
+    crate::support::Sandbox,
+    rdna1_testkit::FakeTorch,
+    [crate::support::Run; 2],
+) {
+    use crate::in_place::{HIP64, torch_of};
+    let sb = crate::support::Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    std::fs::copy(variant(name), torch.miopen()).unwrap();
+    let run = |dry: bool| {
+        let mut args = vec!["--profile", "rocm-6.4.3"];
+        if dry {
+            args.push("--dry-run");
+        }
+        sb.install(&args)
+    };
+    let dry = run(true);
+    let real = run(false);
+    (sb, torch, [dry, real])
+}
+
+/// Issue 43's five stacks, through the binary: the dry run and the real
+/// run agree, and only a proven fix is written.
+#[test]
+fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
+    // The comgr torch bundles (a link to Debian's).
+    let comgr = |torch: &rdna1_testkit::FakeTorch| {
+        format!(
+            "through comgr 2.4 ({})",
+            torch.lib.join("libamd_comgr.so.2").display()
+        )
+    };
+
+    // (a) The DPP decision of MIOpen through ROCm 7.2: fails, fixed,
+    // proven, installed.
+    let (sb, torch, [dry, real]) = install_variant("stock");
+    let comgr = comgr(&torch);
+    for run in [&dry, &real] {
+        run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)")
+            .says(&format!("Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {comgr}", torch.miopen().display()));
+    }
+    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {comgr}"));
+    real.ok().says("Installed");
+    let prov =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
+
+    // (b) A portable reduction, as upstream after April 2026: nothing to
+    // fix, exit 0, nothing written.
+    let (sb, torch, runs) = install_variant("portable");
+    for run in runs {
+        run.ok().says(&format!(
+            "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010; torch was left as it is",
+            torch.miopen().display()
+        ));
+    }
+    assert!(!sb.prefix.exists() && !std::path::Path::new(&sb.state()).exists());
+    assert_eq!(
+        std::fs::read(torch.miopen()).unwrap(),
+        std::fs::read(variant("portable")).unwrap()
+    );
+
+    // (c) DPP under a macro no rule knows: diagnosed failing; the fix does
+    // not reach it, so it is refused, naming the kernel.
+    let (sb, torch, runs) = install_variant("unknown-macro");
+    for run in runs {
+        run.fails_with(&format!(
+            "error: the fix of {} is not proven: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL still fails for gfx1010 after the fix: fp32 NCHW: cannot compile inline asm; nothing was changed
+help: this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+            torch.miopen().display()
+        ));
+    }
+    assert!(!sb.prefix.exists() && !std::path::Path::new(&sb.state()).exists());
+
+    // (d) A decision that names __gfx1010__ still reaches the DPP: not
+    // "already fixed"; fixed and proven like (a).
+    let (_, _, [dry, real]) = install_variant("names-gfx1010");
+    for run in [&dry, &real] {
+        run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction");
+    }
+    dry.ok();
+    real.ok().says("Installed");
+
+    // (e) A kernel that fails for another reason: not fixable here, with
+    // its first error.
+    let (sb, torch, runs) = install_variant("other-failure");
+    for run in runs {
+        run.fails_with(&format!(
+            "error: batch norm of {} is not fixable here: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL fails (fp32 NCHW: cannot compile inline asm) for gfx1010, and not at the DPP reduction the fix removes; nothing was changed
+help: this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error",
+            torch.miopen().display()
+        ));
+    }
+    assert!(!sb.prefix.exists() && !std::path::Path::new(&sb.state()).exists());
+}
+
+/// With no compiler beside torch's MIOpen nothing can be proven: refused,
+/// saying where a compiler comes from, unless the user asks for an
+/// unproven fix, which the provenance then records.
+#[test]
+fn without_a_compiler_the_fix_is_refused_unless_asked_for_unproven() {
+    use crate::in_place::{HIP64, torch_of};
+    let sb = crate::support::Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    std::fs::remove_file(torch.lib.join("libamd_comgr.so.2")).unwrap();
+    sb.install(&["--profile", "rocm-6.4.3"]).fails_with(&format!(
+        "error: no compiler library (libamd_comgr.so*) beside torch's MIOpen ({}), so whether its batch norm fails, and whether a fix works, cannot be proven; nothing was changed
+help: torch bundles comgr with its MIOpen (reinstall torch if it is missing), a system ROCm has one (its lib dir on LD_LIBRARY_PATH); or pass --unproven to install the fix uncompiled, which the provenance and `status` then say",
+        torch.lib.display()
+    ));
+    assert!(!sb.prefix.exists());
+    sb.install(&["--profile", "rocm-6.4.3", "--unproven"])
+        .ok()
+        .says("warning: --unproven: the fix is installed without a compile to prove it")
+        .says("Installed");
+    let prov =
+        std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
+    assert!(
+        prov.contains(
+            "proof = \"unproven: installed without a compiler to prove it (--unproven)\""
+        ),
+        "{prov}"
+    );
+}
+
+/// doctor for a native torch: its kernels judged by compiling them; the
+/// ROCm SDK rows, which the in-place route never needs, are skipped, so a
+/// machine with no ROCm passes (issue 43: it ended "1 problem to fix:
+/// rocm", exit 1).
+#[test]
+fn doctor_judges_the_kernels_and_needs_no_sdk_for_the_in_place_route() {
+    use crate::in_place::{HIP64, torch_of};
+    use crate::support::check_row;
+    for (name, status, says) in [
+        ("stock", "warn", "2 of 2 batch-norm kernels of"),
+        ("portable", "ok", "0 of 2 batch-norm kernels of"),
+    ] {
+        let sb = crate::support::Sandbox::new();
+        let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+        std::fs::copy(variant(name), torch.miopen()).unwrap();
+        let run = sb
+            .run(&[
+                "doctor",
+                "--profile",
+                "rocm-6.4.3",
+                "--python",
+                "python3",
+                "--rocm",
+                "/nonexistent",
+            ])
+            .ok();
+        let row = check_row(&run.stdout, "kernels");
+        assert!(
+            row.starts_with(&format!("{status:<5} kernels   {says}")),
+            "{name}: {row}\n{}",
+            run.stdout
+        );
+        let rocm = check_row(&run.stdout, "rocm");
+        assert!(
+            rocm.starts_with("skip  rocm ") && rocm.ends_with("(not needed: the route for this torch fixes its own MIOpen in place, with no build)"),
+            "{rocm}"
+        );
+        assert!(!run.stdout.contains("FAIL"), "{}", run.stdout);
+    }
+}

@@ -15,7 +15,8 @@ fn layer(module: &str) -> usize {
         // Shared builds: publish and pull a prefix; a build may pull.
         "share" => 2,
         "builder" | "inplace" => 3,
-        "swap" => 4,
+        // What fails in the user's stack: read by install, verify, doctor.
+        "swap" | "diagnosis" => 4,
         "inspect" | "select" | "clean" => 5,
         "commands" => 6,
         "cli" | "main" | "lib" => 7,

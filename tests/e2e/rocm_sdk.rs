@@ -11,23 +11,32 @@ pub const SDK: &str = "7.14.0";
 
 /// TheRock's older per-family layout.
 pub fn sdk(sb: &Sandbox, families: &[&str]) -> FakeRocmSdk {
-    FakeRocmSdk::create(
+    with_real_comgr(FakeRocmSdk::create(
         &sb.root.join("site"),
         runtime(),
         SDK,
         SdkShape::PerFamily(families),
-    )
+    ))
 }
 
 /// TheRock's multi-arch layout, as `pip install "torch[device-gfx1010]"`
 /// from its multi-arch index leaves it.
 pub fn multi(sb: &Sandbox, targets: &[&str]) -> FakeRocmSdk {
-    FakeRocmSdk::create(
+    with_real_comgr(FakeRocmSdk::create(
         &sb.root.join("site"),
         runtime(),
         SDK,
         SdkShape::MultiArch(targets),
-    )
+    ))
+}
+
+/// The core package's comgr is a real one (Debian 12's, under TheRock's
+/// name), so the in-place fix is diagnosed and proven through it.
+fn with_real_comgr(sdk: FakeRocmSdk) -> FakeRocmSdk {
+    let comgr = sdk.site.join("_rocm_sdk_core/lib/libamd_comgr.so.3");
+    std::fs::remove_file(&comgr).unwrap();
+    std::os::unix::fs::symlink(crate::diagnosis::DEBIAN_COMGR, &comgr).unwrap();
+    sdk
 }
 
 /// Build the fixture against the devel SDK, as a TheRock user would.

@@ -45,8 +45,11 @@ pub(super) fn torch_checks(
     {
         devel_sdk(python, r);
     }
-    if let Some(Ok(t)) = &torch {
-        route(&req.profile, t, r);
+    if let Some(Ok(t)) = &torch
+        && route(&req.profile, t, r)
+    {
+        kernels(req, t, r);
+        needs_no_sdk(r);
     }
     let code = torch
         .as_ref()
@@ -205,9 +208,75 @@ pub(super) fn gfx_override(
     }
 }
 
-/// The route for this torch, as build and install take it (`select::plan`).
-fn route(profile: &crate::builder::profile::Profile, t: &torch::Torch, r: &mut CheckReport) {
-    match crate::select::plan(profile, t) {
+/// The batch-norm kernels of the MIOpen torch loads, judged by compiling
+/// them for this machine's card through the comgr beside it.
+fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
+    let d = match crate::diagnosis::diagnose(t, &t.target, &req.sysfs) {
+        Ok(d) => d,
+        Err(e) => return r.push_error("kernels", Status::Warn, &e),
+    };
+    let Some(j) = &d.judgement else {
+        return r.push_fix(
+            "kernels",
+            Status::Warn,
+            "no compiler library (libamd_comgr.so*) beside torch's MIOpen: whether its batch norm fails cannot be told",
+            "torch bundles comgr with its MIOpen; reinstall torch if it is missing",
+        );
+    };
+    let detail = format!(
+        "{}
+{}",
+        d.summary(),
+        d.lines().join(
+            "
+"
+        )
+    );
+    match j.outcome() {
+        crate::verdict::Outcome::NothingToFix => r.push(
+            "kernels",
+            Status::Ok,
+            format!("{detail}
+nothing to fix: batch norm compiles for {}", d.target),
+        ),
+        crate::verdict::Outcome::Fixable => r.push_fix(
+            "kernels",
+            Status::Warn,
+            detail,
+            "`rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+        ),
+        _ => {
+            let e = d.refusal().expect("a refusal for every other outcome");
+            r.push_error("kernels", Status::Fail, &e);
+        }
+    }
+}
+
+/// On the in-place route no ROCm SDK is needed: what a build would need
+/// is shown, never failed.
+fn needs_no_sdk(r: &mut CheckReport) {
+    for c in &mut r.checks {
+        if matches!(c.name, "rocm" | "compiler" | "hipcc" | "compat") && c.status == Status::Fail {
+            c.status = Status::Skip;
+            c.detail = format!(
+                "{} (not needed: the route for this torch fixes its own MIOpen in place, with no build)",
+                c.detail
+            );
+            c.cause = None;
+        }
+    }
+}
+
+/// The route for this torch, as build and install take it (`select::plan`);
+/// true when it is the in-place fix.
+fn route(
+    profile: &crate::builder::profile::Profile,
+    t: &torch::Torch,
+    r: &mut CheckReport,
+) -> bool {
+    let plan = crate::select::plan(profile, t);
+    let in_place = matches!(plan, crate::select::Plan::InPlace(_));
+    match plan {
         crate::select::Plan::Inert(why) => r.push_fix(
             "route",
             Status::Warn,
@@ -219,4 +288,5 @@ fn route(profile: &crate::builder::profile::Profile, t: &torch::Torch, r: &mut C
         ),
         other => r.push("route", Status::Ok, other.detail()),
     }
+    in_place
 }
