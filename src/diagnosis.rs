@@ -21,7 +21,10 @@ pub struct Diagnosis {
     pub target: String,
     pub target_from: String,
     /// The compiler MIOpen loads; None when torch has none beside it.
-    pub compiler: Option<Comgr>,
+    pub compiler_path: Option<PathBuf>,
+    /// It, loaded: only when something is to be compiled (a diagnosis
+    /// from the cache loads nothing).
+    loaded: std::cell::OnceCell<Comgr>,
     /// Where the compiler was looked for.
     pub looked_in: Vec<PathBuf>,
     /// The verdicts; None without a compiler.
@@ -44,38 +47,114 @@ pub fn target(sysfs: &Path) -> (String, String) {
 pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis> {
     let (target, target_from) = target(sysfs);
     let looked_in = torch.runtime_dirs();
-    let compiler = match crate::comgr::find(&looked_in) {
-        Some(path) => Some(Comgr::open(&path)?),
-        None => None,
-    };
-    let judgement = match &compiler {
-        Some(c) => {
-            let bytes = crate::elf::read_file(library)?;
-            let judged = verdict::judge(c, &bytes, &target).map_err(|e| {
-                e.context(format!(
-                    "{} is not a library whose kernel texts can be read",
-                    library.display()
-                ))
-            })?;
-            Some(judged)
-        }
-        None => None,
-    };
-    Ok(Diagnosis {
+    let mut d = Diagnosis {
         library: library.to_owned(),
         target,
         target_from,
-        compiler,
+        compiler_path: crate::comgr::find(&looked_in),
+        loaded: std::cell::OnceCell::new(),
         looked_in,
-        judgement,
-    })
+        judgement: None,
+    };
+    if d.compiler_path.is_some() {
+        d.judgement = Some(d.judged()?);
+    }
+    Ok(d)
+}
+
+/// The verdicts for `library` through `c` for `target`: from the cache
+/// when these very files were judged before, else by compiling. Keyed by
+/// the SHA-256 of the library and of the compiler and the target (and
+/// this version's rules), so any change to either file judges anew.
+impl Diagnosis {
+    fn judged(&self) -> Result<Judgement> {
+        let (library, target) = (&self.library, &self.target);
+        let path = self
+            .compiler_path
+            .as_deref()
+            .expect("judged with a compiler");
+        let cache = crate::fsutil::project_dirs().map(|d| d.cache_dir().join("diagnosis"));
+        let key = match &cache {
+            Some(dir) => match (file_sha256(dir, library), file_sha256(dir, path)) {
+                (Ok(lib), Ok(comgr)) => Some(crate::prefix::sha256_hex(
+                    format!("{lib} {comgr} {target} {}", crate::version::VERSION).as_bytes(),
+                )),
+                _ => None,
+            },
+            None => None,
+        };
+        let file = cache
+            .as_ref()
+            .zip(key)
+            .map(|(d, k)| d.join(format!("{k}.json")));
+        if let Some(f) = &file
+            && let Ok(text) = crate::fsutil::read_small(f, 4 << 20)
+            && let Ok(mut j) = serde_json::from_str::<Judgement>(&text)
+        {
+            j.cached = true;
+            return Ok(j);
+        }
+        let bytes = crate::elf::read_file(library)?;
+        let c = self.compiler()?.expect("judged with a compiler");
+        let judged = verdict::judge(c, &bytes, target).map_err(|e| {
+            e.context(format!(
+                "{} is not a library whose kernel texts can be read",
+                library.display()
+            ))
+        })?;
+        // A cache that cannot be written costs the next run a compile, no more.
+        if let Some(f) = &file
+            && let Some(dir) = f.parent()
+            && crate::fsutil::create_dir_all(dir).is_ok()
+        {
+            let _ = crate::fsutil::write_atomic(
+                f,
+                serde_json::to_string(&judged)?.as_bytes(),
+                Some(0o644),
+            );
+        }
+        Ok(judged)
+    }
+
+    /// The compiler, loaded on first use; None when there is none.
+    pub fn compiler(&self) -> Result<Option<&dyn Compiler>> {
+        let Some(path) = &self.compiler_path else {
+            return Ok(None);
+        };
+        if self.loaded.get().is_none() {
+            let _ = self.loaded.set(Comgr::open(path)?);
+        }
+        Ok(self.loaded.get().map(|c| c as &dyn Compiler))
+    }
+}
+
+/// A file's SHA-256, remembered under its stamp (device, inode, size,
+/// modification time), as git's index remembers a file unchanged: a
+/// second diagnosis of the same files reads no byte of them.
+fn file_sha256(cache: &Path, file: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file)?;
+    let memo = cache.join("sha256").join(format!(
+        "{}-{}-{}-{}.{}",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec()
+    ));
+    if let Ok(hex) = crate::fsutil::read_small(&memo, 128)
+        && hex.len() == 64
+    {
+        return Ok(hex);
+    }
+    let hex = crate::prefix::sha256_hex(&crate::elf::read_file(file)?);
+    if crate::fsutil::create_dir_all(memo.parent().unwrap_or(cache)).is_ok() {
+        let _ = crate::fsutil::write_atomic(&memo, hex.as_bytes(), Some(0o644));
+    }
+    Ok(hex)
 }
 
 impl Diagnosis {
-    pub fn compiler(&self) -> Option<&dyn Compiler> {
-        self.compiler.as_ref().map(|c| c as &dyn Compiler)
-    }
-
     /// One line per kernel: "MIOPEN_KERNEL_X: fails at the DPP reduction
     /// (fp32 NCHW: ...)".
     pub fn lines(&self) -> Vec<String> {
@@ -100,14 +179,17 @@ impl Diagnosis {
             return "not compiled: no compiler library beside torch's MIOpen".into();
         };
         let failing = j.failing().count();
+        let how = match j.cached {
+            true => "known from an earlier diagnosis of these very files".to_owned(),
+            false => format!("{} compiles", j.compiles),
+        };
         format!(
-            "{failing} of {} batch-norm kernels of {} fail for {} ({}), through {} ({} compiles)",
+            "{failing} of {} batch-norm kernels of {} fail for {} ({}), through {} ({how})",
             j.kernels.len(),
             self.library.display(),
             self.target,
             self.target_from,
-            j.compiler,
-            j.compiles
+            j.compiler
         )
     }
 
@@ -147,7 +229,7 @@ impl Diagnosis {
             ui.stage("Kernel", line);
         }
         ui.stage("Diagnosis", self.summary());
-        if self.compiler.is_none() && !unproven {
+        if self.compiler_path.is_none() && !unproven {
             return Err(self.no_compiler());
         }
         if let Some(e) = self.refusal() {
@@ -164,8 +246,8 @@ impl Diagnosis {
             );
             return Ok(None);
         }
-        let planned = crate::inplace::plan(&self.library, self.compiler())?;
-        if self.compiler.is_none() {
+        let planned = crate::inplace::plan(&self.library, self.compiler()?)?;
+        if self.compiler_path.is_none() {
             ui.warn("--unproven: the fix is installed without a compile to prove it");
         }
         Ok(Some(planned))

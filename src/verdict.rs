@@ -123,6 +123,9 @@ pub struct Judgement {
     pub kernels: Vec<Kernel>,
     /// Compiles run to reach it.
     pub compiles: usize,
+    /// Read from the cache of an earlier diagnosis of the same files.
+    #[serde(skip)]
+    pub cached: bool,
 }
 
 /// What the judgement means for the stack.
@@ -293,6 +296,7 @@ pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Res
         compiler: compiler.describe(),
         kernels: out,
         compiles,
+        cached: false,
     })
 }
 

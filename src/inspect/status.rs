@@ -22,6 +22,9 @@ pub struct StatusReport {
     pub last: Option<Journal>,
     /// Journal files that cannot be read or trusted.
     pub damaged: Vec<crate::swap::txn::Damaged>,
+    /// Installed transactions whose library is no longer in torch: each
+    /// id, and what is there now.
+    pub replaced: Vec<(u32, String)>,
 }
 
 pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
@@ -38,7 +41,18 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     };
     let all = state.read()?;
     let journals = all.list;
+    // The journal says what was installed; the file says what is there.
+    let replaced = journals
+        .iter()
+        .filter(|j| j.state == State::Installed)
+        .filter_map(|j| match crate::checksum::md5_file(&j.torch.target) {
+            Ok(m) if m == j.new.md5 => None,
+            Ok(m) => Some((j.id, format!("MD5 {m}"))),
+            Err(e) => Some((j.id, format!("{e:#}"))),
+        })
+        .collect();
     Ok(StatusReport {
+        replaced,
         damaged: all.damaged,
         state_dir: state.root().to_owned(),
         prefix: prefix.to_owned(),
@@ -127,6 +141,7 @@ impl StatusReport {
             "unfinished": list(&self.unfinished),
             "last": self.last.as_ref().map(transaction_json),
             "damaged": self.damaged,
+            "replaced": self.replaced.iter().map(|(id, now)| serde_json::json!({"id": id, "now": now})).collect::<Vec<_>>(),
         })
     }
 
@@ -146,6 +161,9 @@ impl StatusReport {
                     p.date
                 ));
                 lines.push(format!("            library {}", p.library.path));
+                if let Some(proof) = p.in_place.as_ref().and_then(|i| i.proof.as_deref()) {
+                    lines.push(format!("            fixed in place, {proof}"));
+                }
                 for patch in &p.patches {
                     lines.push(format!(
                         "            patch {}{}",
@@ -176,6 +194,12 @@ impl StatusReport {
                 j.new.md5,
                 j.torch.layout()
             ));
+            if let Some((_, now)) = self.replaced.iter().find(|(id, _)| *id == j.id) {
+                lines.push(format!(
+                    "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install --into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",
+                    j.id
+                ));
+            }
         }
         for j in &self.unfinished {
             lines.push(format!(

@@ -166,7 +166,10 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     };
     let torch = torch::locate(&req.torch)?;
     announce(&build, &torch, ui);
-    check_versions(&build, &torch, req.force, ui)?;
+    // A library fixed in place is torch's own: its ROCm is torch's.
+    if build.provenance.in_place.is_none() {
+        check_versions(&build, &torch, req.force, ui)?;
+    }
     warn_about_override(&torch, ui);
     if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
         && let Some((detail, fix)) = crate::gpu::targets_warning(targets, &req.sysfs)

@@ -270,3 +270,37 @@ fn doctor_judges_the_kernels_and_needs_no_sdk_for_the_in_place_route() {
         assert!(!run.stdout.contains("FAIL"), "{}", run.stdout);
     }
 }
+
+/// A second diagnosis of the same files is read from the cache, keyed by
+/// their SHA-256s: no compile. A changed library is judged anew.
+#[test]
+fn a_second_diagnosis_of_the_same_files_compiles_nothing() {
+    use crate::in_place::{HIP64, torch_of};
+    use crate::support::check_row;
+    let sb = crate::support::Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let doctor = || {
+        let run = sb.run(&["doctor", "--profile", "rocm-6.4.3", "--python", "python3"]);
+        check_row(&run.stdout, "kernels").to_owned()
+    };
+    let first = doctor();
+    assert!(first.ends_with("(6 compiles)"), "{first}");
+    let second = doctor();
+    assert!(
+        second.ends_with("(known from an earlier diagnosis of these very files)"),
+        "{second}"
+    );
+    assert_eq!(
+        first.split(", through").next(),
+        second.split(", through").next(),
+        "the same verdict"
+    );
+    // Another library at the same path (pip upgraded torch): judged anew.
+    std::fs::remove_file(torch.miopen()).unwrap();
+    std::fs::copy(variant("portable"), torch.miopen()).unwrap();
+    let third = doctor();
+    assert!(
+        third.starts_with("ok    kernels   0 of 2") && third.ends_with(" compiles)"),
+        "{third}"
+    );
+}

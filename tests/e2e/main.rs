@@ -23,6 +23,7 @@ mod reliability;
 mod rocm_sdk;
 mod rollback;
 mod routes;
+mod routes_said;
 mod select;
 mod shared;
 mod signed;
