@@ -121,11 +121,20 @@ pub fn choose(
     profile: &Profile,
 ) -> Result<Route> {
     let chip = chip(torch);
+    // The override decides what MIOpen sees, whatever code torch carries.
+    let overridden = std::env::var("HSA_OVERRIDE_GFX_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty() && !v.starts_with("10.1."));
     if forced == Some(Choice::Built) {
         return Ok(Route {
             choice: Choice::Built,
             why: "--built: the build in the prefix".into(),
         });
+    }
+    if (forced == Some(Choice::InPlace) || (!built && matches!(chip, Chip::Native(_))))
+        && let Some(v) = &overridden
+    {
+        return Err(overridden_inert(torch, v));
     }
     if forced == Some(Choice::InPlace) {
         if let Chip::Override(what) = &chip {
@@ -229,6 +238,16 @@ fn nearest_real(path: &Path) -> std::path::PathBuf {
             _ => return abs,
         }
     }
+}
+
+fn overridden_inert(torch: &Torch, value: &str) -> anyhow::Error {
+    hint(
+        format!(
+            "the in-place fix would change nothing for torch {}: HSA_OVERRIDE_GFX_VERSION={value} is set, so MIOpen compiles its kernels for that chip, not for gfx101x, and batch norm there already works; nothing was changed",
+            torch.version
+        ),
+        "a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)",
+    )
 }
 
 fn inert(torch: &Torch, what: &str) -> anyhow::Error {

@@ -34,3 +34,60 @@ fn status_sees_a_replaced_library_and_install_warns_of_no_rocm_of_its_own() {
         "{status}"
     );
 }
+
+/// After a rollback nothing is installed, but the in-place prefix is
+/// still there: status and verify name it, not a default profile's prefix
+/// that nothing ever used.
+#[test]
+fn after_a_rollback_status_and_verify_name_the_prefix_that_was_used() {
+    let sb = Sandbox::new();
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    sb.install(&["--profile", "rocm-6.4.3"]).ok();
+    sb.rollback(&[]).ok();
+    let status = sb.run_with_state(&["status"], &[]).ok().stdout;
+    assert!(
+        status.starts_with(&format!(
+            "build:      {} miopen fixed in place",
+            sb.prefix.display()
+        )),
+        "{status}"
+    );
+    let verify = sb
+        .run_with_state(&["verify", "--python", "python3"], &[])
+        .stdout;
+    assert!(
+        verify.contains(&sb.prefix.display().to_string()),
+        "{verify}"
+    );
+}
+
+/// Under HSA_OVERRIDE_GFX_VERSION=10.3.0 MIOpen sees a gfx1030 whatever
+/// torch carries: a forced --in-place is refused as inert, saying how to
+/// let the fix act; nothing is written.
+#[test]
+fn a_forced_in_place_fix_under_the_override_is_refused_as_inert() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
+    let mut c = sb.cmd();
+    c.args([
+        "install",
+        "--into-torch",
+        "--in-place",
+        "--profile",
+        "rocm-6.2.4",
+    ])
+    .args([
+        "--prefix",
+        sb.prefix.to_str().unwrap(),
+        "--state-dir",
+        &sb.state(),
+    ])
+    .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+    crate::support::Run::from(c.output().unwrap()).fails_with(&format!(
+        "error: the in-place fix would change nothing for torch {}: HSA_OVERRIDE_GFX_VERSION=10.3.0 is set, so MIOpen compiles its kernels for that chip, not for gfx101x, and batch norm there already works; nothing was changed
+help: a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)",
+        "2.5.1+rocm6.2"
+    ));
+    assert!(!sb.prefix.exists());
+    let _ = torch;
+}

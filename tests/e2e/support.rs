@@ -270,6 +270,7 @@ impl Sandbox {
             .env_remove("FAILPOINTS")
             // Root acts for sudo's user only when a test says so.
             .env_remove("SUDO_UID")
+            .env_remove("HSA_OVERRIDE_GFX_VERSION")
             .env_remove("CXX")
             .env_remove("MAKEFLAGS")
             .env(rdna1_testkit::SYSFS_ENV, &*self.gpus.borrow());

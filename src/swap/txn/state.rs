@@ -146,14 +146,21 @@ impl StateDir {
     /// The prefix of the newest transaction whose library is in torch now,
     /// and its id: a `--prefix` given to `install` is remembered there, so
     /// `verify` and `status` read the build torch holds.
+    /// After a rollback, with nothing installed, it is the prefix of the
+    /// newest transaction that is still there: what was installed last,
+    /// not a default profile's prefix nothing ever used.
     pub fn installed_prefix(&self) -> Option<(u32, PathBuf)> {
         let journals = self.read().ok()?;
-        journals
-            .list
-            .iter()
-            .rev()
-            .find(|j| j.state == State::Installed)
-            .map(|j| (j.id, j.build.prefix.clone()))
+        let newest = |pick: &dyn Fn(&Journal) -> bool| {
+            journals
+                .list
+                .iter()
+                .rev()
+                .find(|j| pick(j))
+                .map(|j| (j.id, j.build.prefix.clone()))
+        };
+        newest(&|j| j.state == State::Installed)
+            .or_else(|| newest(&|j| crate::prefix::Provenance::read(&j.build.prefix).is_ok()))
     }
 
     pub fn read(&self) -> Result<Journals> {
