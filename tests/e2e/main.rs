@@ -22,6 +22,7 @@ mod routes;
 mod select;
 mod shared;
 mod signed;
+mod smoke;
 mod support;
 mod targets;
 mod torch;
