@@ -140,7 +140,14 @@ fn the_json_report_validates_against_its_schema_and_writes_home_as_tilde() {
     let sb = installed_on_rdna1();
     let root = sb.root.display().to_string();
     let env = [("FAKE_TORCH_SMOKE", MISBEHAVE), ("HOME", root.as_str())];
-    let run = smoke(&sb, &["--timeout", "5", "--json"], &env).check_fails();
+    // A python named relative to the directory verify runs in, as a user
+    // types `--python venv/bin/python`; the battery's children run in `/`.
+    std::fs::create_dir_all(sb.root.join("venv/bin")).unwrap();
+    let py = sb.root.join("venv/bin/python");
+    std::fs::write(&py, "#!/bin/sh\nexec python3 \"$@\"\n").unwrap();
+    std::fs::set_permissions(&py, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let args = ["--timeout", "5", "--json", "--python", "venv/bin/python"];
+    let run = smoke(&sb, &args, &env).check_fails();
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let schema_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("src/inspect/verify/verify.schema.json");

@@ -28,7 +28,13 @@ struct Maps {
 /// in `/`, with torch's parent dir put first on sys.path from its first
 /// argument; the script's own arguments follow.
 pub(super) fn python(req: &VerifyRequest, torch_dir: &Path, script: &str) -> Command {
-    let mut c = Command::new(&req.python);
+    // A relative path would be taken from `/`, the child's directory; a
+    // bare name is looked up on PATH.
+    let program = match req.python.components().count() {
+        1 => req.python.clone(),
+        _ => std::path::absolute(&req.python).unwrap_or(req.python.clone()),
+    };
+    let mut c = Command::new(program);
     c.arg("-I")
         .arg("-c")
         .arg(format!(
