@@ -156,6 +156,9 @@ impl Battery {
             self.limits.case_seconds,
             self.limits.battery_seconds
         )];
+        if self.device == "cpu" {
+            lines.push("device: the CPU, by the tests' hook RDNA1_PATCH_SMOKE_DEVICE=cpu: nothing here ran on a GPU or in MIOpen".to_owned());
+        }
         if let Some(why) = &self.skipped {
             lines.push(format!("not run: {why}"));
         }

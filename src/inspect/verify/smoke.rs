@@ -357,7 +357,10 @@ fn judged(case: &Case, a: Answer) -> CaseResult {
         None => (
             Outcome::Ok,
             Status::Ok,
-            format!("{measured}, within {}", tolerance_text(tol)),
+            match tol {
+                0.0 => format!("{measured}, exact"),
+                t => format!("{measured}, within {t:e}"),
+            },
         ),
     };
     let mut c = blank(case, outcome, status, detail);
@@ -374,14 +377,6 @@ fn seconds(d: Duration) -> String {
         d.as_secs().to_string()
     } else {
         format!("{:.1}", d.as_secs_f64())
-    }
-}
-
-fn tolerance_text(tol: f64) -> String {
-    if tol == 0.0 {
-        "exact".to_owned()
-    } else {
-        format!("{tol:e}")
     }
 }
 
