@@ -121,6 +121,17 @@ pub fn sysfs_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("/sys"), PathBuf::from)
 }
 
+/// Where `verify --smoke` runs its battery: the GPU, or the CPU when
+/// `$RDNA1_PATCH_SMOKE_DEVICE` is `cpu`. A test hook (`cargo xtask
+/// smoke-cpu` proves the battery's comparisons on a real CPU torch with
+/// it), kept out of the options so that no user runs a "GPU check" on the CPU.
+pub fn smoke_device() -> crate::inspect::verify::Device {
+    match std::env::var("RDNA1_PATCH_SMOKE_DEVICE").as_deref() {
+        Ok("cpu") => crate::inspect::verify::Device::Cpu,
+        _ => crate::inspect::verify::Device::Gpu,
+    }
+}
+
 /// `--state-dir`, where transactions and backups are kept.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StateArg {
@@ -195,7 +206,7 @@ pub struct ReportArgs {
 
 /// A report with its status words in colour, when colour is on (`--color
 /// always` on a pipe too, as cargo colours its own status words).
-fn painted(text: &str) -> String {
+pub(crate) fn painted(text: &str) -> String {
     use crate::output::{ERROR, HELP, STAGE, WARNING, paint};
     let styles = [
         ("ok", STAGE),

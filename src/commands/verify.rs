@@ -17,7 +17,9 @@ pub struct Args {
     /// Also import torch in a subprocess and check what it maps
     #[arg(long)]
     runtime: bool,
-    /// Also run a small Conv2d forward+backward on the GPU, if there is one
+    /// Also run the battery on the GPU, if there is one: convolutions and
+    /// batch norm (and a matmul, nonzero/unique) checked against the CPU,
+    /// each case in a process of its own; home is written ~ in the report
     #[arg(long)]
     smoke: bool,
     /// Also compile torch's batch-norm kernels for the card through the comgr
@@ -28,11 +30,24 @@ pub struct Args {
     /// RDNA1 cards (repeat it for more, e.g. a gfx1030 control)
     #[arg(long, value_name = "GFX", requires = "compile")]
     compile_for: Vec<String>,
-    /// Time limit for --runtime and --smoke, in seconds
+    /// Time limit for --runtime's import and for each --smoke case, in
+    /// seconds; the battery as a whole stops at 10 times this
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
     #[command(flatten)]
     pub(crate) report: ReportArgs,
+}
+
+/// The variables that change what ROCm and MIOpen do, as the battery's
+/// children inherit them: the report names them.
+fn rocm_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            k == "HSA_OVERRIDE_GFX_VERSION"
+                || k.ends_with("_VISIBLE_DEVICES")
+                || k.starts_with("MIOPEN_")
+        })
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -48,6 +63,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         state,
         runtime: args.runtime,
         smoke: args.smoke,
+        smoke_device: super::smoke_device(),
+        env: rocm_env(),
         timeout: Duration::from_secs(args.timeout),
         sysfs: super::sysfs_root(),
         jobs: crate::checksum::default_jobs(),
@@ -55,5 +72,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         compile_for: args.compile_for,
     };
     let report = verify::run(&req)?;
-    super::print_report(&report, &args.report)
+    // The battery's report is made to be shared: home is written ~.
+    let home = std::env::var("HOME").ok().filter(|_| args.smoke);
+    if args.report.json {
+        crate::outln!("{}", report.json(home.as_deref()));
+    } else {
+        let text = report.text(super::term::stdout_width(), home.as_deref());
+        crate::outln!("{}", super::painted(&text));
+    }
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

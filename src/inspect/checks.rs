@@ -13,7 +13,7 @@ pub enum Status {
 }
 
 impl Status {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Warn => "warn",
@@ -38,7 +38,7 @@ pub struct Check {
     pub cause: Option<&'static str>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Clone, Serialize)]
 pub struct CheckReport {
     pub checks: Vec<Check>,
 }
@@ -195,12 +195,16 @@ impl CheckReport {
     }
 
     pub fn json(&self) -> String {
-        let summary = serde_json::json!({
+        serde_json::to_string_pretty(&self.json_value()).unwrap_or_default()
+    }
+
+    /// The document `json` prints, for a report that adds to it.
+    pub fn json_value(&self) -> serde_json::Value {
+        serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
             "ok": !self.failed(),
             "verdict": self.verdict(),
             "checks": self.checks,
-        });
-        serde_json::to_string_pretty(&summary).unwrap_or_default()
+        })
     }
 }

@@ -27,6 +27,7 @@ mod routes_said;
 mod select;
 mod shared;
 mod signed;
+mod smoke;
 mod support;
 mod targets;
 mod torch;

@@ -11,6 +11,7 @@ mod fidelity;
 mod fuzz;
 mod killtest;
 mod rocm_env;
+mod smoke_cpu;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,9 +23,10 @@ fn main() -> ExitCode {
         Some("killtest") => killtest::killtest(&root(), &args[1..]),
         Some("fidelity") => fidelity::fidelity(&root(), &args[1..]),
         Some("rocm-env") => rocm_env::rocm_env(&root(), &args[1..]),
+        Some("smoke-cpu") => smoke_cpu::smoke_cpu(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]",
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]\n  smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB venv under target/) [--torch VERSION]",
                 bench::groups_help("         ")
             );
             return ExitCode::from(2);

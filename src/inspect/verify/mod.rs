@@ -9,13 +9,25 @@ use crate::swap::torch::{self, Locator, Torch};
 use crate::swap::txn::{Journal, State, StateDir};
 use anyhow::{Context, Result};
 
+mod battery;
+mod cases;
 mod installed;
 mod prefix;
 mod runtime;
+mod smoke;
 
+pub use battery::Battery;
 use installed::{check_links, check_torch};
 use prefix::{check_markers, check_prefix, check_targets};
-use runtime::{check_runtime, smoke};
+use runtime::check_runtime;
+
+/// Where `--smoke` runs its battery: the GPU, or under the tests' hook the
+/// CPU, which proves the comparisons on a real torch without a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Gpu,
+    Cpu,
+}
 
 pub struct VerifyRequest {
     pub prefix: PathBuf,
@@ -25,6 +37,11 @@ pub struct VerifyRequest {
     pub state: StateDir,
     pub runtime: bool,
     pub smoke: bool,
+    pub smoke_device: Device,
+    /// The variables that change what ROCm and MIOpen do
+    /// (HSA_OVERRIDE_GFX_VERSION, *_VISIBLE_DEVICES, MIOPEN_*), as set.
+    pub env: Vec<(String, String)>,
+    /// The limit of --runtime's import and of each --smoke case.
     pub timeout: Duration,
     pub sysfs: PathBuf,
     pub jobs: usize,
@@ -34,16 +51,108 @@ pub struct VerifyRequest {
     pub compile_for: Vec<String>,
 }
 
-pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
+/// verify's checks, and with `--smoke` the battery.
+pub struct VerifyReport {
+    pub checks: CheckReport,
+    pub smoke: Option<Battery>,
+}
+
+impl VerifyReport {
+    pub fn failed(&self) -> bool {
+        self.checks.failed()
+    }
+
+    /// The report for a person, each row wrapped to `width`; with `home`,
+    /// that directory written `~` (a report made to be shared).
+    pub fn text(&self, width: Option<usize>, home: Option<&str>) -> String {
+        let mut checks = self.checks.clone();
+        if let Some(h) = home {
+            for c in &mut checks.checks {
+                c.detail = battery::tilde(&c.detail, h);
+                c.fix = c.fix.as_deref().map(|f| battery::tilde(f, h));
+            }
+        }
+        let mut text = checks.text_wrapped(width);
+        // A battery that ran no case has said why in its check.
+        if let Some(b) = self.smoke.as_ref().filter(|b| !b.cases.is_empty()) {
+            text.push_str("\n\n");
+            text.push_str(&b.text_wrapped(width, home));
+        }
+        text
+    }
+
+    /// The JSON document: the checks' object, with `smoke` when asked for;
+    /// with `home`, that directory written `~` in every string.
+    pub fn json(&self, home: Option<&str>) -> String {
+        let mut v = self.checks.json_value();
+        if let (Some(b), Some(map)) = (&self.smoke, v.as_object_mut()) {
+            map.insert(
+                "smoke".to_owned(),
+                serde_json::to_value(b).unwrap_or_default(),
+            );
+        }
+        if let Some(h) = home {
+            battery::tilde_json(&mut v, h);
+        }
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    }
+}
+
+pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
     let mut r = CheckReport::default();
-    let Some((prov, library)) = check_prefix(req, &mut r) else {
-        return Ok(r);
+    // The battery runs without a prefix too: on a torch never fixed, it
+    // says what the fix is for.
+    let (torch, install) = match check_prefix(req, &mut r) {
+        Some((prov, library)) => installed(req, &prov, &library, &mut r)?,
+        None if req.smoke => {
+            let journals = req.state.read().map(|a| a.list).unwrap_or_default();
+            let torch = find_torch(req, &journals, &mut r);
+            let install = torch.as_ref().and_then(|t| {
+                journals
+                    .into_iter()
+                    .rev()
+                    .find(|j| j.state == State::Installed && j.torch.target == t.target)
+            });
+            (torch, install)
+        }
+        None => {
+            return Ok(VerifyReport {
+                checks: r,
+                smoke: None,
+            });
+        }
     };
+    let smoke = req.smoke.then(|| {
+        // A torch that is no ROCm build (the tests' CPU torch) still runs.
+        let found = req
+            .torch
+            .as_ref()
+            .filter(|_| torch.is_none())
+            .and_then(|l| crate::swap::torch::find_dir(l).ok());
+        let subject = smoke::Subject {
+            req,
+            torch_dir: torch.as_ref().map(|t| t.dir.as_path()).or(found.as_deref()),
+            torch: torch.as_ref(),
+            install: install.as_ref(),
+        };
+        smoke::run(&subject, &mut r)
+    });
+    Ok(VerifyReport { checks: r, smoke })
+}
+
+/// The checks of a prefix and the torch it went into: the torch, and the
+/// install that put the prefix's library there.
+fn installed(
+    req: &VerifyRequest,
+    prov: &crate::prefix::Provenance,
+    library: &std::path::Path,
+    r: &mut CheckReport,
+) -> Result<(Option<Torch>, Option<Journal>)> {
     // Read once: the library can be hundreds of MB.
     let bytes =
-        std::fs::read(&library).with_context(|| format!("cannot read {}", library.display()));
-    check_markers(&prov, &library, &bytes, &mut r);
-    check_targets(&prov, &req.sysfs, &mut r);
+        std::fs::read(library).with_context(|| format!("cannot read {}", library.display()));
+    check_markers(prov, library, &bytes, r);
+    check_targets(prov, &req.sysfs, r);
     let built = bytes.ok().and_then(|b| elf::parse(&b).ok());
     let all = req.state.read()?;
     for d in &all.damaged {
@@ -55,19 +164,19 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
         );
     }
     let journals = all.list;
-    let torch = find_torch(req, &journals, &mut r);
+    let torch = find_torch(req, &journals, r);
     let install = torch
         .as_ref()
-        .and_then(|t| check_torch(&req.state, t, &journals, &prov, built.as_ref(), &mut r));
+        .and_then(|t| check_torch(&req.state, t, &journals, prov, built.as_ref(), r));
     check_links(
-        torch.as_ref().map_or(&library, |t| &t.target),
+        torch.as_ref().map_or(library, |t| &t.target),
         torch.as_ref(),
-        &mut r,
+        r,
     );
     if req.compile {
         match &torch {
             Some(t) => {
-                crate::inspect::kernels::check(t, &journals, &req.sysfs, &req.compile_for, &mut r)
+                crate::inspect::kernels::check(t, &journals, &req.sysfs, &req.compile_for, r)
             }
             None => r.push(
                 "kernels",
@@ -78,14 +187,11 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
     }
     if req.runtime {
         match &torch {
-            Some(t) => check_runtime(req, t, install.as_ref(), &mut r),
+            Some(t) => check_runtime(req, t, install.as_ref(), r),
             None => r.push("runtime", Status::Skip, "no torch to import"),
         }
     }
-    if req.smoke {
-        smoke(req, torch.as_ref(), &mut r);
-    }
-    Ok(r)
+    Ok((torch, install))
 }
 
 fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) -> Option<Torch> {

@@ -1,5 +1,5 @@
-//! What verify checks by running torch: what its process maps, and with
-//! `--smoke` a convolution on the GPU.
+//! What verify checks by running torch: what its process maps; and how
+//! every python of verify's is started.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +10,6 @@ use serde::Deserialize;
 use super::VerifyRequest;
 use crate::checksum;
 use crate::elf;
-use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::proc;
 use crate::swap::torch::Torch;
@@ -24,16 +23,19 @@ struct Maps {
     maps: Vec<PathBuf>,
 }
 
-/// A python that imports exactly `torch`: its parent dir goes first on
-/// PYTHONPATH.
-pub(super) fn python(req: &VerifyRequest, torch: &Torch, script: &str) -> Command {
+/// A python that imports exactly the torch in `torch_dir`: started as
+/// every python the tool starts (`proc::python`: in `/`, a relative path
+/// made absolute), and isolated too (`-I`: no user site, no PYTHON*
+/// variables), with torch's parent dir put first on sys.path from its
+/// first argument; the script's own arguments follow.
+pub(super) fn python(req: &VerifyRequest, torch_dir: &Path, script: &str) -> Command {
     let mut c = proc::python(&req.python);
-    let mut path = std::ffi::OsString::from(torch.dir.parent().unwrap_or(Path::new("/")));
-    if let Some(old) = std::env::var_os("PYTHONPATH") {
-        path.push(":");
-        path.push(old);
-    }
-    c.arg("-c").arg(script).env("PYTHONPATH", path);
+    c.arg("-I")
+        .arg("-c")
+        .arg(format!(
+            "import sys; sys.path.insert(0, sys.argv.pop(1))\n{script}"
+        ))
+        .arg(torch_dir.parent().unwrap_or(Path::new("/")));
     c
 }
 
@@ -57,7 +59,7 @@ pub(super) fn check_runtime(
     install: Option<&Journal>,
     r: &mut CheckReport,
 ) {
-    let out = match proc::run(python(req, torch, MAPS), req.timeout) {
+    let out = match proc::run(python(req, &torch.dir, MAPS), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
     };
@@ -135,61 +137,5 @@ pub(super) fn check_runtime(
             problems.join("; "),
             "run `rdna1-patch install --into-torch` (it relinks to torch's runtime), then verify again",
         );
-    }
-}
-
-/// Read by `python -c`: a convolution forward and backward on the GPU.
-const SMOKE: &str = include_str!("smoke.py");
-
-#[derive(Deserialize)]
-struct Smoke {
-    device: String,
-    seconds: f64,
-}
-
-pub(super) fn smoke(req: &VerifyRequest, torch: Option<&Torch>, r: &mut CheckReport) {
-    let gpus: Vec<gpu::Gpu> = gpu::scan(&req.sysfs)
-        .into_iter()
-        .filter(|g| g.is_amd())
-        .collect();
-    if gpus.is_empty() {
-        return r.push(
-            "smoke",
-            Status::Skip,
-            format!(
-                "no AMD GPU in the KFD topology ({}), so there is nothing to run a convolution on",
-                gpu::topology(&req.sysfs).display()
-            ),
-        );
-    }
-    let Some(torch) = torch else {
-        return r.push("smoke", Status::Skip, "no torch to run it with");
-    };
-    let out = match proc::run(python(req, torch, SMOKE), req.timeout) {
-        Ok(o) => o,
-        Err(e) => return r.push("smoke", Status::Fail, format!("{e:#}")),
-    };
-    let ok = out.status.is_some_and(|s| s.success());
-    match serde_json::from_str::<Smoke>(out.stdout.trim()) {
-        Ok(s) if ok => r.push(
-            "smoke",
-            Status::Ok,
-            format!(
-                "Conv2d forward+backward ran on {} ({}) in {:.2} s",
-                s.device,
-                gpus[0].gfx(),
-                s.seconds
-            ),
-        ),
-        _ => r.push_fix(
-            "smoke",
-            Status::Fail,
-            failed_run(&out, "a Conv2d forward+backward", req.timeout),
-            if out.status.is_none() {
-                "MIOpen hangs like this in its Find step on unpatched RDNA1: check that `verify --runtime` is all ok, and try MIOPEN_FIND_MODE=FAST"
-            } else {
-                "run it by hand with MIOPEN_ENABLE_LOGGING=1 MIOPEN_LOG_LEVEL=5 to see where it fails"
-            },
-        ),
     }
 }

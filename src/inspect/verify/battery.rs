@@ -1,0 +1,398 @@
+//! What `verify --smoke` found, as data: where the battery ran, and each
+//! case's outcome, errors, MIOpen's choices and times. The text block under
+//! the checks, and the `smoke` object of `--json`, made to be shared.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::inspect::checks::{CheckReport, Status};
+
+/// Raised when a case or a tolerance changes, so that two reports are never
+/// compared as if they had run the same battery.
+pub const BATTERY_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Battery {
+    pub battery: u32,
+    /// "gpu", or "cpu" under the tests' hook: then nothing ran on a GPU.
+    pub device: &'static str,
+    /// Why no case ran (no AMD GPU, no torch, torch sees no GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    pub limits: Limits,
+    pub tolerances: Vec<Tolerance>,
+    #[serde(rename = "where", skip_serializing_if = "Option::is_none")]
+    pub place: Option<Where>,
+    pub cases: Vec<CaseResult>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Limits {
+    pub case_seconds: u64,
+    pub battery_seconds: u64,
+}
+
+/// A case passes when, for every output, the largest error against the
+/// float64 CPU result is at most `max_rel` times that result's largest
+/// magnitude (0: exact).
+#[derive(Debug, Serialize)]
+pub struct Tolerance {
+    pub dtype: &'static str,
+    pub max_rel: f64,
+}
+
+/// What ran where: torch and HIP as torch reports them, the chip as the
+/// kernel's KFD topology names it, the variables that change what ROCm
+/// and MIOpen do, and the libMIOpen the process mapped.
+#[derive(Debug, Serialize)]
+pub struct Where {
+    pub torch: String,
+    pub hip: Option<String>,
+    /// torch.cuda's name for device 0.
+    pub device: String,
+    /// HIP's arch for device 0 (gcnArchName): the override shows here.
+    pub hip_arch: Option<String>,
+    pub kfd: Vec<KfdNode>,
+    pub env: BTreeMap<String, String>,
+    pub miopen: Option<Library>,
+}
+
+/// An AMD GPU of the KFD topology: the chip the kernel driver names,
+/// whatever HSA_OVERRIDE_GFX_VERSION makes HIP report.
+#[derive(Debug, Serialize)]
+pub struct KfdNode {
+    pub node: u32,
+    pub gfx: String,
+    pub pci: String,
+    pub model: &'static str,
+}
+
+impl From<&crate::gpu::Gpu> for KfdNode {
+    fn from(g: &crate::gpu::Gpu) -> KfdNode {
+        KfdNode {
+            node: g.node,
+            gfx: g.gfx(),
+            pci: g.pci.clone(),
+            model: g.model(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Library {
+    pub path: String,
+    pub sha256: Option<String>,
+    pub fixed: bool,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Ok,
+    Timeout,
+    Crash,
+    OverTolerance,
+    NotRun,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CaseResult {
+    pub name: String,
+    /// The library the case exercises: MIOpen's cases are the battery's
+    /// verdict; rocBLAS's and hipcub's are reported, never blamed on it.
+    pub library: &'static str,
+    pub op: &'static str,
+    pub dtype: &'static str,
+    pub layout: &'static str,
+    pub shape: Vec<usize>,
+    pub status: Status,
+    pub outcome: Outcome,
+    pub detail: String,
+    pub tolerance: f64,
+    pub max_abs: Option<f64>,
+    pub max_rel: Option<f64>,
+    pub outputs: Vec<OutputError>,
+    /// The first run (which compiles what MIOpen has not cached) and the
+    /// second, in the child.
+    pub seconds: Option<[f64; 2]>,
+    /// The child's whole life, import included.
+    pub elapsed: f64,
+    /// What MIOpen's log says it chose (solver ids, or kernels on older
+    /// releases), in order; empty when torch did not call MIOpen.
+    pub solvers: Vec<String>,
+    /// MIOpenDriver commands that rerun the case's MIOpen calls alone.
+    pub commands: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct OutputError {
+    pub name: String,
+    /// None when the result holds NaN or Inf, or has another shape.
+    pub max_abs: Option<f64>,
+    pub max_rel: Option<f64>,
+    /// The largest magnitude of the CPU result.
+    pub scale: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl CaseResult {
+    pub fn is_miopen(&self) -> bool {
+        self.library == "MIOpen"
+    }
+}
+
+impl Battery {
+    /// The block printed under the checks: where it ran, the tolerances,
+    /// then one row per case, MIOpen's first, the others after a line that
+    /// says they are not MIOpen's.
+    pub fn text(&self) -> String {
+        let mut lines = vec![format!(
+            "smoke battery {}: {} cases, each in a child process of its own; limit {} s a case, {} s in all",
+            self.battery,
+            self.cases.len(),
+            self.limits.case_seconds,
+            self.limits.battery_seconds
+        )];
+        if self.device == "cpu" {
+            lines.push("device: the CPU, by the tests' hook RDNA1_PATCH_SMOKE_DEVICE=cpu: nothing here ran on a GPU or in MIOpen".to_owned());
+        }
+        if let Some(why) = &self.skipped {
+            lines.push(format!("not run: {why}"));
+        }
+        if let Some(w) = &self.place {
+            lines.extend(w.text());
+        }
+        let tolerances: Vec<String> = self
+            .tolerances
+            .iter()
+            .map(|t| match t.max_rel {
+                0.0 => format!("{} exact", t.dtype),
+                r => format!("{} {r:e}", t.dtype),
+            })
+            .collect();
+        lines.push(format!(
+            "tolerance: the largest error over the largest |value| of the float64 CPU result: {}",
+            tolerances.join(", ")
+        ));
+        let width = self.cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
+        let row =
+            |c: &CaseResult| format!("{:<4}  {:<width$}  {}", c.status.label(), c.name, c.detail);
+        lines.extend(self.cases.iter().filter(|c| c.is_miopen()).map(row));
+        if self.cases.iter().any(|c| !c.is_miopen()) {
+            lines.push("outside MIOpen (reported, never blamed on MIOpen):".to_owned());
+            lines.extend(self.cases.iter().filter(|c| !c.is_miopen()).map(row));
+        }
+        lines.join("\n")
+    }
+
+    /// [`Battery::text`] with `home` written `~`, each line wrapped to
+    /// `width`: a case row under its detail, the rest indented by two.
+    pub fn text_wrapped(&self, width: Option<usize>, home: Option<&str>) -> String {
+        let text = self.text();
+        let text = home.map_or(text.clone(), |h| tilde(&text, h));
+        let Some(width) = width else {
+            return text;
+        };
+        let detail =
+            " ".repeat(4 + 2 + self.cases.iter().map(|c| c.name.len()).max().unwrap_or(0) + 2);
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let row = ["ok  ", "FAIL", "skip", "warn"]
+                .iter()
+                .any(|s| line.starts_with(s));
+            let opts = textwrap::Options::new(width.max(40))
+                .subsequent_indent(if row { &detail } else { "  " })
+                .break_words(false);
+            out.extend(
+                textwrap::wrap(line, opts)
+                    .into_iter()
+                    .map(|l| l.into_owned()),
+            );
+        }
+        out.join("\n")
+    }
+}
+
+impl Where {
+    fn text(&self) -> Vec<String> {
+        let kfd: Vec<String> = self
+            .kfd
+            .iter()
+            .map(|g| format!("{} (node {}, {})", g.gfx, g.node, g.pci))
+            .collect();
+        let hip = self
+            .hip
+            .as_deref()
+            .map_or("no HIP".to_owned(), |h| format!("HIP {h}"));
+        let mut out = vec![format!(
+            "ran: torch {} ({hip}) on {}: HIP reports {}, the KFD topology {}",
+            self.torch,
+            self.device,
+            self.hip_arch.as_deref().unwrap_or("no GPU arch"),
+            if kfd.is_empty() {
+                "no AMD GPU".to_owned()
+            } else {
+                kfd.join(", ")
+            }
+        )];
+        out.push(if self.env.is_empty() {
+            "environment: HSA_OVERRIDE_GFX_VERSION is not set, nor any MIOPEN_ variable".to_owned()
+        } else {
+            let vars: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("environment: {}", vars.join(" "))
+        });
+        out.push(match &self.miopen {
+            Some(l) => format!(
+                "libMIOpen: {} (SHA-256 {}): {}",
+                l.path,
+                l.sha256.as_deref().unwrap_or("unreadable"),
+                l.why
+            ),
+            None => "libMIOpen: none mapped by the process".to_owned(),
+        });
+        out
+    }
+}
+
+/// `text` with the user's home directory written `~`, where it stands as
+/// a whole path component: what a report to share may hold.
+pub fn tilde(text: &str, home: &str) -> String {
+    let home = home.trim_end_matches('/');
+    if home.is_empty() {
+        return text.to_owned();
+    }
+    let path_char = |c: char| c.is_alphanumeric() || "._-~".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(home) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + home.len()..].chars().next();
+        let whole = !before.is_some_and(path_char) && !after.is_some_and(path_char);
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { "~" } else { home });
+        rest = &rest[at + home.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// [`tilde`] on every string of a JSON document.
+pub fn tilde_json(v: &mut serde_json::Value, home: &str) {
+    match v {
+        serde_json::Value::String(s) => *s = tilde(s, home),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| tilde_json(x, home)),
+        serde_json::Value::Object(o) => o.values_mut().for_each(|x| tilde_json(x, home)),
+        _ => {}
+    }
+}
+
+pub fn summarize(b: &Battery, r: &mut CheckReport) {
+    let on = match (b.device, b.place.as_ref()) {
+        ("cpu", _) => "the CPU (RDNA1_PATCH_SMOKE_DEVICE=cpu: no GPU ran)".to_owned(),
+        (_, Some(w)) => format!(
+            "{} ({})",
+            w.device,
+            w.kfd.first().map_or("no KFD node", |g| g.gfx.as_str())
+        ),
+        _ => "the GPU".to_owned(),
+    };
+    let (mine, other): (Vec<&CaseResult>, Vec<&CaseResult>) =
+        b.cases.iter().partition(|c| c.is_miopen());
+    let failed = |list: &[&CaseResult]| -> Vec<String> {
+        list.iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| format!("{} ({})", c.name, outcome_word(c.outcome)))
+            .collect()
+    };
+    let not_run = mine.iter().filter(|c| c.outcome == Outcome::NotRun).count();
+    let (mine_failed, other_failed) = (failed(&mine), failed(&other));
+    let others = if other_failed.is_empty() {
+        let ok = other.iter().filter(|c| c.status == Status::Ok).count();
+        format!("outside MIOpen {ok} of {} ok", other.len())
+    } else {
+        format!("outside MIOpen, not MIOpen's: {}", other_failed.join(", "))
+    };
+    let skipped = match not_run {
+        0 => String::new(),
+        n => format!(
+            ", {n} not run (the battery's limit of {} s)",
+            b.limits.battery_seconds
+        ),
+    };
+    if !mine_failed.is_empty() {
+        let hang = mine.iter().any(|c| c.outcome == Outcome::Timeout);
+        r.push_fix(
+            "smoke",
+            Status::Fail,
+            format!(
+                "{} of {} MIOpen cases failed on {on}: {}{skipped}; {others}",
+                mine_failed.len(),
+                mine.len(),
+                mine_failed.join(", ")
+            ),
+            format!(
+                "{}the battery below names each case; `rdna1-patch verify --smoke --json > smoke.json` is the report to share (docs/verify.md)",
+                if hang {
+                    "a hang is MIOpen's Find on unpatched RDNA1: check that `verify --runtime` is all ok, and try MIOPEN_FIND_MODE=FAST; "
+                } else {
+                    ""
+                }
+            ),
+        );
+    } else {
+        let ok = mine.len() - not_run;
+        let status = if other_failed.is_empty() && not_run == 0 {
+            Status::Ok
+        } else {
+            Status::Warn
+        };
+        r.push(
+            "smoke",
+            status,
+            format!(
+                "{ok} of {} MIOpen cases within tolerance on {on}{skipped}; {others}",
+                mine.len()
+            ),
+        );
+    }
+}
+
+fn outcome_word(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok",
+        Outcome::Timeout => "timeout",
+        Outcome::Crash => "crash",
+        Outcome::OverTolerance => "over tolerance",
+        Outcome::NotRun => "not run",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_written_tilde_only_as_a_whole_component() {
+        let home = "/home/ann";
+        assert_eq!(
+            tilde("/home/ann/venv/lib/libMIOpen.so", home),
+            "~/venv/lib/libMIOpen.so"
+        );
+        assert_eq!(tilde("at /home/ann: here", home), "at ~: here");
+        assert_eq!(
+            tilde("/home/anna/x and /data/home/ann/y", home),
+            "/home/anna/x and /data/home/ann/y"
+        );
+        assert_eq!(
+            tilde("'/home/ann/a', \"/home/ann\"", "/home/ann/"),
+            "'~/a', \"~\""
+        );
+        assert_eq!(tilde("/x", ""), "/x");
+        let mut v = serde_json::json!({"a": ["/home/ann/x", 1], "b": {"c": "/home/ann"}});
+        tilde_json(&mut v, home);
+        assert_eq!(v, serde_json::json!({"a": ["~/x", 1], "b": {"c": "~"}}));
+    }
+}
