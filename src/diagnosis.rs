@@ -29,6 +29,11 @@ pub struct Diagnosis {
     pub looked_in: Vec<PathBuf>,
     /// The verdicts; None without a compiler.
     pub judgement: Option<Judgement>,
+    /// How long the verdicts took: compiling, or reading them back.
+    pub took: std::time::Duration,
+    /// Where the verdicts on these very files are kept (the proof of their
+    /// fix beside them); None without a cache dir.
+    cache_file: Option<PathBuf>,
 }
 
 /// The target to judge for: the RDNA1 card of this machine, else gfx1010.
@@ -55,65 +60,88 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
         loaded: std::cell::OnceCell::new(),
         looked_in,
         judgement: None,
+        took: std::time::Duration::ZERO,
+        cache_file: None,
     };
     if d.compiler_path.is_some() {
+        let start = std::time::Instant::now();
+        d.cache_file = d.cache_file();
         d.judgement = Some(d.judged()?);
+        d.took = start.elapsed();
     }
     Ok(d)
 }
 
-/// The verdicts for `library` through `c` for `target`: from the cache
-/// when these very files were judged before, else by compiling. Keyed by
-/// the SHA-256 of the library and of the compiler and the target (and
-/// this version's rules), so any change to either file judges anew.
 impl Diagnosis {
+    /// The verdicts are kept keyed by the SHA-256 of the library and of the
+    /// compiler, the target and this version's rules: any change to either
+    /// file judges anew.
+    fn cache_file(&self) -> Option<PathBuf> {
+        let comgr = self.compiler_path.as_deref()?;
+        let dir = crate::fsutil::project_dirs()?.cache_dir().join("diagnosis");
+        let lib = file_sha256(&dir, &self.library).ok()?;
+        let comgr = file_sha256(&dir, comgr).ok()?;
+        let key = crate::prefix::sha256_hex(
+            format!("{lib} {comgr} {} {}", self.target, crate::version::VERSION).as_bytes(),
+        );
+        Some(dir.join(format!("{key}.json")))
+    }
+
+    /// The verdicts: from the cache when these very files were judged
+    /// before, else by compiling.
     fn judged(&self) -> Result<Judgement> {
-        let (library, target) = (&self.library, &self.target);
-        let path = self
-            .compiler_path
-            .as_deref()
-            .expect("judged with a compiler");
-        let cache = crate::fsutil::project_dirs().map(|d| d.cache_dir().join("diagnosis"));
-        let key = match &cache {
-            Some(dir) => match (file_sha256(dir, library), file_sha256(dir, path)) {
-                (Ok(lib), Ok(comgr)) => Some(crate::prefix::sha256_hex(
-                    format!("{lib} {comgr} {target} {}", crate::version::VERSION).as_bytes(),
-                )),
-                _ => None,
-            },
-            None => None,
-        };
-        let file = cache
-            .as_ref()
-            .zip(key)
-            .map(|(d, k)| d.join(format!("{k}.json")));
-        if let Some(f) = &file
+        let file = self.cache_file.as_deref();
+        if let Some(f) = file
             && let Ok(text) = crate::fsutil::read_small(f, 4 << 20)
             && let Ok(mut j) = serde_json::from_str::<Judgement>(&text)
         {
             j.cached = true;
             return Ok(j);
         }
-        let bytes = crate::elf::read_file(library)?;
+        let bytes = crate::elf::read_file(&self.library)?;
         let c = self.compiler()?.expect("judged with a compiler");
-        let judged = verdict::judge(c, &bytes, target).map_err(|e| {
+        let judged = verdict::judge(c, &bytes, &self.target).map_err(|e| {
             e.context(format!(
                 "{} is not a library whose kernel texts can be read",
-                library.display()
+                self.library.display()
             ))
         })?;
-        // A cache that cannot be written costs the next run a compile, no more.
-        if let Some(f) = &file
-            && let Some(dir) = f.parent()
-            && crate::fsutil::create_dir_all(dir).is_ok()
-        {
-            let _ = crate::fsutil::write_atomic(
-                f,
-                serde_json::to_string(&judged)?.as_bytes(),
-                Some(0o644),
-            );
-        }
+        keep(file, &serde_json::to_string(&judged)?);
         Ok(judged)
+    }
+
+    /// Prove the edit of this library by compiling it (`verdict::prove`),
+    /// or know it proven by an earlier run on these very files: the edit
+    /// is a function of the library's bytes, so its proof is too.
+    fn proof(&self, original: &[u8], fixed: &[u8]) -> Result<String> {
+        let kept = self.cache_file.as_ref().map(|f| f.with_extension("proof"));
+        if let Some(f) = &kept
+            && let Ok(line) = crate::fsutil::read_small(f, 4096)
+        {
+            return Ok(format!("{line} (proven before for these very files)"));
+        }
+        let c = self.compiler()?.expect("a proof with a compiler");
+        let line = match verdict::prove(c, original, fixed)? {
+            Ok(p) => format!(
+                "{} batch-norm kernels compile for {} and compile to unchanged {} code, through {} ({} compiles)",
+                p.kernels,
+                verdict::RDNA1.join(", "),
+                verdict::CONTROL,
+                c.describe(),
+                p.compiles
+            ),
+            Err(why) => {
+                return Err(hint(
+                    format!(
+                        "the fix of {} is not proven: {why}; nothing was changed",
+                        self.library.display()
+                    ),
+                    "this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+                ));
+            }
+        };
+        keep(kept.as_deref(), &line);
+        Ok(line)
     }
 
     /// The compiler, loaded on first use; None when there is none.
@@ -125,6 +153,17 @@ impl Diagnosis {
             let _ = self.loaded.set(Comgr::open(path)?);
         }
         Ok(self.loaded.get().map(|c| c as &dyn Compiler))
+    }
+}
+
+/// Keep `text` in the cache file; one that cannot be written costs the
+/// next run its compiles, no more.
+fn keep(file: Option<&Path>, text: &str) {
+    if let Some(f) = file
+        && let Some(dir) = f.parent()
+        && crate::fsutil::create_dir_all(dir).is_ok()
+    {
+        let _ = crate::fsutil::write_atomic(f, text.as_bytes(), Some(0o644));
     }
 }
 
@@ -148,9 +187,7 @@ fn file_sha256(cache: &Path, file: &Path) -> Result<String> {
         return Ok(hex);
     }
     let hex = crate::prefix::sha256_hex(&crate::elf::read_file(file)?);
-    if crate::fsutil::create_dir_all(memo.parent().unwrap_or(cache)).is_ok() {
-        let _ = crate::fsutil::write_atomic(&memo, hex.as_bytes(), Some(0o644));
-    }
+    keep(Some(&memo), &hex);
     Ok(hex)
 }
 
@@ -183,6 +220,7 @@ impl Diagnosis {
             true => "known from an earlier diagnosis of these very files".to_owned(),
             false => format!("{} compiles", j.compiles),
         };
+        let how = format!("{how}, {:.2} s", self.took.as_secs_f64());
         format!(
             "{failing} of {} batch-norm kernels of {} fail for {} ({}), through {} ({how})",
             j.kernels.len(),
@@ -246,7 +284,13 @@ impl Diagnosis {
             );
             return Ok(None);
         }
-        let planned = crate::inplace::plan(&self.library, self.compiler()?)?;
+        let prove = |a: &[u8], b: &[u8]| self.proof(a, b);
+        let prover: Option<crate::inplace::Prover> = match self.compiler_path {
+            Some(_) => Some(&prove),
+            None => None,
+        };
+        let planned = crate::inplace::plan(&self.library, prover)?;
+        ui.stage("Proven", &planned.proof);
         if self.compiler_path.is_none() {
             ui.warn("--unproven: the fix is installed without a compile to prove it");
         }

@@ -18,7 +18,6 @@ use crate::fsutil::Stamp;
 use crate::kernel_text;
 use crate::prefix::{self, ProvInPlace, ProvText, Provenance};
 use crate::ui::Ui;
-use crate::verdict::{self, Compiler};
 
 /// What to fix and where the prefix goes.
 pub struct Request<'a> {
@@ -75,7 +74,12 @@ pub struct Planned {
 /// The library's bytes with every batch-norm text fixed, and what was done;
 /// nothing is written. An error says what is wrong with the library for
 /// this fix and what to do instead.
-pub fn plan(library: &Path, compiler: Option<&dyn Compiler>) -> Result<Planned> {
+/// What proves an edit: given the library's bytes and the edited ones, a
+/// line saying how it was proven, or the error why it is not (nothing is
+/// then written).
+pub type Prover<'a> = &'a dyn Fn(&[u8], &[u8]) -> Result<String>;
+
+pub fn plan(library: &Path, prover: Option<Prover>) -> Result<Planned> {
     let meta =
         std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
     let original = crate::elf::read_file(library)?;
@@ -105,8 +109,8 @@ pub fn plan(library: &Path, compiler: Option<&dyn Compiler>) -> Result<Planned> 
             "it is not a MIOpen whose batch norm this fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the library",
         ));
     }
-    let proof = match compiler {
-        Some(c) => prove(c, library, &original, &fixed)?,
+    let proof = match prover {
+        Some(prove) => prove(&original, &fixed)?,
         None => "unproven: installed without a compiler to prove it (--unproven)".to_owned(),
     };
     Ok(Planned {
@@ -117,29 +121,6 @@ pub fn plan(library: &Path, compiler: Option<&dyn Compiler>) -> Result<Planned> 
         mode: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
         proof,
     })
-}
-
-/// The edited library compiled before a byte of it is written: every
-/// batch-norm kernel for each gfx101x target, the changed ones to gfx1030
-/// code identical to the original's. What proved it, in a line.
-fn prove(c: &dyn Compiler, library: &Path, original: &[u8], fixed: &[u8]) -> Result<String> {
-    match verdict::prove(c, original, fixed)? {
-        Ok(p) => Ok(format!(
-            "{} batch-norm kernels compile for {} and compile to unchanged {} code, through {} ({} compiles)",
-            p.kernels,
-            verdict::RDNA1.join(", "),
-            verdict::CONTROL,
-            c.describe(),
-            p.compiles
-        )),
-        Err(why) => Err(hint(
-            format!(
-                "the fix of {} is not proven: {why}; nothing was changed",
-                library.display()
-            ),
-            "this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
-        )),
-    }
 }
 
 /// Make the prefix from `req.library`, fixed as `planned` (its proven
