@@ -162,7 +162,7 @@ fn pump(
     rx
 }
 
-/// How long a helper program may take (python looking for torch, ldd,
+/// How long a helper program may take (python looking for torch,
 /// patchelf, a `--version`): they answer in well under a second, so one that
 /// has not answered in this long is hung, and waiting longer helps nobody.
 pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
@@ -219,7 +219,6 @@ const PACKAGES: &[(&str, &str)] = &[
     ("git", "git"),
     ("ninja", "ninja-build"),
     ("patchelf", "patchelf"),
-    ("ldd", "libc-bin"),
     ("python3", "python3"),
     ("distcc", "distcc"),
     ("ccache", "ccache"),

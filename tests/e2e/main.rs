@@ -12,6 +12,7 @@ mod hostile;
 mod house;
 mod in_place;
 mod launcher;
+mod linker;
 mod miopen;
 mod monorepo;
 mod newcomer;
