@@ -28,7 +28,8 @@ pub struct Args {
     /// RDNA1 cards (repeat it for more, e.g. a gfx1030 control)
     #[arg(long, value_name = "GFX", requires = "compile")]
     compile_for: Vec<String>,
-    /// Time limit for --runtime and --smoke, in seconds
+    /// Time limit for --runtime and --smoke, and for each compile of
+    /// --compile, in seconds
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
     #[command(flatten)]

@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod comgr;
 mod compat;
 mod conventions;
 mod detection;

@@ -66,9 +66,14 @@ pub fn run(req: &VerifyRequest) -> Result<CheckReport> {
     );
     if req.compile {
         match &torch {
-            Some(t) => {
-                crate::inspect::kernels::check(t, &journals, &req.sysfs, &req.compile_for, &mut r)
-            }
+            Some(t) => crate::inspect::kernels::check(
+                t,
+                &journals,
+                &req.sysfs,
+                &req.compile_for,
+                req.timeout,
+                &mut r,
+            ),
             None => r.push(
                 "kernels",
                 Status::Skip,
