@@ -155,6 +155,11 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    // The compile check's child (comgr::child): no command line, no
+    // signal handling of ours; its parent holds it to a time limit.
+    if std::env::var_os(crate::comgr::child::CHILD_ENV).is_some() {
+        return crate::comgr::child::serve();
+    }
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     crate::interrupt::install();

@@ -6,18 +6,23 @@
 //! rejected here as it is at run time.
 //!
 //! comgr 3 renumbered its actions, so the numbers come from its version.
+//!
+//! Loading a comgr runs its code: only one no one else could have written
+//! is loaded ([`check_trusted`]), and the check runs it in a child process
+//! ([`child`]) under a time limit, its answers bounded.
+
+pub mod child;
 
 use std::ffi::{CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail};
+
+use crate::error::hint;
 
 const DATA_SOURCE: u32 = 1;
 const DATA_LOG: u32 = 5;
 const DATA_RELOCATABLE: u32 = 7;
-/// The most of a code object or a log taken from comgr: a batch-norm
-/// kernel's object is tens of KiB; a size past this is not believed.
-const OUTPUT_LIMIT: usize = 64 << 20;
 const LANGUAGE_OPENCL_2_0: u32 = 2;
 
 /// The actions BuildOcl takes, as numbered by one comgr major version.
@@ -43,6 +48,12 @@ fn actions(major: usize) -> Option<Actions> {
         _ => None,
     }
 }
+
+/// The most log a compile may leave: a real one is a few KB; a comgr that
+/// claims more is refused, and nothing is allocated for it.
+pub const LOG_CAP: usize = 16 << 20;
+/// The most log data sets one action may leave.
+const LOGS_CAP: usize = 64;
 
 /// MIOpen's own options for an OpenCL compile through comgr
 /// (compiler::lc::ocl::AddCompilerOptions).
@@ -112,13 +123,83 @@ fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T> {
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
 }
 
+/// Refuse a comgr that someone else could have written: loading it runs
+/// its code as this process's user. The file, its directory and, for a
+/// symlink, the directory the name is in, must be owned by this user or
+/// root and writable by no group or other; as root, by root alone.
+/// Returns the file's real path, the one to load.
+pub fn check_trusted(path: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("cannot find {}", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let dir = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_owned();
+    let mut checked = vec![dir(path), real.clone(), dir(&real)];
+    checked.dedup();
+    for p in &checked {
+        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let what = if *p == real {
+            "it".to_owned()
+        } else {
+            format!("its directory {}", p.display())
+        };
+        let refuse = |why: String, help: String| {
+            hint(
+                format!("will not load comgr {}: {what} {why}", path.display()),
+                help,
+            )
+        };
+        if meta.mode() & 0o022 != 0 {
+            let who = if meta.mode() & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            };
+            return Err(refuse(
+                format!(
+                    "can be written by {who} (mode {:o}), and loading it runs its code",
+                    meta.mode() & 0o7777
+                ),
+                format!(
+                    "let only its owner write it (`chmod go-w {}`), then run this again",
+                    p.display()
+                ),
+            ));
+        }
+        let owner = meta.uid();
+        // Under sudo, the user it acts for is trusted with their own torch
+        // (SECURITY.md's privilege rule); anyone else is not.
+        if owner != euid && owner != 0 && Some(owner) != crate::owner::invoking_user() {
+            return Err(if euid == 0 {
+                refuse(
+                    format!(
+                        "belongs to uid {owner}, and rdna1-patch runs as root: loading it would run that user's code as root"
+                    ),
+                    "run rdna1-patch as the user who owns torch, without sudo".to_owned(),
+                )
+            } else {
+                refuse(
+                    format!("belongs to uid {owner}, neither you (uid {euid}) nor root"),
+                    "run rdna1-patch as the user who owns torch".to_owned(),
+                )
+            });
+        }
+    }
+    Ok(real)
+}
+
 impl Comgr {
-    /// Load the comgr at `path` (the user's own, as torch loads it).
+    /// Load the comgr at `path` (the user's own, as torch loads it), once
+    /// [`check_trusted`] has passed it.
     pub fn open(path: &Path) -> Result<Comgr> {
-        let c = CString::new(path.as_os_str().as_encoded_bytes())
+        let real = check_trusted(path)?;
+        let c = CString::new(real.as_os_str().as_encoded_bytes())
             .map_err(|_| anyhow!("{} has a NUL in its name", path.display()))?;
         // SAFETY: loading a shared library runs its constructors: it is the
-        // comgr torch itself loads.
+        // comgr torch itself loads, from where only its owner or root can
+        // write, and the compile check loads it in a child process.
         let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if lib.is_null() {
             // SAFETY: dlerror returns a C string or null.
@@ -173,34 +254,20 @@ impl Comgr {
         })
     }
 
-    /// Compile OpenCL `text` for `arch` (e.g. "gfx1010") with MIOpen's
-    /// options and `defines`, as BuildOcl does up to the code object.
-    /// `Err`: the compiler's first errors, or what failed.
+    /// Compile OpenCL `text` for `arch` (e.g. "gfx1010") with `options`
+    /// (MIOpen's are [`MIOPEN_OPTIONS`]), as BuildOcl does up to the code
+    /// object, which it returns. `Err`: the compiler's first errors, or
+    /// what failed.
     pub fn compile_ocl(
         &self,
         name: &str,
         text: &[u8],
         arch: &str,
-        defines: &[String],
-    ) -> std::result::Result<(), String> {
-        self.compile_object(name, text, arch, defines)
-            .map(drop)
-            .map_err(|log| summary(&log))
-    }
-
-    /// As [`Comgr::compile_ocl`], with the code object made; a failure
-    /// gives comgr's whole log (bounded).
-    pub fn compile_object(
-        &self,
-        name: &str,
-        text: &[u8],
-        arch: &str,
-        defines: &[String],
+        options: &[String],
     ) -> std::result::Result<Vec<u8>, String> {
-        // One compile at a time in a process: the compile's stderr is
-        // silenced by swapping descriptor 2 (process-wide), and comgr's
-        // LLVM reports a failed inline asm through process-wide state too;
-        // two threads compiling at once left stderr closed or aborted.
+        // One compile at a time in a process: comgr's LLVM reports a failed
+        // inline asm through process-wide state; two threads compiling at
+        // once aborted.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let mut owned = Owned {
@@ -209,20 +276,7 @@ impl Comgr {
             sets: Vec::new(),
             info: None,
         };
-        owned.compile(self.actions, name, text, arch, defines)
-    }
-}
-
-/// A failed compile's log in a line: its first three errors.
-fn summary(log: &str) -> String {
-    let errors: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("error"))
-        .take(3)
-        .collect();
-    match errors.is_empty() {
-        true => log.trim().to_owned(),
-        false => errors.join(" / "),
+        owned.compile(self.actions, name, text, arch, options)
     }
 }
 
@@ -277,7 +331,7 @@ impl Owned<'_> {
         name: &str,
         text: &[u8],
         arch: &str,
-        defines: &[String],
+        options: &[String],
     ) -> std::result::Result<Vec<u8>, String> {
         let api = self.api;
         let input = self.set()?;
@@ -297,11 +351,9 @@ impl Owned<'_> {
         }
         let mut info = 0;
         let isa = CString::new(format!("amdgcn-amd-amdhsa--{arch}")).map_err(|e| e.to_string())?;
-        let options: Vec<CString> = MIOPEN_OPTIONS
+        let options: Vec<CString> = options
             .iter()
-            .map(|s| (*s).to_owned())
-            .chain(defines.iter().cloned())
-            .map(|s| CString::new(s).map_err(|e| e.to_string()))
+            .map(|s| CString::new(s.as_str()).map_err(|e| e.to_string()))
             .collect::<std::result::Result<_, _>>()?;
         let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
         // SAFETY: as above.
@@ -322,9 +374,6 @@ impl Owned<'_> {
             )?;
             Self::ok((api.set_logging)(info, true), "log")?;
         }
-        // comgr's assembler reports to the process's stderr as well as to
-        // the log; the log is what is shown, once.
-        let _quiet = Quiet::stderr();
         let mut from = input;
         for (step, what) in [
             (actions.add_pch, "add the OpenCL header"),
@@ -335,11 +384,16 @@ impl Owned<'_> {
             // SAFETY: as above.
             let status = unsafe { (api.do_action)(step, info, from, out) };
             if status != 0 {
-                let log = self.log(out);
-                return Err(if log.trim().is_empty() {
+                let log = self.log(out)?;
+                let errors: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("error"))
+                    .take(3)
+                    .collect();
+                return Err(if errors.is_empty() {
                     format!("comgr could not {what} (status {status})")
                 } else {
-                    log
+                    errors.join(" / ")
                 });
             }
             from = out;
@@ -349,19 +403,18 @@ impl Owned<'_> {
     }
 
     /// The bytes of the first datum of `kind` in `set`, at most
-    /// [`OUTPUT_LIMIT`] of them.
+    /// [`LOG_CAP`] of them: a batch-norm kernel's object is tens of KiB.
     fn first_of(&mut self, set: Handle, kind: u32) -> Option<Vec<u8>> {
         let api = self.api;
-        let mut d = 0;
-        let mut size = 0;
-        // SAFETY: handles made here; the buffer is sized from comgr's answer,
-        // which is refused past the limit before anything is allocated.
+        let (mut d, mut size) = (0, 0);
+        // SAFETY: handles made here; the buffer is sized from comgr's
+        // answer, refused past the cap before anything is allocated.
         unsafe {
             if (api.get_data_at)(set, kind, 0, &raw mut d) != 0 {
                 return None;
             }
             self.data.push(d);
-            if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0 || size > OUTPUT_LIMIT {
+            if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0 || size > LOG_CAP {
                 return None;
             }
             let mut buf = vec![0u8; size];
@@ -373,27 +426,33 @@ impl Owned<'_> {
         }
     }
 
-    /// The compile log an action left in `set`.
-    fn log(&mut self, set: Handle) -> String {
+    /// The compile log an action left in `set`; an error when comgr
+    /// claims more than [`LOG_CAP`] of it.
+    fn log(&mut self, set: Handle) -> std::result::Result<String, String> {
         let api = self.api;
         let mut n = 0;
         let mut text = String::new();
-        // SAFETY: handles made here; buffers sized from comgr's answer.
+        // SAFETY: handles made here; buffers sized from comgr's answer,
+        // once it is under the cap.
         unsafe {
             if (api.data_count)(set, DATA_LOG, &raw mut n) != 0 {
-                return text;
+                return Ok(text);
             }
-            for i in 0..n {
+            for i in 0..n.min(LOGS_CAP) {
                 let mut d = 0;
                 if (api.get_data_at)(set, DATA_LOG, i, &raw mut d) != 0 {
                     continue;
                 }
                 self.data.push(d);
                 let mut size = 0;
-                if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0
-                    || size > OUTPUT_LIMIT
-                {
+                if (api.get_data)(d, &raw mut size, std::ptr::null_mut()) != 0 {
                     continue;
+                }
+                if size.saturating_add(text.len()) > LOG_CAP {
+                    return Err(format!(
+                        "comgr's compile log is {size} bytes, over the {} MiB any compile leaves",
+                        LOG_CAP >> 20
+                    ));
                 }
                 let mut buf = vec![0u8; size];
                 if (api.get_data)(d, &raw mut size, buf.as_mut_ptr().cast()) == 0 {
@@ -401,47 +460,12 @@ impl Owned<'_> {
                 }
             }
         }
-        text
+        Ok(text)
     }
 }
 
-/// stderr sent to /dev/null while it lives, then put back.
-struct Quiet {
-    saved: i32,
-}
-
-impl Quiet {
-    fn stderr() -> Option<Quiet> {
-        // SAFETY: plain descriptor calls; on any failure nothing changes.
-        unsafe {
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if null < 0 {
-                return None;
-            }
-            let saved = libc::dup(2);
-            let ok = saved >= 0 && libc::dup2(null, 2) >= 0;
-            libc::close(null);
-            if !ok {
-                if saved >= 0 {
-                    libc::close(saved);
-                }
-                return None;
-            }
-            Some(Quiet { saved })
-        }
-    }
-}
-
-impl Drop for Quiet {
-    fn drop(&mut self) {
-        // SAFETY: restores the descriptor saved above, once.
-        unsafe {
-            libc::dup2(self.saved, 2);
-            libc::close(self.saved);
-        }
-    }
-}
-
+/// In this process, for tests and tools that load a comgr they trust
+/// (`verdict` through the child process is what the verbs use).
 impl crate::verdict::Compiler for Comgr {
     fn describe(&self) -> String {
         format!(
@@ -453,7 +477,12 @@ impl crate::verdict::Compiler for Comgr {
     }
 
     fn compile(&self, job: &crate::verdict::Job) -> crate::verdict::Compiled {
-        match self.compile_object(job.name, job.text, job.arch, job.defines) {
+        let options: Vec<String> = MIOPEN_OPTIONS
+            .iter()
+            .map(|o| (*o).to_owned())
+            .chain(job.defines.iter().cloned())
+            .collect();
+        match self.compile_ocl(job.name, job.text, job.arch, &options) {
             Ok(object) => crate::verdict::Compiled::Object(object),
             Err(log) => crate::verdict::Compiled::Failed(log),
         }

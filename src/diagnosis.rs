@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::comgr::Comgr;
 use crate::error::hint;
+use crate::kernel_check::Child;
 use crate::swap::torch::Torch;
 use crate::ui::Ui;
 use crate::verdict::{self, Compiler, Judgement, Outcome};
+
+/// The longest one compile may take: a batch-norm kernel compiles in
+/// well under a second; one that has not in this long is hung.
+const COMPILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub struct Diagnosis {
     /// The library judged.
@@ -22,9 +26,10 @@ pub struct Diagnosis {
     pub target_from: String,
     /// The compiler MIOpen loads; None when torch has none beside it.
     pub compiler_path: Option<PathBuf>,
-    /// It, loaded: only when something is to be compiled (a diagnosis
-    /// from the cache loads nothing).
-    loaded: std::cell::OnceCell<Comgr>,
+    /// It, in a child process under a time limit (`kernel_check::Child`):
+    /// made only when something is to be compiled (a diagnosis from the
+    /// cache starts nothing).
+    loaded: std::cell::OnceCell<Child>,
     /// Where the compiler was looked for.
     pub looked_in: Vec<PathBuf>,
     /// The verdicts; None without a compiler.
@@ -144,13 +149,16 @@ impl Diagnosis {
         Ok(line)
     }
 
-    /// The compiler, loaded on first use; None when there is none.
+    /// The compiler, on first use; None when there is none. A comgr that
+    /// anyone but its owner or root could write is refused here, with why
+    /// (`comgr::check_trusted`), before any child loads it.
     pub fn compiler(&self) -> Result<Option<&dyn Compiler>> {
         let Some(path) = &self.compiler_path else {
             return Ok(None);
         };
         if self.loaded.get().is_none() {
-            let _ = self.loaded.set(Comgr::open(path)?);
+            crate::comgr::check_trusted(path)?;
+            let _ = self.loaded.set(Child::new(path.clone(), COMPILE_LIMIT)?);
         }
         Ok(self.loaded.get().map(|c| c as &dyn Compiler))
     }

@@ -1,11 +1,16 @@
 //! What an ELF shared library says about itself: machine, SONAME, NEEDED,
-//! RUNPATH, GNU build-id, and whether its read-only data holds given strings.
+//! RUNPATH, GNU build-id, and whether its read-only data holds given strings;
+//! and [`read_dynamic`], what the dynamic loader reads of a file to load it.
+//! The files are hostile input: `cargo xtask fuzz` runs these readers.
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use goblin::container::{Container, Ctx, Endian};
+use goblin::elf::dynamic::{DF_1_NODEFLIB, DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME, Dynamic};
 use goblin::elf::header::{EM_X86_64, ET_DYN, machine_to_str};
 use goblin::elf::note::NT_GNU_BUILD_ID;
+use goblin::elf::program_header::{PT_DYNAMIC, ProgramHeader};
 use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS};
 
 use crate::checksum;
@@ -91,6 +96,168 @@ impl Library {
         }
         Ok(())
     }
+}
+
+/// ELF class, byte order and machine.
+pub type Kind = (u8, u8, u16);
+
+/// What the dynamic loader reads of a file to load it, and nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loadable {
+    /// The loader passes over a file of another kind and searches on.
+    pub kind: Kind,
+    pub soname: Option<String>,
+    pub needed: Vec<String>,
+    /// DT_RUNPATH as written ($ORIGIN unexpanded).
+    pub runpath: Option<String>,
+    /// DT_RPATH, None when a DT_RUNPATH is there too (the loader then
+    /// ignores it).
+    pub rpath: Option<String>,
+    /// DF_1_NODEFLIB: what it needs is not looked for in ld.so.cache or
+    /// the default directories.
+    pub nodeflib: bool,
+}
+
+/// The most of the program headers, and of the dynamic segment, read: a
+/// real one is under a few KB; a header that claims more is refused
+/// before anything is allocated for it.
+const DYNAMIC_CAP: u64 = 1 << 20;
+/// The longest name or path read from the string table (PATH_MAX).
+const NAME_CAP: u64 = 4096;
+
+/// [`Loadable`] of `path`, read as the loader reads it: the ELF header,
+/// the program headers, the dynamic segment and the strings it names. No
+/// section header, no symbol: a gigabyte library costs a few small reads.
+pub fn read_dynamic(path: &Path) -> Result<Loadable> {
+    use std::os::unix::fs::FileExt;
+    let file = crate::fsutil::open_regular(path)?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .len();
+    dynamic_from(&|buf, offset| file.read_exact_at(buf, offset), len)
+        .with_context(|| format!("{} is not a loadable ELF file", path.display()))
+}
+
+type ReadAt<'a> = &'a dyn Fn(&mut [u8], u64) -> std::io::Result<()>;
+
+/// `size` bytes at `offset` of a file of `len`, checked against its end
+/// and [`DYNAMIC_CAP`] before anything is allocated.
+fn bounded(read_at: ReadAt, len: u64, what: &str, offset: u64, size: u64) -> Result<Vec<u8>> {
+    if offset.checked_add(size).is_none_or(|end| end > len) {
+        bail!(
+            "its {what} ({size} bytes at offset {offset}) lies past the end of the file ({len} bytes)"
+        );
+    }
+    if size > DYNAMIC_CAP {
+        bail!("its {what} is {size} bytes, more than any real one");
+    }
+    let mut buf = vec![0u8; usize::try_from(size)?];
+    read_at(&mut buf, offset).with_context(|| format!("cannot read its {what}"))?;
+    Ok(buf)
+}
+
+/// The ELF header's kind (class, byte order, machine), the context to
+/// parse the rest with, and the program headers.
+fn program_headers(read_at: ReadAt, len: u64) -> Result<(Kind, Ctx, Vec<ProgramHeader>)> {
+    let header = bounded(read_at, len, "ELF header", 0, len.min(64))?;
+    if !header.starts_with(b"\x7fELF") {
+        bail!("not an ELF file");
+    }
+    let header = goblin::elf::Elf::parse_header(&header)
+        .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
+    let ctx = Ctx::new(
+        if header.e_ident[4] == 2 {
+            Container::Big
+        } else {
+            Container::Little
+        },
+        if header.e_ident[5] == 2 {
+            Endian::Big
+        } else {
+            Endian::Little
+        },
+    );
+    let entry = ProgramHeader::size(ctx);
+    if header.e_phnum > 0 && usize::from(header.e_phentsize) != entry {
+        bail!(
+            "its program headers are {} bytes each, not {entry}",
+            header.e_phentsize
+        );
+    }
+    let table = bounded(
+        read_at,
+        len,
+        "program header table",
+        header.e_phoff,
+        u64::from(header.e_phnum) * entry as u64,
+    )?;
+    let phdrs = ProgramHeader::parse(&table, 0, usize::from(header.e_phnum), ctx)
+        .map_err(|e| anyhow::anyhow!("bad program headers: {e}"))?;
+    let kind = (header.e_ident[4], header.e_ident[5], header.e_machine);
+    Ok((kind, ctx, phdrs))
+}
+
+/// [`read_dynamic`] on an open file of `len` bytes. Every offset and size
+/// the file states is checked against `len` and the caps before a byte is
+/// allocated for it.
+pub fn dynamic_from(read_at: ReadAt, len: u64) -> Result<Loadable> {
+    let (kind, ctx, mut phdrs) = program_headers(read_at, len)?;
+    let Some(dynamic) = phdrs.iter_mut().find(|p| p.p_type == PT_DYNAMIC) else {
+        bail!("it has no dynamic segment");
+    };
+    let bytes = bounded(
+        read_at,
+        len,
+        "dynamic segment",
+        dynamic.p_offset,
+        dynamic.p_filesz,
+    )?;
+    // The segment is parsed from its own bytes; the loads still map the
+    // string table's address to its offset in the file.
+    dynamic.p_offset = 0;
+    let Some(dynamic) = Dynamic::parse(&bytes, &phdrs, ctx)
+        .map_err(|e| anyhow::anyhow!("bad dynamic segment: {e}"))?
+    else {
+        bail!("it has no dynamic segment");
+    };
+    let (strtab, strsz) = (dynamic.info.strtab as u64, dynamic.info.strsz as u64);
+    let string = |offset: u64| -> Result<String> {
+        // goblin maps an address no load holds to 0, the ELF header.
+        if strtab == 0 || offset >= strsz {
+            bail!("a name lies outside its string table");
+        }
+        let start = strtab.saturating_add(offset);
+        let size = (strsz - offset)
+            .min(NAME_CAP)
+            .min(len.saturating_sub(start));
+        let bytes = bounded(read_at, len, "string table", start, size)?;
+        let Some(end) = bytes.iter().position(|b| *b == 0) else {
+            bail!("a name in its string table is longer than {NAME_CAP} bytes or unterminated");
+        };
+        Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+    };
+    let mut out = Loadable {
+        kind,
+        soname: None,
+        needed: Vec::new(),
+        runpath: None,
+        rpath: None,
+        nodeflib: dynamic.info.flags_1 & DF_1_NODEFLIB != 0,
+    };
+    for d in &dynamic.dyns {
+        match d.d_tag {
+            DT_NEEDED => out.needed.push(string(d.d_val)?),
+            DT_SONAME => out.soname = Some(string(d.d_val)?),
+            DT_RUNPATH => out.runpath = Some(string(d.d_val)?),
+            DT_RPATH => out.rpath = Some(string(d.d_val)?),
+            _ => {}
+        }
+    }
+    if out.runpath.is_some() {
+        out.rpath = None;
+    }
+    Ok(out)
 }
 
 /// For each of `markers`, whether it occurs in the file's allocated,

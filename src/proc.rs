@@ -33,20 +33,53 @@ pub const OUTPUT_CAP: usize = 64 << 20;
 /// Run `cmd` in its own process group; past `limit`, SIGKILL the group.
 /// Past [`OUTPUT_CAP`] on either stream, the group is killed too and the
 /// run is an error that names the cap.
-pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
+pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
+    run_with(cmd, None, None, limit)
+}
+
+/// [`run`] with `input` on the child's stdin, its group killed also when
+/// its stdout stays silent for `stall`: a child that answers as it goes,
+/// a line per piece of work, is held to a limit per piece.
+pub fn run_fed(cmd: Command, input: Vec<u8>, stall: Duration, limit: Duration) -> Result<Output> {
+    run_with(cmd, Some(input), Some(stall), limit)
+}
+
+fn run_with(
+    mut cmd: Command,
+    input: Option<Vec<u8>>,
+    stall: Option<Duration>,
+    limit: Duration,
+) -> Result<Output> {
     let start = Instant::now();
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
         .map_err(|e| spawn_error(&cmd, e))?;
     let pgid = child.id() as i32;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A child that stops reading fails this write, not us.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = stdin.write_all(&input);
+        });
+    }
     // Readers send what they read as they read it, so a pipe that a
     // grandchild keeps open cannot hold us past the limit, nor cost us what
     // the child itself printed.
-    let out = pump(child.stdout.take().expect("piped"), OUTPUT_CAP, pgid);
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let out = pump_heard(
+        child.stdout.take().expect("piped"),
+        OUTPUT_CAP,
+        pgid,
+        Some((start, heard.clone())),
+    );
     let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, pgid);
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
@@ -56,14 +89,7 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     std::thread::spawn(move || {
         let _ = done_tx.send(child.wait());
     });
-    let status = match done_rx.recv_timeout(limit) {
-        Ok(status) => Some(status?),
-        Err(_) => {
-            kill_group(pgid);
-            let _ = done_rx.recv();
-            None
-        }
-    };
+    let status = wait_within(&done_rx, pgid, start, &heard, stall, limit)?;
     // Whatever the child left running in its group goes with it; anything
     // that left the group (setsid) gets until the limit to close its pipes.
     kill_group(pgid);
@@ -104,6 +130,35 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Output> {
     })
 }
 
+/// The child's status once `done` has it; None when it ran past `limit`,
+/// or `stall` past the last time its stdout was `heard`, and its group
+/// was killed.
+fn wait_within(
+    done: &std::sync::mpsc::Receiver<std::io::Result<ExitStatus>>,
+    pgid: i32,
+    start: Instant,
+    heard: &std::sync::atomic::AtomicU64,
+    stall: Option<Duration>,
+    limit: Duration,
+) -> Result<Option<ExitStatus>> {
+    let last = || Duration::from_millis(heard.load(std::sync::atomic::Ordering::Relaxed));
+    loop {
+        // The sooner of the limit and `stall` past the last answer.
+        let due = stall.map_or(limit, |s| limit.min(last() + s));
+        match done.recv_timeout(due.saturating_sub(start.elapsed())) {
+            Ok(status) => return Ok(Some(status?)),
+            Err(_) => {
+                let now = start.elapsed();
+                if now >= limit || stall.is_some_and(|s| now >= last() + s) {
+                    kill_group(pgid);
+                    let _ = done.recv();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
 fn kill_group(pgid: i32) {
     // SAFETY: kill(2) on a process group we created; no memory involved.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
@@ -132,9 +187,19 @@ fn shown(cmd: &Command) -> String {
 /// Past `cap` bytes it sends one byte more (so the reader sees the cap was
 /// passed), kills the process group `pgid` and stops reading.
 fn pump(
+    pipe: impl Read + Send + 'static,
+    cap: usize,
+    pgid: i32,
+) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    pump_heard(pipe, cap, pgid, None)
+}
+
+/// [`pump`], noting in `heard` when (in ms since its instant) it last read.
+fn pump_heard(
     mut pipe: impl Read + Send + 'static,
     cap: usize,
     pgid: i32,
+    heard: Option<(Instant, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {
@@ -144,6 +209,10 @@ fn pump(
             match pipe.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if let Some((start, at)) = &heard {
+                        let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        at.store(ms, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let room = cap - total;
                     let over = n > room;
                     let take = if over { room + 1 } else { n };
@@ -162,7 +231,7 @@ fn pump(
     rx
 }
 
-/// How long a helper program may take (python looking for torch, ldd,
+/// How long a helper program may take (python looking for torch,
 /// patchelf, a `--version`): they answer in well under a second, so one that
 /// has not answered in this long is hung, and waiting longer helps nobody.
 pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
@@ -238,7 +307,6 @@ const PACKAGES: &[(&str, &str)] = &[
     ("git", "git"),
     ("ninja", "ninja-build"),
     ("patchelf", "patchelf"),
-    ("ldd", "libc-bin"),
     ("python3", "python3"),
     ("distcc", "distcc"),
     ("ccache", "ccache"),
@@ -453,6 +521,32 @@ mod tests {
             run(c, Duration::from_secs(60)).unwrap().stdout.len(),
             OUTPUT_CAP
         );
+    }
+
+    /// Fed its input, a child that goes quiet is stopped long before its
+    /// whole limit, with what it said so far.
+    #[test]
+    fn a_fed_child_silent_past_its_stall_limit_is_stopped() {
+        let c = sh("cat; echo done; sleep 600");
+        let out = run_fed(
+            c,
+            b"a line\n".to_vec(),
+            Duration::from_millis(300),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        assert!(out.status.is_none());
+        assert_eq!(out.stdout, "a line\ndone\n");
+        let c = sh("read x; echo \"$x\"");
+        let out = run_fed(
+            c,
+            b"fed\n".to_vec(),
+            Duration::from_secs(600),
+            Duration::from_secs(600),
+        )
+        .unwrap();
+        assert!(out.status.is_some_and(|s| s.success()));
+        assert_eq!(out.stdout, "fed\n");
     }
 
     #[test]

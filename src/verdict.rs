@@ -438,6 +438,8 @@ pub fn first_error(log: &str) -> String {
         Some(i) => &line[i + 7..],
         None => line,
     };
+    // comgr's summary joins its first errors with " / ": the first is it.
+    let line = line.split(" / ").next().unwrap_or(line).trim();
     let mut s: String = line.chars().take(200).collect();
     if s.len() < line.len() {
         s.push_str("...");

@@ -1,6 +1,7 @@
 //! The readers of files the user points us at that are not ours: a torch
 //! library's `.hip_fatbin` (read from an offset, as from disk), and the ELF
-//! parse of MIOpen and torch libraries (SONAME, NEEDED, markers).
+//! parse of MIOpen and torch libraries (SONAME, NEEDED, markers), and what
+//! the loader reads of a library to find its dependencies.
 //! Allocations are bounded by guard.rs, shared with the pull target.
 
 #![no_main]
@@ -22,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = rdna1_patch::fatbin::read_from(&read_at, data.len() as u64);
     let _ = rdna1_patch::fatbin::parse(data);
+    let _ = rdna1_patch::elf::dynamic_from(&read_at, data.len() as u64);
     if let Ok(lib) = rdna1_patch::elf::parse(data) {
         let _ = lib.check_shared_object(std::path::Path::new("fuzz"), "libMIOpen.so.1");
     }

@@ -30,8 +30,9 @@ pub struct Args {
     /// RDNA1 cards (repeat it for more, e.g. a gfx1030 control)
     #[arg(long, value_name = "GFX", requires = "compile")]
     compile_for: Vec<String>,
-    /// Time limit for --runtime's import and for each --smoke case, in
-    /// seconds; the battery as a whole stops at 10 times this
+    /// Time limit for --runtime's import, for each --smoke case and for
+    /// each compile of --compile, in seconds; the smoke battery as a whole
+    /// stops at 10 times this
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
     #[command(flatten)]

@@ -4,10 +4,12 @@
 //! the original's kernels too, which should fail on gfx101x. No GPU runs.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::comgr::{self, Comgr};
+use crate::comgr;
+use crate::comgr::child::{Answers, Batch};
 use crate::inspect::checks::{CheckReport, Status};
-use crate::kernel_check::{self, Row};
+use crate::kernel_check::{self, Child, Compiler, Plan, Row};
 use crate::swap::torch::Torch;
 use crate::swap::txn::{Journal, State};
 
@@ -28,11 +30,45 @@ fn targets(sysfs: &Path, asked: &[String]) -> (Vec<String>, &'static str) {
     }
 }
 
+/// Every compile of the check, for one child: the control, then per
+/// target the installed library's texts and the original's.
+struct Compiles {
+    batch: Batch,
+    control: Plan,
+    targets: Vec<(String, Plan, Option<anyhow::Result<Plan>>)>,
+}
+
+fn plan(
+    installed: &[u8],
+    original: Option<anyhow::Result<Vec<u8>>>,
+    archs: &[String],
+) -> anyhow::Result<Compiles> {
+    let mut batch = Batch::default();
+    let now = kernel_check::texts(&mut batch, installed)?;
+    let before = original.map(|o| o.and_then(|bytes| kernel_check::texts(&mut batch, &bytes)));
+    let control = kernel_check::plan(&mut batch, &now, CONTROL);
+    let mut targets = Vec::new();
+    for arch in archs {
+        let plan_now = kernel_check::plan(&mut batch, &now, arch);
+        let plan_before = before.as_ref().map(|b| match b {
+            Ok(texts) => Ok(kernel_check::plan(&mut batch, texts, arch)),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        });
+        targets.push((arch.clone(), plan_now, plan_before));
+    }
+    Ok(Compiles {
+        batch,
+        control,
+        targets,
+    })
+}
+
 pub fn check(
     torch: &Torch,
     journals: &[Journal],
     sysfs: &Path,
     asked: &[String],
+    limit: Duration,
     r: &mut CheckReport,
 ) {
     let dirs = torch.runtime_dirs();
@@ -48,13 +84,10 @@ pub fn check(
         );
         return;
     };
-    let comgr = match Comgr::open(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            r.push_error("kernels", Status::Fail, &e);
-            return;
-        }
-    };
+    // Refused here, before a child is started; the child checks again.
+    if let Err(e) = comgr::check_trusted(&path) {
+        return r.push_error("kernels", Status::Fail, &e);
+    }
     // Each library is read once, whatever the number of targets.
     let installed = match crate::elf::read_file(&torch.target) {
         Ok(b) => b,
@@ -66,23 +99,49 @@ pub fn check(
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
         .map(|j| crate::elf::read_file(&j.backup));
     let (archs, why) = targets(sysfs, asked);
+    let compiles = match plan(&installed, original, &archs) {
+        Ok(c) => c,
+        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+    };
+    let answers = match Child::new(path.clone(), limit).and_then(|c| c.compile(&compiles.batch)) {
+        Ok(a) => a,
+        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+    };
+    let by = format!(
+        "comgr {}.{} ({})",
+        answers.version.0,
+        answers.version.1,
+        path.display()
+    );
     // A kernel that fails for the gfx1030 control too fails for want of a
-    // define this check does not pass: it says nothing about gfx101x.
-    let control: Vec<String> = kernel_check::check(&comgr, &installed, CONTROL)
-        .map(|rows| {
-            rows.into_iter()
-                .filter(|r| !r.ok())
-                .map(|r| r.name)
-                .collect()
-        })
-        .unwrap_or_default();
-    for arch in &archs {
-        let now = kernel_check::check(&comgr, &installed, arch).map(|r| without(r, &control));
-        let pristine = original.as_ref().map(|o| match o {
-            Ok(bytes) => kernel_check::check(&comgr, bytes, arch).map(|r| without(r, &control)),
+    // define this check does not pass: it says nothing about gfx101x. All
+    // of them failing there says the comgr cannot compile at all.
+    let control = compiles.control.rows(&answers.answers);
+    if let Some(first) = control.iter().find_map(|r| r.error.as_ref())
+        && control.iter().all(|r| !r.ok())
+    {
+        return r.push_fix(
+            "kernels",
+            Status::Fail,
+            format!(
+                "{by} failed to compile even the control target {CONTROL}: {}: {first}",
+                control[0].name
+            ),
+            "this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile",
+        );
+    }
+    let control: Vec<String> = control
+        .into_iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.name)
+        .collect();
+    for (arch, now, before) in &compiles.targets {
+        let rows = |plan: &Plan, answers: &Answers| without(plan.rows(&answers.answers), &control);
+        let pristine = before.as_ref().map(|b| match b {
+            Ok(plan) => Ok(rows(plan, &answers)),
             Err(e) => Err(anyhow::anyhow!("{e:#}")),
         });
-        report(r, &comgr, arch, why, now, pristine, &control);
+        report(r, &by, arch, why, rows(now, &answers), pristine, &control);
     }
 }
 
@@ -111,23 +170,13 @@ fn failing(rows: &[Row]) -> Vec<String> {
 
 fn report(
     r: &mut CheckReport,
-    comgr: &Comgr,
+    by: &str,
     arch: &str,
     why: &str,
-    installed: anyhow::Result<Vec<Row>>,
+    installed: Vec<Row>,
     pristine: Option<anyhow::Result<Vec<Row>>>,
     left_out: &[String],
 ) {
-    let installed = match installed {
-        Ok(rows) => rows,
-        Err(e) => return r.push_error("kernels", Status::Fail, &e),
-    };
-    let by = format!(
-        "comgr {}.{} ({})",
-        comgr.version.0,
-        comgr.version.1,
-        comgr.path.display()
-    );
     if installed.is_empty() {
         r.push_fix(
             "kernels",

@@ -342,6 +342,8 @@ fn in_place<'a>(
         return Ok(InPlace::NotTaken);
     }
     route::check_in_place_prefix(&req.prefix, &torch, profile)?;
+    // Another user's torch is refused before its comgr is even looked at.
+    txn::ensure_root_may_change(&torch.target)?;
     ui.stage("Route", &route.why);
     // What fails is established from the library itself before anything
     // is decided; the fix is made and proven in memory, dry run or not.
@@ -511,26 +513,12 @@ fn describe_target(torch: &Torch) -> String {
     }
 }
 
-/// Ask the loader what the new file would load where it lands, reached by
-/// a name in torch/lib as torch reaches it: everything must resolve, and no
+/// What the new file would load where it lands, in torch/lib, as torch
+/// reaches it (`$ORIGIN` is torch/lib): everything must resolve, and no
 /// runtime torch bundles may come from elsewhere.
 fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
     let sdk = matches!(torch.layout, torch::Layout::RocmSdk(_));
-    let preloaded = torch.preloaded_dirs();
-    let deps = if file.parent() == Some(torch.lib_dir.as_path()) {
-        linker::resolve(file, &preloaded)?
-    } else {
-        let name = torch.lib_dir.join(format!(
-            ".{}.rdna1-patch-check",
-            file.file_name().unwrap_or_default().to_string_lossy()
-        ));
-        let _ = fsutil::remove_own_file(&name);
-        std::os::unix::fs::symlink(file, &name)
-            .with_context(|| format!("cannot create {}", name.display()))?;
-        let deps = linker::resolve(&name, &preloaded);
-        let _ = fsutil::remove_own_file(&name);
-        deps?
-    };
+    let deps = linker::resolve_as_in(file, &torch.lib_dir, &torch.preloaded_dirs())?;
     let missing = linker::missing(&deps);
     if !missing.is_empty() {
         return Err(hint(

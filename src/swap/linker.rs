@@ -1,10 +1,20 @@
-//! What the dynamic loader would load for a library, asked of the loader
-//! itself through `ldd`, so RUNPATH, $ORIGIN, LD_LIBRARY_PATH and
-//! ld.so.cache are honoured exactly as at run time.
+//! What the dynamic loader would load for a library, worked out the way
+//! glibc's loader searches (elf/dl-load.c): RPATH up the chain of loaders,
+//! LD_LIBRARY_PATH, RUNPATH, with `$ORIGIN`, then ld.so.cache and the
+//! default directories, first match by SONAME or file. Only the files' ELF
+//! headers are read: `ldd` runs the loader on the file, which loads the
+//! library its DT_AUDIT names and runs that library's code (as root,
+//! under sudo). Not modelled, as torch's libraries use neither:
+//! `$LIB`/`$PLATFORM` in a path (such a directory is passed over) and the
+//! glibc-hwcaps subdirectories (the baseline copy is taken).
 
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+
+use crate::elf::Loadable;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dep {
@@ -13,47 +23,273 @@ pub struct Dep {
     pub path: Option<PathBuf>,
 }
 
-/// Every library `path` would pull in, directly or not.
+/// glibc's trusted directories: Debian's and Ubuntu's multiarch pair, the
+/// lib64 pair of Fedora and openSUSE, and the plain pair every build has.
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// More objects than any program loads: a loop of names ends here.
+const MAX_OBJECTS: usize = 4096;
+
+/// What the loader looks at besides the files themselves.
+pub(crate) struct System {
+    pub ld_library_path: Option<OsString>,
+    pub cache: super::ld_cache::Cache,
+    pub default_dirs: Vec<PathBuf>,
+}
+
+impl System {
+    /// This process's LD_LIBRARY_PATH, /etc/ld.so.cache and the default
+    /// directories, as a program started from here would see them.
+    pub fn here() -> Result<System> {
+        Ok(System {
+            ld_library_path: std::env::var_os("LD_LIBRARY_PATH"),
+            cache: super::ld_cache::read(Path::new("/etc/ld.so.cache"))
+                .context("cannot read the dynamic loader's cache")?,
+            default_dirs: DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
+        })
+    }
+}
+
+/// Every library `path` would pull in, directly or not, in the loader's
+/// (breadth-first) order; the loader itself left out.
 /// `search` goes ahead of the loader's own path: the directories
 /// whose libraries a preload (rocm_sdk's, RTLD_GLOBAL by absolute path) has
 /// already put in the process, which satisfy a NEEDED entry by SONAME.
 pub fn resolve(path: &Path, search: &[PathBuf]) -> Result<Vec<Dep>> {
-    let mut cmd = std::process::Command::new("ldd");
-    cmd.arg(path);
-    if !search.is_empty() {
-        let mut dirs: Vec<std::ffi::OsString> =
-            search.iter().map(|d| d.as_os_str().to_owned()).collect();
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-            dirs.push(old);
-        }
-        cmd.env("LD_LIBRARY_PATH", dirs.join(std::ffi::OsStr::new(":")));
-    }
-    let out = crate::proc::helper(cmd)
-        .context("cannot run ldd (Debian/Ubuntu: it is in the libc-bin package)")?;
-    if !out.status.success() {
-        bail!("ldd {} failed: {}", path.display(), out.stderr.trim());
-    }
-    Ok(parse(&out.stdout))
+    let dir = path.parent().unwrap_or(Path::new("."));
+    resolve_in(path, dir, search, &System::here()?)
 }
 
-fn parse(text: &str) -> Vec<Dep> {
-    let mut deps = Vec::new();
-    for line in text.lines().map(str::trim) {
-        let Some((name, rest)) = line.split_once(" => ") else {
-            continue;
-        };
-        let rest = rest.trim();
-        let path = if rest.starts_with("not found") {
-            None
-        } else {
-            Some(PathBuf::from(rest.split(" (").next().unwrap_or(rest)))
-        };
-        deps.push(Dep {
-            name: name.to_owned(),
-            path,
-        });
+/// [`resolve`] for `file` as if it lay in `dir` (its `$ORIGIN`): a library
+/// before it is put there.
+pub fn resolve_as_in(file: &Path, dir: &Path, search: &[PathBuf]) -> Result<Vec<Dep>> {
+    resolve_in(file, dir, search, &System::here()?)
+}
+
+pub(crate) fn resolve_in(
+    file: &Path,
+    dir: &Path,
+    search: &[PathBuf],
+    sys: &System,
+) -> Result<Vec<Dep>> {
+    let (elf, id) =
+        open(file).with_context(|| format!("cannot tell what {} loads", file.display()))?;
+    let origin = if dir.is_absolute() {
+        dir.to_owned()
+    } else {
+        std::env::current_dir()?.join(dir)
+    };
+    let main = Object {
+        path: file.to_owned(),
+        origin,
+        id,
+        names: Vec::new(),
+        elf,
+        loader: None,
+    };
+    Walk {
+        objects: vec![main],
+        missing: Vec::new(),
+        deps: Vec::new(),
+        search,
+        sys,
     }
-    deps
+    .run()
+}
+
+/// One file the loader has mapped.
+struct Object {
+    path: PathBuf,
+    origin: PathBuf,
+    /// (device, inode): one file found by two names is mapped once.
+    id: (u64, u64),
+    /// The names it was asked for by.
+    names: Vec<String>,
+    elf: Loadable,
+    /// The object whose NEEDED entry brought it in.
+    loader: Option<usize>,
+}
+
+impl Object {
+    fn answers_to(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name) || self.elf.soname.as_deref() == Some(name)
+    }
+}
+
+fn open(path: &Path) -> Result<(Loadable, (u64, u64))> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let file = crate::fsutil::open_regular(path)?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let elf = crate::elf::dynamic_from(&|b, o| file.read_exact_at(b, o), meta.len())
+        .with_context(|| format!("{} is not a loadable ELF file", path.display()))?;
+    Ok((elf, (meta.dev(), meta.ino())))
+}
+
+/// The dynamic loader itself, which every process already has: ldd names
+/// it apart, not as a dependency.
+fn is_the_loader(name: &str) -> bool {
+    name.starts_with("ld-linux") || name.starts_with("ld64.so")
+}
+
+struct Walk<'a> {
+    objects: Vec<Object>,
+    missing: Vec<String>,
+    deps: Vec<Dep>,
+    search: &'a [PathBuf],
+    sys: &'a System,
+}
+
+impl Walk<'_> {
+    fn run(mut self) -> Result<Vec<Dep>> {
+        let mut next = 0;
+        while next < self.objects.len() {
+            for name in self.objects[next].elf.needed.clone() {
+                if is_the_loader(&name)
+                    || self.objects.iter().any(|o| o.answers_to(&name))
+                    || self.missing.contains(&name)
+                {
+                    continue;
+                }
+                self.load(name, next)?;
+            }
+            next += 1;
+        }
+        Ok(self.deps)
+    }
+
+    fn load(&mut self, name: String, loader: usize) -> Result<()> {
+        let kind = self.objects[0].elf.kind;
+        let found = self
+            .candidates(&name, loader)
+            .into_iter()
+            .find_map(|path| match open(&path) {
+                Ok((elf, id)) if elf.kind == kind => Some((path, elf, id)),
+                _ => None,
+            });
+        let Some((path, elf, id)) = found else {
+            self.deps.push(Dep {
+                name: name.clone(),
+                path: None,
+            });
+            self.missing.push(name);
+            return Ok(());
+        };
+        if let Some(same) = self.objects.iter_mut().find(|o| o.id == id) {
+            same.names.push(name);
+            return Ok(());
+        }
+        if self.objects.len() >= MAX_OBJECTS {
+            bail!(
+                "{} would load more than {MAX_OBJECTS} libraries",
+                self.objects[0].path.display()
+            );
+        }
+        self.deps.push(Dep {
+            name: name.clone(),
+            path: Some(path.clone()),
+        });
+        self.objects.push(Object {
+            origin: path.parent().unwrap_or(Path::new("")).to_owned(),
+            path,
+            id,
+            names: vec![name],
+            elf,
+            loader: Some(loader),
+        });
+        Ok(())
+    }
+
+    /// Where the loader looks for `name`, NEEDED by object `loader`, in
+    /// its order.
+    fn candidates(&self, name: &str, loader: usize) -> Vec<PathBuf> {
+        let by = &self.objects[loader];
+        if name.contains('/') {
+            return expand(name.as_bytes(), &by.origin)
+                .map(PathBuf::from)
+                .into_iter()
+                .collect();
+        }
+        let mut dirs: Vec<PathBuf> = self.search.to_vec();
+        // RPATH, when the one asking has no RUNPATH: its own, then its
+        // loader's, up to the main object.
+        if by.elf.runpath.is_none() {
+            let mut at = Some(loader);
+            while let Some(i) = at {
+                let o = &self.objects[i];
+                if let Some(rpath) = &o.elf.rpath {
+                    dirs.extend(path_list(rpath.as_bytes(), &o.origin));
+                }
+                at = o.loader;
+            }
+        }
+        if let Some(env) = &self.sys.ld_library_path {
+            dirs.extend(path_list(env.as_bytes(), &self.objects[0].origin));
+        }
+        if let Some(runpath) = &by.elf.runpath {
+            dirs.extend(path_list(runpath.as_bytes(), &by.origin));
+        }
+        let mut out: Vec<PathBuf> = dirs.iter().map(|d| d.join(name)).collect();
+        if !by.elf.nodeflib {
+            out.extend(
+                self.sys
+                    .cache
+                    .iter()
+                    .filter(|(key, _)| key == name)
+                    .map(|(_, path)| path.clone()),
+            );
+            out.extend(self.sys.default_dirs.iter().map(|d| d.join(name)));
+        }
+        out
+    }
+}
+
+/// The directories of a colon (or semicolon) separated list, `$ORIGIN`
+/// expanded; an empty entry is the current directory, as for the loader.
+fn path_list(list: &[u8], origin: &Path) -> Vec<PathBuf> {
+    list.split(|b| *b == b':' || *b == b';')
+        .filter_map(|entry| expand(entry, origin))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// `entry` with `$ORIGIN` and `${ORIGIN}` replaced by `origin`; None when
+/// it holds `$LIB` or `$PLATFORM`, whose values are the loader's own. Any
+/// other `$` stays, as for the loader.
+fn expand(entry: &[u8], origin: &Path) -> Option<OsString> {
+    let token = |rest: &[u8], name: &[u8]| -> Option<usize> {
+        let braced = [b"{".as_slice(), name, b"}"].concat();
+        if rest.starts_with(&braced) {
+            return Some(braced.len());
+        }
+        let ends = |b: &u8| !(b.is_ascii_alphanumeric() || *b == b'_');
+        (rest.starts_with(name) && rest.get(name.len()).is_none_or(ends)).then_some(name.len())
+    };
+    let mut out = Vec::with_capacity(entry.len());
+    let mut rest = entry;
+    while let Some(at) = rest.iter().position(|b| *b == b'$') {
+        out.extend_from_slice(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(len) = token(after, b"ORIGIN") {
+            out.extend_from_slice(origin.as_os_str().as_bytes());
+            rest = &after[len..];
+        } else if token(after, b"LIB").is_some() || token(after, b"PLATFORM").is_some() {
+            return None;
+        } else {
+            out.push(b'$');
+            rest = after;
+        }
+    }
+    out.extend_from_slice(rest);
+    Some(OsString::from_vec(out))
 }
 
 /// Names the loader could not find.
@@ -109,26 +345,4 @@ pub fn bundled_names(lib_dir: &Path) -> Result<Vec<String>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_ldd_output() {
-        let deps = parse(
-            "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibamdhip64.so.6 => /opt/rocm/lib/libamdhip64.so.6 (0x00007f)\n\tlibroctx64.so.4 => not found\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n",
-        );
-        assert_eq!(
-            deps,
-            vec![
-                Dep {
-                    name: "libamdhip64.so.6".into(),
-                    path: Some("/opt/rocm/lib/libamdhip64.so.6".into())
-                },
-                Dep {
-                    name: "libroctx64.so.4".into(),
-                    path: None
-                },
-            ]
-        );
-    }
-}
+mod tests;

@@ -1,12 +1,15 @@
 //! The swap into torch: `torch` finds it, `relink` fits the library to it,
-//! `linker` asks the loader, `txn` journals the swap, `into_torch` is the
+//! `linker` works out what the loader would load (reading
+//! ELF headers and `ld_cache`, running nothing), `txn` journals the swap, `into_torch` is the
 //! operation of `install --into-torch`, `out_of_torch` that of `rollback`;
 //! `advice` says what HSA_OVERRIDE_GFX_VERSION torch's GPU code needs.
 
 pub(crate) mod advice;
 pub(crate) mod into_torch;
 pub(crate) mod kernel_cache;
-pub(crate) mod linker;
+pub(crate) mod ld_cache;
+/// Public for the tests that hold its answers against `ldd`'s.
+pub mod linker;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
 pub(crate) mod route;

@@ -314,7 +314,8 @@ fn which_library(
 
 /// The libMIOpen that torch's libtorch_hip.so would load from outside torch
 /// (a distribution's torch linked to the system's MIOpen), as the loader
-/// itself answers (`ldd`: LD_LIBRARY_PATH, ld.so.cache). None when torch
+/// would find it (LD_LIBRARY_PATH, ld.so.cache: `linker`, which reads the
+/// files and runs none of them). None when torch
 /// has no libtorch_hip.so there or it loads no MIOpen.
 fn system_miopen(dir: &Path) -> Option<PathBuf> {
     let hip = dir.join("lib/libtorch_hip.so");

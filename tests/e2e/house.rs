@@ -146,3 +146,35 @@ fn every_python_is_started_isolated() {
         "pythons started without proc::python: {found:#?}"
     );
 }
+
+/// Nothing is resolved by running it: no program in src/ is `ldd`, by name
+/// or by path, nor the loader's trace mode that `ldd` starts (the loader,
+/// run on a file, loads the library its DT_AUDIT names and runs it).
+/// `swap::linker` reads the files instead. Tests in src/ count too: `ldd`
+/// runs only in tests/, on this machine's own programs.
+#[test]
+fn no_program_is_run_to_learn_what_a_library_loads() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![src.clone()];
+    let mut read = 0;
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            read += 1;
+            for (n, line) in text.lines().enumerate() {
+                if line.contains("ldd\"") || line.contains("LD_TRACE_LOADED_OBJECTS") {
+                    let at = p.strip_prefix(&src).unwrap().display().to_string();
+                    offenders.push(format!("src/{at}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(read > 50, "read {read} files of {}", src.display());
+    assert!(offenders.is_empty(), "{offenders:#?}");
+}

@@ -312,6 +312,21 @@ fn bundle_comgr(torch: &FakeTorch) {
     std::fs::copy(debian, bundled).unwrap();
 }
 
+/// Debian's comgr, in a child process of the binary, as verify compiles.
+fn debian_comgr() -> rdna1_patch::kernel_check::Child {
+    let comgr = PathBuf::from("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2");
+    assert!(
+        comgr.exists(),
+        "apt-get install libamd-comgr2 libclang-common-15-dev"
+    );
+    rdna1_patch::kernel_check::Child {
+        exe: crate::support::BIN.into(),
+        comgr,
+        limit: std::time::Duration::from_secs(600),
+        version: Default::default(),
+    }
+}
+
 #[test]
 fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile() {
     let sb = Sandbox::new();
@@ -369,9 +384,8 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
 /// gfx906, which keeps its DPP reduction).
 #[test]
 fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() {
-    use rdna1_patch::{comgr::Comgr, embedded, kernel_check};
-    let comgr = Comgr::open(Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"))
-        .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    use rdna1_patch::{embedded, kernel_check};
+    let comgr = debian_comgr();
     let pristine = std::fs::read(runtime().join("torch/lib/libMIOpen.so")).unwrap();
     let embedded::Fix::Fixed { bytes: fixed, .. } = embedded::fix(&pristine).unwrap() else {
         panic!("the fixture's library is refused");
@@ -402,9 +416,8 @@ fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() 
 /// Debian's comgr, for the RDNA1 targets, the gfx1030 control and gfx906.
 #[test]
 fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
-    use rdna1_patch::{comgr::Comgr, kernel_check, kernel_text};
-    let comgr = Comgr::open(Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"))
-        .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    use rdna1_patch::{kernel_check, kernel_text};
+    let comgr = debian_comgr();
     let patch = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("patches/miopen/bn-gfx101x/0004-batchnorm-gfx101x.patch"),
@@ -436,9 +449,9 @@ fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
             panic!("{k} was not fixed")
         };
         for arch in ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx906"] {
-            let by_patch = kernel_check::compile_text(&comgr, k, patched.as_bytes(), arch);
-            let by_edit = kernel_check::compile_text(&comgr, k, &edited, arch);
-            let pristine = kernel_check::compile_text(&comgr, k, text.as_bytes(), arch);
+            let by_patch = kernel_check::compile_text(&comgr, k, patched.as_bytes(), arch).unwrap();
+            let by_edit = kernel_check::compile_text(&comgr, k, &edited, arch).unwrap();
+            let pristine = kernel_check::compile_text(&comgr, k, text.as_bytes(), arch).unwrap();
             assert!(
                 by_patch.ok() && by_edit.ok(),
                 "{k} on {arch}: {by_patch:?} {by_edit:?}"

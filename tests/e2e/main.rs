@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod build;
+mod comgr;
 mod compat;
 mod conventions;
 mod detection;
@@ -13,6 +14,7 @@ mod hostile;
 mod house;
 mod in_place;
 mod launcher;
+mod linker;
 mod miopen;
 mod monorepo;
 mod newcomer;

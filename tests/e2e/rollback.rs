@@ -123,8 +123,12 @@ fn two_torches_sharing_a_prefix_never_get_each_others_fix() {
     let mut other = std::fs::read(b.miopen()).unwrap();
     other.extend_from_slice(b"another build of libMIOpen");
     std::fs::write(b.miopen(), &other).unwrap();
+    // B's diagnosis and proof are made once beforehand (its dry run keeps
+    // them), so B's real run reaches the lock at once while A holds it.
+    let mut dry = in_place_install(&sb, &b, None);
+    crate::support::Run::from(dry.arg("--dry-run").output().unwrap()).ok();
     let sums = sb.prefix.join("share/rdna1-patch/MD5SUMS");
-    let mut first = in_place_install(&sb, &a, Some("in-place-derived=sleep(2000)"))
+    let mut first = in_place_install(&sb, &a, Some("in-place-derived=sleep(5000)"))
         .spawn()
         .unwrap();
     wait_for(&sums, &mut first);

@@ -175,9 +175,14 @@ fn installed(
     );
     if req.compile {
         match &torch {
-            Some(t) => {
-                crate::inspect::kernels::check(t, &journals, &req.sysfs, &req.compile_for, r)
-            }
+            Some(t) => crate::inspect::kernels::check(
+                t,
+                &journals,
+                &req.sysfs,
+                &req.compile_for,
+                req.timeout,
+                r,
+            ),
             None => r.push(
                 "kernels",
                 Status::Skip,

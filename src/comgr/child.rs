@@ -1,0 +1,308 @@
+//! Compiles through comgr in a child process: this binary again, started
+//! with [`CHILD_ENV`] set (an entry point no help, completion or man page
+//! offers, like the test hooks). The child loads the comgr, reads a
+//! [`Batch`] of jobs on stdin and answers one line per job on stdout as it
+//! goes; the parent holds every compile to a time limit, killing the
+//! child's process group past it. A comgr that hangs, aborts, or answers
+//! without bound costs a failed check, not the run, and none of its code
+//! runs in the process that writes to torch.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use super::Comgr;
+use crate::error::hint;
+
+/// Set (to anything) in the child's environment: `cli::main` then serves a
+/// batch instead of parsing a command line.
+pub const CHILD_ENV: &str = "RDNA1_PATCH_COMGR_CHILD";
+
+/// The most a request may be: every kernel text of two libraries is a few MB.
+const REQUEST_CAP: u64 = 256 << 20;
+/// The most of a compiler's error kept per job: its first lines are what
+/// is shown.
+const ANSWER_CAP: usize = 4096;
+
+/// Kernel texts and the compiles to make of them, for one child.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Batch {
+    pub sources: Vec<Source>,
+    pub jobs: Vec<Job>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Source {
+    /// The file name comgr compiles it as, e.g. `MIOpenBatchNormFwdTrainSpatial.cl`.
+    pub name: String,
+    #[serde(with = "base64_bytes")]
+    pub text: Vec<u8>,
+}
+
+/// One compile: a source of the batch for a target with options.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// Index into [`Batch::sources`].
+    pub source: usize,
+    /// e.g. `gfx1010`.
+    pub target: String,
+    /// All of them: MIOpen's are [`super::MIOPEN_OPTIONS`].
+    pub options: Vec<String>,
+    /// An earlier job of the batch: this one is skipped unless that one
+    /// compiled (the variants of a kernel, after its first failure).
+    pub after: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The code object's SHA-256: two compiles to the same code say so.
+    Compiled(String),
+    /// The compiler's first errors, or what failed.
+    Failed(String),
+    Skipped,
+}
+
+/// What a batch came to, and which comgr said so.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    pub version: (usize, usize),
+    pub answers: Vec<Answer>,
+}
+
+impl Batch {
+    pub fn add_source(&mut self, name: String, text: Vec<u8>) -> usize {
+        self.sources.push(Source { name, text });
+        self.sources.len() - 1
+    }
+
+    pub fn add_job(&mut self, job: Job) -> usize {
+        self.jobs.push(job);
+        self.jobs.len() - 1
+    }
+
+    /// A job, as a person reads it: `MIOpenBatchNormBwdSpatial.cl for gfx1010`.
+    pub fn describe(&self, job: usize) -> String {
+        let j = &self.jobs[job];
+        let name = self.sources.get(j.source).map_or("?", |s| s.name.as_str());
+        format!("{name} for {}", j.target)
+    }
+}
+
+/// Compile `batch` through `comgr` in this process, the child's, calling
+/// `each` with every answer as it comes.
+pub fn run_in_process(comgr: &Comgr, batch: &Batch, mut each: impl FnMut(&Answer)) -> Vec<Answer> {
+    let mut answers: Vec<Answer> = Vec::with_capacity(batch.jobs.len());
+    for (i, job) in batch.jobs.iter().enumerate() {
+        let waits_in_vain = job
+            .after
+            .is_some_and(|a| a >= i || !matches!(answers[a], Answer::Compiled(_)));
+        let answer = match batch.sources.get(job.source) {
+            _ if waits_in_vain => Answer::Skipped,
+            None => Answer::Failed(format!("no source {} in the batch", job.source)),
+            Some(s) => match comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options) {
+                Ok(object) => {
+                    use sha2::Digest;
+                    Answer::Compiled(crate::checksum::hex(&sha2::Sha256::digest(&object)))
+                }
+                Err(e) => Answer::Failed(cut(e, ANSWER_CAP)),
+            },
+        };
+        each(&answer);
+        answers.push(answer);
+    }
+    answers
+}
+
+fn cut(mut text: String, cap: usize) -> String {
+    if text.len() > cap {
+        let mut at = cap;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push_str(" [...]");
+    }
+    text
+}
+
+/// The request the parent writes to the child's stdin.
+#[derive(Serialize, Deserialize)]
+struct Request {
+    comgr: PathBuf,
+    batch: Batch,
+}
+
+/// The child's first line: the comgr it loaded, or why it did not.
+#[derive(Serialize, Deserialize)]
+enum Hello {
+    Loaded((usize, usize)),
+    Refused { error: String, help: Option<String> },
+}
+
+/// Compile `batch` through the comgr at `comgr` in a child process of
+/// `exe` (this binary), each compile (and the load) within `limit`.
+pub fn compile(exe: &Path, comgr: &Path, batch: &Batch, limit: Duration) -> Result<Answers> {
+    let request = serde_json::to_vec(&Request {
+        comgr: comgr.to_owned(),
+        batch: batch.clone(),
+    })?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.env(CHILD_ENV, "1");
+    let jobs = u32::try_from(batch.jobs.len()).unwrap_or(u32::MAX);
+    let total = limit.saturating_mul(jobs.saturating_add(1));
+    let out = crate::proc::run_fed(cmd, request, limit, total)?;
+    let mut lines = out.stdout.lines();
+    let hello: Option<Hello> = lines.next().and_then(|l| serde_json::from_str(l).ok());
+    let version = match hello {
+        Some(Hello::Loaded(v)) => v,
+        Some(Hello::Refused { error, help }) => {
+            return Err(match help {
+                Some(help) => hint(error, help),
+                None => anyhow!(error),
+            });
+        }
+        None if out.status.is_none() => bail!(
+            "comgr {} did not load within {} s, and was stopped",
+            comgr.display(),
+            limit.as_secs()
+        ),
+        None => bail!(
+            "comgr {} could not be loaded{}",
+            comgr.display(),
+            ended(&out)
+        ),
+    };
+    let answers: Vec<Answer> = lines
+        .map_while(|l| serde_json::from_str(l).ok())
+        .take(batch.jobs.len())
+        .collect();
+    if answers.len() < batch.jobs.len() {
+        let at = batch.describe(answers.len());
+        if out.status.is_none() {
+            return Err(hint(
+                format!(
+                    "comgr {} did not finish compiling {at} within {} s, and was stopped",
+                    comgr.display(),
+                    limit.as_secs()
+                ),
+                "a compile takes seconds: this comgr hangs on MIOpen's kernels (--timeout SECS gives each compile longer)",
+            ));
+        }
+        bail!(
+            "comgr {} failed compiling {at}{}",
+            comgr.display(),
+            ended(&out)
+        );
+    }
+    Ok(Answers { version, answers })
+}
+
+/// How a child that stopped short ended, and the last thing it said.
+fn ended(out: &crate::proc::Output) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match out.status {
+        Some(s) => match s.signal() {
+            Some(sig) => format!(": the compile died of signal {sig} ({})", signal_name(sig)),
+            None => format!(
+                ": the compile exited with status {}",
+                s.code().unwrap_or(-1)
+            ),
+        },
+        None => String::new(),
+    };
+    let said = out.stderr.lines().rev().find(|l| !l.trim().is_empty());
+    match said {
+        Some(l) => format!("{how}; it said: {}", cut(l.trim().to_owned(), 500)),
+        None => how,
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        _ => "a signal",
+    }
+}
+
+/// The child's side: load the comgr the request names, compile its batch,
+/// one answer a line. Its own stdout is kept for the answers; anything the
+/// comgr prints goes to stderr, which the parent reads apart.
+pub fn serve() -> std::process::ExitCode {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain descriptor calls at the start of the process, before
+    // any thread or library uses descriptors 1 and 2. The kept copy is
+    // close-on-exec: a program comgr starts never writes to it.
+    let mut answers = unsafe {
+        let kept = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+        if kept < 0 || libc::dup2(2, 1) < 0 {
+            return std::process::ExitCode::from(2);
+        }
+        std::fs::File::from_raw_fd(kept)
+    };
+    let mut say = |line: String| {
+        // A parent gone (killed, or past its limit) ends the child too.
+        if writeln!(answers, "{line}")
+            .and_then(|()| answers.flush())
+            .is_err()
+        {
+            std::process::exit(2);
+        }
+    };
+    let refused = |e: &anyhow::Error| {
+        serde_json::to_string(&Hello::Refused {
+            error: format!("{e:#}"),
+            help: crate::error::help(e).map(str::to_owned),
+        })
+        .unwrap_or_default()
+    };
+    let request = read_request();
+    let loaded = request.and_then(|r| Ok((Comgr::open(&r.comgr)?, r.batch)));
+    let (comgr, batch) = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            say(refused(&e));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    say(serde_json::to_string(&Hello::Loaded(comgr.version)).unwrap_or_default());
+    run_in_process(&comgr, &batch, |a| {
+        say(serde_json::to_string(a).unwrap_or_default());
+    });
+    std::process::ExitCode::SUCCESS
+}
+
+fn read_request() -> Result<Request> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(REQUEST_CAP + 1)
+        .read_to_end(&mut bytes)
+        .context("cannot read the compile request")?;
+    if bytes.len() as u64 > REQUEST_CAP {
+        bail!("the compile request is over {} MiB", REQUEST_CAP >> 20);
+    }
+    serde_json::from_slice(&bytes).context("the compile request does not parse")
+}
+
+/// Bytes as base64 in JSON: kernel texts need not be UTF-8.
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,212 @@
+//! What a library would load, read from the files and never run: the
+//! resolver's answers against the loader's own (`ldd`, run here by the
+//! tests on this machine's programs, never by the tool), and a library
+//! whose DT_AUDIT names code to run, which no command runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rdna1_patch::swap::linker::{self, Dep};
+use rdna1_testkit::{FakeTorch, TorchKind, fat_library_linking};
+
+use crate::support::{Run, Sandbox, runtime};
+
+/// What the loader itself says `path` loads, in its order: `ldd`'s
+/// "name => path" lines (the vDSO and the loader have none).
+fn ldd(path: &Path) -> Vec<Dep> {
+    let out = rdna1_testkit::run(Command::new("ldd").arg(path));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().split_once(" => "))
+        .map(|(name, rest)| Dep {
+            name: name.to_owned(),
+            path: (!rest.starts_with("not found"))
+                .then(|| PathBuf::from(rest.split(" (").next().unwrap())),
+        })
+        .collect()
+}
+
+/// Programs and libraries CI installs (python3, git, cmake, clang with its
+/// `$ORIGIN/../lib` RUNPATH, Debian's comgr) and the fake runtime's, whose
+/// RUNPATH and RPATH name `$ORIGIN`: the same libraries, from the same
+/// files, in the same order as the loader's.
+#[test]
+fn the_resolver_answers_as_the_loader_does_on_real_programs() {
+    let mut files: Vec<PathBuf> = [
+        "/usr/bin/python3",
+        "/usr/bin/git",
+        "/usr/bin/cmake",
+        "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2",
+    ]
+    .map(PathBuf::from)
+    .to_vec();
+    files.push(Path::new("/usr/bin/clang").canonicalize().unwrap());
+    for dir in ["torch/lib", "sdk/libraries/lib", "sdk/torch/lib"] {
+        for e in std::fs::read_dir(runtime().join(dir)).unwrap() {
+            files.push(e.unwrap().path());
+        }
+    }
+    let mut compared = 0;
+    for f in &files {
+        let want = ldd(f);
+        let got = linker::resolve(f, &[]).unwrap();
+        assert_eq!(got, want, "{}", f.display());
+        compared += want.len();
+    }
+    assert!(compared > 50, "{compared} libraries compared");
+}
+
+/// A library of `dir` whose constructor leaves `marker` behind: what a
+/// DT_AUDIT entry makes the loader run in `ldd`.
+fn auditor(dir: &Path, marker: &Path) -> PathBuf {
+    let src = dir.join("audit.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n\
+             __attribute__((constructor)) static void ran(void) {{\n\
+             FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n\
+             unsigned int la_version(unsigned int v) {{ return v; }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let lib = dir.join("libaudit.so");
+    rdna1_testkit::run(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src),
+    );
+    lib
+}
+
+/// A native torch (code for gfx1010) whose libtorch_hip.so and libMIOpen.so
+/// name `audit` in DT_AUDIT; otherwise the fake runtime's.
+fn audited_torch(sb: &Sandbox, audit: &Path) -> FakeTorch {
+    let torch = FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Rocm,
+        "2.6.0+rocm6.4",
+        "6.4.43484-123eb5128",
+    );
+    // The comgr torch bundles, through which the in-place fix is proven.
+    std::os::unix::fs::symlink(
+        crate::diagnosis::DEBIAN_COMGR,
+        torch.lib.join("libamd_comgr.so.2"),
+    )
+    .unwrap();
+    let lib = torch.lib.display().to_string();
+    let flag = format!("-Wl,--audit,{}", audit.display());
+    let hip = fat_library_linking(
+        &sb.root,
+        &["gfx1010"],
+        &[
+            "-L",
+            &lib,
+            "-lMIOpen",
+            "-lamdhip64",
+            "-Wl,-rpath,$ORIGIN",
+            &flag,
+        ],
+    );
+    std::fs::copy(hip, torch.lib.join("libtorch_hip.so")).unwrap();
+    // The fake runtime's MIOpen again, from its sources and embedded
+    // kernel texts, with the audit entry.
+    let src = rdna1_testkit::fixtures().join("fake-runtime");
+    let kernels = runtime().parent().unwrap().join("build/kernels.c");
+    let miopen = sb.root.join("libMIOpen.so");
+    rdna1_testkit::run(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libMIOpen.so"])
+            .arg(src.join("miopen_stock.c"))
+            .arg(&kernels)
+            .args([
+                "-L",
+                &lib,
+                "-l:libamdhip64.so",
+                "-Wl,-rpath,$ORIGIN",
+                &flag,
+                "-o",
+            ])
+            .arg(&miopen),
+    );
+    std::fs::copy(miopen, torch.miopen()).unwrap();
+    torch
+}
+
+#[test]
+fn no_command_runs_the_library_a_dt_audit_entry_names() {
+    let sb = Sandbox::new();
+    let marker = sb.root.join("audit-ran");
+    let audit = auditor(&sb.root, &marker);
+    let torch = audited_torch(&sb, &audit);
+    // The commands that ran it, each time taking its trace away.
+    let ran = std::cell::RefCell::new(Vec::new());
+    let after = |command: &'static str| {
+        if std::fs::remove_file(&marker).is_ok() {
+            ran.borrow_mut().push(command);
+        }
+    };
+    // The loader itself runs it: what `ldd` did for the tool.
+    rdna1_testkit::run(Command::new("ldd").arg(torch.lib.join("libtorch_hip.so")));
+    after("ldd");
+    assert_eq!(*ran.borrow(), ["ldd"], "the auditor is real");
+
+    sb.install(&["--profile", "rocm-6.4.3"])
+        .ok()
+        .says("4 of 5 kernel texts fixed")
+        .says("Installed");
+    after("install");
+    sb.run(&["doctor", "--need-space", "0", "--python", "python3"])
+        .prints(&format!(
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {}; torch/lib: torch loads {}",
+            torch.dir.display(),
+            torch.miopen().display()
+        ));
+    after("doctor");
+    sb.verify(&["--profile", "rocm-6.4.3", "--python", "python3"])
+        .ok()
+        .prints("all 1 libraries resolve; none is a second copy")
+        .prints("no problem found");
+    after("verify");
+    sb.rollback(&[]).ok().says("copied back from the backup");
+    after("rollback");
+
+    // torch on the system's MIOpen: what libtorch_hip.so loads is worked
+    // out to say so.
+    let system = sb.root.join("usr-lib");
+    std::fs::create_dir_all(&system).unwrap();
+    std::fs::rename(torch.miopen(), system.join("libMIOpen.so")).unwrap();
+    let on_system = |args: &[&str]| {
+        let mut c = sb.cmd();
+        c.env("LD_LIBRARY_PATH", &system).args(args);
+        Run::from(c.output().unwrap())
+    };
+    let refused = format!(
+        "torch 2.6.0+rocm6.4 (hip 6.4.43484-123eb5128) at {} has no MIOpen of its own: it loads {}/libMIOpen.so, from the system's library path",
+        torch.dir.display(),
+        system.display()
+    );
+    let help = "that library belongs to your package manager and to every program here that uses MIOpen, and rdna1-patch never edits it. Give torch an MIOpen of its own: in a venv, TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch` fixes it in place in seconds";
+    let prefix = sb.prefix.display().to_string();
+    on_system(&[
+        "install",
+        "--into-torch",
+        "--prefix",
+        &prefix,
+        "--state-dir",
+        &sb.state(),
+        "--python",
+        "python3",
+    ])
+    .fails_with(&format!("error: {refused}\nhelp: {help}"));
+    after("install, torch on the system's MIOpen");
+    on_system(&["doctor", "--need-space", "0", "--python", "python3"])
+        .prints(&format!("warn  torch     {refused}"))
+        .prints(&format!("fix: {help}"));
+    after("doctor, torch on the system's MIOpen");
+    assert_eq!(*ran.borrow(), ["ldd"], "commands that ran the auditor");
+}
