@@ -25,25 +25,14 @@ pub struct Trusted {
 /// whom the user trusts.
 pub fn trust(key: &str) -> Result<Trusted> {
     let public = read_key(key)?;
-    let shown = config::path().context(
-        "no config dir: neither RDNA1_PATCH_CONFIG nor a home directory says where the config goes",
-    )?;
-    // A config that is a symlink (a dotfiles repository's) is edited where
-    // it points, so the link stays and its target gets the key.
-    let path = shown.canonicalize().unwrap_or_else(|_| shown.clone());
-    if let Some(dir) = path.parent() {
-        crate::fsutil::create_dir_all(dir)?;
-    }
-    // Two runs at once must not each add their key to the same old text,
-    // the second write losing the first's key.
-    let _lock = crate::fsutil::lock_dir(path.parent().unwrap_or(Path::new("/")))?;
-    refuse_read_only(&path)?;
+    let Editing {
+        shown,
+        path,
+        text,
+        _lock,
+    } = editing()?;
     // The file as it is must already be one rdna1-patch reads.
     let existing = Config::load()?.trusted()?;
-    let text = match path.exists() {
-        true => crate::fsutil::read_small(&path, 1 << 20)?,
-        false => String::new(),
-    };
     let key_id = super::sign::key_id(&public.to_bytes()[2..10]);
     let line = public.to_base64();
     if existing.iter().any(|k| k.to_bytes() == public.to_bytes()) {
@@ -65,6 +54,102 @@ pub fn trust(key: &str) -> Result<Trusted> {
         key_id,
         added: true,
     })
+}
+
+/// The config, open for an edit: its name as the user knows it, the file
+/// it is (a symlinked config, a dotfiles repository's, is edited where it
+/// points, so the link stays), its text, and the lock on its directory
+/// that two runs at once wait on (else the second write loses the first's
+/// key).
+struct Editing {
+    shown: PathBuf,
+    path: PathBuf,
+    text: String,
+    _lock: std::fs::File,
+}
+
+fn editing() -> Result<Editing> {
+    let shown = config::path().context(
+        "no config dir: neither RDNA1_PATCH_CONFIG nor a home directory says where the config goes",
+    )?;
+    let path = shown.canonicalize().unwrap_or_else(|_| shown.clone());
+    if let Some(dir) = path.parent() {
+        crate::fsutil::create_dir_all(dir)?;
+    }
+    let _lock = crate::fsutil::lock_dir(path.parent().unwrap_or(Path::new("/")))?;
+    refuse_read_only(&path)?;
+    let text = match path.exists() {
+        true => crate::fsutil::read_small(&path, 1 << 20)?,
+        false => String::new(),
+    };
+    Ok(Editing {
+        shown,
+        path,
+        text,
+        _lock,
+    })
+}
+
+/// Every trusted key: its id and the entry that names it.
+pub struct Listed {
+    pub config: String,
+    pub keys: Vec<(String, String)>,
+}
+
+/// `trust --list`.
+pub fn list() -> Result<Listed> {
+    let config = Config::load()?;
+    let keys = config.trusted()?;
+    Ok(Listed {
+        config: config.describe(),
+        keys: keys
+            .iter()
+            .zip(&config.trusted_keys)
+            .map(|(k, entry)| (super::sign::key_id(&k.to_bytes()[2..10]), entry.clone()))
+            .collect(),
+    })
+}
+
+/// `trust --remove KEY`: KEY is a key id as `trust --list` shows it, a key
+/// string, or a `.pub` file. Every entry naming that key goes; the rest of
+/// the file is kept. The ids removed, and the config.
+pub fn remove(key: &str) -> Result<(Vec<String>, PathBuf)> {
+    let Editing {
+        shown,
+        path,
+        text,
+        _lock,
+    } = editing()?;
+    let listed = list()?;
+    let wanted = match read_key(key) {
+        Ok(k) => super::sign::key_id(&k.to_bytes()[2..10]),
+        Err(_) => key.trim().to_ascii_uppercase(),
+    };
+    let gone: Vec<&(String, String)> = listed.keys.iter().filter(|(id, _)| *id == wanted).collect();
+    if gone.is_empty() {
+        return Err(hint(
+            format!(
+                "no trusted key in {} is {key}; nothing was changed",
+                shown.display()
+            ),
+            "`rdna1-patch trust --list` shows the trusted keys and their ids",
+        ));
+    }
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if let Some(list) = doc
+        .get_mut("trusted-keys")
+        .and_then(toml_edit::Item::as_array_mut)
+    {
+        list.retain(|v| {
+            !gone
+                .iter()
+                .any(|(_, entry)| v.as_str() == Some(entry.as_str()))
+        });
+    }
+    write(&path, &doc.to_string())?;
+    Ok((gone.iter().map(|(id, _)| id.clone()).collect(), shown))
 }
 
 /// A config the user made read-only is theirs to change, not ours.

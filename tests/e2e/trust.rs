@@ -86,3 +86,55 @@ help: make it writable (`chmod u+w {0}`) and run this again, or add the key to i
     ));
     assert_eq!(std::fs::read_to_string(&config).unwrap(), "# locked\n");
 }
+
+fn run(sb: &Sandbox, config: &Path, args: &[&str]) -> Run {
+    Run::from(
+        sb.cmd()
+            .env("RDNA1_PATCH_CONFIG", config)
+            .args(args)
+            .output()
+            .unwrap(),
+    )
+}
+
+/// Issue 46: keys can be listed and removed, as `trust` adds them (under
+/// the lock, the rest of the file kept); it was clap's "to pass '--list'
+/// as a value, use '-- --list'".
+#[test]
+fn trusted_keys_are_listed_and_removed() {
+    let sb = Sandbox::new();
+    let config = sb.root.join("config.toml");
+    std::fs::write(&config, "# the team's\ncaches = [\"oci://h/r\"]\n").unwrap();
+    for n in [1, 2] {
+        run(&sb, &config, &["trust", &key(n)]).ok();
+    }
+    let listed = run(&sb, &config, &["trust", "--list"]).ok().stdout;
+    assert_eq!(
+        listed,
+        format!(
+            "0101010101010101  {}\n0202020202020202  {}\n",
+            key(1),
+            key(2)
+        )
+    );
+    run(&sb, &config, &["trust", "--remove", "0101010101010101"])
+        .ok()
+        .says(&format!(
+            "Untrusted key 0101010101010101 in {}: builds it signed are no longer taken",
+            config.display()
+        ));
+    assert_eq!(trusted(&config), vec![key(2)]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        text.starts_with("# the team's\ncaches = [\"oci://h/r\"]\n"),
+        "{text}"
+    );
+    // By its key string too; an unknown one changes nothing.
+    run(&sb, &config, &["trust", "--remove", &key(2)]).ok();
+    assert_eq!(trusted(&config), Vec::<String>::new());
+    run(&sb, &config, &["trust", "--remove", "0303030303030303"]).fails_with(&format!(
+        "error: no trusted key in {} is 0303030303030303; nothing was changed
+help: `rdna1-patch trust --list` shows the trusted keys and their ids",
+        config.display()
+    ));
+}
