@@ -143,7 +143,8 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
     })?;
     let found_by = edit.found_by;
     for (t, n) in &edit.changed {
-        ui.stage("Fixed", format!("{} ({n} batch-norm decisions)", t.name));
+        let decisions = crate::output::count(*n, "batch-norm decision", "batch-norm decisions");
+        ui.stage("Fixed", format!("{} ({decisions})", t.name));
     }
     let texts = edit
         .changed

@@ -110,3 +110,20 @@ macro_rules! errln {
         $crate::output::err_line(format_args!($($arg)*))
     };
 }
+
+/// "1 decision", "2 decisions"; "the marker", "all 3 markers": counts said
+/// as a person says them.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("1 {one}"),
+        _ => format!("{n} {many}"),
+    }
+}
+
+/// "the 1 marker is" reads wrong: "the marker", or "all 3 markers".
+pub fn all(n: usize, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("the {one}"),
+        _ => format!("all {n} {many}"),
+    }
+}

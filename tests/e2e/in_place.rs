@@ -89,8 +89,8 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
 
     let run = install(&sb, &[]).ok();
     run.says("Fixed MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL (2 batch-norm decisions)")
-        .says("Fixed MIOPEN_KERNEL_BATCHNORM_FUNCTIONS_INCLUDE (1 batch-norm decisions)")
-        .says("Fixed MIOPEN_KERNEL_CONFIGURATION_INCLUDE (1 batch-norm decisions)")
+        .says("Fixed MIOPEN_KERNEL_BATCHNORM_FUNCTIONS_INCLUDE (1 batch-norm decision)")
+        .says("Fixed MIOPEN_KERNEL_CONFIGURATION_INCLUDE (1 batch-norm decision)")
         .says("4 of 5 kernel texts fixed (found by dynamic symbols)")
         .says("no relink")
         .says("Installed");

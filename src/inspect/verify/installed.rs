@@ -203,9 +203,14 @@ pub(super) fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckRe
             "links",
             Status::Ok,
             format!(
-                "all {} libraries {} needs resolve",
-                deps.len(),
-                library.display()
+                "{} {} needs {}",
+                crate::output::all(deps.len(), "library", "libraries"),
+                library.display(),
+                if deps.len() == 1 {
+                    "resolves"
+                } else {
+                    "resolve"
+                }
             ),
         );
     };
@@ -231,8 +236,13 @@ pub(super) fn check_links(library: &Path, torch: Option<&Torch>, r: &mut CheckRe
             "links",
             Status::Ok,
             format!(
-                "all {} libraries resolve; none is a second copy of a library in {}",
-                deps.len(),
+                "{} {}; none is a second copy of a library in {}",
+                crate::output::all(deps.len(), "library", "libraries"),
+                if deps.len() == 1 {
+                    "resolves"
+                } else {
+                    "resolve"
+                },
                 torch
                     .runtime_dirs()
                     .iter()

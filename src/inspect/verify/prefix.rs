@@ -128,8 +128,9 @@ pub(super) fn check_markers(
                     "patches",
                     Status::Ok,
                     format!(
-                        "all {} markers are in {}'s read-only data",
-                        markers.len(),
+                        "{} {} in {}'s read-only data",
+                        crate::output::all(markers.len(), "marker", "markers"),
+                        if markers.len() == 1 { "is" } else { "are" },
                         library.display()
                     ),
                 );
