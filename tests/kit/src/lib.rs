@@ -123,7 +123,12 @@ pub fn fat_library_linking(
     )
     .unwrap();
     let out = dir.join(format!("libtorch_hip-{}.so", archs.join("-")));
+    // clang 14's HIP driver leaves an empty `k-XXXXXX` dir in $TMPDIR per
+    // compile: give it one inside `dir`, which goes with the test.
+    let tmp = dir.join("clang-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let mut c = std::process::Command::new("clang++");
+    c.env("TMPDIR", &tmp);
     c.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fPIC", "-shared"]);
     for a in archs {
         c.arg(format!("--offload-arch={a}"));
