@@ -250,70 +250,16 @@ fn variants(text: &[u8]) -> Vec<u32> {
     variants
 }
 
-/// What a batch-norm solver passes: fp32, sizes that select `variant`
-/// (N=32, C=64, a 1024 group; HW <= 512 for 0, > 1024 for 1 and 2,
-/// between for 3), and each `MIO_BN_GFX<n>X` the text names, 1 when
-/// `arch` is of that family.
+/// What a batch-norm solver passes for `variant` in fp32: the one define
+/// set the diagnosis compiles with too (`verdict::defines`).
 fn defines(text: &[u8], arch: &str, variant: Option<u32>) -> Vec<String> {
-    let hw: u64 = match variant {
-        Some(0) => 256,
-        Some(1 | 2) => 4096,
-        _ => 1024,
-    };
-    let grp = if variant.is_some() { 1024 } else { 256 };
-    let nhw = 32 * hw;
-    let mut d: Vec<String> = [
-        "MIO_SAVE_MEAN_VARIANCE=1",
-        "MIO_RUNNING_RESULT=1",
-        "MIO_BN_N=32",
-        "MIO_BN_C=64",
-        "MIO_BN_GRP1=1",
-        "MIO_BN_GRP2=1",
-        "MIO_BN_NGRPS=4",
-        "MIO_BN_USESAVED=1",
-        "MIO_WAVESIZE=64",
-        "MIO_LAYOUT_NHWC=0",
-        "MIO_BN_CBA_WRITE_INTERMEDIATE=0",
-        "MIOPEN_YES_ACTIV=1",
-        "MIOPEN_NRN_OP_ID=3",
-        "MIOPEN_READ_UNIT=4",
-        "MIOPEN_READ_TYPE=_FLOAT4",
-        "MIOPEN_USE_FP16=0",
-        "MIOPEN_USE_FP32=1",
-        "MIOPEN_USE_FPMIX=0",
-    ]
-    .iter()
-    .map(|s| format!("-D{s}"))
-    .collect();
-    d.extend([
-        format!("-DMIO_BN_HW={hw}"),
-        format!("-DMIO_BN_NHW={nhw}"),
-        format!("-DMIO_BN_CHW={}", 64 * hw),
-        format!("-DMIO_BN_NCHW={}", 32 * 64 * hw),
-        format!("-DMIO_BN_NHW_FLOAT={}", (nhw as f32).to_bits()),
-        format!("-DMIO_BN_GRP0={grp}"),
-        format!("-DMIO_BN_LDS_SIZE={grp}"),
-        format!("-DMIO_BN_LDSGCN_SIZE={}", grp / 64),
-    ]);
-    if let Some(v) = variant {
-        d.push(format!("-DMIO_BN_VARIANT={v}"));
-    }
-    let mut families: Vec<String> = String::from_utf8_lossy(text)
-        .match_indices("MIO_BN_GFX")
-        .filter_map(|(i, _)| {
-            let digits: String = text[i + 10..]
-                .iter()
-                .take_while(|b| b.is_ascii_digit())
-                .map(|b| *b as char)
-                .collect();
-            (text.get(i + 10 + digits.len()) == Some(&b'X') && !digits.is_empty()).then_some(digits)
-        })
-        .collect();
-    families.sort();
-    families.dedup();
-    for f in families {
-        let on = arch.strip_prefix("gfx").is_some_and(|a| a.starts_with(&f));
-        d.push(format!("-DMIO_BN_GFX{f}X={}", u8::from(on)));
-    }
-    d
+    crate::verdict::defines(
+        text,
+        arch,
+        &crate::verdict::Case {
+            variant,
+            ty: crate::verdict::Type::Fp32,
+            nhwc: false,
+        },
+    )
 }

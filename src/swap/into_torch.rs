@@ -276,11 +276,17 @@ fn prepare<'a>(
     }
     let build = check_build(&req.prefix, req.jobs)?;
     if req.dry_run {
+        // What the real run refuses first, the dry run refuses too: a
+        // python with no torch has nothing to install into.
+        let torch = torch::locate(&req.torch)?;
+        check_versions(&build, &torch, req.force, ui)?;
         ui.stage(
             "Route",
             format!(
-                "would install the build in {} (dry run: nothing was changed)",
-                req.prefix.display()
+                "would install the build in {} into torch {} at {} (dry run: nothing was changed)",
+                req.prefix.display(),
+                torch.version,
+                torch.dir.display()
             ),
         );
         return Ok(None);

@@ -91,3 +91,24 @@ help: a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSI
     assert!(!sb.prefix.exists());
     let _ = torch;
 }
+
+/// `install --into-torch --dry-run` with no torch in that python said it
+/// would install; it now says what the real run says, and names the torch
+/// when there is one.
+#[test]
+fn a_dry_run_with_no_torch_says_what_the_real_run_says() {
+    let sb = Sandbox::built();
+    for dry in [true, false] {
+        let mut args = vec!["--python", "python3"];
+        if dry {
+            args.push("--dry-run");
+        }
+        sb.install(&args).fails().says("has no torch installed");
+    }
+    let torch = sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
+    sb.install(&["--dry-run"]).ok().says(&format!(
+        "would install the build in {} into torch 2.5.1+rocm6.2 at {} (dry run: nothing was changed)",
+        sb.prefix.display(),
+        torch.dir.canonicalize().unwrap().display()
+    ));
+}
