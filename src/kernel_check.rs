@@ -124,7 +124,7 @@ pub fn texts(batch: &mut Batch, library: &[u8]) -> anyhow::Result<Texts> {
 }
 
 fn add_text(batch: &mut Batch, name: &str, text: &[u8]) -> (usize, Vec<u32>) {
-    let variants = variants(text);
+    let variants = crate::verdict::variants(text);
     (
         batch.add_source(format!("{name}.cl"), text.to_vec()),
         variants,
@@ -226,28 +226,6 @@ pub fn compile_text(c: &impl Compiler, name: &str, text: &[u8], arch: &str) -> a
     let plan = plan(&mut batch, &found, arch);
     let answers = c.compile(&batch)?.answers;
     Ok(plan.rows(&answers).remove(0))
-}
-
-/// The variants a text selects with `MIO_BN_VARIANT == n`, in order.
-fn variants(text: &[u8]) -> Vec<u32> {
-    let mut variants: Vec<u32> = String::from_utf8_lossy(text)
-        .match_indices("MIO_BN_VARIANT")
-        .filter_map(|(i, _)| {
-            let rest = text.get(i + 14..)?;
-            let rest = std::str::from_utf8(rest)
-                .ok()?
-                .trim_start()
-                .strip_prefix("==")?;
-            rest.trim_start()
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    variants.sort_unstable();
-    variants.dedup();
-    variants
 }
 
 /// What a batch-norm solver passes for `variant` in fp32: the one define

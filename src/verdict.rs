@@ -447,10 +447,8 @@ pub fn first_error(log: &str) -> String {
     s
 }
 
-/// Every case a solver may compile `text` in: its `MIO_BN_VARIANT`s, the
-/// data types when it reads `MIOPEN_USE_FP16`, both layouts when it reads
-/// `MIO_LAYOUT_NHWC`.
-pub fn cases(text: &[u8]) -> Vec<Case> {
+/// The variants a text selects with `MIO_BN_VARIANT == n`, in order.
+pub fn variants(text: &[u8]) -> Vec<u32> {
     let s = String::from_utf8_lossy(text);
     let mut variants: Vec<u32> = s
         .match_indices("MIO_BN_VARIANT")
@@ -465,6 +463,15 @@ pub fn cases(text: &[u8]) -> Vec<Case> {
         .collect();
     variants.sort_unstable();
     variants.dedup();
+    variants
+}
+
+/// Every case a solver may compile `text` in: its `MIO_BN_VARIANT`s, the
+/// data types when it reads `MIOPEN_USE_FP16`, both layouts when it reads
+/// `MIO_LAYOUT_NHWC`.
+pub fn cases(text: &[u8]) -> Vec<Case> {
+    let s = String::from_utf8_lossy(text);
+    let variants = variants(text);
     let variants: Vec<Option<u32>> = match variants.is_empty() {
         true => vec![None],
         false => variants.into_iter().map(Some).collect(),

@@ -25,12 +25,8 @@ pub struct Trusted {
 /// whom the user trusts.
 pub fn trust(key: &str) -> Result<Trusted> {
     let public = read_key(key)?;
-    let Editing {
-        shown,
-        path,
-        text,
-        _lock,
-    } = editing()?;
+    let ed = editing()?;
+    let (shown, path, text) = (ed.shown.clone(), ed.path.clone(), &ed.text);
     // The file as it is must already be one rdna1-patch reads.
     let existing = Config::load()?.trusted()?;
     let key_id = super::sign::key_id(&public.to_bytes()[2..10]);
@@ -42,7 +38,7 @@ pub fn trust(key: &str) -> Result<Trusted> {
             added: false,
         });
     }
-    let new = with_key(&text, &line).map_err(|why| {
+    let new = with_key(text, &line).map_err(|why| {
         hint(
             format!("cannot add the key to {}: {why}", path.display()),
             "fix trusted-keys by hand (a list of key strings), or move the file away",
@@ -114,12 +110,8 @@ pub fn list() -> Result<Listed> {
 /// string, or a `.pub` file. Every entry naming that key goes; the rest of
 /// the file is kept. The ids removed, and the config.
 pub fn remove(key: &str) -> Result<(Vec<String>, PathBuf)> {
-    let Editing {
-        shown,
-        path,
-        text,
-        _lock,
-    } = editing()?;
+    let ed = editing()?;
+    let (shown, path, text) = (&ed.shown, &ed.path, &ed.text);
     let listed = list()?;
     let wanted = match read_key(key) {
         Ok(k) => super::sign::key_id(&k.to_bytes()[2..10]),
@@ -148,8 +140,11 @@ pub fn remove(key: &str) -> Result<(Vec<String>, PathBuf)> {
                 .any(|(_, entry)| v.as_str() == Some(entry.as_str()))
         });
     }
-    write(&path, &doc.to_string())?;
-    Ok((gone.iter().map(|(id, _)| id.clone()).collect(), shown))
+    write(path, &doc.to_string())?;
+    Ok((
+        gone.iter().map(|(id, _)| id.clone()).collect(),
+        shown.clone(),
+    ))
 }
 
 /// A config the user made read-only is theirs to change, not ours.
