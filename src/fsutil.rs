@@ -203,9 +203,10 @@ pub fn is_git_dir_name(name: &std::ffi::OsStr) -> bool {
 /// there and removed at once. Permission bits, read-only mounts and ACLs
 /// are all answered by the kernel, as the real write will be.
 pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
-    tempfile::Builder::new()
-        .prefix(".rdna1-patch-probe")
-        .tempfile_in(dir)
+    // An unnamed file (O_TMPFILE where the filesystem has it, else one
+    // unlinked at once): a run killed here leaves no name behind, as
+    // `cargo xtask killtest` found a named probe could.
+    tempfile::tempfile_in(dir)
         .map(drop)
         // tempfile names its random probe file in the error; the user needs
         // only the reason.
