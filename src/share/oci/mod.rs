@@ -229,7 +229,12 @@ impl Store {
 
     pub fn put_small_blob(&self, data: &[u8]) -> Result<String> {
         let digest = sha256_digest(data);
-        let tmp = tempfile::NamedTempFile::new()?;
+        // In publish's scratch dir, named by this process like its layer:
+        // a publish killed here leaves nothing in $TMPDIR, and the next
+        // publish removes what a gone process left there.
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("layer-{}-", std::process::id()))
+            .tempfile_in(super::scratch()?)?;
         std::fs::write(tmp.path(), data)?;
         match self {
             Store::Registry(r) => {
