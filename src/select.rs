@@ -133,7 +133,7 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
             "torch's MIOpen sees the real chip ({what}) and every fix of profile {name} is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build"
         )),
         Chip::Native(what) => Plan::Build(format!(
-            "MIOpen sees the real chip ({what}); profile {name} is built"
+            "MIOpen sees the real chip ({what}); profile {name} would be built (`rdna1-patch build miopen`)"
         )),
         Chip::Override(what) if route::batch_norm_only(profile) => Plan::Inert(format!(
             "{what}: torch runs under HSA_OVERRIDE_GFX_VERSION=10.3.0, MIOpen compiles its kernels for gfx1030, and every patch of profile {name} fixes batch norm's kernels for gfx101x, so a build would change nothing"
@@ -142,7 +142,7 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
             "{what}: under HSA_OVERRIDE_GFX_VERSION=10.3.0 the batch-norm patch of profile {name} is inert, its detection and fast-Find patches act"
         )),
         Chip::Unknown(what) => Plan::Build(format!(
-            "{what}, so what MIOpen sees is not known; profile {name} is built"
+            "{what}, so what MIOpen sees is not known; profile {name} would be built (`rdna1-patch build miopen`)"
         )),
     }
 }

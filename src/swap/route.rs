@@ -167,7 +167,7 @@ pub fn choose(
         _ => Route {
             choice: Choice::Built,
             why: format!(
-                "profile {} is built (nothing in the prefix yet)",
+                "profile {} would be built first: nothing is in the prefix yet (`rdna1-patch build miopen`)",
                 profile.name
             ),
         },

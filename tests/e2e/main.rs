@@ -34,4 +34,5 @@ mod support;
 mod targets;
 mod torch;
 mod trust;
+mod uninstall;
 mod verify;

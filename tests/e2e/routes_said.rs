@@ -112,3 +112,17 @@ fn a_dry_run_with_no_torch_says_what_the_real_run_says() {
         torch.dir.canonicalize().unwrap().display()
     ));
 }
+
+/// Issue 46's words: doctor's route row said "profile rocm-6.2.4 is
+/// built" of a build nothing had made; it says what would be done.
+#[test]
+fn the_route_row_says_a_build_would_be_made() {
+    let sb = Sandbox::new();
+    sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
+    let run = sb.run(&["doctor", "--python", "python3", "--need-space", "0"]);
+    let row = crate::support::check_row(&run.stdout, "route");
+    assert!(
+        row.ends_with("profile rocm-6.2.4 would be built (`rdna1-patch build miopen`)"),
+        "{row}"
+    );
+}
