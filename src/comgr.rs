@@ -476,15 +476,17 @@ impl crate::verdict::Compiler for Comgr {
         )
     }
 
-    fn compile(&self, job: &crate::verdict::Job) -> crate::verdict::Compiled {
+    fn compile(&self, job: &crate::verdict::Job) -> anyhow::Result<crate::verdict::Compiled> {
         let options: Vec<String> = MIOPEN_OPTIONS
             .iter()
             .map(|o| (*o).to_owned())
             .chain(job.defines.iter().cloned())
             .collect();
-        match self.compile_ocl(job.name, job.text, job.arch, &options) {
-            Ok(object) => crate::verdict::Compiled::Object(object),
-            Err(log) => crate::verdict::Compiled::Failed(log),
-        }
+        Ok(
+            match self.compile_ocl(job.name, job.text, job.arch, &options) {
+                Ok(object) => crate::verdict::Compiled::Object(object),
+                Err(log) => crate::verdict::Compiled::Failed(log),
+            },
+        )
     }
 }

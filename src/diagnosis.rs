@@ -104,13 +104,16 @@ impl Diagnosis {
             return Ok(j);
         }
         let bytes = crate::elf::read_file(&self.library)?;
-        let c = self.compiler()?.expect("judged with a compiler");
-        let judged = verdict::judge(c, &bytes, &self.target).map_err(|e| {
+        // A library that cannot be read is said as such, before any
+        // compile; a compiler that gives no answer, as itself.
+        verdict::kernels(&bytes).map_err(|e| {
             e.context(format!(
                 "{} is not a library whose kernel texts can be read",
                 self.library.display()
             ))
         })?;
+        let c = self.compiler()?.expect("judged with a compiler");
+        let judged = verdict::judge(c, &bytes, &self.target)?;
         keep(file, &serde_json::to_string(&judged)?);
         Ok(judged)
     }

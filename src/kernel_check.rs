@@ -64,7 +64,7 @@ impl Compiler for Child {
 
 /// One compile at a time through the child, for the diagnosis, which
 /// decides each next compile from the last answer. A child that cannot be
-/// run, hangs past the limit or dies answers as a failed compile saying so.
+/// run, hangs past the limit or dies is an error, never a verdict.
 impl crate::verdict::Compiler for Child {
     fn describe(&self) -> String {
         match self.version.get() {
@@ -73,7 +73,7 @@ impl crate::verdict::Compiler for Child {
         }
     }
 
-    fn compile(&self, job: &crate::verdict::Job) -> crate::verdict::Compiled {
+    fn compile(&self, job: &crate::verdict::Job) -> anyhow::Result<crate::verdict::Compiled> {
         use crate::verdict::Compiled;
         let mut batch = Batch::default();
         let source = batch.add_source(job.name.to_owned(), job.text.to_vec());
@@ -87,16 +87,17 @@ impl crate::verdict::Compiler for Child {
                 .collect(),
             after: None,
         });
-        match Compiler::compile(self, &batch) {
-            Ok(a) => {
-                self.version.set(Some(a.version));
-                match a.answers.into_iter().next() {
-                    Some(Answer::Compiled(digest)) => Compiled::Object(digest.into_bytes()),
-                    Some(Answer::Failed(e)) => Compiled::Failed(e),
-                    Some(Answer::Skipped) | None => Compiled::Failed("comgr gave no answer".into()),
-                }
-            }
-            Err(e) => Compiled::Failed(format!("{e:#}")),
+        let a = Compiler::compile(self, &batch)?;
+        self.version.set(Some(a.version));
+        match a.answers.into_iter().next() {
+            Some(Answer::Compiled(digest)) => Ok(Compiled::Object(digest.into_bytes())),
+            Some(Answer::Failed(e)) => Ok(Compiled::Failed(e)),
+            Some(Answer::Skipped) | None => anyhow::bail!(
+                "comgr {} gave no answer for {} ({})",
+                self.comgr.display(),
+                job.name,
+                job.arch
+            ),
         }
     }
 }

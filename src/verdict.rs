@@ -40,7 +40,10 @@ pub enum Compiled {
 pub trait Compiler {
     /// What it is, for a report: "comgr 2.4 (/path/libamd_comgr.so.2)".
     fn describe(&self) -> String;
-    fn compile(&self, job: &Job) -> Compiled;
+    /// The compile's answer; an error when the compiler gave none (it
+    /// hung past its limit, crashed, could not be started). That is no
+    /// verdict on the kernel: the diagnosis stops, and nothing is kept.
+    fn compile(&self, job: &Job) -> anyhow::Result<Compiled>;
 }
 
 /// A data type a batch-norm solver compiles a kernel for.
@@ -223,7 +226,7 @@ pub fn prove(
                 &fixed[t.range.clone()],
                 arch,
                 &mut compiles,
-            );
+            )?;
             if let Verdict::FailsAtDpp { case, error } | Verdict::FailsOtherwise { case, error } =
                 k.verdict
             {
@@ -242,17 +245,21 @@ pub fn prove(
         let (before, after) = (&pristine[t.range.clone()], &fixed[t.range.clone()]);
         for case in cases(before) {
             let defines = defines(before, CONTROL, &case);
-            let object = |text: &[u8]| match compiler.compile(&Job {
-                name: &t.name,
-                text,
-                arch: CONTROL,
-                defines: &defines,
-            }) {
-                Compiled::Object(o) => Some(o),
-                Compiled::Failed(_) => None,
+            let object = |text: &[u8]| -> anyhow::Result<Option<Vec<u8>>> {
+                Ok(
+                    match compiler.compile(&Job {
+                        name: &t.name,
+                        text,
+                        arch: CONTROL,
+                        defines: &defines,
+                    })? {
+                        Compiled::Object(o) => Some(o),
+                        Compiled::Failed(_) => None,
+                    },
+                )
             };
             compiles += 2;
-            if object(before) != object(after) {
+            if object(before)? != object(after)? {
                 return Ok(Err(Unproven::ControlChanged {
                     kernel: t.name.clone(),
                     case: case.to_string(),
@@ -289,7 +296,7 @@ pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Res
     let mut out = Vec::new();
     for t in kernels(library)? {
         let text = &library[t.range.clone()];
-        out.push(judge_text(compiler, &t.name, text, arch, &mut compiles));
+        out.push(judge_text(compiler, &t.name, text, arch, &mut compiles)?);
     }
     Ok(Judgement {
         arch: arch.to_owned(),
@@ -308,7 +315,7 @@ pub fn judge_text(
     text: &[u8],
     arch: &str,
     compiles: &mut usize,
-) -> Kernel {
+) -> anyhow::Result<Kernel> {
     let cases = cases(text);
     let mut left_out = Vec::new();
     let mut verdict = Verdict::Compiles;
@@ -320,7 +327,8 @@ pub fn judge_text(
             text,
             arch,
             defines: &asked,
-        }) else {
+        })?
+        else {
             continue;
         };
         let control = defines(text, CONTROL, case);
@@ -330,13 +338,13 @@ pub fn judge_text(
             text,
             arch: CONTROL,
             defines: &control,
-        }) {
+        })? {
             left_out.push((case.to_string(), first_error(&c)));
             continue;
         }
         let error = first_error(&log);
         let dpp = at_dpp(&log)
-            || compiles_without_row_bcast(compiler, name, text, arch, &asked, compiles);
+            || compiles_without_row_bcast(compiler, name, text, arch, &asked, compiles)?;
         if !verdict.fails() {
             verdict = match dpp {
                 true => Verdict::FailsAtDpp {
@@ -356,12 +364,12 @@ pub fn judge_text(
             };
         }
     }
-    Kernel {
+    Ok(Kernel {
         name: name.to_owned(),
         cases: cases.len(),
         left_out,
         verdict,
-    }
+    })
 }
 
 /// Whether a text that failed compiles once every instruction with a
@@ -376,10 +384,10 @@ fn compiles_without_row_bcast(
     arch: &str,
     defines: &[String],
     compiles: &mut usize,
-) -> bool {
+) -> anyhow::Result<bool> {
     let finder = memchr::memmem::Finder::new(b"row_bcast:");
     if finder.find(text).is_none() {
-        return false;
+        return Ok(false);
     }
     // The instruction goes whole (its string literal's bytes, on its line):
     // its row_mask and bank_mask would not stand without the row_bcast.
@@ -405,15 +413,15 @@ fn compiles_without_row_bcast(
         at = end;
     }
     *compiles += 1;
-    matches!(
+    Ok(matches!(
         compiler.compile(&Job {
             name,
             text: &blanked,
             arch,
             defines,
-        }),
+        })?,
         Compiled::Object(_)
-    )
+    ))
 }
 
 /// Whether a failed compile's log is the DPP row_bcast operand gfx10 lacks:

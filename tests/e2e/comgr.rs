@@ -22,6 +22,8 @@ fn installed(sb: &Sandbox) -> FakeTorch {
 /// The fake comgr built in `mode` (FAIL, HANG, HUGE, ABORT) at `to`;
 /// with a `marker`, loading it leaves that file.
 fn fake_comgr(to: &Path, mode: &str, marker: Option<&Path>) {
+    // torch_of links the real comgr here: never write through that link.
+    let _ = std::fs::remove_file(to);
     let mut cc = Command::new("cc");
     cc.args(["-shared", "-fPIC", &format!("-DMODE_{mode}")]);
     if let Some(m) = marker {
@@ -251,4 +253,33 @@ fn one_child_answers_a_batch_of_jobs_job_by_job() {
             answers.answers
         );
     }
+}
+
+/// A comgr that dies gives no verdict: the diagnosis stops with what
+/// happened, install changes nothing, and nothing is kept in the cache as
+/// if the kernels had been judged.
+#[test]
+fn a_comgr_that_dies_stops_the_diagnosis_and_leaves_no_verdict() {
+    let sb = Sandbox::new();
+    let torch =
+        crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", "6.4.43484-123eb5128", &["gfx1010"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    fake_comgr(&comgr, "ABORT", None);
+    let run = sb.install(&["--profile", "rocm-6.4.3"]).fails();
+    run.says(&format!(
+        "error: comgr {} failed compiling MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL for gfx1010: the compile died of signal 6 (SIGABRT); it said: fake comgr: giving up",
+        comgr.display()
+    ));
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+    assert!(!sb.prefix.exists());
+    let kept: Vec<_> = std::fs::read_dir(sb.root.join("xdg-cache/rdna1-patch/diagnosis"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
 }
