@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 
 use super::oci::{self, Reference, Store};
-use super::sign::{key_id, signature_tag};
+use super::sign::{key_id, public_key_id, signature_tag};
 use super::{CONFIG_TYPE, ConfigBlob, LAYER_TYPE, SIGNATURE_TYPE};
 use crate::error::hint;
 
@@ -108,7 +108,7 @@ pub fn examine(
     let sig_box = minisign::SignatureBox::from_string(&signature)
         .map_err(|e| tampered(reference, &format!("its signature is not minisign's: {e}")))?;
     let id = key_id(sig_box.keynum());
-    let Some(pk) = trusted.iter().find(|k| key_id(&k.to_bytes()[2..10]) == id) else {
+    let Some(pk) = trusted.iter().find(|k| public_key_id(k) == id) else {
         return Ok(Declined::found(
             Fix::Trust,
             format!("{reference} is signed by key {id}, which is not in your trusted-keys"),

@@ -179,6 +179,12 @@ fn with_password(mut cmd: std::process::Command, password: &str) -> Result<(bool
     Ok((out.status.success(), format!(": {}", said.join("; "))))
 }
 
+/// A public key's id, as minisign and signatures name it: its key number
+/// (bytes 2..10, after the "Ed" algorithm tag).
+pub(crate) fn public_key_id(k: &minisign::PublicKey) -> String {
+    key_id(&k.to_bytes()[2..10])
+}
+
 /// minisign prints key ids as 16 hex digits of the little-endian number.
 pub(crate) fn key_id(keynum: &[u8]) -> String {
     keynum.iter().rev().map(|b| format!("{b:02X}")).collect()

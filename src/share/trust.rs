@@ -29,7 +29,7 @@ pub fn trust(key: &str) -> Result<Trusted> {
     let (shown, path, text) = (ed.shown.clone(), ed.path.clone(), &ed.text);
     // The file as it is must already be one rdna1-patch reads.
     let existing = Config::load()?.trusted()?;
-    let key_id = super::sign::key_id(&public.to_bytes()[2..10]);
+    let key_id = super::sign::public_key_id(&public);
     let line = public.to_base64();
     if existing.iter().any(|k| k.to_bytes() == public.to_bytes()) {
         return Ok(Trusted {
@@ -101,7 +101,7 @@ pub fn list() -> Result<Listed> {
         keys: keys
             .iter()
             .zip(&config.trusted_keys)
-            .map(|(k, entry)| (super::sign::key_id(&k.to_bytes()[2..10]), entry.clone()))
+            .map(|(k, entry)| (super::sign::public_key_id(k), entry.clone()))
             .collect(),
     })
 }
@@ -114,7 +114,7 @@ pub fn remove(key: &str) -> Result<(Vec<String>, PathBuf)> {
     let (shown, path, text) = (&ed.shown, &ed.path, &ed.text);
     let listed = list()?;
     let wanted = match read_key(key) {
-        Ok(k) => super::sign::key_id(&k.to_bytes()[2..10]),
+        Ok(k) => super::sign::public_key_id(&k),
         Err(_) => key.trim().to_ascii_uppercase(),
     };
     let gone: Vec<&(String, String)> = listed.keys.iter().filter(|(id, _)| *id == wanted).collect();

@@ -222,9 +222,7 @@ impl Journal {
         }
         Ok(())
     }
-}
 
-impl Journal {
     /// Run as root, a journal is followed only where whoever could have
     /// written it (or the backup it names) could change its torch anyway:
     /// a user's state dir (`sudo -E`, or `--state-dir ~user/...`) must not
@@ -278,26 +276,20 @@ impl Damaged {
             .map(|d| format!("{}: {}", d.path.display(), d.error))
             .collect();
         let first = &damaged[0].path;
-        if damaged.iter().any(|d| d.untrusted) {
-            return hint(
-                format!(
-                    "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",
-                    damaged.len(),
-                    list.join("\n  ")
-                ),
-                "run rdna1-patch as the user who owns that state dir, without sudo, or give root a state dir only root can write (the default, with sudo's own environment)",
-            );
-        }
+        let help = match damaged.iter().any(|d| d.untrusted) {
+            true => "run rdna1-patch as the user who owns that state dir, without sudo, or give root a state dir only root can write (the default, with sudo's own environment)".to_owned(),
+            false => format!(
+                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv {0} {0}.damaged`) and run this again",
+                first.display()
+            ),
+        };
         hint(
             format!(
                 "{} transaction journal(s) cannot be trusted, so rdna1-patch will not change torch:\n  {}",
                 damaged.len(),
                 list.join("\n  ")
             ),
-            format!(
-                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv {0} {0}.damaged`) and run this again",
-                first.display()
-            ),
+            help,
         )
     }
 }

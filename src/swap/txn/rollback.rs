@@ -32,10 +32,8 @@ pub fn rollback(
     torch: Option<&Path>,
     notes: &mut Vec<String>,
 ) -> Result<Rolled> {
-    let mine = |j: &Journal| torch.is_none_or(|t| j.torch.dir == t);
-    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced) && mine(j);
     let all = locked.journals()?.list;
-    for j in all.iter().filter(live) {
+    for j in all.iter().filter(|j| live(j, torch)) {
         if found(j, &all) == Found::Gone {
             let mut j = j.clone();
             locked.set(&mut j, State::Abandoned)?;
@@ -50,7 +48,7 @@ pub fn rollback(
     let journals = locked.journals()?.list;
     let chosen = choose(&journals, to, torch)?;
     if chosen.is_empty() {
-        let last = journals.iter().rev().find(|j| mine(j));
+        let last = journals.iter().rev().find(|j| mine(j, torch));
         return Ok(Rolled::Nothing(last.cloned().map(Box::new)));
     }
     // Lock every torch concerned, and check every backup, before changing anything.
@@ -74,7 +72,7 @@ pub fn rollback(
         let Some(mut j) = all.iter().find(|j| j.id == id).cloned() else {
             continue;
         };
-        if !live(&&j) {
+        if !live(&j, torch) {
             continue;
         }
         let already = undo(locked, &mut j, &all)?;
@@ -99,13 +97,11 @@ pub fn rollback(
 /// or the newest installed; with `torch`, that torch's alone. None: nothing
 /// is installed.
 fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result<Vec<Journal>> {
-    let mine = |j: &Journal| torch.is_none_or(|t| j.torch.dir == t);
-    let live = |j: &&Journal| matches!(j.state, State::Installed | State::Replaced) && mine(j);
     let Some(id) = to else {
         return Ok(journals
             .iter()
             .rev()
-            .find(|j| j.state == State::Installed && mine(j))
+            .find(|j| j.state == State::Installed && mine(j, torch))
             .cloned()
             .into_iter()
             .collect());
@@ -116,7 +112,7 @@ fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result
             "`rdna1-patch rollback --list` shows them",
         ));
     };
-    if !mine(j) {
+    if !mine(j, torch) {
         return Err(hint(
             format!(
                 "transaction {id} is of the torch at {}, not of the one you named",
@@ -127,7 +123,7 @@ fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result
     }
     // "ID and later": an ID undone already, with later ones still in,
     // undoes those; only when none is left is there nothing to do.
-    if !live(&j) && !journals.iter().any(|k| k.id > id && live(&k)) {
+    if !live(j, torch) && !journals.iter().any(|k| k.id > id && live(k, torch)) {
         return Err(hint(
             format!(
                 "transaction {id} is {} already; there is nothing of it to undo",
@@ -139,10 +135,19 @@ fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result
     Ok(journals
         .iter()
         .rev()
-        .filter(live)
-        .filter(|j| j.id >= id)
+        .filter(|j| live(j, torch) && j.id >= id)
         .cloned()
         .collect())
+}
+
+/// Whether `j` is of `torch` (any, with none named).
+fn mine(j: &Journal, torch: Option<&Path>) -> bool {
+    torch.is_none_or(|t| j.torch.dir == t)
+}
+
+/// Whether `j`'s library may still be in `torch`: there to undo.
+fn live(j: &Journal, torch: Option<&Path>) -> bool {
+    matches!(j.state, State::Installed | State::Replaced) && mine(j, torch)
 }
 
 pub(super) fn check_backup(j: &Journal) -> Result<()> {
