@@ -12,6 +12,7 @@
 //! ([`child`]) under a time limit, its answers bounded.
 
 pub mod child;
+pub mod hiprtc;
 
 use std::ffi::{CString, c_char, c_void};
 use std::path::{Path, PathBuf};
@@ -147,7 +148,11 @@ pub fn check_trusted(path: &Path) -> Result<PathBuf> {
         };
         let refuse = |why: String, help: String| {
             hint(
-                format!("will not load comgr {}: {what} {why}", path.display()),
+                format!(
+                    "will not load {} {}: {what} {why}",
+                    kind(path),
+                    path.display()
+                ),
                 help,
             )
         };
@@ -190,30 +195,45 @@ pub fn check_trusted(path: &Path) -> Result<PathBuf> {
     Ok(real)
 }
 
+/// Which compiler a path names, for a message.
+fn kind(path: &Path) -> &'static str {
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(n) if n.starts_with("libamd_comgr") => "comgr",
+        _ => "hipRTC",
+    }
+}
+
+/// dlopen `real` (the checked path of `path`) for good: a compiler stays
+/// loaded for the child's life.
+fn dlopen(real: &Path, path: &Path) -> Result<*mut c_void> {
+    let c = CString::new(real.as_os_str().as_encoded_bytes())
+        .map_err(|_| anyhow!("{} has a NUL in its name", path.display()))?;
+    // SAFETY: loading a shared library runs its constructors: it is the
+    // compiler torch's MIOpen itself loads, from where only its owner or root can
+    // write, and the compile check loads it in a child process.
+    let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        // SAFETY: dlerror returns a C string or null.
+        let why = unsafe { libc::dlerror() };
+        let why = if why.is_null() {
+            "unknown".to_owned()
+        } else {
+            // SAFETY: non-null C string from dlerror.
+            unsafe { std::ffi::CStr::from_ptr(why) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        bail!("cannot load {}: {why}", path.display());
+    }
+    Ok(lib)
+}
+
 impl Comgr {
     /// Load the comgr at `path` (the user's own, as torch loads it), once
     /// [`check_trusted`] has passed it.
     pub fn open(path: &Path) -> Result<Comgr> {
         let real = check_trusted(path)?;
-        let c = CString::new(real.as_os_str().as_encoded_bytes())
-            .map_err(|_| anyhow!("{} has a NUL in its name", path.display()))?;
-        // SAFETY: loading a shared library runs its constructors: it is the
-        // comgr torch itself loads, from where only its owner or root can
-        // write, and the compile check loads it in a child process.
-        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            // SAFETY: dlerror returns a C string or null.
-            let why = unsafe { libc::dlerror() };
-            let why = if why.is_null() {
-                "unknown".to_owned()
-            } else {
-                // SAFETY: non-null C string from dlerror.
-                unsafe { std::ffi::CStr::from_ptr(why) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            bail!("cannot load {}: {why}", path.display());
-        }
+        let lib = dlopen(&real, path)?;
         let api = (|| -> Result<Api> {
             Ok(Api {
                 get_version: sym(lib, "amd_comgr_get_version")?,

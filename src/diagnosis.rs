@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
+use crate::compiler::Child;
 use crate::error::hint;
-use crate::kernel_check::Child;
 use crate::swap::torch::Torch;
 use crate::ui::Ui;
 use crate::verdict::{self, Compiler, Judgement, Outcome};
@@ -26,7 +26,9 @@ pub struct Diagnosis {
     pub target_from: String,
     /// The compiler MIOpen loads; None when torch has none beside it.
     pub compiler_path: Option<PathBuf>,
-    /// It, in a child process under a time limit (`kernel_check::Child`):
+    /// The hipRTC it compiles its HIP kernels with, when there is one.
+    pub hiprtc_path: Option<PathBuf>,
+    /// It, in a child process under a time limit (`compiler::Child`):
     /// made only when something is to be compiled (a diagnosis from the
     /// cache starts nothing).
     loaded: std::cell::OnceCell<Child>,
@@ -62,6 +64,7 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
         target,
         target_from,
         compiler_path: crate::comgr::find(&looked_in),
+        hiprtc_path: crate::comgr::hiprtc::find(&looked_in),
         loaded: std::cell::OnceCell::new(),
         looked_in,
         judgement: None,
@@ -86,8 +89,17 @@ impl Diagnosis {
         let dir = crate::fsutil::project_dirs()?.cache_dir().join("diagnosis");
         let lib = file_sha256(&dir, &self.library).ok()?;
         let comgr = file_sha256(&dir, comgr).ok()?;
+        let hiprtc = match &self.hiprtc_path {
+            Some(p) => file_sha256(&dir, p).ok()?,
+            None => "-".into(),
+        };
         let key = crate::prefix::sha256_hex(
-            format!("{lib} {comgr} {} {}", self.target, crate::version::VERSION).as_bytes(),
+            format!(
+                "{lib} {comgr} {hiprtc} {} {}",
+                self.target,
+                crate::version::VERSION
+            )
+            .as_bytes(),
         );
         Some(dir.join(format!("{key}.json")))
     }
@@ -160,11 +172,25 @@ impl Diagnosis {
             return Ok(None);
         };
         if self.loaded.get().is_none() {
-            crate::comgr::check_trusted(path)?;
-            let _ = self.loaded.set(Child::new(path.clone(), COMPILE_LIMIT)?);
+            let child = compiler(path, self.hiprtc_path.as_deref(), COMPILE_LIMIT)?;
+            let _ = self.loaded.set(child);
         }
         Ok(self.loaded.get().map(|c| c as &dyn Compiler))
     }
+}
+
+/// The compilers MIOpen loads (`comgr`, and `hiprtc` for HIP texts), in a
+/// child process, each compile within `limit`. One that anyone but its
+/// owner or root could write is refused here, with why
+/// (`comgr::check_trusted`), before any child loads it.
+pub fn compiler(comgr: &Path, hiprtc: Option<&Path>, limit: std::time::Duration) -> Result<Child> {
+    crate::comgr::check_trusted(comgr)?;
+    let mut child = Child::new(comgr.to_owned(), limit)?;
+    if let Some(rtc) = hiprtc {
+        crate::comgr::check_trusted(rtc)?;
+        child.hiprtc = Some(rtc.to_owned());
+    }
+    Ok(child)
 }
 
 /// Keep `text` in the cache file; one that cannot be written costs the
@@ -252,7 +278,12 @@ impl Diagnosis {
                     self.library.display(),
                     self.target
                 ),
-                "this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error",
+                match crate::comgr::hiprtc::missing_std_header(&error) {
+                    Some(h) => format!(
+                        "hipRTC compiles MIOpen's HIP kernels with this machine's C++ standard library headers and finds no `{h}`: install them (Debian, Ubuntu: `sudo apt install g++`; Fedora: `sudo dnf install libstdc++-devel`), then run this again"
+                    ),
+                    None => "this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error".into(),
+                },
             )),
             Outcome::NoKernels => Some(hint(
                 format!(
@@ -260,6 +291,15 @@ impl Diagnosis {
                     self.library.display()
                 ),
                 "it is not a MIOpen whose batch norm this fix knows",
+            )),
+            Outcome::NothingCompiles { kernel, error } => Some(hint(
+                format!(
+                    "the batch-norm kernels of {} cannot be judged: not one compiles, even for {}, through {} ({kernel}: {error}); nothing was changed",
+                    self.library.display(),
+                    verdict::CONTROL,
+                    j.compiler
+                ),
+                "this compiler builds nothing of MIOpen's here: reinstall torch (it bundles its comgr), and report the error if it stays",
             )),
             Outcome::Fixable | Outcome::NothingToFix => None,
         }

@@ -74,6 +74,15 @@ pub fn parse(bytes: &[u8]) -> Result<Library> {
     })
 }
 
+/// Whether the library in `bytes` defines the dynamic symbol `name`.
+pub fn exports(bytes: &[u8], name: &str) -> Result<bool> {
+    let elf = goblin::elf::Elf::parse(bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(elf
+        .dynsyms
+        .iter()
+        .any(|s| s.st_shndx != 0 && elf.dynstrtab.get_at(s.st_name) == Some(name)))
+}
+
 impl Library {
     /// Refuse anything but an x86-64 shared object named `soname`.
     pub fn check_shared_object(&self, path: &Path, soname: &str) -> Result<()> {

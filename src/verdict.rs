@@ -11,10 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::embedded::{self, Text};
-
 mod cases;
+mod source;
 pub use cases::{Case, Type, cases, defines, variants};
+pub use source::{Lang, Source, Unit, kernels};
 
 /// The control target: batch norm compiles there (MIOpen marks it gfx103x).
 pub const CONTROL: &str = "gfx1030";
@@ -26,6 +26,10 @@ pub const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];
 pub struct Job<'a> {
     pub name: &'a str,
     pub text: &'a [u8],
+    pub lang: Lang,
+    /// The headers a HIP text includes, by their include names (an
+    /// OpenCL text has them inlined).
+    pub headers: &'a [(String, Vec<u8>)],
     pub arch: &'a str,
     pub defines: &'a [String],
 }
@@ -45,6 +49,11 @@ pub trait Compiler {
     /// hung past its limit, crashed, could not be started). That is no
     /// verdict on the kernel: the diagnosis stops, and nothing is kept.
     fn compile(&self, job: &Job) -> anyhow::Result<Compiled>;
+    /// Several compiles, answered in order: a compiler in a child process
+    /// answers them all from one start.
+    fn compile_all(&self, jobs: &[Job]) -> anyhow::Result<Vec<Compiled>> {
+        jobs.iter().map(|j| self.compile(j)).collect()
+    }
 }
 
 /// How one kernel fares for one target.
@@ -57,11 +66,20 @@ pub enum Verdict {
     FailsAtDpp { case: String, error: String },
     /// A case fails for another reason: the fix does not reach it.
     FailsOtherwise { case: String, error: String },
+    /// Every case fails for the control too: this text is not built for
+    /// any card with the defines a solver passes here (a kernel no solver
+    /// compiles, a define this check does not know, a missing header), so
+    /// it says nothing of gfx101x.
+    NotJudged { case: String, error: String },
 }
 
 impl Verdict {
+    /// Fails for the target where the control compiles.
     pub fn fails(&self) -> bool {
-        !matches!(self, Verdict::Compiles)
+        matches!(
+            self,
+            Verdict::FailsAtDpp { .. } | Verdict::FailsOtherwise { .. }
+        )
     }
 
     /// "compiles", "fails at the DPP reduction (variant 1 fp32 NCHW: ...)".
@@ -72,6 +90,9 @@ impl Verdict {
                 format!("fails at the DPP reduction ({case}: {error})")
             }
             Verdict::FailsOtherwise { case, error } => format!("fails ({case}: {error})"),
+            Verdict::NotJudged { case, error } => {
+                format!("not judged: fails for {CONTROL} too, so for every card ({case}: {error})")
+            }
         }
     }
 }
@@ -112,21 +133,39 @@ pub enum Outcome {
     NotFixable { kernel: String, error: String },
     /// No batch-norm kernel text at all.
     NoKernels,
+    /// Not one kernel compiles even for the control: the compiler builds
+    /// nothing of MIOpen's here (the first kernel and its error).
+    NothingCompiles { kernel: String, error: String },
 }
 
 impl Judgement {
     pub fn outcome(&self) -> Outcome {
-        if self.kernels.is_empty() {
+        let Some(first) = self.kernels.first() else {
             return Outcome::NoKernels;
-        }
-        if let Some(k) = self
-            .kernels
-            .iter()
-            .find(|k| matches!(k.verdict, Verdict::FailsOtherwise { .. }))
-        {
+        };
+        // hipRTC without the C++ standard headers compiles no HIP kernel
+        // for any card, at run time either: not fixable here, and said.
+        let blocks = |v: &Verdict| match v {
+            Verdict::FailsOtherwise { .. } => true,
+            Verdict::NotJudged { error, .. } => {
+                crate::comgr::hiprtc::missing_std_header(error).is_some()
+            }
+            _ => false,
+        };
+        if let Some(k) = self.kernels.iter().find(|k| blocks(&k.verdict)) {
             return Outcome::NotFixable {
                 kernel: k.name.clone(),
                 error: k.verdict.describe(),
+            };
+        }
+        if self
+            .kernels
+            .iter()
+            .all(|k| matches!(k.verdict, Verdict::NotJudged { .. }))
+        {
+            return Outcome::NothingCompiles {
+                kernel: first.name.clone(),
+                error: first.verdict.describe(),
             };
         }
         match self.kernels.iter().any(|k| k.verdict.fails()) {
@@ -179,94 +218,71 @@ pub struct Proof {
 
 /// Prove `fixed` (the same library after the same-length edit): every
 /// batch-norm kernel compiles for each RDNA1 target, and every kernel
-/// whose text the edit changed compiles, in each case, to the very code
-/// object for the control that the pristine text compiles to.
+/// whose text (or a header it includes) the edit changed compiles, in each
+/// case, to the very code object for the control that the pristine text
+/// compiles to.
 pub fn prove(
     compiler: &dyn Compiler,
     pristine: &[u8],
     fixed: &[u8],
 ) -> anyhow::Result<std::result::Result<Proof, Unproven>> {
     let mut compiles = 0;
-    let texts = kernels(fixed)?;
+    let sources = kernels(fixed)?;
     for arch in RDNA1 {
-        for t in &texts {
-            let k = judge_text(
-                compiler,
-                &t.name,
-                &fixed[t.range.clone()],
-                arch,
-                &mut compiles,
-            )?;
+        for s in &sources {
+            let k = judge_text(compiler, &Unit::of(s, fixed), arch, &mut compiles)?;
             if let Verdict::FailsAtDpp { case, error } | Verdict::FailsOtherwise { case, error } =
                 k.verdict
             {
                 return Ok(Err(Unproven::StillFails {
-                    kernel: t.name.clone(),
+                    kernel: s.name.clone(),
                     arch: arch.to_owned(),
                     error: format!("{case}: {error}"),
                 }));
             }
         }
     }
-    for t in texts
-        .iter()
-        .filter(|t| pristine.get(t.range.clone()) != fixed.get(t.range.clone()))
-    {
-        let (before, after) = (&pristine[t.range.clone()], &fixed[t.range.clone()]);
-        for case in cases(before) {
-            let defines = defines(before, CONTROL, &case);
-            let object = |text: &[u8]| -> anyhow::Result<Option<Vec<u8>>> {
-                Ok(
-                    match compiler.compile(&Job {
-                        name: &t.name,
-                        text,
-                        arch: CONTROL,
-                        defines: &defines,
-                    })? {
-                        Compiled::Object(o) => Some(o),
-                        Compiled::Failed(_) => None,
-                    },
-                )
-            };
-            compiles += 2;
-            if object(before)? != object(after)? {
-                return Ok(Err(Unproven::ControlChanged {
-                    kernel: t.name.clone(),
-                    case: case.to_string(),
-                }));
-            }
+    for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
+        let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
+        let cases = before.cases();
+        let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
+        let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
+            Ok(compile_all(compiler, u, CONTROL, &defines, compiles)?
+                .into_iter()
+                .map(|c| match c {
+                    Compiled::Object(o) => Some(o),
+                    Compiled::Failed(_) => None,
+                })
+                .collect())
+        };
+        let (was, is) = (
+            objects(&before, &mut compiles)?,
+            objects(&after, &mut compiles)?,
+        );
+        if let Some(i) = (0..cases.len()).find(|&i| was[i] != is[i]) {
+            return Ok(Err(Unproven::ControlChanged {
+                kernel: s.name.clone(),
+                case: cases[i].to_string(),
+            }));
         }
     }
     Ok(Ok(Proof {
-        kernels: texts.len(),
+        kernels: sources.len(),
         compiles,
     }))
-}
-
-/// The batch-norm kernel texts of `library` (a whole file's bytes): the
-/// OpenCL texts that define a kernel whose name says batch norm.
-pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Text>> {
-    let (texts, _) = embedded::locate(library)?;
-    Ok(texts
-        .into_iter()
-        .filter(|t| is_batch_norm_kernel(&t.name, &library[t.range.clone()]))
-        .collect())
-}
-
-fn is_batch_norm_kernel(name: &str, text: &[u8]) -> bool {
-    let find = |n: &[u8]| memchr::memmem::find(text, n).is_some();
-    find(b"__kernel")
-        && !name.ends_with("_INCLUDE")
-        && (name.to_ascii_uppercase().contains("BATCHNORM") || find(b"BatchNorm"))
 }
 
 /// Judge every batch-norm kernel of `library` for `arch`.
 pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Result<Judgement> {
     let mut compiles = 0;
     let mut out = Vec::new();
-    for t in kernels(library)? {
-        let text = &library[t.range.clone()];
-        out.push(judge_text(compiler, &t.name, text, arch, &mut compiles)?);
+    for s in kernels(library)? {
+        out.push(judge_text(
+            compiler,
+            &Unit::of(&s, library),
+            arch,
+            &mut compiles,
+        )?);
     }
     Ok(Judgement {
         arch: arch.to_owned(),
@@ -277,121 +293,138 @@ pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Res
     })
 }
 
-/// One text for `arch`, case by case; the control is asked only about a
-/// case that fails, to tell a gfx101x failure from one of every card.
+/// One text for `arch`, in three rounds, each one batch for the compiler:
+/// every case for `arch`; the control for the cases that failed, to tell a
+/// gfx101x failure from one of every card; and, where the log does not say
+/// why, those once more with their `row_bcast` instructions blanked.
 pub fn judge_text(
     compiler: &dyn Compiler,
-    name: &str,
-    text: &[u8],
+    unit: &Unit,
     arch: &str,
     compiles: &mut usize,
 ) -> anyhow::Result<Kernel> {
-    let cases = cases(text);
+    let cases = unit.cases();
+    let asked: Vec<Vec<String>> = cases.iter().map(|c| unit.defines(arch, c)).collect();
+    let failed: Vec<(usize, String)> = compile_all(compiler, unit, arch, &asked, compiles)?
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Compiled::Failed(log) => Some((i, log)),
+            Compiled::Object(_) => None,
+        })
+        .collect();
+    let controls: Vec<Vec<String>> = failed
+        .iter()
+        .map(|(i, _)| unit.defines(CONTROL, &cases[*i]))
+        .collect();
+    let control = compile_all(compiler, unit, CONTROL, &controls, compiles)?;
     let mut left_out = Vec::new();
-    let mut verdict = Verdict::Compiles;
-    for case in &cases {
-        let asked = defines(text, arch, case);
-        *compiles += 1;
-        let Compiled::Failed(log) = compiler.compile(&Job {
-            name,
-            text,
-            arch,
-            defines: &asked,
-        })?
-        else {
-            continue;
-        };
-        let control = defines(text, CONTROL, case);
-        *compiles += 1;
-        if let Compiled::Failed(c) = compiler.compile(&Job {
-            name,
-            text,
-            arch: CONTROL,
-            defines: &control,
-        })? {
-            left_out.push((case.to_string(), first_error(&c)));
-            continue;
+    let mut judged = Vec::new();
+    for ((i, log), c) in failed.into_iter().zip(control) {
+        match c {
+            Compiled::Failed(c) => left_out.push((cases[i].to_string(), first_error(&c))),
+            Compiled::Object(_) => judged.push((i, log)),
         }
-        let error = first_error(&log);
+    }
+    let ask: Vec<usize> = judged
+        .iter()
+        .filter(|(_, log)| !at_dpp(log))
+        .map(|(i, _)| *i)
+        .collect();
+    let again = match unit.without_row_bcast() {
+        Some(b) => {
+            let defines: Vec<Vec<String>> = ask.iter().map(|i| asked[*i].clone()).collect();
+            compile_all(compiler, &b, arch, &defines, compiles)?
+        }
+        None => Vec::new(),
+    };
+    let mut verdict = Verdict::Compiles;
+    for (i, log) in judged {
         let dpp = at_dpp(&log)
-            || compiles_without_row_bcast(compiler, name, text, arch, &asked, compiles)?;
+            || ask
+                .iter()
+                .position(|a| *a == i)
+                .and_then(|k| again.get(k))
+                .is_some_and(|c| matches!(c, Compiled::Object(_)));
+        let (case, error) = (cases[i].to_string(), first_error(&log));
         if !verdict.fails() {
             verdict = match dpp {
-                true => Verdict::FailsAtDpp {
-                    case: case.to_string(),
-                    error,
-                },
-                false => Verdict::FailsOtherwise {
-                    case: case.to_string(),
-                    error,
-                },
+                true => Verdict::FailsAtDpp { case, error },
+                false => Verdict::FailsOtherwise { case, error },
             };
         } else if !dpp && matches!(verdict, Verdict::FailsAtDpp { .. }) {
             // A failure the fix cannot reach outweighs one it can.
-            verdict = Verdict::FailsOtherwise {
-                case: case.to_string(),
-                error,
-            };
+            verdict = Verdict::FailsOtherwise { case, error };
         }
     }
+    // A text no case of which compiles even for the control was never
+    // judged: that is said, never taken for "compiles".
+    if !cases.is_empty() && left_out.len() == cases.len() {
+        let (case, error) = left_out[0].clone();
+        verdict = Verdict::NotJudged { case, error };
+    }
     Ok(Kernel {
-        name: name.to_owned(),
+        name: unit.name.clone(),
         cases: cases.len(),
         left_out,
         verdict,
     })
 }
 
-/// Whether a text that failed compiles once every instruction with a
-/// `row_bcast` operand is blanked (same length): then the DPP reduction is
-/// why it failed.
-/// This asks the compiler, where a log does not say: Debian 12's comgr
-/// reports a rejected operand as "cannot compile inline asm", no more.
-fn compiles_without_row_bcast(
+/// `unit` compiled for `arch` with each define set, in one batch.
+fn compile_all(
     compiler: &dyn Compiler,
-    name: &str,
-    text: &[u8],
+    unit: &Unit,
     arch: &str,
-    defines: &[String],
+    defines: &[Vec<String>],
     compiles: &mut usize,
-) -> anyhow::Result<bool> {
-    let finder = memchr::memmem::Finder::new(b"row_bcast:");
-    if finder.find(text).is_none() {
-        return Ok(false);
+) -> anyhow::Result<Vec<Compiled>> {
+    if defines.is_empty() {
+        return Ok(Vec::new());
     }
-    // The instruction goes whole (its string literal's bytes, on its line):
-    // its row_mask and bank_mask would not stand without the row_bcast.
-    let mut blanked = text.to_vec();
+    *compiles += defines.len();
+    let jobs: Vec<Job> = defines.iter().map(|d| unit.job(arch, d)).collect();
+    let answers = compiler.compile_all(&jobs)?;
+    anyhow::ensure!(
+        answers.len() == jobs.len(),
+        "{} gave {} answers to {} compiles",
+        compiler.describe(),
+        answers.len(),
+        jobs.len()
+    );
+    Ok(answers)
+}
+
+/// Blank every instruction with a `row_bcast` operand in `text`; whether
+/// there was one.
+pub(crate) fn blank_row_bcast(text: &mut [u8]) -> bool {
+    let finder = memchr::memmem::Finder::new(b"row_bcast:");
+    let mut found = false;
     let mut at = 0;
-    while let Some(i) = finder.find(&blanked[at..]).map(|i| at + i) {
-        let start = blanked[..i]
+    while let Some(i) = finder.find(&text[at..]).map(|i| at + i) {
+        found = true;
+        // The instruction goes whole (its string literal's bytes, on its
+        // line): its row_mask and bank_mask would not stand without the
+        // row_bcast.
+        let start = text[..i]
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |n| n + 1);
-        let end = blanked[i..]
+        let end = text[i..]
             .iter()
             .position(|&b| b == b'\n')
-            .map_or(blanked.len(), |n| i + n);
-        let line = &blanked[start..end];
+            .map_or(text.len(), |n| i + n);
+        let line = &text[start..end];
         match (
             line.iter().position(|&b| b == b'"'),
             line.iter().rposition(|&b| b == b'"'),
         ) {
-            (Some(a), Some(b)) if a < b => blanked[start + a + 1..start + b].fill(b' '),
-            _ => blanked[i..i + 10].fill(b' '),
+            (Some(a), Some(b)) if a < b => text[start + a + 1..start + b].fill(b' '),
+            _ => text[i..i + 10].fill(b' '),
         }
         at = end;
     }
-    *compiles += 1;
-    Ok(matches!(
-        compiler.compile(&Job {
-            name,
-            text: &blanked,
-            arch,
-            defines,
-        })?,
-        Compiled::Object(_)
-    ))
+    found
 }
 
 /// Whether a failed compile's log is the DPP row_bcast operand gfx10 lacks:
@@ -428,6 +461,49 @@ pub fn first_error(log: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kernel(name: &str, verdict: Verdict) -> Kernel {
+        Kernel {
+            name: name.into(),
+            cases: 1,
+            left_out: Vec::new(),
+            verdict,
+        }
+    }
+
+    #[test]
+    fn a_kernel_no_card_compiles_is_not_judged_unless_the_std_headers_are_missing() {
+        let j = |kernels: Vec<Kernel>| Judgement {
+            arch: "gfx1010".into(),
+            compiler: "c".into(),
+            kernels,
+            compiles: 0,
+            cached: false,
+        };
+        let not_judged = |error: &str| Verdict::NotJudged {
+            case: "fp32 NCHW".into(),
+            error: error.into(),
+        };
+        let undeclared = not_judged("use of undeclared identifier 'FLOAT2FLOAPREC'");
+        let compiles = j(vec![
+            kernel("A", Verdict::Compiles),
+            kernel("B", undeclared.clone()),
+        ]);
+        assert_eq!(compiles.outcome(), Outcome::NothingToFix);
+        assert_eq!(compiles.failing().count(), 0);
+        let std = not_judged("'type_traits' file not found");
+        match j(vec![kernel("A", Verdict::Compiles), kernel("H", std)]).outcome() {
+            Outcome::NotFixable { kernel, error } => {
+                assert_eq!(kernel, "H");
+                assert!(error.contains("'type_traits' file not found"), "{error}");
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(
+            j(vec![kernel("B", undeclared)]).outcome(),
+            Outcome::NothingCompiles { .. }
+        ));
+    }
 
     #[test]
     fn the_first_error_line_loses_its_position() {

@@ -15,7 +15,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
 use super::Comgr;
+use super::hiprtc::{self, Hiprtc};
 use crate::error::hint;
+use crate::verdict::Lang;
 
 /// Set (to anything) in the child's environment: `cli::main` then serves a
 /// batch instead of parsing a command line.
@@ -40,6 +42,19 @@ pub struct Source {
     pub name: String,
     #[serde(with = "base64_bytes")]
     pub text: Vec<u8>,
+    /// OpenCL goes to comgr, HIP to hipRTC.
+    #[serde(default)]
+    pub lang: Lang,
+    /// A HIP text's headers, by include name.
+    #[serde(default)]
+    pub headers: Vec<Header>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Header {
+    pub name: String,
+    #[serde(with = "base64_bytes")]
+    pub text: Vec<u8>,
 }
 
 /// One compile: a source of the batch for a target with options.
@@ -49,7 +64,9 @@ pub struct Job {
     pub source: usize,
     /// e.g. `gfx1010`.
     pub target: String,
-    /// All of them: MIOpen's are [`super::MIOPEN_OPTIONS`].
+    /// For OpenCL, all of them (MIOpen's are [`super::MIOPEN_OPTIONS`]);
+    /// for HIP, the solver's, after which the child puts MIOpen's own for
+    /// the hipRTC it loaded ([`hiprtc::miopen_options`]).
     pub options: Vec<String>,
     /// An earlier job of the batch: this one is skipped unless that one
     /// compiled (the variants of a kernel, after its first failure).
@@ -65,16 +82,51 @@ pub enum Answer {
     Skipped,
 }
 
-/// What a batch came to, and which comgr said so.
+/// What a batch came to, and which compilers said so.
 #[derive(Debug, Clone)]
 pub struct Answers {
     pub version: (usize, usize),
+    pub hiprtc: Option<(usize, usize)>,
     pub answers: Vec<Answer>,
+}
+
+/// The compilers a child loads: the comgr, and for HIP texts the hipRTC.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Compilers {
+    pub comgr: PathBuf,
+    pub hiprtc: Option<PathBuf>,
 }
 
 impl Batch {
     pub fn add_source(&mut self, name: String, text: Vec<u8>) -> usize {
-        self.sources.push(Source { name, text });
+        self.sources.push(Source {
+            name,
+            text,
+            lang: Lang::OpenCl,
+            headers: Vec::new(),
+        });
+        self.sources.len() - 1
+    }
+
+    /// A HIP text with the headers it includes.
+    pub fn add_hip_source(
+        &mut self,
+        name: String,
+        text: Vec<u8>,
+        headers: &[(String, Vec<u8>)],
+    ) -> usize {
+        self.sources.push(Source {
+            name,
+            text,
+            lang: Lang::Hip,
+            headers: headers
+                .iter()
+                .map(|(name, text)| Header {
+                    name: name.clone(),
+                    text: text.clone(),
+                })
+                .collect(),
+        });
         self.sources.len() - 1
     }
 
@@ -91,9 +143,14 @@ impl Batch {
     }
 }
 
-/// Compile `batch` through `comgr` in this process, the child's, calling
-/// `each` with every answer as it comes.
-pub fn run_in_process(comgr: &Comgr, batch: &Batch, mut each: impl FnMut(&Answer)) -> Vec<Answer> {
+/// Compile `batch` through `comgr` (and `hiprtc` for HIP texts) in this
+/// process, the child's, calling `each` with every answer as it comes.
+pub fn run_in_process(
+    comgr: &Comgr,
+    hiprtc: Option<&Hiprtc>,
+    batch: &Batch,
+    mut each: impl FnMut(&Answer),
+) -> Vec<Answer> {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.jobs.len());
     for (i, job) in batch.jobs.iter().enumerate() {
         let waits_in_vain = job
@@ -102,7 +159,7 @@ pub fn run_in_process(comgr: &Comgr, batch: &Batch, mut each: impl FnMut(&Answer
         let answer = match batch.sources.get(job.source) {
             _ if waits_in_vain => Answer::Skipped,
             None => Answer::Failed(format!("no source {} in the batch", job.source)),
-            Some(s) => match comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options) {
+            Some(s) => match compile_one(comgr, hiprtc, s, job) {
                 Ok(object) => {
                     use sha2::Digest;
                     Answer::Compiled(crate::checksum::hex(&sha2::Sha256::digest(&object)))
@@ -114,6 +171,28 @@ pub fn run_in_process(comgr: &Comgr, batch: &Batch, mut each: impl FnMut(&Answer
         answers.push(answer);
     }
     answers
+}
+
+fn compile_one(
+    comgr: &Comgr,
+    hiprtc: Option<&Hiprtc>,
+    s: &Source,
+    job: &Job,
+) -> std::result::Result<Vec<u8>, String> {
+    match (s.lang, hiprtc) {
+        (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
+        (Lang::Hip, Some(rtc)) => {
+            let headers: Vec<(String, Vec<u8>)> = s
+                .headers
+                .iter()
+                .map(|h| (h.name.clone(), h.text.clone()))
+                .collect();
+            let mut options = hiprtc::miopen_options(&job.target, rtc.version);
+            options.extend(job.options.iter().cloned());
+            rtc.compile_hip(&s.name, &s.text, &headers, &options)
+        }
+        (Lang::Hip, None) => Err(format!("{} is HIP, and no hipRTC was loaded", s.name)),
+    }
 }
 
 fn cut(mut text: String, cap: usize) -> String {
@@ -131,22 +210,43 @@ fn cut(mut text: String, cap: usize) -> String {
 /// The request the parent writes to the child's stdin.
 #[derive(Serialize, Deserialize)]
 struct Request {
-    comgr: PathBuf,
+    compilers: Compilers,
     batch: Batch,
 }
 
 /// The child's first line: the comgr it loaded, or why it did not.
 #[derive(Serialize, Deserialize)]
 enum Hello {
-    Loaded((usize, usize)),
-    Refused { error: String, help: Option<String> },
+    Loaded {
+        comgr: (usize, usize),
+        hiprtc: Option<(usize, usize)>,
+    },
+    Refused {
+        error: String,
+        help: Option<String>,
+    },
 }
 
 /// Compile `batch` through the comgr at `comgr` in a child process of
 /// `exe` (this binary), each compile (and the load) within `limit`.
 pub fn compile(exe: &Path, comgr: &Path, batch: &Batch, limit: Duration) -> Result<Answers> {
-    let request = serde_json::to_vec(&Request {
+    let compilers = Compilers {
         comgr: comgr.to_owned(),
+        hiprtc: None,
+    };
+    compile_with(exe, &compilers, batch, limit)
+}
+
+/// [`compile`], with a hipRTC for the batch's HIP texts.
+pub fn compile_with(
+    exe: &Path,
+    compilers: &Compilers,
+    batch: &Batch,
+    limit: Duration,
+) -> Result<Answers> {
+    let comgr = compilers.comgr.as_path();
+    let request = serde_json::to_vec(&Request {
+        compilers: compilers.clone(),
         batch: batch.clone(),
     })?;
     let mut cmd = std::process::Command::new(exe);
@@ -156,8 +256,8 @@ pub fn compile(exe: &Path, comgr: &Path, batch: &Batch, limit: Duration) -> Resu
     let out = crate::proc::run_fed(cmd, request, limit, total)?;
     let mut lines = out.stdout.lines();
     let hello: Option<Hello> = lines.next().and_then(|l| serde_json::from_str(l).ok());
-    let version = match hello {
-        Some(Hello::Loaded(v)) => v,
+    let (version, hiprtc) = match hello {
+        Some(Hello::Loaded { comgr, hiprtc }) => (comgr, hiprtc),
         Some(Hello::Refused { error, help }) => {
             return Err(match help {
                 Some(help) => hint(error, help),
@@ -197,7 +297,11 @@ pub fn compile(exe: &Path, comgr: &Path, batch: &Batch, limit: Duration) -> Resu
             ended(&out)
         );
     }
-    Ok(Answers { version, answers })
+    Ok(Answers {
+        version,
+        hiprtc,
+        answers,
+    })
 }
 
 /// How a child that stopped short ended, and the last thing it said.
@@ -264,16 +368,28 @@ pub fn serve() -> std::process::ExitCode {
         .unwrap_or_default()
     };
     let request = read_request();
-    let loaded = request.and_then(|r| Ok((Comgr::open(&r.comgr)?, r.batch)));
-    let (comgr, batch) = match loaded {
+    let loaded = request.and_then(|r| {
+        let rtc = r
+            .compilers
+            .hiprtc
+            .as_deref()
+            .map(Hiprtc::open)
+            .transpose()?;
+        Ok((Comgr::open(&r.compilers.comgr)?, rtc, r.batch))
+    });
+    let (comgr, rtc, batch) = match loaded {
         Ok(l) => l,
         Err(e) => {
             say(refused(&e));
             return std::process::ExitCode::from(2);
         }
     };
-    say(serde_json::to_string(&Hello::Loaded(comgr.version)).unwrap_or_default());
-    run_in_process(&comgr, &batch, |a| {
+    let hello = Hello::Loaded {
+        comgr: comgr.version,
+        hiprtc: rtc.as_ref().map(|r| r.version),
+    };
+    say(serde_json::to_string(&hello).unwrap_or_default());
+    run_in_process(&comgr, rtc.as_ref(), &batch, |a| {
         say(serde_json::to_string(a).unwrap_or_default());
     });
     std::process::ExitCode::SUCCESS

@@ -1,17 +1,17 @@
 //! `verify --compile`: the batch-norm kernels of the MIOpen torch loads,
-//! compiled for the card's target through the comgr beside it, as MIOpen
-//! compiles them at run time; and, where a transaction kept the original,
-//! the original's kernels too, which should fail on gfx101x. No GPU runs.
+//! judged for the card's target as the diagnosis judges them
+//! (`verdict::judge`: every case each text reads, through the comgr and
+//! hipRTC beside it, as MIOpen compiles them at run time); and, where a
+//! transaction kept the original, the original's too, which should fail
+//! on gfx101x. No GPU runs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::comgr;
-use crate::comgr::child::{Answers, Batch};
 use crate::inspect::checks::{CheckReport, Status};
-use crate::kernel_check::{self, Child, Compiler, Plan, Row};
 use crate::swap::torch::Torch;
 use crate::swap::txn::{Journal, State};
+use crate::verdict::{self, Judgement, Verdict};
 
 /// The targets to compile for: those asked for, else the RDNA1 cards of
 /// this machine, else gfx1010 (and why).
@@ -30,39 +30,6 @@ fn targets(sysfs: &Path, asked: &[String]) -> (Vec<String>, &'static str) {
     }
 }
 
-/// Every compile of the check, for one child: the control, then per
-/// target the installed library's texts and the original's.
-struct Compiles {
-    batch: Batch,
-    control: Plan,
-    targets: Vec<(String, Plan, Option<anyhow::Result<Plan>>)>,
-}
-
-fn plan(
-    installed: &[u8],
-    original: Option<anyhow::Result<Vec<u8>>>,
-    archs: &[String],
-) -> anyhow::Result<Compiles> {
-    let mut batch = Batch::default();
-    let now = kernel_check::texts(&mut batch, installed)?;
-    let before = original.map(|o| o.and_then(|bytes| kernel_check::texts(&mut batch, &bytes)));
-    let control = kernel_check::plan(&mut batch, &now, CONTROL);
-    let mut targets = Vec::new();
-    for arch in archs {
-        let plan_now = kernel_check::plan(&mut batch, &now, arch);
-        let plan_before = before.as_ref().map(|b| match b {
-            Ok(texts) => Ok(kernel_check::plan(&mut batch, texts, arch)),
-            Err(e) => Err(anyhow::anyhow!("{e:#}")),
-        });
-        targets.push((arch.clone(), plan_now, plan_before));
-    }
-    Ok(Compiles {
-        batch,
-        control,
-        targets,
-    })
-}
-
 pub fn check(
     torch: &Torch,
     journals: &[Journal],
@@ -72,7 +39,7 @@ pub fn check(
     r: &mut CheckReport,
 ) {
     let dirs = torch.runtime_dirs();
-    let Some(path) = comgr::find(&dirs) else {
+    let Some(path) = crate::comgr::find(&dirs) else {
         r.push_fix(
             "kernels",
             Status::Fail,
@@ -84,10 +51,11 @@ pub fn check(
         );
         return;
     };
-    // Refused here, before a child is started; the child checks again.
-    if let Err(e) = comgr::check_trusted(&path) {
-        return r.push_error("kernels", Status::Fail, &e);
-    }
+    let hiprtc = crate::comgr::hiprtc::find(&dirs);
+    let compiler = match crate::diagnosis::compiler(&path, hiprtc.as_deref(), limit) {
+        Ok(c) => c,
+        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+    };
     // Each library is read once, whatever the number of targets.
     let installed = match crate::elf::read_file(&torch.target) {
         Ok(b) => b,
@@ -99,59 +67,43 @@ pub fn check(
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
         .map(|j| crate::elf::read_file(&j.backup));
     let (archs, why) = targets(sysfs, asked);
-    let compiles = match plan(&installed, original, &archs) {
-        Ok(c) => c,
-        Err(e) => return r.push_error("kernels", Status::Fail, &e),
-    };
-    let answers = match Child::new(path.clone(), limit).and_then(|c| c.compile(&compiles.batch)) {
-        Ok(a) => a,
-        Err(e) => return r.push_error("kernels", Status::Fail, &e),
-    };
-    let by = format!(
-        "comgr {}.{} ({})",
-        answers.version.0,
-        answers.version.1,
-        path.display()
-    );
-    // A kernel that fails for the gfx1030 control too fails for want of a
-    // define this check does not pass: it says nothing about gfx101x. All
-    // of them failing there says the comgr cannot compile at all.
-    let control = compiles.control.rows(&answers.answers);
-    if let Some(first) = control.iter().find_map(|r| r.error.as_ref())
-        && control.iter().all(|r| !r.ok())
-    {
-        return r.push_fix(
-            "kernels",
-            Status::Fail,
-            format!(
-                "{by} failed to compile even the control target {CONTROL}: {}: {first}",
-                control[0].name
-            ),
-            "this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile",
-        );
-    }
-    let control: Vec<String> = control
-        .into_iter()
-        .filter(|r| !r.ok())
-        .map(|r| r.name)
-        .collect();
-    for (arch, now, before) in &compiles.targets {
-        let rows = |plan: &Plan, answers: &Answers| without(plan.rows(&answers.answers), &control);
-        let pristine = before.as_ref().map(|b| match b {
-            Ok(plan) => Ok(rows(plan, &answers)),
+    for arch in &archs {
+        let now = match verdict::judge(&compiler, &installed, arch) {
+            Ok(j) => j,
+            Err(e) => return r.push_error("kernels", Status::Fail, &e),
+        };
+        let by = verdict::Compiler::describe(&compiler);
+        if let Some(first) = broken_compiler(&now) {
+            return r.push_fix(
+                "kernels",
+                Status::Fail,
+                format!(
+                    "{by} failed to compile even the control target {}: {first}",
+                    verdict::CONTROL
+                ),
+                "this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile",
+            );
+        }
+        let before = original.as_ref().map(|o| match o {
+            Ok(bytes) => verdict::judge(&compiler, bytes, arch),
             Err(e) => Err(anyhow::anyhow!("{e:#}")),
         });
-        report(r, &by, arch, why, rows(now, &answers), pristine, &control);
+        report(r, &by, arch, why, &now, before);
     }
 }
 
-/// The control target: batch norm works there (MIOpen marks it gfx103x).
-const CONTROL: &str = "gfx1030";
-
-fn without(rows: Vec<Row>, left_out: &[String]) -> Vec<Row> {
-    rows.into_iter()
-        .filter(|r| !left_out.contains(&r.name))
-        .collect()
+/// When every kernel fails for the control too, the compiler compiles
+/// nothing of MIOpen's: its first kernel and error.
+fn broken_compiler(j: &Judgement) -> Option<String> {
+    let every = !j.kernels.is_empty()
+        && j.kernels
+            .iter()
+            .all(|k| matches!(k.verdict, Verdict::NotJudged { .. }));
+    let k = j.kernels.first()?;
+    match (&k.verdict, every) {
+        (Verdict::NotJudged { error, .. }, true) => Some(format!("{}: {error}", k.name)),
+        _ => None,
+    }
 }
 
 fn list(dirs: &[PathBuf]) -> String {
@@ -161,23 +113,15 @@ fn list(dirs: &[PathBuf]) -> String {
         .join(", ")
 }
 
-fn failing(rows: &[Row]) -> Vec<String> {
-    rows.iter()
-        .filter(|r| !r.ok())
-        .map(|r| format!("{}: {}", r.name, r.error.as_deref().unwrap_or_default()))
-        .collect()
-}
-
 fn report(
     r: &mut CheckReport,
     by: &str,
     arch: &str,
     why: &str,
-    installed: Vec<Row>,
-    pristine: Option<anyhow::Result<Vec<Row>>>,
-    left_out: &[String],
+    now: &Judgement,
+    before: Option<anyhow::Result<Judgement>>,
 ) {
-    if installed.is_empty() {
+    if now.kernels.is_empty() {
         r.push_fix(
             "kernels",
             Status::Fail,
@@ -186,41 +130,46 @@ fn report(
         );
         return;
     }
-    let bad = failing(&installed);
-    let before = match pristine {
-        Some(Ok(rows)) => format!(
+    let bad: Vec<String> = now
+        .failing()
+        .map(|k| format!("{}: {}", k.name, k.verdict.describe()))
+        .collect();
+    let mut before = match before {
+        Some(Ok(j)) => format!(
             "; the original's: {} of {} fail",
-            failing(&rows).len(),
-            rows.len()
+            j.failing().count(),
+            j.kernels.len()
         ),
         Some(Err(e)) => format!("; the original could not be read: {e:#}"),
         None => String::new(),
     };
-    let before = if left_out.is_empty() {
-        before
-    } else {
-        format!(
-            "{before}; left out, as they fail for the {CONTROL} control too with this check's defines: {}",
+    let left_out: Vec<&str> = now
+        .kernels
+        .iter()
+        .filter(|k| !k.left_out.is_empty())
+        .map(|k| k.name.as_str())
+        .collect();
+    if !left_out.is_empty() {
+        before.push_str(&format!(
+            "; cases that fail for the {} control too are left out, in {}",
+            verdict::CONTROL,
             left_out.join(", ")
-        )
-    };
+        ));
+    }
+    let n = now.kernels.len();
     if bad.is_empty() {
         r.push(
             "kernels",
             Status::Ok,
-            format!(
-                "{} batch-norm kernels compile for {arch}{why} through {by}{before}",
-                installed.len()
-            ),
+            format!("{n} batch-norm kernels compile for {arch}{why} through {by}{before}"),
         );
     } else {
         r.push_fix(
             "kernels",
             Status::Fail,
             format!(
-                "{} of {} batch-norm kernels do not compile for {arch}{why} through {by}{before}:\n{}",
+                "{} of {n} batch-norm kernels do not compile for {arch}{why} through {by}{before}:\n{}",
                 bad.len(),
-                installed.len(),
                 bad.join("\n")
             ),
             "batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen",

@@ -1,6 +1,6 @@
 //! The cases a batch-norm solver compiles a kernel text in, and the
 //! defines it passes for each: what the diagnosis compiles, and verify
-//! --compile too (`kernel_check`), so both ask the same question.
+//! --compile too (`compiler`), so both ask the same question.
 
 use std::collections::BTreeMap;
 
@@ -149,10 +149,21 @@ pub fn defines(text: &[u8], arch: &str, case: &Case) -> Vec<String> {
     d.insert("MIO_BN_LDS_SIZE", grp.to_string());
     d.insert("MIO_BN_LDSGCN_SIZE", (grp / 64).to_string());
     d.insert("MIO_BN_DIST", (grp * 4).to_string());
+    // The HIP fused inference kernel's bound: the elements over the read
+    // unit (MIOpen's test of it passes that).
+    d.insert("MIOPEN_SBN_BOUNDS", (c * hw / 4).to_string());
     let mut out: Vec<String> = d.into_iter().map(|(k, v)| format!("-D{k}={v}")).collect();
     if let Some(v) = case.variant {
         out.push(format!("-DMIO_BN_VARIANT={v}"));
     }
+    out.extend(families(text, arch));
+    out
+}
+
+/// Each `MIO_BN_GFX<n>X` `text` names, 1 when `arch` is of that family, as
+/// the solvers set them from the device name.
+fn families(text: &[u8], arch: &str) -> Vec<String> {
+    let mut out = Vec::new();
     let mut families: Vec<String> = String::from_utf8_lossy(text)
         .match_indices("MIO_BN_GFX")
         .filter_map(|(i, _)| {

@@ -325,3 +325,76 @@ fn installing_the_same_library_again_needs_no_second_proof() {
         .says("compiles) (proven before for these very files)")
         .says("Installed");
 }
+
+/// Debian 12's hipRTC: HIP 5.2 kept it in the runtime library.
+pub(crate) const DEBIAN_HIPRTC: &str = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5";
+
+/// 7.x's HIP batch-norm kernels are judged through hipRTC, with their
+/// headers handed over by name as MIOpen hands them: failing at the DPP
+/// reduction, fixed in configuration.hpp's guard and proven (gfx1030's
+/// code unchanged); a portable one is nothing to fix; and without a
+/// hipRTC beside torch's MIOpen nothing is guessed.
+#[test]
+fn hip_kernels_are_judged_through_hiprtc() {
+    let hiprtc = |torch: &rdna1_testkit::FakeTorch| {
+        let link = torch.lib.join("libamdhip64.so.5");
+        std::os::unix::fs::symlink(DEBIAN_HIPRTC, &link).expect(
+            "this test compiles HIP kernels with Debian's hipRTC: apt-get install libamdhip64-5",
+        );
+        link
+    };
+    let install = |name: &str, with_hiprtc: bool| {
+        use crate::in_place::{HIP64, torch_of};
+        let sb = crate::support::Sandbox::new();
+        let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+        std::fs::copy(variant(name), torch.miopen()).unwrap();
+        let link = with_hiprtc.then(|| hiprtc(&torch));
+        let runs = [
+            sb.install(&["--profile", "rocm-6.4.3", "--dry-run"]),
+            sb.install(&["--profile", "rocm-6.4.3"]),
+        ];
+        (sb, torch, link, runs)
+    };
+
+    let (sb, torch, link, [dry, real]) = install("hip", true);
+    let through = format!(
+        "through comgr 2.4 ({}), hipRTC 5.2 ({})",
+        torch.lib.join("libamd_comgr.so.2").display(),
+        link.unwrap().display()
+    );
+    for run in [&dry, &real] {
+        run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALHIP: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)")
+            .says(&format!(
+                "Diagnosis 3 of 3 batch-norm kernels of {} fail for gfx1010",
+                torch.miopen().display()
+            ))
+            .says(&through);
+    }
+    dry.ok().says(&format!("3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {through}"));
+    real.ok().says("Installed");
+    // The edit is in the header hipRTC is handed, not in the kernel text.
+    let installed = std::fs::read(torch.miopen()).unwrap();
+    let guard = b"#if defined(__AMDGCN__) && !__has_builtin(__builtin_amdgcn_permlanex16)";
+    assert!(memchr::memmem::find(&installed, guard).is_some());
+    drop(sb);
+
+    let (sb, torch, _, runs) = install("hip-portable", true);
+    for run in runs {
+        run.ok()
+            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALHIP: compiles")
+            .says(&format!(
+                "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010",
+                torch.miopen().display()
+            ));
+    }
+    assert!(!sb.prefix.exists());
+
+    // No hipRTC: the HIP kernel cannot be judged, and nothing is guessed.
+    let (sb, _, _, runs) = install("hip", false);
+    for run in runs {
+        run.fails().says(
+            "error: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALHIP is a HIP kernel, and no hipRTC was found beside",
+        );
+    }
+    assert!(!sb.prefix.exists());
+}

@@ -313,17 +313,19 @@ fn bundle_comgr(torch: &FakeTorch) {
 }
 
 /// Debian's comgr, in a child process of the binary, as verify compiles.
-fn debian_comgr() -> rdna1_patch::kernel_check::Child {
+fn debian_comgr() -> rdna1_patch::compiler::Child {
     let comgr = PathBuf::from("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2");
     assert!(
         comgr.exists(),
         "apt-get install libamd-comgr2 libclang-common-15-dev"
     );
-    rdna1_patch::kernel_check::Child {
+    rdna1_patch::compiler::Child {
         exe: crate::support::BIN.into(),
         comgr,
+        hiprtc: None,
         limit: std::time::Duration::from_secs(600),
         version: Default::default(),
+        hiprtc_version: Default::default(),
     }
 }
 
@@ -384,16 +386,16 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
 /// gfx906, which keeps its DPP reduction).
 #[test]
 fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() {
-    use rdna1_patch::{embedded, kernel_check};
+    use rdna1_patch::{embedded, verdict};
     let comgr = debian_comgr();
     let pristine = std::fs::read(runtime().join("torch/lib/libMIOpen.so")).unwrap();
     let embedded::Fix::Fixed { bytes: fixed, .. } = embedded::fix(&pristine).unwrap() else {
         panic!("the fixture's library is refused");
     };
     let failing = |lib: &[u8], arch: &str| {
-        let rows = kernel_check::check(&comgr, lib, arch).unwrap();
-        assert_eq!(rows.len(), 2, "{rows:?}");
-        rows.iter().filter(|r| !r.ok()).count()
+        let judged = verdict::judge(&comgr, lib, arch).unwrap();
+        assert_eq!(judged.kernels.len(), 2, "{judged:?}");
+        judged.failing().count()
     };
     for (arch, pristine_fails) in [
         ("gfx1010", 2),
@@ -416,7 +418,8 @@ fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() 
 /// Debian's comgr, for the RDNA1 targets, the gfx1030 control and gfx906.
 #[test]
 fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
-    use rdna1_patch::{kernel_check, kernel_text};
+    use rdna1_patch::kernel_text;
+    use rdna1_patch::verdict::{self, Lang, Unit, Verdict};
     let comgr = debian_comgr();
     let patch = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -449,17 +452,25 @@ fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
             panic!("{k} was not fixed")
         };
         for arch in ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx906"] {
-            let by_patch = kernel_check::compile_text(&comgr, k, patched.as_bytes(), arch).unwrap();
-            let by_edit = kernel_check::compile_text(&comgr, k, &edited, arch).unwrap();
-            let pristine = kernel_check::compile_text(&comgr, k, text.as_bytes(), arch).unwrap();
+            let judge = |t: &[u8]| {
+                let unit = Unit {
+                    name: k.to_owned(),
+                    lang: Lang::OpenCl,
+                    text: t.to_vec(),
+                    headers: Vec::new(),
+                };
+                verdict::judge_text(&comgr, &unit, arch, &mut 0).unwrap()
+            };
+            let (by_patch, by_edit) = (judge(patched.as_bytes()), judge(&edited));
+            let pristine = judge(text.as_bytes());
             assert!(
-                by_patch.ok() && by_edit.ok(),
+                by_patch.verdict == Verdict::Compiles && by_edit.verdict == Verdict::Compiles,
                 "{k} on {arch}: {by_patch:?} {by_edit:?}"
             );
             assert_eq!(
-                pristine.ok(),
+                pristine.verdict == Verdict::Compiles,
                 !arch.starts_with("gfx101"),
-                "{k} pristine on {arch}"
+                "{k} pristine on {arch}: {pristine:?}"
             );
         }
     }

@@ -1,0 +1,304 @@
+//! hipRTC, which MIOpen compiles its HIP kernels with (7.x's batch norm
+//! among them), loaded with dlopen to compile a HIP kernel text the way
+//! MIOpen's `hiprtc::BuildHip` does: every header the text includes handed
+//! over by name, MIOpen's own options, one program per target. Nothing runs
+//! on a GPU. As with comgr, only a library no one else could have written
+//! is loaded, and only in the compile child.
+//!
+//! Before ROCm 5.3 hipRTC was part of the HIP runtime (`libamdhip64.so.5`
+//! exports `hiprtc*`); since, it is `libhiprtc.so.N` beside it.
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow, bail};
+
+/// hipRTC's status codes are C enums: 0 is success.
+type Status = c_int;
+type Program = *mut c_void;
+
+struct Api {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
+    create: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Status,
+    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
+    log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    log: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    code_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    code: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    destroy: unsafe extern "C" fn(*mut Program) -> Status,
+}
+
+pub struct Hiprtc {
+    pub path: PathBuf,
+    pub version: (usize, usize),
+    api: Api,
+}
+
+/// The hipRTC beside a library, as MIOpen loads it: the newest
+/// `libhiprtc.so*` in one of `dirs`; else a HIP runtime of before ROCm 5.3,
+/// which carries hipRTC itself.
+pub fn find(dirs: &[PathBuf]) -> Option<PathBuf> {
+    let named = |prefix: &'static str| {
+        dirs.iter().find_map(move |dir| {
+            crate::fsutil::entries_named(dir, |n| {
+                n.starts_with(prefix) && !n.starts_with("libhiprtc-builtins")
+            })
+            .pop()
+        })
+    };
+    named("libhiprtc.so").or_else(|| {
+        named("libamdhip64.so").filter(|p| {
+            crate::elf::read_file(p)
+                .ok()
+                .and_then(|b| crate::elf::exports(&b, "hiprtcCompileProgram").ok())
+                .unwrap_or(false)
+        })
+    })
+}
+
+/// MIOpen's own options for a HIP compile through hipRTC (BuildHip), as
+/// its builds for ROCm 6 and 7 pass them; `version` is hipRTC's, which
+/// MIOpen's `HIP_PACKAGE_VERSION_FLAT` matches.
+pub fn miopen_options(arch: &str, version: (usize, usize)) -> Vec<String> {
+    let flat = version.0 as u64 * 1_000_000_000 + version.1 as u64 * 1_000_000;
+    let mut o: Vec<String> = vec![
+        format!("--offload-arch={arch}"),
+        "-D__HIP_PLATFORM_AMD__=1".into(),
+        format!("-DHIP_PACKAGE_VERSION_FLAT={flat}"),
+        "-DMIOPEN_DONT_USE_HIP_RUNTIME_HEADERS".into(),
+    ];
+    if version.0 < 6 {
+        o.push("-D__HIP_PLATFORM_HCC__=1".into());
+        o.push("-DWORKAROUND_DONT_USE_CUSTOM_LIMITS=1".into());
+    }
+    if arch.starts_with("gfx10") || arch.starts_with("gfx11") {
+        o.push("-DWORKAROUND_ISSUE_1431=1".into());
+    }
+    for w in [
+        "-Wno-newline-eof",
+        "-Wno-reserved-identifier",
+        "-Wno-old-style-cast",
+        "-Wno-extra-semi-stmt",
+        "-Wno-gnu-line-marker",
+        "-Wno-pass-failed",
+        "-Wno-cuda-compat",
+        "-fno-gpu-rdc",
+        "-O3",
+        "-std=c++17",
+    ] {
+        o.push(w.into());
+    }
+    // The clang of ROCm 6 on has it (MIOpen's WORKAROUND_SWDEV_413293);
+    // 5.x's rejects it.
+    if version.0 >= 6 {
+        o.push("-fno-offload-uniform-block".into());
+    }
+    o
+}
+
+/// (major, minor) from a versioned file name: `libhiprtc.so.6.4.43484`.
+fn file_version(real: &Path) -> Option<(usize, usize)> {
+    let name = real.file_name()?.to_str()?;
+    let rest = &name[name.find(".so.")? + 4..];
+    let mut parts = rest.split('.').map(|p| p.parse::<usize>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
+/// One program, destroyed when it goes.
+struct Owned<'a> {
+    api: &'a Api,
+    prog: Program,
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a program this compile created, destroyed once.
+        unsafe { (self.api.destroy)(&raw mut self.prog) };
+    }
+}
+
+impl Hiprtc {
+    /// Load the hipRTC at `path`, once `check_trusted` has passed it.
+    pub fn open(path: &Path) -> Result<Hiprtc> {
+        let real = super::check_trusted(path)?;
+        let lib = super::dlopen(&real, path)?;
+        let api = (|| -> Result<Api> {
+            Ok(Api {
+                version: super::sym(lib, "hiprtcVersion")?,
+                create: super::sym(lib, "hiprtcCreateProgram")?,
+                compile: super::sym(lib, "hiprtcCompileProgram")?,
+                log_size: super::sym(lib, "hiprtcGetProgramLogSize")?,
+                log: super::sym(lib, "hiprtcGetProgramLog")?,
+                code_size: super::sym(lib, "hiprtcGetCodeSize")?,
+                code: super::sym(lib, "hiprtcGetCode")?,
+                destroy: super::sym(lib, "hiprtcDestroyProgram")?,
+            })
+        })()
+        .map_err(|e| anyhow!("{} is not a hipRTC: {e}", path.display()))?;
+        // HIP's own version, which MIOpen's options follow: the real
+        // file's name carries it (libhiprtc.so.6.4.43484); hiprtcVersion
+        // says it only since ROCm 6 (5.2's answers 9.0).
+        let version = match file_version(&real) {
+            Some(v) => v,
+            None => {
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: two out-pointers to int, as declared.
+                let status = unsafe { (api.version)(&raw mut major, &raw mut minor) };
+                if status != 0 {
+                    bail!("{} does not say its version", path.display());
+                }
+                (major as usize, minor as usize)
+            }
+        };
+        Ok(Hiprtc {
+            path: path.to_owned(),
+            version,
+            api,
+        })
+    }
+
+    /// Compile HIP `text` (named `name`, with `headers` by their include
+    /// names) with `options`; the code object, or the compiler's log.
+    pub fn compile_hip(
+        &self,
+        name: &str,
+        text: &[u8],
+        headers: &[(String, Vec<u8>)],
+        options: &[String],
+    ) -> std::result::Result<Vec<u8>, String> {
+        let c = |b: &[u8]| CString::new(b).map_err(|_| "a text with a NUL in it".to_owned());
+        let text = c(text)?;
+        let name = c(name.as_bytes())?;
+        let names: Vec<CString> = headers
+            .iter()
+            .map(|(n, _)| c(n.as_bytes()))
+            .collect::<std::result::Result<_, _>>()?;
+        let texts: Vec<CString> = headers
+            .iter()
+            .map(|(_, t)| c(t))
+            .collect::<std::result::Result<_, _>>()?;
+        let name_ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
+        let text_ptrs: Vec<*const c_char> = texts.iter().map(|s| s.as_ptr()).collect();
+        let opts: Vec<CString> = options
+            .iter()
+            .map(|o| c(o.as_bytes()))
+            .collect::<std::result::Result<_, _>>()?;
+        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
+        let count = c_int::try_from(headers.len()).map_err(|_| "too many headers".to_owned())?;
+        let mut prog: Program = std::ptr::null_mut();
+        // SAFETY: every pointer is to a live NUL-terminated string, the
+        // arrays hold `count` of them, as hiprtcCreateProgram declares.
+        let status = unsafe {
+            (self.api.create)(
+                &raw mut prog,
+                text.as_ptr(),
+                name.as_ptr(),
+                count,
+                text_ptrs.as_ptr(),
+                name_ptrs.as_ptr(),
+            )
+        };
+        if status != 0 || prog.is_null() {
+            return Err(format!("hipRTC could not make a program (status {status})"));
+        }
+        let owned = Owned {
+            api: &self.api,
+            prog,
+        };
+        let n = c_int::try_from(opt_ptrs.len()).map_err(|_| "too many options".to_owned())?;
+        // SAFETY: a program hipRTC made; `n` option strings, as declared.
+        let status = unsafe { (self.api.compile)(owned.prog, n, opt_ptrs.as_ptr()) };
+        if status != 0 {
+            return Err(self.log(&owned).unwrap_or_else(|| {
+                format!("hipRTC could not compile {name:?} (status {status})")
+            }));
+        }
+        let mut size = 0usize;
+        // SAFETY: an out-pointer to size_t, as declared.
+        if unsafe { (self.api.code_size)(owned.prog, &raw mut size) } != 0 || size == 0 {
+            return Err("hipRTC compiled, and gave no code".into());
+        }
+        if size > super::LOG_CAP * 4 {
+            return Err(format!("hipRTC claims {size} bytes of code"));
+        }
+        let mut code = vec![0u8; size];
+        // SAFETY: a buffer of the size hipRTC gave.
+        if unsafe { (self.api.code)(owned.prog, code.as_mut_ptr().cast()) } != 0 {
+            return Err("hipRTC compiled, and would not hand over its code".into());
+        }
+        Ok(code)
+    }
+
+    fn log(&self, owned: &Owned) -> Option<String> {
+        let mut size = 0usize;
+        // SAFETY: an out-pointer to size_t, as declared.
+        if unsafe { (self.api.log_size)(owned.prog, &raw mut size) } != 0 || size < 2 {
+            return None;
+        }
+        if size > super::LOG_CAP {
+            return Some(format!("hipRTC failed, and claims a log of {size} bytes"));
+        }
+        let mut log = vec![0u8; size];
+        // SAFETY: a buffer of the size hipRTC gave.
+        if unsafe { (self.api.log)(owned.prog, log.as_mut_ptr().cast()) } != 0 {
+            return None;
+        }
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        Some(String::from_utf8_lossy(&log[..end]).into_owned())
+    }
+}
+
+/// Whether hipRTC failed because the C++ standard headers are missing,
+/// which MIOpen's users meet (`'type_traits' file not found`): hipRTC
+/// compiles with the host's libstdc++ headers.
+pub fn missing_std_header(log: &str) -> Option<&str> {
+    let i = log.find("' file not found")?;
+    let name = &log[..i];
+    let name = &name[name.rfind('\'')? + 1..];
+    (!name.contains('.') && !name.contains('/')).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_is_read_from_the_real_file_name() {
+        let v = |n: &str| file_version(Path::new(n));
+        assert_eq!(v("/usr/lib/libhiprtc.so.6.4.43484"), Some((6, 4)));
+        assert_eq!(v("/usr/lib/libamdhip64.so.5.2.21153"), Some((5, 2)));
+        assert_eq!(v("/opt/rocm/lib/libhiprtc.so.7"), None);
+    }
+
+    #[test]
+    fn a_missing_standard_header_is_named() {
+        let log = "/tmp/comgr-1/input/k.cpp:3:10: fatal error: 'type_traits' file not found";
+        assert_eq!(missing_std_header(log), Some("type_traits"));
+        assert_eq!(
+            missing_std_header("fatal error: 'configuration.hpp' file not found"),
+            None
+        );
+        assert_eq!(missing_std_header("error: not a valid operand."), None);
+    }
+
+    #[test]
+    fn miopens_options_follow_the_hip_version() {
+        let five = miopen_options("gfx1010", (5, 2));
+        assert!(five.contains(&"-D__HIP_PLATFORM_HCC__=1".to_owned()));
+        assert!(!five.contains(&"-fno-offload-uniform-block".to_owned()));
+        let seven = miopen_options("gfx1030", (7, 2));
+        assert!(seven.contains(&"-DHIP_PACKAGE_VERSION_FLAT=7002000000".to_owned()));
+        assert!(seven.contains(&"-fno-offload-uniform-block".to_owned()));
+        assert!(seven.contains(&"-DWORKAROUND_ISSUE_1431=1".to_owned()));
+        assert!(
+            !miopen_options("gfx906", (7, 2)).contains(&"-DWORKAROUND_ISSUE_1431=1".to_owned())
+        );
+    }
+}

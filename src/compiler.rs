@@ -1,0 +1,149 @@
+//! The compiler MIOpen loads, as the diagnosis asks it (`verdict::Compiler`):
+//! comgr for OpenCL texts and hipRTC for HIP ones, loaded in a child
+//! process of this binary (`comgr::child`) and held to a time limit per
+//! compile, every job of a round sent in one batch.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::comgr::child::{self, Answer, Answers, Batch, Job};
+
+/// Where a batch is compiled.
+pub trait Compiler {
+    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers>;
+}
+
+/// The comgr at `comgr` (and for HIP texts the hipRTC at `hiprtc`),
+/// loaded in a child process of `exe` (this binary), each compile within
+/// `limit`.
+pub struct Child {
+    pub exe: PathBuf,
+    pub comgr: PathBuf,
+    pub hiprtc: Option<PathBuf>,
+    pub limit: Duration,
+    /// The comgr's version, once a child has loaded it.
+    pub version: std::cell::Cell<Option<(usize, usize)>>,
+    /// The hipRTC's, likewise.
+    pub hiprtc_version: std::cell::Cell<Option<(usize, usize)>>,
+}
+
+impl Child {
+    /// A child of this very program.
+    pub fn new(comgr: PathBuf, limit: Duration) -> anyhow::Result<Child> {
+        use anyhow::Context;
+        Ok(Child {
+            exe: std::env::current_exe().context("cannot find this program to run the compile")?,
+            comgr,
+            hiprtc: None,
+            limit,
+            version: std::cell::Cell::new(None),
+            hiprtc_version: std::cell::Cell::new(None),
+        })
+    }
+}
+
+impl Compiler for Child {
+    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
+        // hipRTC is loaded only for HIP texts: a torch whose MIOpen has
+        // none may carry a hipRTC that does not load here.
+        let hip = batch
+            .sources
+            .iter()
+            .any(|s| s.lang == crate::verdict::Lang::Hip);
+        let compilers = child::Compilers {
+            comgr: self.comgr.clone(),
+            hiprtc: self.hiprtc.clone().filter(|_| hip),
+        };
+        child::compile_with(&self.exe, &compilers, batch, self.limit)
+    }
+}
+
+/// One compile at a time through the child, for the diagnosis, which
+/// decides each next compile from the last answer. A child that cannot be
+/// run, hangs past the limit or dies is an error, never a verdict.
+impl crate::verdict::Compiler for Child {
+    fn describe(&self) -> String {
+        let comgr = match self.version.get() {
+            Some((a, b)) => format!("comgr {a}.{b} ({})", self.comgr.display()),
+            None => format!("comgr ({})", self.comgr.display()),
+        };
+        match (&self.hiprtc, self.hiprtc_version.get()) {
+            (Some(p), Some((a, b))) => format!("{comgr}, hipRTC {a}.{b} ({})", p.display()),
+            (Some(p), None) => format!("{comgr}, hipRTC ({})", p.display()),
+            (None, _) => comgr,
+        }
+    }
+
+    fn compile(&self, job: &crate::verdict::Job) -> anyhow::Result<crate::verdict::Compiled> {
+        let mut one = crate::verdict::Compiler::compile_all(self, std::slice::from_ref(job))?;
+        Ok(one.remove(0))
+    }
+
+    /// Every job in one batch, one child: a text is sent once however many
+    /// define sets it is compiled with.
+    fn compile_all(
+        &self,
+        jobs: &[crate::verdict::Job],
+    ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
+        use crate::verdict::{Compiled, Lang};
+        let mut batch = Batch::default();
+        let mut sent: Vec<(&[u8], usize)> = Vec::new();
+        for job in jobs {
+            let source = match sent.iter().find(|(t, _)| std::ptr::eq(*t, job.text)) {
+                Some((_, s)) => *s,
+                None => {
+                    let s = match job.lang {
+                        Lang::OpenCl => batch.add_source(job.name.to_owned(), job.text.to_vec()),
+                        Lang::Hip if self.hiprtc.is_none() => {
+                            return Err(crate::error::hint(
+                                format!(
+                                    "{} is a HIP kernel, and no hipRTC was found beside {}",
+                                    job.name,
+                                    self.comgr.display()
+                                ),
+                                "MIOpen compiles its HIP kernels with hipRTC (libhiprtc.so), which ROCm and torch's ROCm libraries carry beside comgr: install it (Debian: libhiprtc7), or, for install, pass --unproven to install without the proof",
+                            ));
+                        }
+                        Lang::Hip => batch.add_hip_source(
+                            job.name.to_owned(),
+                            job.text.to_vec(),
+                            job.headers,
+                        ),
+                    };
+                    sent.push((job.text, s));
+                    s
+                }
+            };
+            let options = match job.lang {
+                Lang::OpenCl => crate::comgr::MIOPEN_OPTIONS
+                    .iter()
+                    .map(|o| (*o).to_owned())
+                    .chain(job.defines.iter().cloned())
+                    .collect(),
+                Lang::Hip => job.defines.to_vec(),
+            };
+            batch.add_job(Job {
+                source,
+                target: job.arch.to_owned(),
+                options,
+                after: None,
+            });
+        }
+        let a = Compiler::compile(self, &batch)?;
+        self.version.set(Some(a.version));
+        self.hiprtc_version.set(a.hiprtc);
+        a.answers
+            .into_iter()
+            .enumerate()
+            .map(|(i, answer)| match answer {
+                Answer::Compiled(digest) => Ok(Compiled::Object(digest.into_bytes())),
+                Answer::Failed(e) => Ok(Compiled::Failed(e)),
+                Answer::Skipped => anyhow::bail!(
+                    "comgr {} gave no answer for {}",
+                    self.comgr.display(),
+                    batch.describe(i)
+                ),
+            })
+            .collect()
+    }
+}
