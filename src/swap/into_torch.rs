@@ -414,11 +414,11 @@ fn in_place<'a>(
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
-    if let Ok(Some(code)) = crate::fatbin::read(&torch.dir.join("lib/libtorch_hip.so"))
+    if let Ok(Some(code)) = torch.gpu_code()
         && !code.archs.is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
-        let a = crate::swap::advice::override_advice(Some(&code), value.as_deref(), &[]);
+        let a = crate::swap::advice::override_advice(Some(code), value.as_deref(), &[]);
         if !a.fine {
             ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
         }

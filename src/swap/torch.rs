@@ -1,6 +1,7 @@
 //! Finding the user's torch, without importing it: a torch whose GPU
 //! initialisation crashes must still be found, to be repaired.
 
+use crate::fatbin::CodeObjects;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -66,9 +67,24 @@ pub struct Torch {
     /// The file that name leads to (itself unless it is a symlink).
     pub target: PathBuf,
     pub layout: Layout,
+    /// torch's own GPU code, read on first ask: once per command, however
+    /// many steps ask.
+    gpu_code: std::cell::OnceCell<std::result::Result<Option<CodeObjects>, String>>,
 }
 
 impl Torch {
+    /// The GPU code of torch's lib/libtorch_hip.so (its offload bundles):
+    /// None when it carries none; Err, why it cannot be read.
+    pub fn gpu_code(&self) -> std::result::Result<Option<&CodeObjects>, &str> {
+        let code = self.gpu_code.get_or_init(|| {
+            crate::fatbin::read(&self.dir.join("lib/libtorch_hip.so")).map_err(|e| format!("{e:#}"))
+        });
+        match code {
+            Ok(c) => Ok(c.as_ref()),
+            Err(e) => Err(e.as_str()),
+        }
+    }
+
     /// The directory the library must stay inside: torch, or the rocm-sdk
     /// libraries package.
     pub fn root(&self) -> &Path {
@@ -266,6 +282,7 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
         library,
         target,
         layout,
+        gpu_code: std::cell::OnceCell::new(),
     })
 }
 

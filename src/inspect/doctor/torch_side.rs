@@ -87,7 +87,7 @@ fn devel_sdk(python: &Path, r: &mut CheckReport) {
 /// torch/lib/libtorch_hip.so. `None` when that cannot be told.
 fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
     let lib = t.dir.join("lib/libtorch_hip.so");
-    match fatbin::read(&lib) {
+    match t.gpu_code() {
         Ok(Some(c)) if !c.archs.is_empty() => {
             let list: Vec<&str> = c.archs.iter().map(String::as_str).collect();
             r.push(
@@ -100,7 +100,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjec
                     if c.has_gfx101x() { "" } else { " (no gfx101x)" }
                 ),
             );
-            Some(c)
+            Some(c.clone())
         }
         Ok(Some(c)) if c.compressed > 0 => {
             r.push(
@@ -126,7 +126,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjec
             None
         }
         Err(e) => {
-            r.push_error("torch-gpu", Status::Skip, &e);
+            r.push("torch-gpu", Status::Skip, e);
             None
         }
     }
