@@ -131,7 +131,10 @@ impl crate::verdict::Compiler for Child {
         }
         let a = Compiler::compile(self, &batch)?;
         self.version.set(Some(a.version));
-        self.hiprtc_version.set(a.hiprtc);
+        // A batch without HIP texts loads no hipRTC: what it said stays.
+        if a.hiprtc.is_some() {
+            self.hiprtc_version.set(a.hiprtc);
+        }
         a.answers
             .into_iter()
             .enumerate()

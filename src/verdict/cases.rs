@@ -127,6 +127,7 @@ pub fn defines(text: &[u8], arch: &str, case: &Case) -> Vec<String> {
         d.insert(k, v.to_string());
     }
     d.insert("MIOPEN_READ_TYPE", "_FLOAT4".into());
+    d.insert("MIOPEN_PREC_READ_TYPE", "_FLOAT_PREC4".into());
     d.insert("MIOPEN_USE_FP16", fp16.to_string());
     d.insert("MIOPEN_USE_FP32", fp32.to_string());
     d.insert("MIOPEN_USE_FPMIX", mix.to_string());

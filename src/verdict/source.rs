@@ -167,8 +167,20 @@ impl Unit {
         cases(&self.read())
     }
 
+    /// The solver's defines for `case`; a HIP text's vector types are
+    /// HIP's names (`FP_TYPE4`), as the solvers spell them for HIP.
     pub fn defines(&self, arch: &str, case: &Case) -> Vec<String> {
-        defines(&self.read(), arch, case)
+        let mut d = defines(&self.read(), arch, case);
+        if self.lang == Lang::Hip {
+            for v in &mut d {
+                if v.starts_with("-DMIOPEN_READ_TYPE=") {
+                    *v = "-DMIOPEN_READ_TYPE=FP_TYPE4".into();
+                } else if v.starts_with("-DMIOPEN_PREC_READ_TYPE=") {
+                    *v = "-DMIOPEN_PREC_READ_TYPE=FP_TYPE_PREC4".into();
+                }
+            }
+        }
+        d
     }
 
     /// A copy with every instruction with a `row_bcast` operand blanked,
