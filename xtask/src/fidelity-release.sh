@@ -21,7 +21,7 @@ CLANG=$(command -v clang-21 || ls /usr/lib/llvm-*/bin/clang 2>/dev/null | sort -
 export CLANG
 "$CLANG" --version | head -1 >"$R/clang.txt"
 dpkg-query -W -f '${Package}\t${Version}\n' binutils clang-21 rocm-device-libs-21 hipcc \
-    libamd-comgr3 libamd-comgr2 libhiprtc7 >"$R/toolchain.tsv" 2>/dev/null
+    libamd-comgr3 libamd-comgr2 libhiprtc7 libhiprtc6 libamdhip64-6 libamdhip64-7 >"$R/toolchain.tsv" 2>/dev/null
 rdna1-patch --version | head -1 >"$R/tool.txt"
 
 # 1. The package, from whichever suite carries this version.
@@ -77,11 +77,21 @@ printf "__version__ = '2.7.0+rocm%s'\ncuda = None\nhip = '%s'\n" "$V" "$V" >"$T/
 cp "$lib" "$T/lib/libMIOpen.so"
 comgr=$(ls /usr/lib/x86_64-linux-gnu/libamd_comgr.so.[0-9] | tail -1)
 ln -s "$comgr" "$T/lib/$(basename "$comgr")"
+# And the hipRTC the library loads, for its HIP kernels.
+hiprtc=$(ls /usr/lib/x86_64-linux-gnu/libhiprtc.so.[0-9] 2>/dev/null | tail -1)
+[ -z "$hiprtc" ] || ln -s "$hiprtc" "$T/lib/$(basename "$hiprtc")"
 ip() { rdna1-patch "$@" --torch-dir "$T" --state-dir "$F/ip-state"; }
 t=$(now)
 ip install --into-torch --in-place --profile "$P" --prefix "$F/ip-prefix" >"$R/inplace.log" 2>&1
 rc=$?
 step "in place" "$rc" "$(since "$t")" "$(grep -o '[0-9]* of [0-9]* kernel texts fixed.*' "$R/inplace.log" | head -1)"
+# The diagnosis by compile it acted on, and the proof of its fix, as the
+# user reads them.
+grep -E '^ *(Kernel|Diagnosis|Proven) ' "$R/inplace.log" | sed 's/^ *//' >"$R/diagnosis.txt"
+grep -q '^Diagnosis ' "$R/diagnosis.txt"
+step diagnosis "$?" 0 "$(grep -o '^Diagnosis [0-9]* of [0-9]* batch-norm kernels' "$R/diagnosis.txt" | head -1) fail for gfx1010"
+grep -q '^Proven ' "$R/diagnosis.txt"
+step proof "$?" 0 "$(grep '^Proven ' "$R/diagnosis.txt" | cut -c8- | cut -d'(' -f1)"
 [ "$rc" = 0 ] || exit 0
 fixed=$T/lib/libMIOpen.so
 changed=$(cmp -l "$lib" "$fixed" | wc -l)
@@ -96,7 +106,9 @@ for a in gfx1010 gfx1011 gfx1012 gfx1030; do
 done
 # 5. 7.x's HIP kernels, as hipRTC compiles them: the texts of the pristine
 # library and of the fixed one.
-if ls "$F"/pristine/src/kernels/*HIP.cpp >/dev/null 2>&1; then
+if ! ls /usr/lib/x86_64-linux-gnu/libhiprtc.so.[0-9] >/dev/null 2>&1; then
+    echo "no hipRTC in this chroot: the HIP kernels were not compiled" >"$R/hip-skipped.txt"
+elif ls "$F"/pristine/src/kernels/*HIP.cpp >/dev/null 2>&1; then
     t=$(now)
     python3 /fid/release_kernels.py "$fixed" "$F/fixed" >/dev/null 2>"$R/hip-extract.log" &&
         python3 /fid/release_hip.py "$F/pristine" "$F/fixed" >"$R/hip.tsv" 2>"$R/hip-errors.log"

@@ -2,12 +2,12 @@
 through hipRTC, from the texts release_kernels.py wrote out of a libMIOpen:
 pristine and fixed, for gfx1010/1011/1012 and a gfx1030 control, in fp32,
 fp16 and mixed. Run by `cargo xtask fidelity --release` in the experimental
-chroot (libhiprtc 7):
+chroot (libhiprtc 7, or 6 in unstable):
 
     release_hip.py PRISTINE FIXED
 
-PRISTINE and FIXED hold src/kernels/; the kernels compiled are those that
-read configuration.hpp's use_amdgnc/use_amdgcn switch. Sizes and flags are the OpenCL
+PRISTINE and FIXED hold src/kernels/; every HIP batch-norm kernel is
+compiled. Sizes and flags are the OpenCL
 harness's (bn-kernels.sh) for variant 1, which the HIP training kernel
 implements; the MIO_BN_GFX*X names are set as the solvers set them, from the
 device name. Prints one tab-separated row per compile: kernel, variant,
@@ -18,7 +18,15 @@ import re
 import sys
 from pathlib import Path
 
-rtc = ctypes.CDLL("libhiprtc.so.7")
+# The suite's hipRTC: 7 in experimental, 6 in unstable.
+for name in ("libhiprtc.so.7", "libhiprtc.so.6"):
+    try:
+        rtc = ctypes.CDLL(name)
+        break
+    except OSError:
+        continue
+else:
+    raise SystemExit("no libhiprtc.so.7 or .6 in this chroot")
 ARCHES = ["gfx1010", "gfx1011", "gfx1012", "gfx1030"]
 FAMILIES = ["MIO_BN_GFX103X", "MIO_BN_GFX110X", "MIO_BN_GFX115X", "MIO_BN_GFX120X"]
 PRECISIONS = {
@@ -33,6 +41,10 @@ COMMON = {
     "MIO_BN_GRP0": GRP, "MIO_BN_GRP1": 1, "MIO_BN_GRP2": 1, "MIO_BN_LDS_SIZE": GRP,
     "MIO_BN_LDSGCN_SIZE": GRP // 64, "MIO_BN_NGRPS": 4, "MIO_LAYOUT_NHWC": 0,
     "MIO_BN_VARIANT": 1,
+    # HIP's vector names, and the fused inference kernel's bound, as the
+    # solvers (and MIOpen's test of that kernel) pass them.
+    "MIOPEN_READ_UNIT": 4, "MIOPEN_READ_TYPE": "FP_TYPE4", "MIOPEN_PREC_READ_TYPE": "FP_TYPE_PREC4",
+    "MIOPEN_SBN_BOUNDS": 64 * HW // 4, "MIOPEN_NRN_OP_ID": 3,
 }
 
 
@@ -42,7 +54,9 @@ def compile_one(tree, kernel, arch, prec):
     defs = dict(COMMON, **PRECISIONS[prec])
     for f in FAMILIES:
         defs[f] = int(arch.startswith("gfx" + f[len("MIO_BN_GFX"):-1]))
-    opts = [f"--offload-arch={arch}", "-O3", "-std=c++17"] + [f"-D{k}={v}" for k, v in defs.items()]
+    # MIOpen's own (hiprtc::BuildHip): hipRTC's headers stand in for HIP's.
+    opts = [f"--offload-arch={arch}", "-O3", "-std=c++17", "-D__HIP_PLATFORM_AMD__=1",
+            "-DMIOPEN_DONT_USE_HIP_RUNTIME_HEADERS"] + [f"-D{k}={v}" for k, v in defs.items()]
     prog = ctypes.c_void_p()
     n = len(headers)
     texts = (ctypes.c_char_p * n)(*[h.read_bytes() for h in headers])
@@ -63,11 +77,10 @@ def compile_one(tree, kernel, arch, prec):
 
 def main():
     trees = {"pristine": Path(sys.argv[1]), "patched": Path(sys.argv[2])}
-    # The kernels that read configuration.hpp's switch: the ones it decides.
+    # Every HIP batch-norm kernel: those configuration.hpp's switch decides
+    # (7.x) and those it does not (6.4's ActivInfer).
     kernels = sorted(
-        p.name
-        for p in (trees["patched"] / "src" / "kernels").glob("MIOpenBatchNorm*HIP.cpp")
-        if re.search(r"use_amdg(nc|cn)", p.read_text())
+        p.name for p in (trees["patched"] / "src" / "kernels").glob("MIOpenBatchNorm*HIP.cpp")
     )
     if not kernels:
         raise SystemExit("no HIP batch-norm kernel in " + str(trees["patched"]))

@@ -13,6 +13,7 @@ use anyhow::{Result, bail};
 use crate::run;
 
 mod build;
+mod diagnosis;
 mod fetch;
 mod inplace;
 mod md5;
@@ -24,6 +25,7 @@ use measure::*;
 
 struct Options {
     miopen_src: Option<PathBuf>,
+    miopen_lib: Option<PathBuf>,
     quick: bool,
     /// Run only the rows whose group has this name; BENCHMARKS.md is then
     /// not written (it is the record of one whole run).
@@ -41,6 +43,8 @@ struct Bench<'a> {
     runs: usize,
     quick: bool,
     miopen_src: Option<&'a Path>,
+    /// Debian's libMIOpen 6.4.3, for the diagnosis rows.
+    miopen_lib: Option<&'a Path>,
 }
 
 /// A group of rows `--only` can name, in the order BENCHMARKS.md has them.
@@ -87,6 +91,11 @@ const GROUPS: &[Group] = &[
         rows: inplace::rows,
     },
     Group {
+        name: "diagnosis",
+        what: "the diagnosis by compile of Debian's libMIOpen 6.4.3 (--miopen-lib PATH)",
+        rows: diagnosis::rows,
+    },
+    Group {
         name: "help",
         what: "how long --help takes",
         rows: build::help_rows,
@@ -121,6 +130,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     }
     let mut opts = Options {
         miopen_src: None,
+        miopen_lib: None,
         quick: false,
         only: None,
     };
@@ -128,10 +138,11 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--miopen-src" => opts.miopen_src = it.next().map(PathBuf::from),
+            "--miopen-lib" => opts.miopen_lib = it.next().map(PathBuf::from),
             "--quick" => opts.quick = true,
             "--only" => opts.only = it.next().cloned(),
             other => bail!(
-                "bench: unknown argument {other} (known: --miopen-src DIR, --quick, --only GROUP)\n{}",
+                "bench: unknown argument {other} (known: --miopen-src DIR, --miopen-lib PATH, --quick, --only GROUP)\n{}",
                 groups_help("  ")
             ),
         }
@@ -159,6 +170,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
         runs: if opts.quick { 3 } else { 5 },
         quick: opts.quick,
         miopen_src: opts.miopen_src.as_deref(),
+        miopen_lib: opts.miopen_lib.as_deref(),
     };
     let mut rows = Vec::new();
     for g in GROUPS {
@@ -242,7 +254,7 @@ fn render(rows: &[Row], size: u64, took: Duration) -> Result<String> {
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     let mut md = String::new();
     md.push_str("# Benchmarks\n\nWritten by `cargo xtask bench` (do not edit by hand). Each figure is a median over repeated runs, with the range, next to its reference measured in the same run on the same machine.\n\n");
-    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64()));
+    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--miopen-lib PATH` for Debian's libMIOpen 6.4.3 in the diagnosis rows, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64()));
     md.push_str("| Benchmark | rdna1-patch | Reference | Result | Target | Met |\n|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
