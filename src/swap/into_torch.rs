@@ -140,7 +140,7 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
         .nth(2)
         .and_then(|p| p.parse::<u32>().ok());
     let theirs_patch = match &torch.layout {
-        torch::Layout::Bundled => torch::rocm_patch(&torch.version),
+        torch::Layout::Bundled | torch::Layout::System(_) => torch::rocm_patch(&torch.version),
         torch::Layout::RocmSdk(sdk) => sdk.version.split('.').nth(2).and_then(|p| p.parse().ok()),
     };
     if let (Some(a), Some(b)) = (ours_patch, theirs_patch)
@@ -182,6 +182,18 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         None => req.state.lock()?,
     };
     settle(&locked, &torch, ui)?;
+    if torch.system().is_some() {
+        let fix = crate::swap::into_system::Fix {
+            rec: build_rec(&build, String::new()),
+            library: &build.library,
+            source_sha256: build
+                .provenance
+                .in_place
+                .as_ref()
+                .map(|p| p.source_sha256.as_str()),
+        };
+        return crate::swap::into_system::install(&req.torch, &locked, fix, torch, ui);
+    }
     let _torch_lock = locked.lock_target(&torch.target)?;
     let name = torch
         .target
@@ -204,15 +216,10 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
         torch: &torch,
-        build: BuildRec {
-            prefix: build.prefix.clone(),
-            library: build.library.clone(),
-            profile: build.provenance.profile.clone(),
-            rocm: build.rocm().to_owned(),
-            commit: build.provenance.source.commit.clone(),
-            build_id: build.elf.build_id.clone(),
-            relink: relink.as_ref().map(Relink::describe).unwrap_or_default(),
-        },
+        build: build_rec(
+            &build,
+            relink.as_ref().map(Relink::describe).unwrap_or_default(),
+        ),
         staged,
         staged_md5,
         check: &check,
@@ -227,6 +234,18 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let _ = fsutil::remove_own_file(&staging);
     report(&outcome?, &torch, &req.torch, ui);
     Ok(())
+}
+
+fn build_rec(build: &Build, relink: String) -> BuildRec {
+    BuildRec {
+        prefix: build.prefix.clone(),
+        library: build.library.clone(),
+        profile: build.provenance.profile.clone(),
+        rocm: build.rocm().to_owned(),
+        commit: build.provenance.source.commit.clone(),
+        build_id: build.elf.build_id.clone(),
+        relink,
+    }
 }
 
 /// Say what goes where: the build, and the torch it goes into.
@@ -349,11 +368,15 @@ fn in_place<'a>(
     }
     route::check_in_place_prefix(&req.prefix, &torch, profile)?;
     // Another user's torch is refused before its comgr is even looked at.
-    txn::ensure_root_may_change(&torch.target)?;
+    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     ui.stage("Route", &route.why);
     // What fails is established from the library itself before anything
     // is decided; the fix is made and proven in memory, dry run or not.
-    let source = txn::original_of(&req.state.read()?, &torch.target);
+    // The system route's source is the system's library, only ever read.
+    let source = match torch.system() {
+        Some(s) => s.library.clone(),
+        None => txn::original_of(&req.state.read()?, &torch.target),
+    };
     let diagnosis = crate::diagnosis::diagnose(&torch, &source, &req.sysfs)?;
     let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
         return Ok(InPlace::Done);
@@ -372,7 +395,7 @@ fn in_place<'a>(
     }
     let locked = locked.insert(req.state.lock()?);
     settle(locked, &torch, ui)?;
-    if txn::original_of(&locked.journals()?, &torch.target) != source {
+    if torch.system().is_none() && txn::original_of(&locked.journals()?, &torch.target) != source {
         return Err(hint(
             format!(
                 "another run changed {} while this one was fixing it; nothing was changed",
@@ -427,12 +450,12 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
 
 /// Settle what killed runs left; refuse a torch whose transaction is open.
 fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
-    txn::ensure_root_may_change(&torch.target)?;
+    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {
         ui.stage("Recovered", note);
     }
-    recovery.check_target(&torch.target)?;
+    recovery.check_target(crate::swap::into_system::settled_target(torch))?;
     for (j, what) in &recovery.unsettled {
         ui.warn(format!(
             "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",

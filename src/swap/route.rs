@@ -40,18 +40,20 @@ pub fn chip(torch: &Torch) -> Chip {
                 Chip::Override(format!("rocm-sdk {f}, no gfx101x device code"))
             }
         }
-        Layout::Bundled => match crate::fatbin::read(&torch.dir.join("lib/libtorch_hip.so")) {
-            Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
-                "libtorch_hip.so has code for {}",
-                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
-            )),
-            Ok(Some(code)) if !code.archs.is_empty() => Chip::Override(format!(
-                "libtorch_hip.so has code for {} and none for gfx101x",
-                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
-            )),
-            Ok(_) => Chip::Unknown("libtorch_hip.so carries no readable GPU code".into()),
-            Err(e) => Chip::Unknown(format!("libtorch_hip.so cannot be read: {e:#}")),
-        },
+        Layout::Bundled | Layout::System(_) => {
+            match crate::fatbin::read(&torch.dir.join("lib/libtorch_hip.so")) {
+                Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
+                    "libtorch_hip.so has code for {}",
+                    code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+                Ok(Some(code)) if !code.archs.is_empty() => Chip::Override(format!(
+                    "libtorch_hip.so has code for {} and none for gfx101x",
+                    code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+                Ok(_) => Chip::Unknown("libtorch_hip.so carries no readable GPU code".into()),
+                Err(e) => Chip::Unknown(format!("libtorch_hip.so cannot be read: {e:#}")),
+            }
+        }
     }
 }
 
