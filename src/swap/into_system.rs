@@ -79,7 +79,7 @@ pub fn install(
         ui.note(format!(
             "the system's {} ({}) is only read; the copy's run path is {run_path}",
             sys.library.display(),
-            sys.owner.describe()
+            crate::swap::system::describe_owner(&sys.owner, &sys.library)
         ));
         let hip_staged = locked.state.staged_path("libtorch_hip.so");
         let hip_edited = if sys.origin_first || sys.copy.is_some() {

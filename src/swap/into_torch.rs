@@ -359,6 +359,12 @@ fn in_place<'a>(
     let torch = match (torch::locate(&req.torch), req.route) {
         (Ok(t), _) => t,
         (Err(e), Some(Choice::InPlace)) => return Err(e),
+        // A package's torch is refused whatever the prefix holds.
+        (Err(e), _)
+            if crate::error::help(&e).is_some_and(|h| h.starts_with(torch::PACKAGED_HELP)) =>
+        {
+            return Err(e);
+        }
         // The build's own error (no build here) says more.
         (Err(_), _) => return Ok(InPlace::NotTaken),
     };

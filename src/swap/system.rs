@@ -57,6 +57,23 @@ impl System {
     }
 }
 
+/// Who owns `library`, for the user: its package, or, when no package
+/// manager claims it, who could change it (the owners along its path and
+/// any group or world write bit): the file is only read either way.
+pub fn describe_owner(owner: &Owner, library: &Path) -> String {
+    if owner.package().is_some() {
+        return owner.describe();
+    }
+    let who = match crate::owner::Writers::of(library) {
+        Ok(w) => match w.others_than(None) {
+            others if others.is_empty() => "only root can change it".to_owned(),
+            others => format!("{} can change it", crate::owner::describe(&others)),
+        },
+        Err(e) => format!("cannot tell who can change it: {e}"),
+    };
+    format!("{}; {who}", owner.describe())
+}
+
 /// The run path libtorch_hip.so gets so that torch/lib comes first.
 pub fn edited_run_path(old: Option<&str>) -> String {
     match old.filter(|o| !o.is_empty()) {

@@ -341,6 +341,10 @@ fn which_library(
     })
 }
 
+/// How the refusal of a package's torch starts its help: the in-place
+/// route passes that error on, where others give way to the build's own.
+pub const PACKAGED_HELP: &str = "make a venv with a torch of your own";
+
 /// A torch a package manager installed is the package manager's: every
 /// change to it is undone by the next upgrade and breaks its verify.
 pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
@@ -363,8 +367,7 @@ pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
             manager.program()
         ),
         format!(
-            "make a venv with a torch of your own and fix that one: TheRock's native torch (`{}`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm",
-            NATIVE_TORCH
+            "{PACKAGED_HELP} and fix that one: TheRock's native torch (`{NATIVE_TORCH}`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm"
         ),
     ))
 }
