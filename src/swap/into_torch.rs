@@ -11,7 +11,6 @@ use crate::elf::{self, Library};
 use crate::error::hint;
 use crate::fsutil;
 use crate::prefix::{OpenError, Prefix, Provenance};
-use crate::swap::linker;
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
 use crate::swap::torch::{self, Locator, Torch};
@@ -213,7 +212,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         }
     };
     let (staged, staged_md5) = source_of(&build, relink.as_ref(), &staging);
-    let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
+    let check = |temp: &Path| crate::swap::links::check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
         torch: &torch,
         build: build_rec(
@@ -356,17 +355,8 @@ fn in_place<'a>(
     if built && req.route.is_none() {
         return Ok(InPlace::NotTaken);
     }
-    let torch = match (torch::locate(&req.torch), req.route) {
-        (Ok(t), _) => t,
-        (Err(e), Some(Choice::InPlace)) => return Err(e),
-        // A package's torch is refused whatever the prefix holds.
-        (Err(e), _)
-            if crate::error::help(&e).is_some_and(|h| h.starts_with(torch::PACKAGED_HELP)) =>
-        {
-            return Err(e);
-        }
-        // The build's own error (no build here) says more.
-        (Err(_), _) => return Ok(InPlace::NotTaken),
+    let Some(torch) = torch_for_in_place(req)? else {
+        return Ok(InPlace::NotTaken);
     };
     let route = route::choose(req.route, built, &req.prefix, &torch, profile)?;
     if route.choice != Choice::InPlace {
@@ -439,6 +429,23 @@ fn in_place<'a>(
         }),
         known,
     ))
+}
+
+/// The torch the in-place route would fix; None when it cannot be found
+/// and the build's own error (no build here) says more.
+fn torch_for_in_place(req: &InstallRequest) -> Result<Option<Torch>> {
+    Ok(match (torch::locate(&req.torch), req.route) {
+        (Ok(t), _) => Some(t),
+        (Err(e), Some(Choice::InPlace)) => return Err(e),
+        // A package's torch is refused whatever the prefix holds.
+        (Err(e), _)
+            if crate::error::help(&e).is_some_and(|h| h.starts_with(torch::PACKAGED_HELP)) =>
+        {
+            return Err(e);
+        }
+        // The build's own error (no build here) says more.
+        (Err(_), _) => None,
+    })
 }
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
@@ -546,60 +553,4 @@ fn describe_target(torch: &Torch) -> String {
     } else {
         format!("{} -> {}", torch.library.display(), torch.target.display())
     }
-}
-
-/// What the new file would load where it lands, in torch/lib, as torch
-/// reaches it (`$ORIGIN` is torch/lib): everything must resolve, and no
-/// runtime torch bundles may come from elsewhere.
-fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
-    let sdk = matches!(torch.layout, torch::Layout::RocmSdk(_));
-    let deps = linker::resolve_as_in(file, &torch.lib_dir, &torch.preloaded_dirs())?;
-    let missing = linker::missing(&deps);
-    if !missing.is_empty() {
-        return Err(hint(
-            format!(
-                "the dynamic loader cannot find {} for the new library in {}",
-                missing.join(", "),
-                torch.lib_dir.display()
-            ),
-            if sdk {
-                "the rocm-sdk packages do not provide them: build against this environment's devel SDK (`pip install \"rocm[devel]\"`, then `rdna1-patch build miopen --rocm \"$(python -m rocm_sdk path --root)\"`)"
-            } else if relink.is_some() {
-                "torch does not bundle them and they are not on the system library path: install them (e.g. ROCm's copies, with their directory in /etc/ld.so.conf.d), or pass --no-relink to keep the build's RUNPATH"
-            } else {
-                "the build's RUNPATH no longer reaches them: rebuild, or leave out --no-relink"
-            },
-        ));
-    }
-    let dups = linker::second_copies(&deps, &torch.runtime_dirs())?;
-    if dups.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = dups
-        .iter()
-        .map(|(b, other)| format!("{} (torch bundles {b})", other.display()))
-        .collect();
-    let msg = format!(
-        "the new library would load a second copy of runtimes torch bundles: {}",
-        list.join(", ")
-    );
-    if sdk {
-        return Err(hint(
-            msg,
-            format!(
-                "the build links another ROCm's runtime; rebuild against the rocm-sdk devel SDK {} of this environment (`--rocm \"$(python -m rocm_sdk path --root)\"`)",
-                torch.rocm()
-            ),
-        ));
-    }
-    if relink.is_none() {
-        ui.warn(format!(
-            "{msg}; two HIP runtimes in one process is a known cause of memory faults (--no-relink)"
-        ));
-        return Ok(());
-    }
-    Err(hint(
-        msg,
-        "a library that torch's bundled ones pull in needs it; report this with `rdna1-patch status --json` attached",
-    ))
 }

@@ -11,6 +11,7 @@ pub(crate) mod kernel_cache;
 pub(crate) mod ld_cache;
 /// Public for the tests that hold its answers against `ldd`'s.
 pub mod linker;
+pub(crate) mod links;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
 pub(crate) mod route;

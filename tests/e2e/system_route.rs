@@ -182,6 +182,12 @@ fn round_trip(origin_first: bool) {
     let maps = sb.maps_after_import();
     assert!(maps.contains(&st.real.display().to_string()), "{maps}");
 
+    let doctor = || st.run(&sb, &["doctor", "--need-space", "0", "--python", "python3"]);
+    doctor().prints(&format!(
+        "system route: torch 2.9.1+rocm6.4 loads the system's {} (the dpkg package miopen-hip); `install --into-torch` adds a fixed copy as {}",
+        st.real.display(),
+        st.copy().display()
+    ));
     let run = st.install(&sb, &[]).ok();
     let how = if origin_first {
         format!(
@@ -231,6 +237,11 @@ fn round_trip(origin_first: bool) {
             readelf_d(&st.hip())
         );
     }
+    doctor().prints(&format!(
+        "system route: torch loads rdna1-patch's fixed copy {}, made from the system's {}",
+        st.copy().display(),
+        st.real.display()
+    ));
     // Installing again changes nothing.
     st.install(&sb, &[]).ok().says("already holds this fix");
 
