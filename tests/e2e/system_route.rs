@@ -250,6 +250,7 @@ fn round_trip(origin_first: bool) {
         &[
             "verify",
             "--runtime",
+            "--compile",
             "--python",
             "python3",
             "--state-dir",
@@ -266,6 +267,12 @@ fn round_trip(origin_first: bool) {
         ))
         .prints(&format!("{} unchanged (SHA-256", st.real.display()))
         .prints("dpkg --verify miopen-hip: clean")
+        // --compile: the copy's kernels through the system's comgr, and the
+        // system file's as the original.
+        .prints(&format!(
+            "2 batch-norm kernels compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr 2.4 ({}); the original's: 2 of 2 fail",
+            st.sys.join("libamd_comgr.so.2").display()
+        ))
         .prints(&format!(
             "the copy {} searches {}",
             st.copy().display(),
