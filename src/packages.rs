@@ -127,21 +127,66 @@ fn ask(m: Manager, path: &Path) -> Option<String> {
     if !out.status.success() {
         return None;
     }
+    parse_owner(m, &out.stdout, text)
+}
+
+/// The package in a manager's answer about `path`.
+fn parse_owner(m: Manager, stdout: &str, path: &str) -> Option<String> {
     match m {
         // "libmiopen1:amd64: /usr/lib/...", or "a, b: /path" for a shared
         // directory; "diversion by ..." lines are not owners.
-        Manager::Dpkg => out.stdout.lines().find_map(|l| {
+        Manager::Dpkg => stdout.lines().find_map(|l| {
             let (pkgs, p) = l.rsplit_once(": ")?;
-            (p == text && !l.starts_with("diversion by"))
+            (p == path && !l.starts_with("diversion by"))
                 .then(|| pkgs.split(", ").next().unwrap_or(pkgs).to_owned())
         }),
-        Manager::Rpm | Manager::Pacman => out
-            .stdout
+        // `rpm -qf --queryformat '%{NAME}\n'` and `pacman -Qqo`: the name.
+        Manager::Rpm | Manager::Pacman => stdout
             .lines()
             .next()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.contains(' '))
             .map(str::to_owned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_as_each_manager_says_them() {
+        let p = "/usr/lib/x86_64-linux-gnu/libMIOpen.so.1";
+        assert_eq!(
+            parse_owner(Manager::Dpkg, &format!("libmiopen1:amd64: {p}\n"), p).as_deref(),
+            Some("libmiopen1:amd64")
+        );
+        assert_eq!(
+            parse_owner(
+                Manager::Dpkg,
+                &format!("diversion by foo from: {p}\nlibmiopen1, libother: {p}\n"),
+                p
+            )
+            .as_deref(),
+            Some("libmiopen1")
+        );
+        // A pattern that matched another file is no answer.
+        assert_eq!(
+            parse_owner(Manager::Dpkg, "x: /usr/lib/libMIOpen.so.10\n", p),
+            None
+        );
+        assert_eq!(
+            parse_owner(Manager::Rpm, "miopen-hip\n", p).as_deref(),
+            Some("miopen-hip")
+        );
+        assert_eq!(
+            parse_owner(Manager::Rpm, "file /x is not owned by any package\n", p),
+            None
+        );
+        assert_eq!(
+            parse_owner(Manager::Pacman, "miopen-hip\n", p).as_deref(),
+            Some("miopen-hip")
+        );
     }
 }
 
