@@ -590,3 +590,54 @@ fn system_route_a_kill_at_any_step_leaves_torch_loading_one_of_the_two() {
         settled(point);
     }
 }
+
+/// Under sudo (root, SUDO_UID of the user whose torch it is), what the
+/// route writes into the user's torch/lib is the user's: the copy and the
+/// edited libtorch_hip.so get torch/lib's owner, and so does the
+/// libtorch_hip.so rollback puts back. The system file stays root's.
+#[test]
+fn system_route_under_sudo_leaves_the_users_files_the_users() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let sb = Sandbox::new();
+    let st = SystemTorch::new(&sb, false);
+    let ok = std::process::Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(sb.root.join("site"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let hip_before = std::fs::read(st.hip()).unwrap();
+    let owner = |p: &Path| std::fs::metadata(p).unwrap().uid();
+    let sudo = |args: &[&str]| {
+        let mut c = sb.cmd();
+        c.env("DPKG_ADMINDIR", &st.admin)
+            .env("SUDO_UID", NOBODY.to_string())
+            .args(args)
+            .args(["--state-dir", &sb.state()]);
+        Run::from(c.output().unwrap())
+    };
+    let prefix = sb.prefix.display().to_string();
+    sudo(&[
+        "install",
+        "--into-torch",
+        "--profile",
+        "rocm-6.4.3",
+        "--prefix",
+        &prefix,
+        "--python",
+        "python3",
+    ])
+    .ok()
+    .says("Installed");
+    assert_eq!(owner(&st.copy()), NOBODY, "the copy");
+    assert_eq!(owner(&st.hip()), NOBODY, "the edited libtorch_hip.so");
+    assert_eq!(owner(&st.real), 0, "the system file");
+    sudo(&["rollback"]).ok();
+    assert_eq!(std::fs::read(st.hip()).unwrap(), hip_before);
+    assert_eq!(owner(&st.hip()), NOBODY, "libtorch_hip.so put back");
+    assert!(!st.copy().exists());
+}
