@@ -150,6 +150,45 @@ fn parse_owner(m: Manager, stdout: &str, path: &str) -> Option<String> {
     }
 }
 
+/// What the package manager's own verify says of `package`: None when it
+/// finds nothing changed, else its lines (or why it could not run).
+pub fn verify(m: Manager, package: &str) -> Option<String> {
+    let mut cmd = std::process::Command::new(m.program());
+    match m {
+        Manager::Dpkg => cmd.arg("--verify"),
+        Manager::Rpm => cmd.arg("-V"),
+        Manager::Pacman => cmd.arg("-Qkk"),
+    };
+    cmd.arg(package);
+    let out = match crate::proc::helper(cmd) {
+        Ok(o) => o,
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    // dpkg 1.21 exits 0 whatever it finds: a line on stdout is a changed
+    // file. pacman -Qkk always prints a summary line, "0 altered files"
+    // when clean.
+    let lines: Vec<&str> = match m {
+        Manager::Pacman => out
+            .stdout
+            .lines()
+            .filter(|l| !l.contains(" 0 altered files"))
+            .collect(),
+        _ => out
+            .stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect(),
+    };
+    if lines.is_empty() && out.status.success() {
+        return None;
+    }
+    let mut said = lines.join("; ");
+    if said.is_empty() {
+        said = out.stderr.trim().to_owned();
+    }
+    Some(said)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,43 +227,4 @@ mod tests {
             Some("miopen-hip")
         );
     }
-}
-
-/// What the package manager's own verify says of `package`: None when it
-/// finds nothing changed, else its lines (or why it could not run).
-pub fn verify(m: Manager, package: &str) -> Option<String> {
-    let mut cmd = std::process::Command::new(m.program());
-    match m {
-        Manager::Dpkg => cmd.arg("--verify"),
-        Manager::Rpm => cmd.arg("-V"),
-        Manager::Pacman => cmd.arg("-Qkk"),
-    };
-    cmd.arg(package);
-    let out = match crate::proc::helper(cmd) {
-        Ok(o) => o,
-        Err(e) => return Some(format!("{e:#}")),
-    };
-    // dpkg 1.21 exits 0 whatever it finds: a line on stdout is a changed
-    // file. pacman -Qkk always prints a summary line, "0 altered files"
-    // when clean.
-    let lines: Vec<&str> = match m {
-        Manager::Pacman => out
-            .stdout
-            .lines()
-            .filter(|l| !l.contains(" 0 altered files"))
-            .collect(),
-        _ => out
-            .stdout
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect(),
-    };
-    if lines.is_empty() && out.status.success() {
-        return None;
-    }
-    let mut said = lines.join("; ");
-    if said.is_empty() {
-        said = out.stderr.trim().to_owned();
-    }
-    Some(said)
 }

@@ -45,7 +45,7 @@ pub fn install(
     };
     let _lock = locked.lock_target(&torch.library)?;
     let staged = locked.state.staged_path("system-copy");
-    let result = (|| -> Result<Option<_>> {
+    let result = (|| -> Result<_> {
         fsutil::copy_synced(build.library, &staged, 0o755)?;
         let sys = torch
             .system()
@@ -106,12 +106,10 @@ pub fn install(
         };
         let outcome = txn::add_system(locked, &add);
         let _ = fsutil::remove_own_file(&hip_staged);
-        Ok(Some((outcome?, torch)))
+        Ok((outcome?, torch))
     })();
     let _ = fsutil::remove_own_file(&staged);
-    let Some((outcome, torch)) = result? else {
-        return Ok(());
-    };
+    let (outcome, torch) = result?;
     report(&outcome, &torch, loc, ui);
     Ok(())
 }
