@@ -29,6 +29,7 @@ pub(crate) mod interrupt;
 pub mod kernel_text;
 pub(crate) mod output;
 pub(crate) mod owner;
+pub(crate) mod packages;
 pub(crate) mod prefix;
 pub(crate) mod proc;
 pub(crate) mod rocm_sdk;

@@ -42,7 +42,7 @@ pub fn profile_for_found(found: &Result<torch::Torch>) -> Result<Chosen> {
     };
     let line = major_minor(t.rocm());
     let (what, key) = match &t.layout {
-        Layout::Bundled => ("torch.version.hip", t.hip.as_str()),
+        Layout::Bundled | Layout::System(_) => ("torch.version.hip", t.hip.as_str()),
         Layout::RocmSdk(_) => ("rocm-sdk", t.rocm()),
     };
     let profiles = builtin()?;

@@ -65,7 +65,9 @@ pub fn check(
         .iter()
         .rev()
         .find(|j| j.state == State::Installed && j.torch.target == torch.target)
-        .map(|j| crate::elf::read_file(&j.backup));
+        // The system route keeps no copy of the original: it is the
+        // system's library, only ever read.
+        .map(|j| crate::elf::read_file(j.system.as_ref().map_or(&j.backup, |s| &s.library)));
     let (archs, why) = targets(sysfs, asked);
     for arch in &archs {
         let now = match verdict::judge(&compiler, &installed, arch) {

@@ -25,6 +25,9 @@ pub struct StatusReport {
     /// Installed transactions whose library is no longer in torch: each
     /// id, and what is there now.
     pub replaced: Vec<(u32, String)>,
+    /// Installed system-route transactions whose system library is no
+    /// longer the file the copy was made from: id, library, SHA-256 now.
+    pub upgraded: Vec<(u32, PathBuf, String)>,
 }
 
 pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
@@ -51,7 +54,13 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
             Err(e) => Some((j.id, format!("{e:#}"))),
         })
         .collect();
+    let upgraded = journals
+        .iter()
+        .filter(|j| j.state == State::Installed)
+        .filter_map(|j| crate::swap::txn::source_changed(j).map(|(l, now)| (j.id, l, now)))
+        .collect();
     Ok(StatusReport {
+        upgraded,
         replaced,
         damaged: all.damaged,
         state_dir: state.root().to_owned(),
@@ -93,7 +102,7 @@ pub fn transaction_json(j: &Journal) -> serde_json::Value {
             "version": j.torch.version,
             "hip": j.torch.hip,
             "library": j.torch.target,
-            "layout": j.torch.layout(),
+            "layout": j.layout(),
             "rocm_sdk": j.torch.sdk.as_ref().map(|s| serde_json::json!({
                 "version": s.version,
                 "family": s.family,
@@ -113,6 +122,18 @@ pub fn transaction_json(j: &Journal) -> serde_json::Value {
         "original": file(&j.original),
         "installed": file(&j.new),
         "backup": j.backup,
+        "system": j.system.as_ref().map(|s| serde_json::json!({
+            "library": s.library,
+            "sha256": s.sha256,
+            "package": s.package,
+            "libtorch_hip": s.hip,
+            "copy_run_path": s.copy_run_path,
+            "edit": s.edit.as_ref().map(|e| serde_json::json!({
+                "before": e.before,
+                "after": e.after,
+                "md5": e.new.md5,
+            })),
+        })),
     })
 }
 
@@ -142,7 +163,31 @@ impl StatusReport {
             "last": self.last.as_ref().map(transaction_json),
             "damaged": self.damaged,
             "replaced": self.replaced.iter().map(|(id, now)| serde_json::json!({"id": id, "now": now})).collect::<Vec<_>>(),
+            "upgraded": self.upgraded.iter().map(|(id, lib, now)| serde_json::json!({"id": id, "library": lib, "sha256": now})).collect::<Vec<_>>(),
         })
+    }
+
+    /// The system route's lines: what the copy was made from, and whether
+    /// that library is still the file (a package upgrade since).
+    fn system_lines(&self, j: &Journal, lines: &mut Vec<String>) {
+        if let Some(s) = &j.system {
+            lines.push(format!(
+                    "            system route: a fixed copy of {} ({}), which is only read; libtorch_hip.so {}",
+                    s.library.display(),
+                    if s.package.is_empty() { "no package's" } else { &s.package },
+                    match &s.edit {
+                        Some(e) => format!("run path {} -> {}", if e.before.is_empty() { "(none)" } else { &e.before }, e.after),
+                        None => "not edited".to_owned(),
+                    }
+                ));
+        }
+        if let Some((_, lib, now)) = self.upgraded.iter().find(|(id, ..)| *id == j.id) {
+            lines.push(format!(
+                    "            but {} changed since the copy was made (SHA-256 {now}, was {}; a package upgrade?): `rdna1-patch install --into-torch` takes the old copy out and fixes the library the system has now",
+                    lib.display(),
+                    j.system.as_ref().map_or("", |s| s.sha256.as_str())
+                ));
+        }
     }
 
     /// The report as `status` prints it.
@@ -192,8 +237,9 @@ impl StatusReport {
                 j.id,
                 j.created,
                 j.new.md5,
-                j.torch.layout()
+                j.layout()
             ));
+            self.system_lines(j, &mut lines);
             if let Some((_, now)) = self.replaced.iter().find(|(id, _)| *id == j.id) {
                 lines.push(format!(
                     "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install --into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",

@@ -11,7 +11,6 @@ use crate::elf::{self, Library};
 use crate::error::hint;
 use crate::fsutil;
 use crate::prefix::{OpenError, Prefix, Provenance};
-use crate::swap::linker;
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
 use crate::swap::torch::{self, Locator, Torch};
@@ -140,7 +139,7 @@ pub fn check_versions(build: &Build, torch: &Torch, force: bool, ui: &Ui) -> Res
         .nth(2)
         .and_then(|p| p.parse::<u32>().ok());
     let theirs_patch = match &torch.layout {
-        torch::Layout::Bundled => torch::rocm_patch(&torch.version),
+        torch::Layout::Bundled | torch::Layout::System(_) => torch::rocm_patch(&torch.version),
         torch::Layout::RocmSdk(sdk) => sdk.version.split('.').nth(2).and_then(|p| p.parse().ok()),
     };
     if let (Some(a), Some(b)) = (ours_patch, theirs_patch)
@@ -182,6 +181,18 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         None => req.state.lock()?,
     };
     settle(&locked, &torch, ui)?;
+    if torch.system().is_some() {
+        let fix = crate::swap::into_system::Fix {
+            rec: build_rec(&build, String::new()),
+            library: &build.library,
+            source_sha256: build
+                .provenance
+                .in_place
+                .as_ref()
+                .map(|p| p.source_sha256.as_str()),
+        };
+        return crate::swap::into_system::install(&req.torch, &locked, fix, torch, ui);
+    }
     let _torch_lock = locked.lock_target(&torch.target)?;
     let name = torch
         .target
@@ -201,18 +212,13 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         }
     };
     let (staged, staged_md5) = source_of(&build, relink.as_ref(), &staging);
-    let check = |temp: &Path| check_links(temp, &torch, relink.as_ref(), ui);
+    let check = |temp: &Path| crate::swap::links::check_links(temp, &torch, relink.as_ref(), ui);
     let swap = Swap {
         torch: &torch,
-        build: BuildRec {
-            prefix: build.prefix.clone(),
-            library: build.library.clone(),
-            profile: build.provenance.profile.clone(),
-            rocm: build.rocm().to_owned(),
-            commit: build.provenance.source.commit.clone(),
-            build_id: build.elf.build_id.clone(),
-            relink: relink.as_ref().map(Relink::describe).unwrap_or_default(),
-        },
+        build: build_rec(
+            &build,
+            relink.as_ref().map(Relink::describe).unwrap_or_default(),
+        ),
         staged,
         staged_md5,
         check: &check,
@@ -227,6 +233,18 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let _ = fsutil::remove_own_file(&staging);
     report(&outcome?, &torch, &req.torch, ui);
     Ok(())
+}
+
+fn build_rec(build: &Build, relink: String) -> BuildRec {
+    BuildRec {
+        prefix: build.prefix.clone(),
+        library: build.library.clone(),
+        profile: build.provenance.profile.clone(),
+        rocm: build.rocm().to_owned(),
+        commit: build.provenance.source.commit.clone(),
+        build_id: build.elf.build_id.clone(),
+        relink,
+    }
 }
 
 /// Say what goes where: the build, and the torch it goes into.
@@ -337,11 +355,8 @@ fn in_place<'a>(
     if built && req.route.is_none() {
         return Ok(InPlace::NotTaken);
     }
-    let torch = match (torch::locate(&req.torch), req.route) {
-        (Ok(t), _) => t,
-        (Err(e), Some(Choice::InPlace)) => return Err(e),
-        // The build's own error (no build here) says more.
-        (Err(_), _) => return Ok(InPlace::NotTaken),
+    let Some(torch) = torch_for_in_place(req)? else {
+        return Ok(InPlace::NotTaken);
     };
     let route = route::choose(req.route, built, &req.prefix, &torch, profile)?;
     if route.choice != Choice::InPlace {
@@ -349,11 +364,15 @@ fn in_place<'a>(
     }
     route::check_in_place_prefix(&req.prefix, &torch, profile)?;
     // Another user's torch is refused before its comgr is even looked at.
-    txn::ensure_root_may_change(&torch.target)?;
+    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     ui.stage("Route", &route.why);
     // What fails is established from the library itself before anything
     // is decided; the fix is made and proven in memory, dry run or not.
-    let source = txn::original_of(&req.state.read()?, &torch.target);
+    // The system route's source is the system's library, only ever read.
+    let source = match torch.system() {
+        Some(s) => s.library.clone(),
+        None => txn::original_of(&req.state.read()?, &torch.target),
+    };
     let diagnosis = crate::diagnosis::diagnose(&torch, &source, &req.sysfs)?;
     let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
         return Ok(InPlace::Done);
@@ -372,7 +391,7 @@ fn in_place<'a>(
     }
     let locked = locked.insert(req.state.lock()?);
     settle(locked, &torch, ui)?;
-    if txn::original_of(&locked.journals()?, &torch.target) != source {
+    if torch.system().is_none() && txn::original_of(&locked.journals()?, &torch.target) != source {
         return Err(hint(
             format!(
                 "another run changed {} while this one was fixing it; nothing was changed",
@@ -412,6 +431,23 @@ fn in_place<'a>(
     ))
 }
 
+/// The torch the in-place route would fix; None when it cannot be found
+/// and the build's own error (no build here) says more.
+fn torch_for_in_place(req: &InstallRequest) -> Result<Option<Torch>> {
+    Ok(match (torch::locate(&req.torch), req.route) {
+        (Ok(t), _) => Some(t),
+        (Err(e), Some(Choice::InPlace)) => return Err(e),
+        // A package's torch is refused whatever the prefix holds.
+        (Err(e), _)
+            if crate::error::help(&e).is_some_and(|h| h.starts_with(torch::PACKAGED_HELP)) =>
+        {
+            return Err(e);
+        }
+        // The build's own error (no build here) says more.
+        (Err(_), _) => None,
+    })
+}
+
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
     if let Ok(Some(code)) = torch.gpu_code()
@@ -427,12 +463,12 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
 
 /// Settle what killed runs left; refuse a torch whose transaction is open.
 fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
-    txn::ensure_root_may_change(&torch.target)?;
+    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {
         ui.stage("Recovered", note);
     }
-    recovery.check_target(&torch.target)?;
+    recovery.check_target(crate::swap::into_system::settled_target(torch))?;
     for (j, what) in &recovery.unsettled {
         ui.warn(format!(
             "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
@@ -517,60 +553,4 @@ fn describe_target(torch: &Torch) -> String {
     } else {
         format!("{} -> {}", torch.library.display(), torch.target.display())
     }
-}
-
-/// What the new file would load where it lands, in torch/lib, as torch
-/// reaches it (`$ORIGIN` is torch/lib): everything must resolve, and no
-/// runtime torch bundles may come from elsewhere.
-fn check_links(file: &Path, torch: &Torch, relink: Option<&Relink>, ui: &Ui) -> Result<()> {
-    let sdk = matches!(torch.layout, torch::Layout::RocmSdk(_));
-    let deps = linker::resolve_as_in(file, &torch.lib_dir, &torch.preloaded_dirs())?;
-    let missing = linker::missing(&deps);
-    if !missing.is_empty() {
-        return Err(hint(
-            format!(
-                "the dynamic loader cannot find {} for the new library in {}",
-                missing.join(", "),
-                torch.lib_dir.display()
-            ),
-            if sdk {
-                "the rocm-sdk packages do not provide them: build against this environment's devel SDK (`pip install \"rocm[devel]\"`, then `rdna1-patch build miopen --rocm \"$(python -m rocm_sdk path --root)\"`)"
-            } else if relink.is_some() {
-                "torch does not bundle them and they are not on the system library path: install them (e.g. ROCm's copies, with their directory in /etc/ld.so.conf.d), or pass --no-relink to keep the build's RUNPATH"
-            } else {
-                "the build's RUNPATH no longer reaches them: rebuild, or leave out --no-relink"
-            },
-        ));
-    }
-    let dups = linker::second_copies(&deps, &torch.runtime_dirs())?;
-    if dups.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = dups
-        .iter()
-        .map(|(b, other)| format!("{} (torch bundles {b})", other.display()))
-        .collect();
-    let msg = format!(
-        "the new library would load a second copy of runtimes torch bundles: {}",
-        list.join(", ")
-    );
-    if sdk {
-        return Err(hint(
-            msg,
-            format!(
-                "the build links another ROCm's runtime; rebuild against the rocm-sdk devel SDK {} of this environment (`--rocm \"$(python -m rocm_sdk path --root)\"`)",
-                torch.rocm()
-            ),
-        ));
-    }
-    if relink.is_none() {
-        ui.warn(format!(
-            "{msg}; two HIP runtimes in one process is a known cause of memory faults (--no-relink)"
-        ));
-        return Ok(());
-    }
-    Err(hint(
-        msg,
-        "a library that torch's bundled ones pull in needs it; report this with `rdna1-patch status --json` attached",
-    ))
 }

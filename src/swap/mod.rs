@@ -5,13 +5,16 @@
 //! `advice` says what HSA_OVERRIDE_GFX_VERSION torch's GPU code needs.
 
 pub(crate) mod advice;
+pub(crate) mod into_system;
 pub(crate) mod into_torch;
 pub(crate) mod kernel_cache;
 pub(crate) mod ld_cache;
 /// Public for the tests that hold its answers against `ldd`'s.
 pub mod linker;
+pub(crate) mod links;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
 pub(crate) mod route;
+pub(crate) mod system;
 pub(crate) mod torch;
 pub mod txn;

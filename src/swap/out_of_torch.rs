@@ -76,6 +76,26 @@ pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<Strin
 }
 
 fn restored(j: &txn::Journal, already: bool, ui: &Ui) {
+    if let Some(s) = &j.system {
+        let hip = match &s.edit {
+            Some(_) => format!(
+                ", {} is the original again (MD5 {})",
+                s.hip.display(),
+                j.original.md5
+            ),
+            None => String::new(),
+        };
+        return ui.stage(
+            "Restored",
+            format!(
+                "transaction {}: took the fixed copy {} out{hip}; torch loads the system's {} again{}",
+                j.id,
+                j.torch.target.display(),
+                s.library.display(),
+                if already { " (it already did)" } else { "" }
+            ),
+        );
+    }
     let how = if already {
         "the original was already in place"
     } else {

@@ -103,6 +103,27 @@ impl Relink {
     }
 }
 
+/// Set `file`'s run path to `path`, as a DT_RPATH when `rpath` (the kind
+/// the file had: RPATH is searched before LD_LIBRARY_PATH, RUNPATH
+/// after), and read it back.
+pub fn set_run_path(file: &Path, path: &str, rpath: bool) -> Result<()> {
+    let mut args: Vec<OsString> = vec!["--set-rpath".into(), path.into()];
+    if rpath {
+        args.push("--force-rpath".into());
+    }
+    args.push(file.into());
+    patchelf(&args)?;
+    let after = elf::read_dynamic(file).context("re-reading the edited library")?;
+    let got = if rpath { after.rpath } else { after.runpath };
+    if got.as_deref() != Some(path) {
+        bail!(
+            "patchelf did not set the run path of {} to {path}: it reads {got:?}",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 fn patchelf(args: &[OsString]) -> Result<()> {
     let mut cmd = std::process::Command::new("patchelf");
     cmd.args(args);

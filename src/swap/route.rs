@@ -40,7 +40,7 @@ pub fn chip(torch: &Torch) -> Chip {
                 Chip::Override(format!("rocm-sdk {f}, no gfx101x device code"))
             }
         }
-        Layout::Bundled => match torch.gpu_code() {
+        Layout::Bundled | Layout::System(_) => match torch.gpu_code() {
             Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
                 "libtorch_hip.so has code for {}",
                 code.archs.iter().cloned().collect::<Vec<_>>().join(", ")

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::error::hint;
 pub use crate::rocm_sdk::Sdk;
+pub use crate::swap::system::System;
 
 /// How the user pointed at torch.
 #[derive(Debug, Clone)]
@@ -39,6 +40,10 @@ pub enum Layout {
     Bundled,
     /// The rocm-sdk packages beside torch (TheRock; pytorch.org from 7.14).
     RocmSdk(Sdk),
+    /// No MIOpen of torch's own: libtorch_hip.so loads the system's (ROCm
+    /// packages, a distribution's libmiopen1), which is only ever read;
+    /// the fix is a copy added to torch/lib (`swap::system`).
+    System(Box<System>),
 }
 
 impl Layout {
@@ -46,6 +51,7 @@ impl Layout {
         match self {
             Layout::Bundled => "torch/lib",
             Layout::RocmSdk(_) => "rocm-sdk",
+            Layout::System(_) => "system",
         }
     }
 }
@@ -62,9 +68,11 @@ pub struct Torch {
     /// torch.version.hip, e.g. "6.2.41133-dd7f95766".
     pub hip: String,
     /// The name torch loads: torch/lib/libMIOpen.so, or the path
-    /// `rocm_sdk.find_libraries("miopen")` gives.
+    /// `rocm_sdk.find_libraries("miopen")` gives; for the system layout,
+    /// torch/lib/<the name libtorch_hip.so needs>, where the copy goes.
     pub library: PathBuf,
-    /// The file that name leads to (itself unless it is a symlink).
+    /// The file that name leads to (itself unless it is a symlink); for
+    /// the system layout, what torch loads now: the copy, or the system's.
     pub target: PathBuf,
     pub layout: Layout,
     /// torch's own GPU code, read on first ask: once per command, however
@@ -89,7 +97,7 @@ impl Torch {
     /// libraries package.
     pub fn root(&self) -> &Path {
         match &self.layout {
-            Layout::Bundled => &self.dir,
+            Layout::Bundled | Layout::System(_) => &self.dir,
             Layout::RocmSdk(sdk) => &sdk.package,
         }
     }
@@ -98,30 +106,40 @@ impl Torch {
     /// bundled library, the SDK's version for the rocm-sdk packages.
     pub fn rocm(&self) -> &str {
         match &self.layout {
-            Layout::Bundled => &self.hip,
+            Layout::Bundled | Layout::System(_) => &self.hip,
             Layout::RocmSdk(sdk) => &sdk.version,
         }
     }
 
     /// Where the libraries torch loads live: torch/lib, or the rocm-sdk
-    /// libraries package's lib and the core package's lib (the preload's).
+    /// libraries package's lib and the core package's lib (the preload's);
+    /// for the system layout, torch/lib and the system library's directory.
     pub fn runtime_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = vec![self.lib_dir.clone()];
-        if let Layout::RocmSdk(Sdk {
-            core_lib: Some(core),
-            ..
-        }) = &self.layout
-        {
-            dirs.push(core.clone());
+        match &self.layout {
+            Layout::RocmSdk(Sdk {
+                core_lib: Some(core),
+                ..
+            }) => dirs.push(core.clone()),
+            Layout::System(sys) => dirs.push(sys.dir().to_owned()),
+            _ => {}
         }
         dirs
+    }
+
+    /// The system layout's record, when that is torch's.
+    pub fn system(&self) -> Option<&System> {
+        match &self.layout {
+            Layout::System(s) => Some(s),
+            _ => None,
+        }
     }
 
     /// The extra search path the loader check needs: none for torch/lib
     /// (RUNPATH $ORIGIN reaches it), the preload's directories for rocm-sdk.
     pub fn preloaded_dirs(&self) -> Vec<PathBuf> {
         match &self.layout {
-            Layout::Bundled => Vec::new(),
+            Layout::Bundled | Layout::System(_) => Vec::new(),
             Layout::RocmSdk(_) => self.runtime_dirs(),
         }
     }
@@ -131,6 +149,7 @@ impl Torch {
         match &self.layout {
             Layout::Bundled => format!("HIP {}", self.hip),
             Layout::RocmSdk(sdk) => format!("rocm-sdk {} {}", sdk.version, sdk.family),
+            Layout::System(_) => format!("HIP {}, the system's MIOpen", self.hip),
         }
     }
 }
@@ -216,30 +235,27 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     let library = lib_dir.join(LIBRARY);
     let named = version.version.as_deref().unwrap_or("(unknown version)");
     let Some(hip) = version.hip.clone() else {
-        let kind = match &version.cuda {
-            Some(c) => format!("a CUDA {c} build"),
-            None => "a CPU-only build".to_owned(),
-        };
-        return Err(hint(
-            format!(
-                "torch {named} at {} is {kind}: torch.version.hip is None{}",
-                dir.display(),
-                if library.exists() {
-                    ""
-                } else {
-                    " and torch/lib has no libMIOpen.so"
-                }
-            ),
-            "install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
-        ));
+        return Err(not_rocm(&dir, &version, &library));
     };
     let python = match loc {
         Locator::Python(p) => Some(p.as_path()),
         Locator::Dir(_) => None,
     };
     let (library, layout) = which_library(&dir, library, python, named, &hip)?;
+    if let Layout::System(sys) = &layout {
+        return Ok(Torch {
+            lib_dir: lib_dir.clone(),
+            target: sys.copy.clone().unwrap_or_else(|| sys.library.clone()),
+            dir,
+            version: named.to_owned(),
+            hip,
+            library,
+            layout,
+            gpu_code: std::cell::OnceCell::new(),
+        });
+    }
     let root = match &layout {
-        Layout::Bundled => dir.clone(),
+        Layout::Bundled | Layout::System(_) => dir.clone(),
         Layout::RocmSdk(sdk) => sdk.package.clone(),
     };
     let target = match std::fs::canonicalize(&library) {
@@ -257,7 +273,7 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     };
     if !target.starts_with(&root) {
         let owner = match &layout {
-            Layout::Bundled => format!("torch at {}", root.display()),
+            Layout::Bundled | Layout::System(_) => format!("torch at {}", root.display()),
             Layout::RocmSdk(_) => format!("the rocm-sdk package {}", root.display()),
         };
         return Err(hint(
@@ -286,6 +302,27 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     })
 }
 
+/// The error for a torch that is no ROCm build.
+fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
+    let named = version.version.as_deref().unwrap_or("(unknown version)");
+    let kind = match &version.cuda {
+        Some(c) => format!("a CUDA {c} build"),
+        None => "a CPU-only build".to_owned(),
+    };
+    hint(
+        format!(
+            "torch {named} at {} is {kind}: torch.version.hip is None{}",
+            dir.display(),
+            if library.exists() {
+                ""
+            } else {
+                " and torch/lib has no libMIOpen.so"
+            }
+        ),
+        "install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
+    )
+}
+
 /// torch/lib/libMIOpen.so when torch bundles one, else the rocm-sdk
 /// package's.
 fn which_library(
@@ -303,17 +340,10 @@ fn which_library(
             // torch's site-packages.
             Some(sdk) => (sdk.library.clone(), Layout::RocmSdk(sdk)),
             None => {
-                if let Some(system) = system_miopen(dir) {
-                    return Err(hint(
-                        format!(
-                            "torch {named} (hip {hip}) at {} has no MIOpen of its own: it loads {}, from the system's library path",
-                            dir.display(),
-                            system.display()
-                        ),
-                        format!(
-                            "that library belongs to your package manager and to every program here that uses MIOpen, and rdna1-patch never edits it. Give torch an MIOpen of its own: in a venv, TheRock's native torch (`{NATIVE_TORCH}`), then `rdna1-patch install --into-torch` fixes it in place in seconds"
-                        ),
-                    ));
+                if let Some(sys) = crate::swap::system::detect(dir)? {
+                    refuse_packaged_torch(dir, named)?;
+                    let library = dir.join("lib").join(&sys.needed);
+                    return Ok((library, Layout::System(Box::new(sys))));
                 }
                 return Err(hint(
                     format!(
@@ -329,21 +359,35 @@ fn which_library(
     })
 }
 
-/// The libMIOpen that torch's libtorch_hip.so would load from outside torch
-/// (a distribution's torch linked to the system's MIOpen), as the loader
-/// would find it (LD_LIBRARY_PATH, ld.so.cache: `linker`, which reads the
-/// files and runs none of them). None when torch
-/// has no libtorch_hip.so there or it loads no MIOpen.
-fn system_miopen(dir: &Path) -> Option<PathBuf> {
-    let hip = dir.join("lib/libtorch_hip.so");
-    if !hip.is_file() {
-        return None;
-    }
-    let deps = crate::swap::linker::resolve(&hip, &[]).ok()?;
-    deps.into_iter()
-        .filter(|d| d.name.starts_with("libMIOpen.so"))
-        .find_map(|d| d.path)
-        .filter(|p| !p.starts_with(dir))
+/// How the refusal of a package's torch starts its help: the in-place
+/// route passes that error on, where others give way to the build's own.
+pub const PACKAGED_HELP: &str = "make a venv with a torch of your own";
+
+/// A torch a package manager installed is the package manager's: every
+/// change to it is undone by the next upgrade and breaks its verify.
+pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
+    let probe = torch_dir.join("lib/libtorch_hip.so");
+    let probe = if probe.is_file() {
+        probe
+    } else {
+        torch_dir.join("version.py")
+    };
+    let Some((manager, package)) = crate::packages::owner(&probe)
+        .package()
+        .map(|(m, p)| (m, p.to_owned()))
+    else {
+        return Ok(());
+    };
+    Err(hint(
+        format!(
+            "torch {version} at {} belongs to the {} package {package}: rdna1-patch never changes a file a package manager owns; nothing was changed",
+            torch_dir.display(),
+            manager.program()
+        ),
+        format!(
+            "{PACKAGED_HELP} and fix that one: TheRock's native torch (`{NATIVE_TORCH}`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm"
+        ),
+    ))
 }
 
 /// Read torch/version.py as text: it is a generated file of simple

@@ -31,6 +31,7 @@ mod shared;
 mod signed;
 mod smoke;
 mod support;
+mod system_route;
 mod targets;
 mod torch;
 mod trust;

@@ -361,8 +361,10 @@ help: build with ROCm 6.2 (AMD's packages put it at /opt/rocm; or --rocm DIR), o
 
 /// Item 9, the Debian route: a distribution's torch that loads the
 /// system's libMIOpen (Ubuntu's python3-torch-rocm on Debian's libmiopen1)
-/// is told that the file is the package manager's and what to do, instead
-/// of "reinstall torch".
+/// is told that torch is the package manager's (dpkg says so: real dpkg,
+/// on this test's own database) and what to do, instead of "reinstall
+/// torch". A torch of the user's on the system's MIOpen takes the system
+/// route (system_route.rs).
 #[test]
 fn a_torch_on_the_systems_miopen_is_refused_with_the_native_route() {
     let sb = Sandbox::built();
@@ -373,10 +375,24 @@ fn a_torch_on_the_systems_miopen_is_refused_with_the_native_route() {
         std::fs::copy(torch.lib.join("libMIOpen.so"), system.join(name)).unwrap();
     }
     std::fs::remove_file(torch.lib.join("libMIOpen.so")).unwrap();
+    let admin = sb.root.join("dpkg");
+    std::fs::create_dir_all(admin.join("info")).unwrap();
+    std::fs::write(
+        admin.join("status"),
+        "Package: python3-torch-rocm\nStatus: install ok installed\nPriority: optional\nSection: python\nMaintainer: Test <test@example.org>\nArchitecture: amd64\nVersion: 2.5.1-1\nDescription: test package\n\n",
+    )
+    .unwrap();
+    let dir = torch.dir.canonicalize().unwrap();
+    std::fs::write(
+        admin.join("info/python3-torch-rocm.list"),
+        format!("{0}\n{0}/lib/libtorch_hip.so\n", dir.display()),
+    )
+    .unwrap();
     let before = snapshot(&torch.dir);
     let system_before = snapshot(&system);
     let run = Run::from(
         sb.cmd()
+            .env("DPKG_ADMINDIR", &admin)
             .env("LD_LIBRARY_PATH", &system)
             .args(["install", "--into-torch", "--prefix"])
             .arg(&sb.prefix)
@@ -385,12 +401,10 @@ fn a_torch_on_the_systems_miopen_is_refused_with_the_native_route() {
             .output()
             .unwrap(),
     );
-    let dir = torch.dir.canonicalize().unwrap();
     run.fails_with(&format!(
-        "error: torch 2.5.1+rocm6.2 (hip {HIP}) at {} has no MIOpen of its own: it loads {}/libMIOpen.so[..], from the system's library path
-help: that library belongs to your package manager and to every program here that uses MIOpen, and rdna1-patch never edits it. Give torch an MIOpen of its own: in a venv, TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch` fixes it in place in seconds",
+        "error: torch 2.5.1+rocm6.2 at {} belongs to the dpkg package python3-torch-rocm: rdna1-patch never changes a file a package manager owns; nothing was changed
+help: make a venv with a torch of your own and fix that one: TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm",
         dir.display(),
-        system.display()
     ));
     assert_eq!(snapshot(&torch.dir), before);
     assert_eq!(snapshot(&system), system_before);

@@ -18,7 +18,7 @@ use rdna1_testkit::{FakeTorch, Fixture, TorchKind};
 use crate::run;
 
 /// xorshift64*: reproducible from the seed it prints, no dependency.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -28,7 +28,7 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -190,19 +190,30 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64
         | 1;
+    let mut system = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().context("a value after the flag");
         match a.as_str() {
+            "--route" => match value()?.as_str() {
+                "system" => system = true,
+                "swap" => system = false,
+                other => bail!("unknown route {other}: swap (the default) or system"),
+            },
             "--runs" => runs = value()?.parse()?,
             "--size-mb" => size_mb = value()?.parse()?,
             "--seed" => seed = value()?.parse::<u64>()? | 1,
-            other => bail!("unknown argument {other}: --runs N --size-mb M --seed S"),
+            other => {
+                bail!("unknown argument {other}: --runs N --size-mb M --seed S --route swap|system")
+            }
         }
     }
     // Release: the runs are bound by hashing and copying a large file.
     run(crate::cargo().args(["build", "--quiet", "--release", "--bin", "rdna1-patch"]))?;
-    let bin = root.join("target/release/rdna1-patch");
+    let bin = crate::killtest_system::release_binary(root);
+    if system {
+        return crate::killtest_system::killtest(bin, runs, size_mb, seed);
+    }
     let dir = tempfile::Builder::new()
         .prefix("rdna1-patch-killtest-")
         .tempdir()?;

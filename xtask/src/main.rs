@@ -10,6 +10,7 @@ mod demo;
 mod fidelity;
 mod fuzz;
 mod killtest;
+mod killtest_system;
 mod rocm_env;
 mod smoke_cpu;
 
@@ -26,7 +27,7 @@ fn main() -> ExitCode {
         Some("smoke-cpu") => smoke_cpu::smoke_cpu(&root(), &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]\n  smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB venv under target/) [--torch VERSION]",
+                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S] [--route system: the system route's install and rollback]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]\n  smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB venv under target/) [--torch VERSION]",
                 bench::groups_help("         ")
             );
             return ExitCode::from(2);

@@ -40,6 +40,11 @@ pub(super) fn torch_checks(
         Some(Err(e)) => r.push_error("torch", Status::Warn, e),
     }
     if let Some(Ok(t)) = &torch
+        && let Some(sys) = t.system()
+    {
+        system_route(t, sys, r);
+    }
+    if let Some(Ok(t)) = &torch
         && let torch::Layout::RocmSdk(_) = t.layout
         && let Some(torch::Locator::Python(python)) = &req.torch
     {
@@ -56,6 +61,27 @@ pub(super) fn torch_checks(
         .and_then(|t| t.as_ref().ok())
         .map(|t| torch_code(t, r));
     code.flatten()
+}
+
+/// The system route: torch loads the system's MIOpen (or our copy of it),
+/// which is only ever read.
+fn system_route(t: &torch::Torch, sys: &torch::System, r: &mut CheckReport) {
+    let owner = crate::swap::system::describe_owner(&sys.owner, &sys.library);
+    let detail = match &sys.copy {
+        Some(copy) => format!(
+            "system route: torch loads rdna1-patch's fixed copy {}, made from the system's {} ({owner}); `rdna1-patch status` says whether that file changed since",
+            copy.display(),
+            sys.library.display()
+        ),
+        None => format!(
+            "system route: torch {} loads the system's {} ({owner}); `install --into-torch` adds a fixed copy as {} and never edits the system's file: {}",
+            t.version,
+            sys.library.display(),
+            t.library.display(),
+            sys.how()
+        ),
+    };
+    r.push("system", Status::Ok, detail);
 }
 
 /// On the rocm-sdk layout the build wants that environment's devel SDK:

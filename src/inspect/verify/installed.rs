@@ -30,7 +30,10 @@ pub(super) fn check_torch(
         return None;
     };
     check_installed(torch, &j, built, r);
-    check_source(&j, prov, r);
+    match &j.system {
+        Some(s) => super::system::check(&j, s, prov, r),
+        None => check_source(&j, prov, r),
+    }
     Some(j)
 }
 

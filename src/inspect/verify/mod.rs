@@ -15,6 +15,7 @@ mod installed;
 mod prefix;
 mod runtime;
 mod smoke;
+mod system;
 
 pub use battery::Battery;
 use installed::{check_links, check_torch};
@@ -230,6 +231,17 @@ fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) ->
 pub fn layout_detail(t: &Torch) -> String {
     match &t.layout {
         torch::Layout::Bundled => format!("torch/lib: torch loads {}", t.library.display()),
+        torch::Layout::System(sys) => format!(
+            "system: libtorch_hip.so loads {} ({}), made from the system's {} ({})",
+            t.target.display(),
+            if sys.copy.is_some() {
+                "rdna1-patch's fixed copy"
+            } else {
+                "no copy of ours yet"
+            },
+            sys.library.display(),
+            sys.owner.describe()
+        ),
         torch::Layout::RocmSdk(sdk) => format!(
             "rocm-sdk {} ({}): torch's preload loads {} (found by {}{})",
             sdk.version,

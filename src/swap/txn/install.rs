@@ -227,7 +227,7 @@ pub(super) fn new_journal(
             hip: torch.hip.clone(),
             target: target.clone(),
             sdk: match &torch.layout {
-                crate::swap::torch::Layout::Bundled => None,
+                crate::swap::torch::Layout::Bundled | crate::swap::torch::Layout::System(_) => None,
                 crate::swap::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
                     version: sdk.version.clone(),
                     family: sdk.family.clone(),
@@ -245,6 +245,7 @@ pub(super) fn new_journal(
             mode: owner::plain_mode(original.mode),
         },
         inherits,
+        system: None,
     })
 }
 

@@ -122,6 +122,36 @@ pub struct Journal {
     pub new: FileRec,
     /// The transaction whose original this one kept (installing twice).
     pub inherits: Option<u32>,
+    /// The system route (`txn::system`): the target is a copy added to
+    /// torch/lib, `original` and `backup` are libtorch_hip.so's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<SystemRec>,
+}
+
+/// What the system route added to a torch that loads the system's MIOpen,
+/// and what it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemRec {
+    /// The system's library the copy was made from, only ever read.
+    pub library: PathBuf,
+    /// Its SHA-256 when the copy was made.
+    pub sha256: String,
+    /// "dpkg libmiopen1", or "" when no package manager owns it.
+    pub package: String,
+    /// torch/lib/libtorch_hip.so.
+    pub hip: PathBuf,
+    /// The copy's run path: the system library's directory first.
+    pub copy_run_path: String,
+    /// libtorch_hip.so's run path edit, when torch/lib was not first.
+    pub edit: Option<HipEdit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HipEdit {
+    pub before: String,
+    pub after: String,
+    /// libtorch_hip.so as edited.
+    pub new: FileRec,
 }
 
 pub(super) fn now() -> String {
@@ -129,6 +159,14 @@ pub(super) fn now() -> String {
 }
 
 impl Journal {
+    /// "system" for the system route, else torch's layout.
+    pub fn layout(&self) -> &'static str {
+        match self.system {
+            Some(_) => "system",
+            None => self.torch.layout(),
+        }
+    }
+
     /// One line for a transaction, as `status` and `rollback --list` show it.
     pub fn describe(&self) -> String {
         format!(
@@ -165,6 +203,9 @@ impl Journal {
     pub(super) fn remove_temps(&self) {
         for rollback in [false, true] {
             let _ = fsutil::remove_own_file(&self.temp(rollback));
+            if let Some(s) = &self.system {
+                let _ = fsutil::remove_own_file(&temp_path(&s.hip, self.id, rollback));
+            }
         }
     }
 
@@ -219,6 +260,19 @@ impl Journal {
                 t.target.display(),
                 root.display()
             ));
+        }
+        // The system route writes torch/lib/libtorch_hip.so and a copy in
+        // torch/lib, nothing else.
+        if let Some(s) = &self.system {
+            let lib = t.dir.join("lib");
+            if s.hip != lib.join("libtorch_hip.so") || t.target.parent() != Some(lib.as_path()) {
+                return Err(format!(
+                    "its files {} and {} are not in {}",
+                    s.hip.display(),
+                    t.target.display(),
+                    lib.display()
+                ));
+            }
         }
         Ok(())
     }
@@ -301,4 +355,29 @@ pub struct Journals {
     pub damaged: Vec<Damaged>,
     /// The highest id any journal file has, damaged or not.
     pub(super) last_id: u32,
+}
+
+/// The backup must be the original the transaction saved, before
+/// anything is restored from it.
+pub(super) fn check_backup(j: &Journal) -> anyhow::Result<()> {
+    let actual = crate::checksum::md5_file(&j.backup);
+    if actual.as_ref().ok() == Some(&j.original.md5) {
+        return Ok(());
+    }
+    let what = match actual {
+        Ok(m) => format!("its MD5 is {m}"),
+        Err(e) => format!("{e:#}"),
+    };
+    Err(hint(
+        format!(
+            "the backup of the original {} is not the file transaction {} saved: {what}, the journal says {}; nothing was changed",
+            j.torch.target.display(),
+            j.id,
+            j.original.md5
+        ),
+        format!(
+            "rdna1-patch will not restore a damaged original. Reinstall torch {} to get a clean one (e.g. `pip install --force-reinstall torch=={}` with the index you installed it from)",
+            j.torch.version, j.torch.version
+        ),
+    ))
 }

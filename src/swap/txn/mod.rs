@@ -33,9 +33,35 @@ mod journal;
 mod recover;
 mod rollback;
 mod state;
+mod system;
 
 pub use install::*;
 pub use journal::*;
-pub use recover::*;
+pub use recover::{Recovery, linked_to_prefix};
 pub use rollback::*;
 pub use state::*;
+pub use system::{AddSystem, add as add_system, source_changed, take_out};
+
+/// Settle transactions a killed run left open, from what is on disk: the
+/// swaps, then the system route's.
+pub fn recover(locked: &Locked) -> anyhow::Result<Recovery> {
+    let mut out = recover::recover_swaps(locked)?;
+    let all = locked.journals()?.list;
+    for j in all
+        .iter()
+        .filter(|j| j.state.unfinished() && j.system.is_some())
+    {
+        let mut j = j.clone();
+        match system::recover_one(locked, &mut j)? {
+            Some(note) => out.notes.push(note),
+            None => {
+                let what = match j.system.as_ref().map(|s| system::found(&j, s)) {
+                    Some(system::Found::Other(w)) => w,
+                    other => format!("{other:?}"),
+                };
+                out.unsettled.push((j.clone(), what));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -92,13 +92,17 @@ impl Recovery {
     }
 }
 
-/// Settle transactions a killed run left open, from what is on disk.
-pub fn recover(locked: &Locked) -> Result<Recovery> {
+/// Settle the swaps a killed run left open, from what is on disk.
+pub(super) fn recover_swaps(locked: &Locked) -> Result<Recovery> {
     let mut out = Recovery::default();
     repair_chains(locked, &mut out.notes)?;
     let all = locked.journals()?.list;
     for j in all.iter().filter(|j| j.state.unfinished()) {
         let mut j = j.clone();
+        if j.system.is_some() {
+            // Settled by `txn::recover`, which knows the system route.
+            continue;
+        }
         j.remove_temps();
         let was = j.state;
         let note = match (was, found(&j, &all)) {

@@ -9,9 +9,26 @@ use crate::error::hint;
 use crate::fsutil;
 
 use super::install::{ensure_root_may_change, out_of_space};
-use super::journal::{Journal, State};
-use super::recover::{Found, changed_elsewhere, found, linked_to_prefix};
+use super::journal::{Journal, State, check_backup};
+use super::recover::{Found, changed_elsewhere, linked_to_prefix};
 use super::state::Locked;
+
+/// What is at a transaction's files now, for either route.
+pub(super) fn found(j: &Journal, all: &[Journal]) -> Found {
+    if let Some(s) = &j.system {
+        use super::system::Found as S;
+        return match super::system::found(j, s) {
+            S::Original => Found::Original,
+            S::New => Found::New,
+            S::Partial => {
+                Found::Other("the fixed copy is there, libtorch_hip.so is as it was".into())
+            }
+            S::Gone => Found::Gone,
+            S::Other(what) => Found::Other(what),
+        };
+    }
+    super::recover::found(j, all)
+}
 
 /// What a rollback did.
 pub enum Rolled {
@@ -62,7 +79,10 @@ pub fn rollback(
         }
         if found(j, &journals) != Found::Original {
             ensure_root_may_change(&j.torch.target)?;
-            check_backup(j)?;
+            match &j.system {
+                Some(_) => super::system::check_needs(j)?,
+                None => check_backup(j)?,
+            }
         }
     }
     let mut done = Vec::new();
@@ -150,31 +170,11 @@ fn live(j: &Journal, torch: Option<&Path>) -> bool {
     matches!(j.state, State::Installed | State::Replaced) && mine(j, torch)
 }
 
-pub(super) fn check_backup(j: &Journal) -> Result<()> {
-    let actual = checksum::md5_file(&j.backup);
-    if actual.as_ref().ok() == Some(&j.original.md5) {
-        return Ok(());
-    }
-    let what = match actual {
-        Ok(m) => format!("its MD5 is {m}"),
-        Err(e) => format!("{e:#}"),
-    };
-    Err(hint(
-        format!(
-            "the backup of the original {} is not the file transaction {} saved: {what}, the journal says {}; nothing was changed",
-            j.torch.target.display(),
-            j.id,
-            j.original.md5
-        ),
-        format!(
-            "rdna1-patch will not restore a damaged original. Reinstall torch {} to get a clean one (e.g. `pip install --force-reinstall torch=={}` with the index you installed it from)",
-            j.torch.version, j.torch.version
-        ),
-    ))
-}
-
 /// Put `j`'s original back; true when it already was.
 pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
+    if j.system.is_some() {
+        return super::system::undo(locked, j);
+    }
     match found(j, all) {
         Found::Original => {
             locked.set(j, State::RolledBack)?;
