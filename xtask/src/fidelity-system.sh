@@ -1,9 +1,6 @@
-# The system route (issue 44) on Debian's real libmiopen1, in the chroot of
-# `cargo xtask rocm-env`. Opt-in, not part of CI; not yet run (the author
-# had no chroot): the lead engineer's check. From the checkout:
-#
-#   sudo cargo xtask rocm-env -- "$(cat xtask/system-route-debian.sh)"
-#
+# The system route (issue 44) on Debian's real libmiopen1, in the unstable
+# chroot, run by `sudo cargo xtask fidelity --system` (opt-in, not CI),
+# which writes its log into FIDELITY.md.
 # It makes a torch of the user's whose libtorch_hip.so (gfx1010 code, built
 # by the chroot's clang) loads /usr/lib/x86_64-linux-gnu/libMIOpen.so.1
 # through ld.so.cache (no run path: the shape where libtorch_hip.so gains
@@ -12,10 +9,14 @@
 # shows the chain, rollback restores libtorch_hip.so byte for byte and
 # removes the copy. Any step that does not hold stops it (set -e).
 set -euo pipefail
+mkdir -p /fid/system
+exec > >(tee /fid/system/log.txt) 2>&1
+rdna1-patch --version | head -1
 export DEBIAN_FRONTEND=noninteractive
 apt-get -o 'Acquire::Check-Valid-Until=false' install -y -q libmiopen1 >/dev/null
 lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libMIOpen.so.1)
 pkg=$(dpkg -S "$lib" | cut -d: -f1)
+echo "system library: $lib ($(dpkg-query -W -f '${Package} ${Version}' "$pkg"))"
 sum=$(sha256sum "$lib")
 work=$(mktemp -d)
 torch="$work/site/torch"
