@@ -398,3 +398,31 @@ fn hip_kernels_are_judged_through_hiprtc() {
     }
     assert!(!sb.prefix.exists());
 }
+
+/// The proof compares the code a compile gave, not every byte of its
+/// object: a symbol named after a hash of the input (HIP's
+/// `__hip_cuid_<hash>`, which hipRTC 7.2 emits) changes with a comment,
+/// the machine code does not. Real objects from the host's compiler.
+#[test]
+fn the_code_digest_sees_the_code_and_not_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let object = |name: &str, src: &str| {
+        let c = dir.path().join(format!("{name}.c"));
+        let so = dir.path().join(format!("{name}.so"));
+        std::fs::write(&c, src).unwrap();
+        let ok = std::process::Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cc failed on {src}");
+        rdna1_patch::elf::code_digest(&std::fs::read(so).unwrap())
+    };
+    let a = object("a", "char cuid_0123abcd;\nint f(int x) { return x * 3; }\n");
+    let b = object("b", "char cuid_4567ef01;\nint f(int x) { return x * 3; }\n");
+    let c = object("c", "char cuid_0123abcd;\nint f(int x) { return x * 5; }\n");
+    assert_eq!(a, b, "a renamed variable is no change of code");
+    assert_ne!(a, c, "a changed instruction is");
+}
