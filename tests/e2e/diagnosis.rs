@@ -166,6 +166,18 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
         std::fs::read(torch.miopen()).unwrap(),
         std::fs::read(variant("portable")).unwrap()
     );
+    // (b') The same, with a kernel no card compiles: it is not counted as
+    // compiling, and said.
+    let (sb, torch, runs) = install_variant("portable-unjudged");
+    for run in runs {
+        run.ok()
+            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: not judged: fails for gfx1030 too, so for every card")
+            .says(&format!(
+                "Nothing to fix: no batch-norm kernel of {} fails for gfx1010; 1 kernel could not be judged, failing for gfx1030 too with a solver's defines (MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL); torch was left as it is",
+                torch.miopen().display()
+            ));
+    }
+    assert!(!sb.prefix.exists());
 
     // (c) DPP under a macro no rule knows: diagnosed failing; the fix does
     // not reach it, so it is refused, naming the kernel.
