@@ -504,7 +504,9 @@ impl crate::verdict::Compiler for Comgr {
             .collect();
         Ok(
             match self.compile_ocl(job.name, job.text, job.arch, &options) {
-                Ok(object) => crate::verdict::Compiled::Object(object),
+                Ok(object) => {
+                    crate::verdict::Compiled::Object(crate::elf::code_digest(&object).into_bytes())
+                }
                 Err(log) => crate::verdict::Compiled::Failed(log),
             },
         )

@@ -327,11 +327,7 @@ impl Diagnosis {
         if self.nothing_to_fix() {
             ui.stage(
                 "Nothing",
-                format!(
-                    "to fix: every batch-norm kernel of {} compiles for {}; torch was left as it is",
-                    self.library.display(),
-                    self.target
-                ),
+                format!("{}; torch was left as it is", self.nothing_to_fix_line()),
             );
             return Ok(None);
         }
@@ -346,6 +342,35 @@ impl Diagnosis {
             ui.warn("--unproven: the fix is installed without a compile to prove it");
         }
         Ok(Some(planned))
+    }
+
+    /// "to fix: ..." as the diagnosis found it: every kernel judged
+    /// compiles, and those that could not be judged are said, never
+    /// counted as compiling.
+    pub fn nothing_to_fix_line(&self) -> String {
+        let lib = self.library.display();
+        let not: Vec<_> = self
+            .judgement
+            .iter()
+            .flat_map(|j| &j.kernels)
+            .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
+            .collect();
+        match not.len() {
+            0 => format!(
+                "to fix: every batch-norm kernel of {lib} compiles for {}",
+                self.target
+            ),
+            n => format!(
+                "to fix: no batch-norm kernel of {lib} fails for {}; {} could not be judged, failing for {} too with a solver's defines ({})",
+                self.target,
+                crate::output::count(n, "kernel", "kernels"),
+                verdict::CONTROL,
+                not.iter()
+                    .map(|k| k.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     }
 
     /// The error for no compiler, unless an unproven fix was asked for.

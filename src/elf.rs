@@ -74,6 +74,56 @@ pub fn parse(bytes: &[u8]) -> Result<Library> {
     })
 }
 
+/// The SHA-256 of the code a compile gave: of each GPU code object's
+/// allocated sections (their names and bytes), leaving out the symbol,
+/// string and hash tables, the dynamic section and the notes. A HIP
+/// compile names a variable after a hash of its input text
+/// (`__hip_cuid_<hash>`), so an edit of a comment changes that name and
+/// nothing the GPU runs. Each code object of an offload bundle is taken;
+/// bytes that are no ELF are hashed whole.
+pub fn code_digest(object: &[u8]) -> String {
+    use goblin::elf::section_header::{
+        SHF_ALLOC, SHT_DYNAMIC, SHT_DYNSYM, SHT_GNU_HASH, SHT_HASH, SHT_NOTE, SHT_STRTAB,
+        SHT_SYMTAB,
+    };
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let bundled = crate::fatbin::entries(object);
+    let objects: Vec<&[u8]> = match bundled.is_empty() {
+        true => vec![object],
+        false => bundled
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(_, b)| b)
+            .collect(),
+    };
+    for o in objects {
+        let Ok(elf) = goblin::elf::Elf::parse(o) else {
+            h.update(o);
+            continue;
+        };
+        for sh in &elf.section_headers {
+            let skip = [
+                SHT_DYNSYM,
+                SHT_SYMTAB,
+                SHT_STRTAB,
+                SHT_HASH,
+                SHT_GNU_HASH,
+                SHT_DYNAMIC,
+                SHT_NOTE,
+            ];
+            if sh.sh_flags & u64::from(SHF_ALLOC) == 0 || skip.contains(&sh.sh_type) {
+                continue;
+            }
+            h.update(elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").as_bytes());
+            if let Some(bytes) = sh.file_range().and_then(|r| o.get(r)) {
+                h.update(bytes);
+            }
+        }
+    }
+    checksum::hex(&h.finalize())
+}
+
 /// Whether the library in `bytes` defines the dynamic symbol `name`.
 pub fn exports(bytes: &[u8], name: &str) -> Result<bool> {
     let elf = goblin::elf::Elf::parse(bytes).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -168,6 +168,46 @@ fn bundle_triples(bundle: &[u8]) -> (Vec<&str>, usize) {
     (out, pos)
 }
 
+/// The entries of one uncompressed bundle that starts `bundle`: each
+/// name with its bytes, as far as the table and the bytes go.
+pub fn entries(bundle: &[u8]) -> Vec<(&str, &[u8])> {
+    if !bundle.starts_with(BUNDLE_MAGIC) {
+        return Vec::new();
+    }
+    let u64_at = |pos: usize| -> Option<usize> {
+        let b = bundle.get(pos..pos.checked_add(8)?)?;
+        usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok()
+    };
+    let mut pos = BUNDLE_MAGIC.len();
+    let Some(count) = u64_at(pos) else {
+        return Vec::new();
+    };
+    pos += 8;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let (Some(offset), Some(size), Some(len)) =
+            (u64_at(pos), u64_at(pos + 8), u64_at(pos + 16))
+        else {
+            break;
+        };
+        let name_start = pos + 24;
+        let Some(name) = name_start
+            .checked_add(len)
+            .and_then(|end| bundle.get(name_start..end))
+        else {
+            break;
+        };
+        pos = name_start + name.len();
+        if let Some(bytes) = offset
+            .checked_add(size)
+            .and_then(|end| bundle.get(offset..end))
+        {
+            out.push((std::str::from_utf8(name).unwrap_or(""), bytes));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,7 +75,8 @@ pub struct Job {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
-    /// The code object's SHA-256: two compiles to the same code say so.
+    /// The SHA-256 of the code (`elf::code_digest`): two compiles to the
+    /// same machine code say so.
     Compiled(String),
     /// The compiler's first errors, or what failed.
     Failed(String),
@@ -160,10 +161,7 @@ pub fn run_in_process(
             _ if waits_in_vain => Answer::Skipped,
             None => Answer::Failed(format!("no source {} in the batch", job.source)),
             Some(s) => match compile_one(comgr, hiprtc, s, job) {
-                Ok(object) => {
-                    use sha2::Digest;
-                    Answer::Compiled(crate::checksum::hex(&sha2::Sha256::digest(&object)))
-                }
+                Ok(object) => Answer::Compiled(crate::elf::code_digest(&object)),
                 Err(e) => Answer::Failed(cut(e, ANSWER_CAP)),
             },
         };

@@ -166,6 +166,18 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
         std::fs::read(torch.miopen()).unwrap(),
         std::fs::read(variant("portable")).unwrap()
     );
+    // (b') The same, with a kernel no card compiles: it is not counted as
+    // compiling, and said.
+    let (sb, torch, runs) = install_variant("portable-unjudged");
+    for run in runs {
+        run.ok()
+            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: not judged: fails for gfx1030 too, so for every card")
+            .says(&format!(
+                "Nothing to fix: no batch-norm kernel of {} fails for gfx1010; 1 kernel could not be judged, failing for gfx1030 too with a solver's defines (MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL); torch was left as it is",
+                torch.miopen().display()
+            ));
+    }
+    assert!(!sb.prefix.exists());
 
     // (c) DPP under a macro no rule knows: diagnosed failing; the fix does
     // not reach it, so it is refused, naming the kernel.
@@ -397,4 +409,32 @@ fn hip_kernels_are_judged_through_hiprtc() {
         );
     }
     assert!(!sb.prefix.exists());
+}
+
+/// The proof compares the code a compile gave, not every byte of its
+/// object: a symbol named after a hash of the input (HIP's
+/// `__hip_cuid_<hash>`, which hipRTC 7.2 emits) changes with a comment,
+/// the machine code does not. Real objects from the host's compiler.
+#[test]
+fn the_code_digest_sees_the_code_and_not_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let object = |name: &str, src: &str| {
+        let c = dir.path().join(format!("{name}.c"));
+        let so = dir.path().join(format!("{name}.so"));
+        std::fs::write(&c, src).unwrap();
+        let ok = std::process::Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cc failed on {src}");
+        rdna1_patch::elf::code_digest(&std::fs::read(so).unwrap())
+    };
+    let a = object("a", "char cuid_0123abcd;\nint f(int x) { return x * 3; }\n");
+    let b = object("b", "char cuid_4567ef01;\nint f(int x) { return x * 3; }\n");
+    let c = object("c", "char cuid_0123abcd;\nint f(int x) { return x * 5; }\n");
+    assert_eq!(a, b, "a renamed variable is no change of code");
+    assert_ne!(a, c, "a changed instruction is");
 }

@@ -262,8 +262,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
         crate::verdict::Outcome::NothingToFix => r.push(
             "kernels",
             Status::Ok,
-            format!("{detail}
-nothing to fix: batch norm compiles for {}", d.target),
+            format!("{detail}\nnothing {}", d.nothing_to_fix_line()),
         ),
         crate::verdict::Outcome::Fixable => r.push_fix(
             "kernels",

@@ -1,8 +1,8 @@
 //! `cargo xtask bench --only diagnosis`: the diagnosis by compile on a real
 //! MIOpen, Debian's libmiopen1 6.4.3 (28 MB; `--miopen-lib PATH`, else the
 //! one `cargo xtask fidelity --release 6.4.3` downloaded into the unstable
-//! chroot), in a torch whose comgr is Debian 12's (the host's, as the tests
-//! use): cold (an empty cache: every kernel compiled), warm (the verdicts
+//! chroot), in a torch whose comgr and hipRTC are Debian 12's (the host's, as the
+//! tests use): cold (an empty cache: every kernel compiled), warm (the verdicts
 //! read back), and the in-place fix with its proof, cold (its dry run). Each against
 //! `cp` + `md5sum` of the library, and the cold ones against one comgr
 //! compile (the cold diagnosis's time over its compiles, as it reports
@@ -48,6 +48,12 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     std::os::unix::fs::symlink(
         "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2",
         torch.lib.join("libamd_comgr.so.2"),
+    )?;
+    // And its hipRTC, for the HIP kernel 6.4.3 has: Debian 12's (HIP 5.2
+    // kept it in the runtime library).
+    std::os::unix::fs::symlink(
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
+        torch.lib.join("libamdhip64.so.5"),
     )?;
     std::fs::copy(lib, torch.miopen())?;
     let size = std::fs::metadata(lib)?.len() as f64 / 1e6;
