@@ -29,6 +29,35 @@ fn verify_on_an_untouched_install_is_all_ok() {
     assert_eq!(v["checks"][0]["status"], "ok");
 }
 
+/// Issue 46, 2: with no build at --prefix, install's dry run and verify's
+/// prefix row say so in words, never "(os error 2)".
+#[test]
+fn no_build_at_the_prefix_is_said_in_words() {
+    let sb = Sandbox::new();
+    sb.torch(TorchKind::Rocm, HIP);
+    let help = "help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to";
+    let absent = format!("{} does not exist", sb.prefix.display());
+    sb.install(&["--dry-run"])
+        .fails_with(&format!("error: no usable build: {absent}\n{help}"));
+    let run = sb.verify(&[]).check_fails();
+    assert_eq!(
+        line(&run, "prefix"),
+        format!("FAIL  prefix    {absent}"),
+        "{}",
+        run.stdout
+    );
+    std::fs::create_dir_all(&sb.prefix).unwrap();
+    let empty = format!(
+        "{} holds no build: it has no share/rdna1-patch/provenance.toml",
+        sb.prefix.display()
+    );
+    sb.install(&["--dry-run"])
+        .fails_with(&format!("error: no usable build: {empty}\n{help}"));
+    let run = sb.verify(&[]).check_fails();
+    assert_eq!(line(&run, "prefix"), format!("FAIL  prefix    {empty}"));
+    assert!(!run.stdout.contains("os error"), "{}", run.stdout);
+}
+
 #[test]
 fn verify_proves_the_patched_library_is_loaded_after_install() {
     let sb = Sandbox::built();
