@@ -595,6 +595,25 @@ fn miopens_cached_batch_norm_kernels_are_forgotten_after_install_and_rollback() 
         .says("MIOPEN_DISABLE_CACHE is set: MIOpen keeps no compiled kernels");
 }
 
+/// Issue 46, 4: a cache the batch-norm kernels cannot be removed from is
+/// a warning, printed once, on install and on rollback alike.
+#[test]
+fn a_cache_that_cannot_be_cleaned_is_warned_about_once() {
+    let sb = Sandbox::new();
+    torch_with_code(&sb, &["gfx1010"]);
+    let cache = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
+    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+    std::fs::write(&cache, "not a database").unwrap();
+    let warning = format!(
+        "warning: cannot remove the batch-norm kernels from MIOpen's cache {}",
+        cache.display()
+    );
+    for run in [install(&sb, &[]).ok(), sb.rollback(&[]).ok()] {
+        run.says(&warning);
+        assert_eq!(run.stderr.matches(&warning).count(), 1, "{}", run.stderr);
+    }
+}
+
 /// The rocm-sdk layouts (TheRock's per-family and multi-arch packages):
 /// the library the preload loads, fixed in place (forced: the HIP kernels
 /// of 7.x are not fixed in place yet, so it is not chosen by itself there),

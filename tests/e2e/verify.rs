@@ -274,6 +274,43 @@ fn doctor_says_plainly_what_blocks_a_build() {
     run.prints("FAIL  disk");
 }
 
+/// Issue 46, 4: under HSA_OVERRIDE_GFX_VERSION, with the torch named by
+/// --python (TheRock's gfx101X package, whose libtorch_hip.so holds no
+/// readable code), the route and override rows agree: MIOpen sees the
+/// override's chip until it is unset; neither asks for --python again.
+#[test]
+fn doctors_route_and_override_rows_agree_under_the_override() {
+    let sb = Sandbox::new();
+    crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu"]);
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let out = sb
+        .cmd()
+        .args(["doctor", "--need-space", "0", "--python", "python3"])
+        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    let route = check_row(&out, "route");
+    assert!(route.starts_with("warn  route     "), "{out}");
+    assert!(
+        route.ends_with(
+            "(once HSA_OVERRIDE_GFX_VERSION is unset: while it is 10.3.0, MIOpen sees gfx1030 instead; see override)"
+        ),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "override").starts_with(
+            "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030 and load code built for that chip, but torch carries gfx101x code of its own"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("fix: unset HSA_OVERRIDE_GFX_VERSION"), "{out}");
+    assert!(
+        !out.contains("--python PATH"),
+        "asks for what was given:\n{out}"
+    );
+}
+
 #[test]
 fn doctors_override_advice_follows_the_code_objects_in_torch() {
     let sb = Sandbox::new();
