@@ -182,13 +182,32 @@ fn build_plan(
 pub struct ForBuild {
     pub profile: Profile,
     pub why: Option<String>,
-    pub route: Option<String>,
+    pub route: Route,
     pub torch: Option<ForTorch>,
 }
 
 /// One look for torch serves the profile's choice and the route (each look
-/// asks python: 100 ms through a pyenv shim). `named`: --profile's value.
+/// asks python: 100 ms through a pyenv shim). `named`: --profile's value;
+/// then the look only gives the route's line, so it runs beside the first
+/// stages (`Route::take` waits for it) instead of before them.
 pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
+    if let Some(name) = named {
+        let profile = Profile::load(name)?;
+        let (loc, chosen) = (loc.clone(), profile.clone());
+        let look = std::thread::spawn(move || {
+            let found = torch::locate(&loc);
+            match build_plan(&chosen, found.as_ref().ok(), true) {
+                Ok(Some((plan, _))) => route_line(plan),
+                _ => None,
+            }
+        });
+        return Ok(ForBuild {
+            profile,
+            why: None,
+            route: Route(std::sync::Mutex::new(RouteState::Looking(look))),
+            torch: None,
+        });
+    }
     let found = torch::locate(loc);
     let (profile, why) = match named {
         Some(p) => (Profile::load(p)?, None),
@@ -197,18 +216,56 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
             (c.profile, Some(c.why))
         }
     };
-    let (route, torch) = match build_plan(&profile, found.as_ref().ok(), named.is_some())? {
-        Some((Plan::Inert(why), torch)) => (
-            Some(format!("warning: {why} (building anyway: --profile)")),
-            torch,
-        ),
-        Some((plan, torch)) => (Some(plan.detail().to_owned()), torch),
+    let (route, torch) = match build_plan(&profile, found.as_ref().ok(), false)? {
+        Some((plan, torch)) => (route_line(plan), torch),
         None => (None, None),
     };
     Ok(ForBuild {
         profile,
         why,
-        route,
+        route: Route::known(route),
         torch,
     })
+}
+
+fn route_line(plan: Plan) -> Option<String> {
+    Some(match plan {
+        Plan::Inert(why) => format!("warning: {why} (building anyway: --profile)"),
+        other => other.detail().to_owned(),
+    })
+}
+
+/// What the build changes for the user's torch (`plan`), as a line to say:
+/// known, or still being looked for on another thread.
+pub struct Route(std::sync::Mutex<RouteState>);
+
+enum RouteState {
+    Known(Option<String>),
+    Looking(std::thread::JoinHandle<Option<String>>),
+}
+
+impl Route {
+    pub fn known(line: Option<String>) -> Route {
+        Route(std::sync::Mutex::new(RouteState::Known(line)))
+    }
+
+    /// Whether the line can be had without waiting.
+    pub fn is_known(&self) -> bool {
+        let state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*state {
+            RouteState::Known(_) => true,
+            RouteState::Looking(look) => look.is_finished(),
+        }
+    }
+
+    /// The line, once (then `None`: it is said once), waiting for the look
+    /// if it still runs.
+    pub fn take(&self) -> Option<String> {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *state, RouteState::Known(None)) {
+            RouteState::Known(line) => line,
+            // A look that panicked says nothing: the line is information.
+            RouteState::Looking(look) => look.join().ok().flatten(),
+        }
+    }
 }

@@ -20,7 +20,7 @@ impl BuildPlan<'_> {
                 .map(|w| format!(", chosen {w}"))
                 .unwrap_or_default()
         ));
-        if let Some(route) = &self.opts.route {
+        if let Some(route) = self.opts.route.take() {
             lines.push(format!("route:     {route}"));
         }
         lines.push(format!(
