@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use crate::builder::pipeline::ForTorch;
+use crate::builder::pipeline::{ForTorch, Route};
 use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
 use crate::error::hint;
 use crate::swap::torch::{self, Layout, Locator};
@@ -204,7 +204,7 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
         return Ok(ForBuild {
             profile,
             why: None,
-            route: Route(std::sync::Mutex::new(RouteState::Looking(look))),
+            route: Route::looking(look),
             torch: None,
         });
     }
@@ -233,39 +233,4 @@ fn route_line(plan: Plan) -> Option<String> {
         Plan::Inert(why) => format!("warning: {why} (building anyway: --profile)"),
         other => other.detail().to_owned(),
     })
-}
-
-/// What the build changes for the user's torch (`plan`), as a line to say:
-/// known, or still being looked for on another thread.
-pub struct Route(std::sync::Mutex<RouteState>);
-
-enum RouteState {
-    Known(Option<String>),
-    Looking(std::thread::JoinHandle<Option<String>>),
-}
-
-impl Route {
-    pub fn known(line: Option<String>) -> Route {
-        Route(std::sync::Mutex::new(RouteState::Known(line)))
-    }
-
-    /// Whether the line can be had without waiting.
-    pub fn is_known(&self) -> bool {
-        let state = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match &*state {
-            RouteState::Known(_) => true,
-            RouteState::Looking(look) => look.is_finished(),
-        }
-    }
-
-    /// The line, once (then `None`: it is said once), waiting for the look
-    /// if it still runs.
-    pub fn take(&self) -> Option<String> {
-        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut *state, RouteState::Known(None)) {
-            RouteState::Known(line) => line,
-            // A look that panicked says nothing: the line is information.
-            RouteState::Looking(look) => look.join().ok().flatten(),
-        }
-    }
 }

@@ -31,8 +31,10 @@ mod dry_run;
 mod identity;
 mod patches;
 mod plan;
+mod route_line;
 
 use patches::PatchRecord;
+pub use route_line::Route;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Stage {
@@ -48,7 +50,7 @@ pub struct Options {
     /// Why this profile, when it was chosen for the user's torch.
     pub profile_why: Option<String>,
     /// What this build changes for the user's torch (`select::plan`).
-    pub route: crate::select::Route,
+    pub route: Route,
     /// The torch the build is for, when one was found and the profile was
     /// chosen for it (not named with --profile).
     pub torch: Option<ForTorch>,
