@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use crate::builder::pipeline::ForTorch;
+use crate::builder::pipeline::{ForTorch, Route};
 use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
 use crate::error::hint;
 use crate::swap::torch::{self, Layout, Locator};
@@ -182,13 +182,32 @@ fn build_plan(
 pub struct ForBuild {
     pub profile: Profile,
     pub why: Option<String>,
-    pub route: Option<String>,
+    pub route: Route,
     pub torch: Option<ForTorch>,
 }
 
 /// One look for torch serves the profile's choice and the route (each look
-/// asks python: 100 ms through a pyenv shim). `named`: --profile's value.
+/// asks python: 100 ms through a pyenv shim). `named`: --profile's value;
+/// then the look only gives the route's line, so it runs beside the first
+/// stages (`Route::take` waits for it) instead of before them.
 pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
+    if let Some(name) = named {
+        let profile = Profile::load(name)?;
+        let (loc, chosen) = (loc.clone(), profile.clone());
+        let look = std::thread::spawn(move || {
+            let found = torch::locate(&loc);
+            match build_plan(&chosen, found.as_ref().ok(), true) {
+                Ok(Some((plan, _))) => route_line(plan),
+                _ => None,
+            }
+        });
+        return Ok(ForBuild {
+            profile,
+            why: None,
+            route: Route::looking(look),
+            torch: None,
+        });
+    }
     let found = torch::locate(loc);
     let (profile, why) = match named {
         Some(p) => (Profile::load(p)?, None),
@@ -197,18 +216,21 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
             (c.profile, Some(c.why))
         }
     };
-    let (route, torch) = match build_plan(&profile, found.as_ref().ok(), named.is_some())? {
-        Some((Plan::Inert(why), torch)) => (
-            Some(format!("warning: {why} (building anyway: --profile)")),
-            torch,
-        ),
-        Some((plan, torch)) => (Some(plan.detail().to_owned()), torch),
+    let (route, torch) = match build_plan(&profile, found.as_ref().ok(), false)? {
+        Some((plan, torch)) => (route_line(plan), torch),
         None => (None, None),
     };
     Ok(ForBuild {
         profile,
         why,
-        route,
+        route: Route::known(route),
         torch,
+    })
+}
+
+fn route_line(plan: Plan) -> Option<String> {
+    Some(match plan {
+        Plan::Inert(why) => format!("warning: {why} (building anyway: --profile)"),
+        other => other.detail().to_owned(),
     })
 }

@@ -66,9 +66,12 @@ pub struct Run {
 }
 
 /// Run `cmd` with stdout and stderr merged into the log, calling `on_line`
-/// for each line of output.
+/// for each line of output. `what` names the step in errors; the whole
+/// command line (`shown`, hundreds of characters for a configure) goes to
+/// the log only.
 pub fn run_logged(
     cmd: Command,
+    what: &str,
     shown: &str,
     log: &mut Log,
     mut on_line: impl FnMut(&str),
@@ -95,12 +98,12 @@ pub fn run_logged(
         }
         on_line(line);
     })
-    .with_context(|| format!("cannot run {shown}"))?;
+    .with_context(|| format!("cannot run {what}"))?;
     if let Some(sig) = interrupt::interrupted() {
         let why = Interrupted(sig);
         log.line(&why.to_string());
         return Err(anyhow::Error::new(why).context(Hint::new(
-            format!("{shown} was stopped"),
+            format!("{what} was stopped"),
             "the work dir is kept as it was; run the same command again to resume",
         )));
     }
@@ -305,7 +308,13 @@ impl Configure<'_> {
         let _ = std::fs::remove_file(self.stamp_file());
         let shown = format!("cmake {}", args.join(" "));
         ui.note(&shown);
-        let run = run_logged(cmake_cmd(tools, &args), &shown, log, |_| {})?;
+        let run = run_logged(
+            cmake_cmd(tools, &args),
+            "cmake configure",
+            &shown,
+            log,
+            |_| {},
+        )?;
         if !run.success {
             // Keep the define list so the next run still unsets stale ones.
             let _ = self.write_stamp(String::new(), previous);
@@ -379,7 +388,7 @@ pub fn build(
     let generator = tools.generator;
     let mut cmd = cmake_cmd(tools, &args);
     cmd.env("NINJA_STATUS", NINJA_STATUS);
-    let run = run_logged(cmd, &shown, log, |line| {
+    let run = run_logged(cmd, "the build", &shown, log, |line| {
         if let Some((pos, len, msg)) = parse_progress(generator, line) {
             steps += 1;
             progress.step(pos, len, msg);
@@ -423,7 +432,7 @@ pub fn install_to_staging(
     let shown = format!("DESTDIR={} cmake {}", destdir.display(), args.join(" "));
     let mut cmd = cmake_cmd(tools, &args);
     cmd.env("DESTDIR", destdir);
-    let run = run_logged(cmd, &shown, log, |_| {})?;
+    let run = run_logged(cmd, "cmake --install", &shown, log, |_| {})?;
     if !run.success {
         return Err(step_failed("cmake --install", &run, log));
     }

@@ -59,12 +59,16 @@ pub fn preflight(
     rocm_path: &Path,
     defines: &BTreeMap<String, String>,
 ) -> Result<Toolchain> {
-    let mut missing = Vec::new();
+    // What is missing, and how to get it: one error line and one help
+    // line for them all.
+    let mut missing: Vec<(String, String)> = Vec::new();
 
     let cmake = find("cmake");
     if cmake.is_none() {
-        missing
-            .push("cmake (Debian/Ubuntu: apt-get install cmake; or pip install cmake)".to_owned());
+        missing.push((
+            "cmake".into(),
+            "apt-get install cmake (or pip install cmake)".into(),
+        ));
     }
     let make = find("make").or_else(|| find("gmake"));
     let ninja = find("ninja");
@@ -74,14 +78,15 @@ pub fn preflight(
         (Generator::Make, _, true) => (Generator::Make, false),
         (Generator::Make, true, false) => (Generator::Ninja, true),
         _ => {
-            missing.push("ninja or make (apt-get install ninja-build)".to_owned());
+            missing.push(("ninja or make".into(), "apt-get install ninja-build".into()));
             (requested, false)
         }
     };
 
     if let Err(name) = cxx(defines) {
-        missing.push(format!(
-            "a C++ compiler: `{name}` not found (the profile's CMAKE_CXX_COMPILER, $CXX, or c++ on PATH; ROCm ships amdclang++ under <rocm>/llvm/bin)"
+        missing.push((
+            format!("a C++ compiler (`{name}` is not there)"),
+            "name a C++ compiler with the profile's CMAKE_CXX_COMPILER, $CXX or c++ on PATH (ROCm ships amdclang++ in <rocm>/llvm/bin)".into(),
         ));
     }
 
@@ -90,20 +95,21 @@ pub fn preflight(
             version: rocm_version(rocm_path),
         })
     } else {
-        missing.push(format!(
-            "ROCm at {} (install ROCm, or point at it with --rocm DIR)",
-            rocm_path.display()
+        missing.push((
+            format!("ROCm at {}", rocm_path.display()),
+            "install ROCm, or point at it with --rocm DIR".into(),
         ));
         None
     };
 
     if !missing.is_empty() {
+        let (what, how): (Vec<String>, Vec<String>) = missing.into_iter().unzip();
         return Err(hint(
+            format!("missing what the build needs: {}", what.join(", ")),
             format!(
-                "missing what the build needs:\n  - {}",
-                missing.join("\n  - ")
+                "{}; `rdna1-patch doctor` checks everything at once",
+                how.join("; ")
             ),
-            "install the above and run again; `rdna1-patch doctor` checks everything at once",
         ));
     }
     let cmake = cmake.expect("checked above");

@@ -164,6 +164,23 @@ impl Provenance {
 
     pub fn read(prefix: &Path) -> Result<Provenance> {
         let path = prefix.join(PROVENANCE);
+        // The common cases in words, not as "(os error 2)"; still NotFound
+        // errors, which `status` tells from a damaged record.
+        let absent = |p: &Path| {
+            p.symlink_metadata()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        };
+        let not_found =
+            |msg: String| Err(std::io::Error::new(std::io::ErrorKind::NotFound, msg).into());
+        if absent(prefix) {
+            return not_found(format!("{} does not exist", prefix.display()));
+        }
+        if absent(&path) {
+            return not_found(format!(
+                "{} holds no build: it has no {PROVENANCE}",
+                prefix.display()
+            ));
+        }
         let text = fsutil::read_small(&path, 16 << 20)?;
         toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
     }

@@ -35,7 +35,27 @@ pub struct Sources {
 /// What to do: pull this, or build, and why.
 pub enum Choice {
     Pull(Store, Box<Candidate>),
-    Build(String),
+    /// Compile: why no cache had the build, and each cache that failed
+    /// with its error (already warned of, once).
+    Build {
+        why: String,
+        failed: Vec<(String, String)>,
+    },
+}
+
+impl Choice {
+    /// The whole reason to compile, failures included (for the dry run's
+    /// plan, which shows no warnings).
+    pub fn build_reason(why: &str, failed: &[(String, String)]) -> String {
+        let mut all: Vec<String> = failed
+            .iter()
+            .map(|(r, e)| format!("cache {r} failed: {e}"))
+            .collect();
+        if !why.is_empty() {
+            all.insert(0, why.to_owned());
+        }
+        all.join("; ")
+    }
 }
 
 /// What this machine can say of its toolchain: with none, the publisher's
@@ -69,24 +89,28 @@ impl Sources {
             };
         }
         let mut why = Vec::new();
+        let mut failed = Vec::new();
         for r in &self.caches {
             let found = Store::open(r, self.net())
                 .and_then(|store| Ok((self.look(&store, r, want)?, store)));
             match found {
                 Ok((Found::Candidate(c), store)) => return Ok(Choice::Pull(store, c)),
                 Ok((Found::Declined(d), _)) => why.push(d.why),
+                // Warned of here (the dry run's silent Ui shows none: its
+                // plan says the failures through `build_reason`).
                 Err(e) => {
                     let e = crate::error::chain(&e);
                     ui.warn(format!("cache {r}: {e}"));
-                    why.push(format!("cache {r} failed: {e}"));
+                    failed.push((r.to_string(), e));
                 }
             }
         }
-        Ok(Choice::Build(if why.is_empty() {
+        let why = if why.is_empty() && failed.is_empty() {
             format!("no caches in {}", self.config)
         } else {
             why.join("; ")
-        }))
+        };
+        Ok(Choice::Build { why, failed })
     }
 
     /// The artifact `r` names, or with no tag, the one of this build in

@@ -164,6 +164,19 @@ fn read_prefix(dir: &Path) -> Result<(Prefix, KeyInputs)> {
             "build it first (`rdna1-patch build`), or name the prefix with --prefix",
         )
     })?;
+    // An in-place fix is this machine's torch library with its texts
+    // changed: others can use it only if their library is byte-identical,
+    // and they get that same fix by running `install --into-torch` on it.
+    if let Some(fix) = &prefix.provenance.in_place {
+        return Err(hint(
+            format!(
+                "{} is an in-place fix of this machine's torch library ({}), not a build others can reuse",
+                dir.display(),
+                fix.source
+            ),
+            "to share a fix, build one (`rdna1-patch build --prefix DIR`) and publish that prefix; others with this torch get the same in-place fix from `rdna1-patch install --into-torch`",
+        ));
+    }
     let inputs = prefix::read_key(dir).map_err(|e| {
         hint(
             format!("{} has no build key: {e:#}", dir.display()),

@@ -21,6 +21,18 @@ pub fn override_advice(
     value: Option<&str>,
     cards: &[String],
 ) -> Advice {
+    override_for(code.map(CodeObjects::has_gfx101x), value, cards, false)
+}
+
+/// As [`override_advice`], from whether torch has gfx101x code (`None`:
+/// not known); `torch_given` when the user already named their torch, so
+/// the advice never asks for it again.
+pub fn override_for(
+    gfx101x: Option<bool>,
+    value: Option<&str>,
+    cards: &[String],
+    torch_given: bool,
+) -> Advice {
     let cards = if cards.is_empty() {
         "unknown".to_owned()
     } else {
@@ -29,7 +41,7 @@ pub fn override_advice(
     let reports =
         |v: &str| crate::gpu::override_gfx(v).unwrap_or_else(|| "an unreadable value".into());
     let inert = "MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing, while the fast-find patch (0003) still acts, since its detection reads the real chip from the KFD topology";
-    match (value, code.map(CodeObjects::has_gfx101x)) {
+    match (value, gfx101x) {
         (Some(v), Some(false)) => Advice {
             fine: true,
             detail: format!(
@@ -45,6 +57,14 @@ pub fn override_advice(
                 reports(v)
             ),
             fix: Some("unset HSA_OVERRIDE_GFX_VERSION: with this torch, MIOpen sees the real gfx101x and every patch acts".into()),
+        },
+        (Some(v), None) if torch_given => Advice {
+            fine: false,
+            detail: format!(
+                "HSA_OVERRIDE_GFX_VERSION={v}: ROCm reports {} while the card is {cards}; whether your torch needs it depends on the GPU code it carries, which could not be read (see torch-gpu)",
+                reports(v)
+            ),
+            fix: None,
         },
         (Some(v), None) => Advice {
             fine: false,

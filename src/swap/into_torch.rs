@@ -61,7 +61,7 @@ impl Build {
 pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
     let opened = Prefix::open(prefix).map_err(|e| match e {
         OpenError::Provenance(e) => hint(
-            format!("no usable build in {}: {e:#}", prefix.display()),
+            format!("no usable build: {e:#}"),
             "run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
         ),
         OpenError::Md5sums(e, _) => e,

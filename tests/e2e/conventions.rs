@@ -118,7 +118,7 @@ fn the_readme_profile_examples_run() {
     let dir = sb.root.join("readme");
     std::fs::create_dir(&dir).unwrap();
     let bin_dir = Path::new(BIN).parent().unwrap();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let path = crate::support::path_with(bin_dir);
     for cmd in &commands {
         let mut c = Command::new("sh");
         c.args(["-ec", cmd]).current_dir(&dir).env("PATH", &path);

@@ -20,10 +20,11 @@ use crate::support::*;
 /// A build (not a dry run) fetches MIOpen from GitHub; `patches refresh`
 /// needs a checkout of real MIOpen.
 const NEEDS_THE_WORLD: &[(&str, &str)] = &[
-    // Debian's ROCm at /usr, which the sandbox does not have.
-    ("build miopen --rocm /usr", "missing what the build needs"),
+    // Debian's ROCm at /usr, which the sandbox does not have: its /usr
+    // (`localize`) holds none, whatever the machine's /usr does.
+    ("build miopen --rocm ~/usr", "missing what the build needs"),
     (
-        "--profile rocm-6.3.1 --rocm /usr",
+        "--profile rocm-6.3.1 --rocm ~/usr",
         "missing what the build needs",
     ),
     // What the sandbox published is the fixture's build, not rocm-6.2.4's:
@@ -56,10 +57,7 @@ fn bash(env: &Env, line: &str) -> (Option<i32>, String, String, Duration) {
         .current_dir(&env.home)
         .env_clear()
         .env("HOME", &env.home)
-        .env(
-            "PATH",
-            format!("{}:/usr/local/bin:/usr/bin:/bin", env.bin.display()),
-        )
+        .env("PATH", path_with(&env.bin))
         .env("LANG", "C.UTF-8")
         .env("ROCM_PATH", &env.rocm)
         .env("GIT_ALLOW_PROTOCOL", "file")
@@ -131,6 +129,10 @@ fn env(sb: &Sandbox, reg: &Registry) -> Env {
     compiler_shims(&sdk.join("_rocm_sdk_devel/lib/llvm/bin"));
     // ~/src/MIOpen: a source tree to check a series against.
     copy_dir(&sb.origin, &home.join("src/MIOpen"));
+    // ~/usr: the examples' Debian /usr (`localize`), with no ROCm in it.
+    for d in ["usr/bin", "usr/include", "usr/lib"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
     // ~/my-series: a series of the user's own (empty).
     std::fs::create_dir_all(home.join("my-series")).unwrap();
     std::fs::write(home.join("my-series/series"), "").unwrap();
@@ -271,6 +273,7 @@ fn localize(line: &str, reg: &Registry) -> String {
         &format!("oci://{}/you/miopen-rdna1", reg.addr),
     )
     .replace("/mnt/usb/miopen-builds", "~/usb/miopen-builds")
+    .replace("--rocm /usr", "--rocm ~/usr")
     .replace(" DIR ", " ~/exported ")
     .replace(" DIR", " ~/exported")
     .replace(

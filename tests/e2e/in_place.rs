@@ -135,6 +135,41 @@ fn a_native_torch_gets_its_own_library_fixed_in_place_then_rolled_back() {
     assert_ne!(md5(&torch.miopen()), before);
 }
 
+/// Issue 46, 3: an in-place prefix is this machine's torch library with
+/// its texts changed, not a build: publish refuses it in words (not "no
+/// build key ... before 0.2") and pushes nothing.
+#[test]
+fn publish_refuses_an_in_place_fix_and_says_to_build_one() {
+    let sb = Sandbox::new();
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    install(&sb, &[]).ok().says("Installed");
+    let (public, secret) = (sb.root.join("k.pub"), sb.root.join("k.key"));
+    let made = std::process::Command::new("minisign")
+        .args(["-G", "-W", "-p"])
+        .arg(&public)
+        .arg("-s")
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let layout = sb.root.join("builds");
+    let prefix = sb.prefix.display().to_string();
+    sb.run(&[
+        "publish",
+        "--prefix",
+        &prefix,
+        "--sign-key",
+        secret.to_str().unwrap(),
+        layout.to_str().unwrap(),
+    ])
+    .fails_with(&format!(
+        "error: {prefix} is an in-place fix of this machine's torch library ({}), not a build others can reuse
+help: to share a fix, build one (`rdna1-patch build --prefix DIR`) and publish that prefix; others with this torch get the same in-place fix from `rdna1-patch install --into-torch`",
+        torch.miopen().display()
+    ));
+    assert!(!layout.exists(), "nothing pushed");
+}
+
 /// On one filesystem, with files this user owns and no one else can
 /// write, nothing is copied: the backup is torch's original file itself,
 /// and torch's new library is the prefix's file. A group-writable library
@@ -569,6 +604,25 @@ fn miopens_cached_batch_norm_kernels_are_forgotten_after_install_and_rollback() 
     run(("MIOPEN_DISABLE_CACHE", "1"))
         .ok()
         .says("MIOPEN_DISABLE_CACHE is set: MIOpen keeps no compiled kernels");
+}
+
+/// Issue 46, 4: a cache the batch-norm kernels cannot be removed from is
+/// a warning, printed once, on install and on rollback alike.
+#[test]
+fn a_cache_that_cannot_be_cleaned_is_warned_about_once() {
+    let sb = Sandbox::new();
+    torch_with_code(&sb, &["gfx1010"]);
+    let cache = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
+    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+    std::fs::write(&cache, "not a database").unwrap();
+    let warning = format!(
+        "warning: cannot remove the batch-norm kernels from MIOpen's cache {}",
+        cache.display()
+    );
+    for run in [install(&sb, &[]).ok(), sb.rollback(&[]).ok()] {
+        run.says(&warning);
+        assert_eq!(run.stderr.matches(&warning).count(), 1, "{}", run.stderr);
+    }
 }
 
 /// The rocm-sdk layouts (TheRock's per-family and multi-arch packages):

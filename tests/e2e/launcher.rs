@@ -34,9 +34,16 @@ fn ccache_serves_a_clean_rebuild() {
     assert_eq!(ccache_stat(&sb, "direct_cache_hit"), 4);
     assert_eq!(ccache_stat(&sb, "cache_miss"), misses);
     let cache = std::fs::read_to_string(sb.work.join("mini/miopen/build/CMakeCache.txt")).unwrap();
+    // The ccache on the tool's PATH (the tests' tools dir).
+    let ccache = crate::support::tools().join("ccache");
     assert!(
-        cache.contains("CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED=/usr/bin/ccache")
-            || cache.contains("CMAKE_CXX_COMPILER_LAUNCHER:STRING=/usr/bin/ccache"),
+        cache.contains(&format!(
+            "CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={}",
+            ccache.display()
+        )) || cache.contains(&format!(
+            "CMAKE_CXX_COMPILER_LAUNCHER:STRING={}",
+            ccache.display()
+        )),
         "launcher not in the cache"
     );
 }
@@ -47,7 +54,7 @@ fn a_launcher_asked_for_and_missing_stops_before_configure() {
     let run = sb
         .cmd()
         .args(sb.build_args(&["--launcher", "sccache"]))
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", crate::support::tools())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -129,9 +136,18 @@ fn distcc_sends_compiles_through_a_local_daemon() {
         plan.contains("--parallel 3"),
         "jobs from DISTCC_HOSTS: {plan}"
     );
+    // distccd runs only the compilers it lists (/usr/lib/distcc), by the
+    // path the client sends: these, not the tools dir's links to them.
     let run = sb
         .cmd()
-        .args(sb.build_args(&["--launcher", "distcc"]))
+        .args(sb.build_args(&[
+            "--launcher",
+            "distcc",
+            "-D",
+            "CMAKE_CXX_COMPILER=/usr/bin/c++",
+            "-D",
+            "CMAKE_C_COMPILER=/usr/bin/cc",
+        ]))
         .env("DISTCC_HOSTS", &hosts)
         // No silent local fallback: a job that misses the daemon fails.
         .env("DISTCC_FALLBACK", "0")

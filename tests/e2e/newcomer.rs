@@ -211,7 +211,7 @@ help: check the key and its password; nothing was pushed",
         std::fs::Permissions::from_mode(0o755),
     )
     .unwrap();
-    let path = format!("{}:{}", wrap.display(), std::env::var("PATH").unwrap());
+    let path = crate::support::path_with(&wrap);
     let mut c = sb.cmd();
     c.args(["publish", "--prefix", sb.prefix.to_str().unwrap()])
         .args(["--sign-key", secret.to_str().unwrap()])

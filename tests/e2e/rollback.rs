@@ -73,7 +73,10 @@ help: move the journal numbered {max} out of {} (it was set aside or edited by h
 /// Wait (a bounded while) for `path` to appear: the sign that a run in
 /// the background got past a step.
 fn wait_for(path: &Path, child: &mut std::process::Child) {
-    for _ in 0..600 {
+    // Up to 60 s: before the file appears the run diagnoses and proves the
+    // fix (16 comgr compiles), which took over 12 s at a load of 11 on 2
+    // cores, three engineers' suites at once.
+    for _ in 0..3000 {
         if path.exists() {
             return;
         }

@@ -89,10 +89,12 @@ fn a_rocm62_wheel_is_built_for_its_detection_and_fast_find_patches() {
     said.build.prints(&format!(
         "route:     libtorch_hip.so has code for gfx1030, gfx90a and none for gfx101x: {want}"
     ));
-    said.install.fails_with(
-        r#"error: no usable build in [..]/empty-prefix: cannot read [..]/empty-prefix/share/rdna1-patch/provenance.toml: No such file or directory (os error 2)
+    said.install
+        .fails_with(
+            r#"error: no usable build: [..]/empty-prefix does not exist
 help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to"#,
-    ).says("no usable build");
+        )
+        .says("no usable build");
 }
 
 #[test]

@@ -86,7 +86,7 @@ fn install_without_a_profile_uses_the_prefix_of_the_torchs_profile() {
         .output()
         .unwrap();
     let run = Run::from(out).fails_with(
-        r#"error: no usable build in [..]/xdg-data/rdna1-patch/rocm-6.3.1: cannot read [..]/xdg-data/rdna1-patch/rocm-6.3.1/share/rdna1-patch/provenance.toml: No such file or directory (os error 2)
+        r#"error: no usable build: [..]/xdg-data/rdna1-patch/rocm-6.3.1 does not exist
 help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to"#,
     );
     run.says("Profile rocm-6.3.1 for torch 2.7.1+rocm6.3")
@@ -94,4 +94,41 @@ help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it i
             "{}",
             data.join("rdna1-patch/rocm-6.3.1").display()
         ));
+}
+
+/// Issue 46, 5: with --profile named, python's look for torch only gives
+/// the Route line, so it runs beside the fetch instead of before it (a
+/// pyenv shim's python costs 100 ms a start): a python that waits for the
+/// checkout to appear sees it, and the line is still said.
+#[test]
+fn with_a_named_profile_the_torch_look_runs_beside_the_fetch() {
+    let sb = Sandbox::new();
+    sb.torch(TorchKind::Rocm, crate::support::HIP);
+    let seen = sb.root.join("seen");
+    let python = sb.root.join("waiting-python");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\ni=0\nwhile [ $i -lt 100 ] && [ ! -e '{src}' ]; do sleep 0.1; i=$((i+1)); done\n[ -e '{src}' ] && echo yes > '{seen}'\nexec python3 \"$@\"\n",
+            src = sb.src().display(),
+            seen = seen.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = sb
+        .build(&[
+            "--stop-after",
+            "fetch",
+            "--python",
+            python.to_str().unwrap(),
+        ])
+        .ok();
+    run.says("Route libtorch_hip.so carries no readable GPU code");
+    assert!(
+        seen.exists(),
+        "python looked for torch before the fetch began:\n{}",
+        run.stderr
+    );
 }

@@ -816,3 +816,25 @@ fn a_pull_killed_at_any_instant_leaves_the_prefix_untouched_and_the_next_run_cle
     // kill found files half-way in the staging dir.
     assert!(mid_pull > 0, "no kill landed during the pull");
 }
+
+/// Issue 46, 4: a cache that is down is said once, as a warning; the line
+/// that says the build compiles instead does not say it again.
+#[test]
+fn a_cache_that_is_down_is_said_once() {
+    let down = format!(
+        "oci://127.0.0.1:{}/rdna1/miopen",
+        rdna1_testkit::registry::free_port()
+    );
+    let sb_keys = Sandbox::new();
+    let k = keys(&sb_keys.root, "maintainer");
+    let user = User::new(&[&k.public], &[&down]);
+    let run = user.build(&[]);
+    run.says(&format!("warning: cache {down}: cannot reach the registry"))
+        .says("Shared compiling instead: a cache failed (the warning above)");
+    assert_eq!(
+        run.stderr.matches("cannot reach the registry").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+}

@@ -334,7 +334,7 @@ fn a_killed_publish_leaves_no_unsigned_tag_and_nothing_in_tmpdir() {
     let tmp = publisher.sb.root.join("tmpdir");
     std::fs::create_dir_all(&tmp).unwrap();
     let cache = publisher.sb.root.join("xdg-cache/rdna1-patch/publish");
-    let path = std::env::var("PATH").unwrap();
+    let path = crate::support::tools().display().to_string();
     // Killed as soon as its layer is being written.
     let child = start_publish(&publisher, &dir, &tmp, &path);
     kill_when(child, || non_empty(&tmp) || non_empty(&cache));

@@ -171,6 +171,62 @@ pub fn runtime() -> &'static Path {
     DIR.get_or_init(|| rdna1_testkit::build_runtime(&shared("fake-runtime")))
 }
 
+/// The tool's PATH in every test, made once per run: each program of the
+/// harness's PATH (the first of each name), but for ROCm's, HIP's and
+/// LLVM's (hipcc, hipconfig, clang, lld, rocminfo...) and every python but
+/// one `python3`, the harness's, resolved. A ROCm installed on the machine
+/// (Debian's hipcc puts hipconfig in /usr/bin, which names /usr/bin/clang)
+/// never reaches the tool: a test that wants one gives its own.
+pub fn tools() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = shared("tools");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let hidden = |name: &str| {
+            [
+                "hip",
+                "clang",
+                "amdclang",
+                "amdllvm",
+                "roc",
+                "llvm",
+                "lld",
+                "ld.lld",
+                "ld64.lld",
+                "flang",
+                "python",
+                "pip",
+                "x86_64-linux-gnu-python",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p))
+        };
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        for d in std::env::split_paths(&path) {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = e.file_name();
+                let link = dir.join(&name);
+                if hidden(&name.to_string_lossy()) || link.symlink_metadata().is_ok() {
+                    continue;
+                }
+                use std::os::unix::fs::PermissionsExt;
+                if std::fs::metadata(e.path())
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                {
+                    std::os::unix::fs::symlink(e.path(), link).unwrap();
+                }
+            }
+        }
+        let python = rdna1_testkit::run(
+            Command::new("python3").args(["-c", "import sys; print(sys.executable)"]),
+        );
+        let python = String::from_utf8(python.stdout).unwrap();
+        std::os::unix::fs::symlink(python.trim(), dir.join("python3")).unwrap();
+        dir
+    })
+}
+
 /// A prefix that `rdna1-patch build` installed from the fixture, built once
 /// per run; tests that start from a build copy it.
 fn built_prefix() -> &'static Path {
@@ -259,6 +315,7 @@ impl Sandbox {
 
     pub fn env(&self, c: &mut Command) {
         c.current_dir(&self.root)
+            .env("PATH", tools())
             // MIOpen's kernel cache is ~/.cache/miopen: never the real one.
             .env("HOME", self.root.join("home"))
             .env_remove("MIOPEN_CUSTOM_CACHE_DIR")
@@ -387,9 +444,14 @@ pub fn contains_bytes(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
+/// `program` is on the tool's PATH ([`tools`]).
 pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+    tools().join(program).is_file()
+}
+
+/// The tool's PATH with `dir` first.
+pub fn path_with(dir: &Path) -> String {
+    format!("{}:{}", dir.display(), tools().display())
 }
 
 /// The row of check `name` in a doctor or verify report, e.g. "ok    prefix

@@ -29,6 +29,35 @@ fn verify_on_an_untouched_install_is_all_ok() {
     assert_eq!(v["checks"][0]["status"], "ok");
 }
 
+/// Issue 46, 2: with no build at --prefix, install's dry run and verify's
+/// prefix row say so in words, never "(os error 2)".
+#[test]
+fn no_build_at_the_prefix_is_said_in_words() {
+    let sb = Sandbox::new();
+    sb.torch(TorchKind::Rocm, HIP);
+    let help = "help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to";
+    let absent = format!("{} does not exist", sb.prefix.display());
+    sb.install(&["--dry-run"])
+        .fails_with(&format!("error: no usable build: {absent}\n{help}"));
+    let run = sb.verify(&[]).check_fails();
+    assert_eq!(
+        line(&run, "prefix"),
+        format!("FAIL  prefix    {absent}"),
+        "{}",
+        run.stdout
+    );
+    std::fs::create_dir_all(&sb.prefix).unwrap();
+    let empty = format!(
+        "{} holds no build: it has no share/rdna1-patch/provenance.toml",
+        sb.prefix.display()
+    );
+    sb.install(&["--dry-run"])
+        .fails_with(&format!("error: no usable build: {empty}\n{help}"));
+    let run = sb.verify(&[]).check_fails();
+    assert_eq!(line(&run, "prefix"), format!("FAIL  prefix    {empty}"));
+    assert!(!run.stdout.contains("os error"), "{}", run.stdout);
+}
+
 #[test]
 fn verify_proves_the_patched_library_is_loaded_after_install() {
     let sb = Sandbox::built();
@@ -243,6 +272,43 @@ fn doctor_says_plainly_what_blocks_a_build() {
         .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .check_fails();
     run.prints("FAIL  disk");
+}
+
+/// Issue 46, 4: under HSA_OVERRIDE_GFX_VERSION, with the torch named by
+/// --python (TheRock's gfx101X package, whose libtorch_hip.so holds no
+/// readable code), the route and override rows agree: MIOpen sees the
+/// override's chip until it is unset; neither asks for --python again.
+#[test]
+fn doctors_route_and_override_rows_agree_under_the_override() {
+    let sb = Sandbox::new();
+    crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu"]);
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let out = sb
+        .cmd()
+        .args(["doctor", "--need-space", "0", "--python", "python3"])
+        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    let route = check_row(&out, "route");
+    assert!(route.starts_with("warn  route     "), "{out}");
+    assert!(
+        route.ends_with(
+            "(once HSA_OVERRIDE_GFX_VERSION is unset: while it is 10.3.0, MIOpen sees gfx1030 instead; see override)"
+        ),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "override").starts_with(
+            "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030 and load code built for that chip, but torch carries gfx101x code of its own"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("fix: unset HSA_OVERRIDE_GFX_VERSION"), "{out}");
+    assert!(
+        !out.contains("--python PATH"),
+        "asks for what was given:\n{out}"
+    );
 }
 
 #[test]

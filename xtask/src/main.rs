@@ -16,6 +16,20 @@ mod smoke_cpu;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The chroot tasks need mmdebstrap; say so before anything is done
+    // (rendering FIDELITY.md from a run's results needs no chroot).
+    if matches!(
+        args.first().map(String::as_str),
+        Some("rocm-env" | "fidelity")
+    ) && !args.iter().any(|a| a == "--render-only")
+        && !on_path("mmdebstrap")
+    {
+        eprintln!(
+            "xtask: {} builds a Debian chroot with mmdebstrap, which is not installed: `apt-get install mmdebstrap`, then run this again",
+            args[0]
+        );
+        return ExitCode::FAILURE;
+    }
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("demo") => demo::run_demo(&root(), &args[1..]),
@@ -26,10 +40,7 @@ fn main() -> ExitCode {
         Some("rocm-env") => rocm_env::rocm_env(&root(), &args[1..]),
         Some("smoke-cpu") => smoke_cpu::smoke_cpu(&root(), &args[1..]),
         _ => {
-            eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci     fmt check, clippy -D warnings, all tests\n  demo   run the whole pipeline on the fixture project in a temp sandbox [--keep]\n  bench  measure every performance target, write BENCHMARKS.md [--miopen-src DIR] [--quick] [--only GROUP]\n{}\n  fuzz   libFuzzer on the ELF and offload-bundle readers, or the pull's (--target pull); fails on any crash, abort or slow input [--seconds N] [--jobs J]\n  killtest  kill -9 installs, rollbacks, publishes and pulls at random instants, check nothing is stuck, damaged or left behind [--runs N] [--size-mb M] [--seed S] [--route system: the system route's install and rollback]\n  rocm-env  a Debian unstable chroot with ROCm 6.4 (built once, under target/), and a command run in it with the release binary [--miopen-src DIR] [-- COMMAND...]\n  fidelity  in that chroot: configure real MIOpen through rdna1-patch, compile what the series touches and the batch-norm kernels pristine and patched; writes FIDELITY.md --miopen-src DIR [--profile NAME]\n  smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB venv under target/) [--torch VERSION]",
-                bench::groups_help("         ")
-            );
+            eprintln!("{}", usage());
             return ExitCode::from(2);
         }
     };
@@ -40,6 +51,51 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every task with every flag it takes (a test holds this list to the
+/// flags the tasks parse).
+fn usage() -> String {
+    format!(
+        "usage: cargo xtask <task> [flags]
+
+tasks:
+  ci         fmt check, clippy -D warnings, all tests
+  demo       run the whole pipeline on the fixture project in a temp sandbox
+             [--keep]
+  bench      measure every performance target, write BENCHMARKS.md
+             [--miopen-src DIR] [--miopen-lib PATH] [--quick] [--only GROUP],
+             GROUP one of:
+{}
+  fuzz       libFuzzer on the ELF and offload-bundle readers, or the pull's;
+             fails on any crash, abort or slow input
+             [--seconds N] [--jobs J] [--target elf|pull]
+  killtest   kill -9 installs, rollbacks, publishes and pulls at random
+             instants, check nothing is stuck, damaged or left behind
+             [--runs N] [--size-mb M] [--seed S] [--route system]
+  rocm-env   a Debian chroot with ROCm (built once under target/, with
+             mmdebstrap), and a command run in it with the release binary
+             [--suite unstable|experimental] [--miopen-src DIR] [-- COMMAND...]
+  fidelity   in that chroot: configure real MIOpen through rdna1-patch, compile
+             what the series touches and the batch-norm kernels pristine and
+             patched; writes FIDELITY.md
+             --miopen-src DIR [--profile NAME]
+             --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR)
+             --render-only [--full] [--profile NAME]
+             --release VERSION
+             --upstream DIR (upstream's texts, read from the index)
+             --system (the system route on Debian's libmiopen1)
+  smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB
+             venv under target/)
+             [--torch VERSION]",
+        bench::groups_help("               ")
+    )
+}
+
+/// `program` is a file in a directory of PATH.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 pub fn root() -> PathBuf {

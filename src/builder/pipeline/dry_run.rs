@@ -20,7 +20,7 @@ impl BuildPlan<'_> {
                 .map(|w| format!(", chosen {w}"))
                 .unwrap_or_default()
         ));
-        if let Some(route) = &self.opts.route {
+        if let Some(route) = self.opts.route.take() {
             lines.push(format!("route:     {route}"));
         }
         lines.push(format!(
@@ -161,7 +161,11 @@ impl BuildPlan<'_> {
                 Ok(true),
                 Some(c.config.inputs.clone()),
             ),
-            Ok(Choice::Build(why)) => (format!("would compile: {why}"), Ok(false), None),
+            Ok(Choice::Build { why, failed }) => (
+                format!("would compile: {}", Choice::build_reason(&why, &failed)),
+                Ok(false),
+                None,
+            ),
             Err(e) => ("would stop: see the error below".to_owned(), Err(e), None),
         }
     }

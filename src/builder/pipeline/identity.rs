@@ -94,8 +94,20 @@ impl BuildPlan<'_> {
             ));
         }
         match shared.choose(&want, ui)? {
-            Choice::Build(why) => {
-                ui.stage("Shared", format!("compiling instead: {why}"));
+            Choice::Build { why, failed } => {
+                // Each failure was a warning; the stage line points at
+                // them rather than saying them again.
+                let also = match failed.len() {
+                    0 => String::new(),
+                    1 => "a cache failed (the warning above)".to_owned(),
+                    n => format!("{n} caches failed (the warnings above)"),
+                };
+                let line = [why, also]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                ui.stage("Shared", format!("compiling instead: {line}"));
                 Ok(false)
             }
             Choice::Pull(store, c) => {

@@ -31,8 +31,10 @@ mod dry_run;
 mod identity;
 mod patches;
 mod plan;
+mod route_line;
 
 use patches::PatchRecord;
+pub use route_line::Route;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Stage {
@@ -48,7 +50,7 @@ pub struct Options {
     /// Why this profile, when it was chosen for the user's torch.
     pub profile_why: Option<String>,
     /// What this build changes for the user's torch (`select::plan`).
-    pub route: Option<String>,
+    pub route: Route,
     /// The torch the build is for, when one was found and the profile was
     /// chosen for it (not named with --profile).
     pub torch: Option<ForTorch>,
@@ -134,6 +136,7 @@ pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
         );
     };
     if opts.stop_after == Stage::Install && plan.pull(ui)? {
+        plan.say_route(ui);
         finished(" (pulled, nothing compiled)");
         return Ok(());
     }
@@ -150,6 +153,7 @@ pub fn run(opts: &Options, ui: &Ui) -> Result<()> {
         ));
     };
     plan.execute(ui)?;
+    plan.say_route(ui);
     finished("");
     Ok(())
 }
@@ -204,15 +208,30 @@ impl BuildPlan<'_> {
         if let Some(why) = &self.opts.profile_why {
             ui.stage("Profile", format!("{} {why}", self.opts.profile.name));
         }
-        if let Some(route) = &self.opts.route {
-            ui.stage("Route", route);
-        }
+        // A route still being looked for is said once the look is done,
+        // between stages (`say_route_if_ready`), or at the end: python's
+        // start runs beside the stages instead of before them.
+        self.say_route_if_ready(ui);
         if let Some(note) = &self.compiler_note {
             ui.stage("Compiler", note);
         }
         ui.stage("Targets", &self.targets_note);
         for n in &self.compat {
             ui.stage("Compat", n.describe());
+        }
+    }
+
+    /// The route's line, once, waiting for the look if it still runs.
+    fn say_route(&self, ui: &Ui) {
+        if let Some(route) = self.opts.route.take() {
+            ui.stage("Route", route);
+        }
+    }
+
+    /// The route's line, once, if it can be had without waiting.
+    fn say_route_if_ready(&self, ui: &Ui) {
+        if self.opts.route.is_known() {
+            self.say_route(ui);
         }
     }
 
@@ -247,6 +266,7 @@ impl BuildPlan<'_> {
             ));
         }
         let checkout = source::fetch(&self.source_request(), ui)?;
+        self.say_route_if_ready(ui);
         ui.stage(
             "Source",
             format!(
@@ -267,6 +287,7 @@ impl BuildPlan<'_> {
         }
 
         let (touched, local) = self.patch(&checkout, record, edited, ui)?;
+        self.say_route_if_ready(ui);
         if stop == Stage::Patch {
             return Ok(());
         }
@@ -276,6 +297,7 @@ impl BuildPlan<'_> {
         }
         let mut log = Log::create(&self.dirs.logs, "build")?;
         self.configure(&tools, &touched, &mut log, ui)?;
+        self.say_route_if_ready(ui);
         if stop == Stage::Configure {
             return Ok(());
         }
@@ -295,6 +317,7 @@ impl BuildPlan<'_> {
                 )
             },
         );
+        self.say_route_if_ready(ui);
         if stop == Stage::Build {
             return Ok(());
         }

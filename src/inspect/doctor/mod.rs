@@ -37,8 +37,8 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     rocm(req, &mut r);
     let cards = gpus(req, &mut r);
     disk(req, &mut r);
-    let code = torch_checks(req, &mut r);
-    gfx_override(req, &cards, code.as_ref(), &mut r);
+    let gfx101x = torch_checks(req, &mut r);
+    gfx_override(req, &cards, gfx101x, &mut r);
     shared(&mut r);
     // No ROCm: no compiler in it, no hipcc; one cause, one fix.
     r.follows_from("rocm", &["compiler", "hipcc", "compat"]);

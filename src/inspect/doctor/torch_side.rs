@@ -3,11 +3,10 @@
 
 use super::*;
 
-/// The torch of `--python`, and the GPU code its libtorch_hip.so carries.
-pub(super) fn torch_checks(
-    req: &DoctorRequest,
-    r: &mut CheckReport,
-) -> Option<fatbin::CodeObjects> {
+/// The torch of `--python`, and whether it carries gfx101x code: by its
+/// libtorch_hip.so's code objects, else by its layout (`route::chip`), as
+/// the route row says; `None` when neither tells.
+pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<bool> {
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
@@ -51,16 +50,19 @@ pub(super) fn torch_checks(
         devel_sdk(python, r);
     }
     if let Some(Ok(t)) = &torch
-        && route(&req.profile, t, r)
+        && route(req, t, r)
     {
         kernels(req, t, r);
         needs_no_sdk(r);
     }
-    let code = torch
-        .as_ref()
-        .and_then(|t| t.as_ref().ok())
-        .map(|t| torch_code(t, r));
-    code.flatten()
+    let t = torch.as_ref().and_then(|t| t.as_ref().ok())?;
+    use crate::swap::route::Chip;
+    match (torch_code(t, r), crate::swap::route::chip(t)) {
+        (Some(code), _) => Some(code.has_gfx101x()),
+        (None, Chip::Native(_)) => Some(true),
+        (None, Chip::Override(_)) => Some(false),
+        (None, Chip::Unknown(_)) => None,
+    }
 }
 
 /// The system route: torch loads the system's MIOpen (or our copy of it),
@@ -223,10 +225,15 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
 pub(super) fn gfx_override(
     req: &DoctorRequest,
     cards: &[String],
-    code: Option<&fatbin::CodeObjects>,
+    gfx101x: Option<bool>,
     r: &mut CheckReport,
 ) {
-    let a = advice::override_advice(code, req.gfx_override.as_deref(), cards);
+    let a = advice::override_for(
+        gfx101x,
+        req.gfx_override.as_deref(),
+        cards,
+        req.torch.is_some(),
+    );
     let status = if a.fine { Status::Ok } else { Status::Warn };
     match a.fix {
         Some(fix) => r.push_fix("override", status, a.detail, fix),
@@ -294,12 +301,8 @@ fn needs_no_sdk(r: &mut CheckReport) {
 
 /// The route for this torch, as build and install take it (`select::plan`);
 /// true when it is the in-place fix.
-fn route(
-    profile: &crate::builder::profile::Profile,
-    t: &torch::Torch,
-    r: &mut CheckReport,
-) -> bool {
-    let plan = crate::select::plan(profile, t);
+fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> bool {
+    let plan = crate::select::plan(&req.profile, t);
     let in_place = matches!(plan, crate::select::Plan::InPlace(_));
     match plan {
         crate::select::Plan::Inert(why) => r.push_fix(
@@ -311,7 +314,20 @@ fn route(
                 crate::swap::torch::NATIVE_TORCH
             ),
         ),
-        other => r.push("route", Status::Ok, other.detail()),
+        // The real chip is what MIOpen sees once the override is gone; the
+        // override row says to unset it.
+        other => match (&req.gfx_override, crate::swap::route::chip(t)) {
+            (Some(v), crate::swap::route::Chip::Native(_)) => r.push(
+                "route",
+                Status::Warn,
+                format!(
+                    "{} (once HSA_OVERRIDE_GFX_VERSION is unset: while it is {v}, MIOpen sees {} instead; see override)",
+                    other.detail(),
+                    gpu::override_gfx(v).unwrap_or_else(|| "another chip".into())
+                ),
+            ),
+            _ => r.push("route", Status::Ok, other.detail()),
+        },
     }
     in_place
 }

@@ -30,7 +30,7 @@ fn noop_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Row
     let limit = reference.median * 1.2 + 0.150;
     Ok(Row {
         name: "No-op `build miopen` on the fixture",
-        why: "every `build` now asks python where torch is before it starts (the route: never build what is inert for that torch), and python3 here is a pyenv shim: 100 ms a start against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that probe). Running the probe beside the stages that change nothing, or skipping it where --torch-dir names torch, would close it",
+        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it",
         met: ours.median <= limit,
         note: format!(
             "{:.1} ms over the bare no-op; limit {:.0} ms",

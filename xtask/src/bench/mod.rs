@@ -154,7 +154,11 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     }
     let started = Instant::now();
     run(crate::cargo().args(["build", "--release", "--quiet", "--bin", "rdna1-patch"]))?;
-    let bin = root.join("target/release/rdna1-patch");
+    // Where cargo put it: $CARGO_TARGET_DIR when set (a worktree's own).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release/rdna1-patch");
     let dir = tempfile::Builder::new().prefix("rdna1-bench-").tempdir()?;
     let runtime = rdna1_testkit::build_runtime(&dir.path().join("fake-runtime"));
     // Fetches write 20k files: on this VM's disk the same `git clone` takes

@@ -1,0 +1,97 @@
+//! `cargo xtask` itself: its usage names every flag a task parses, and the
+//! chroot tasks stop first when mmdebstrap is missing.
+
+use std::path::Path;
+use std::process::Command;
+
+const XTASK: &str = env!("CARGO_BIN_EXE_xtask");
+
+/// The flags the tasks' parsers match, from the sources: match arms
+/// (`"--name" =>`), smoke-cpu's `flag == "--name"` and demo's
+/// `*a != "--name"` (other comparisons are of rdna1-patch's own flags).
+fn parsed_flags() -> Vec<String> {
+    let mut flags = Vec::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.clone()];
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (at, _) in text.match_indices("\"--") {
+            let rest = &text[at + 1..];
+            let end = rest[1..].find('"').unwrap() + 1;
+            let flag = &rest[..end];
+            let after = rest[end + 1..].trim_start();
+            let before = text[..at].trim_end();
+            let parsed =
+                after.starts_with("=>") || before.ends_with("flag ==") || before.ends_with("*a !=");
+            if parsed
+                && flag.len() > 2
+                && flag[2..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-')
+                && !flags.iter().any(|f| f == flag)
+            {
+                flags.push(flag.to_owned());
+            }
+        }
+    }
+    flags.sort();
+    flags
+}
+
+#[test]
+fn the_usage_lists_every_flag_of_every_task() {
+    let flags = parsed_flags();
+    for f in [
+        "--suite",
+        "--release",
+        "--full",
+        "--keep",
+        "--seed",
+        "--torch",
+    ] {
+        assert!(flags.iter().any(|g| g == f), "{f} not found in {flags:?}");
+    }
+    for args in [&[][..], &["no-such-task"][..]] {
+        let out = Command::new(XTASK).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let usage = String::from_utf8(out.stderr).unwrap();
+        assert!(usage.starts_with("usage: cargo xtask <task>"), "{usage}");
+        let missing: Vec<&String> = flags
+            .iter()
+            .filter(|f| {
+                !usage
+                    .split(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+                    .any(|w| w == f.as_str())
+            })
+            .collect();
+        assert!(missing.is_empty(), "the usage lacks {missing:?}:\n{usage}");
+    }
+}
+
+#[test]
+fn the_chroot_tasks_need_mmdebstrap_and_say_how_to_install_it() {
+    let empty = tempfile::tempdir().unwrap();
+    for task in ["rocm-env", "fidelity"] {
+        let out = Command::new(XTASK)
+            .arg(task)
+            .env("PATH", empty.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        // One line, and nothing was run before it.
+        assert_eq!(
+            stderr,
+            format!(
+                "xtask: {task} builds a Debian chroot with mmdebstrap, which is not installed: `apt-get install mmdebstrap`, then run this again\n"
+            )
+        );
+    }
+}
