@@ -30,9 +30,8 @@ pub struct Child {
 impl Child {
     /// A child of this very program.
     pub fn new(comgr: PathBuf, limit: Duration) -> anyhow::Result<Child> {
-        use anyhow::Context;
         Ok(Child {
-            exe: std::env::current_exe().context("cannot find this program to run the compile")?,
+            exe: this_program()?,
             comgr,
             hiprtc: None,
             limit,
@@ -40,6 +39,19 @@ impl Child {
             hiprtc_version: std::cell::Cell::new(None),
         })
     }
+}
+
+/// This very program, to start again as the compile child: through
+/// /proc/self/exe, which still runs it when its file was replaced while it
+/// ran (an upgrade, a rebuild); its path would then name another program,
+/// or none ("... (deleted)").
+fn this_program() -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    let proc = PathBuf::from("/proc/self/exe");
+    if proc.exists() {
+        return Ok(proc);
+    }
+    std::env::current_exe().context("cannot find this program to run the compile")
 }
 
 impl Compiler for Child {

@@ -14,7 +14,7 @@ R=$F/results
 results_dir
 dpkg-query -W -f '${Package}\t${Version}\n' libamd-comgr3 libhiprtc7 libamdhip64-7 >"$R/toolchain.tsv" 2>/dev/null
 rdna1-patch --version | head -1 >"$R/tool.txt"
-n=$(grep -c . "$F/MANIFEST.tsv")
+n=$(grep -vc "^#" "$F/MANIFEST.tsv")
 echo "rocm-libraries projects/miopen/src/kernels: $n texts read with the index's read_file (each file's commit in the list below)" >"$R/source.txt"
 cp "$F/MANIFEST.tsv" "$R/manifest.tsv"
 

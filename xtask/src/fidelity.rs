@@ -298,7 +298,7 @@ fn fidelity_upstream(root: &Path, dir: &Path) -> Result<()> {
     )?;
     s.push_str("| file | commit | characters |\n|---|---|---|\n");
     for row in tsv(&results.join("manifest.tsv"))? {
-        if row.len() >= 3 {
+        if row.len() >= 3 && !row[0].starts_with('#') {
             writeln!(
                 s,
                 "| `{}` | {} | {} |",

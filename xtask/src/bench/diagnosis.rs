@@ -149,7 +149,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             target: "reported, no target".into(),
             met: true,
             note: format!(
-                "{compiles:.0} compiles of the {size:.0} MB library's kernels in every case they read, for gfx1010 with the gfx1030 control, through Debian 12's comgr 2.4, one at a time in a child process; {:.0}x `cp` + `md5sum` ({:.1} ms)",
+                "{compiles:.0} compiles of the {size:.0} MB library's kernels in every case they read, for gfx1010 with the gfx1030 control, through Debian 12's comgr 2.4 and hipRTC 5.2, in batches, one child process each; {:.0}x `cp` + `md5sum` ({:.1} ms)",
                 cold_secs / cp.median,
                 cp.median * 1000.0
             ),
