@@ -317,22 +317,8 @@ fn fidelity_upstream(root: &Path, dir: &Path) -> Result<()> {
             row.get(1).map_or("", String::as_str)
         )?;
     }
-    s.push_str("\n| step | result | seconds | what |\n|---|---|---|---|\n");
     let mut failures = Vec::new();
-    for row in tsv(&results.join("steps.tsv"))? {
-        let ok = row[1] == "0";
-        if !ok {
-            failures.push(format!("upstream: step `{}` failed", row[0]));
-        }
-        writeln!(
-            s,
-            "| {} | {} | {} | `{}` |",
-            row[0],
-            if ok { "ok" } else { "**failed**" },
-            row[2],
-            row[3]
-        )?;
-    }
+    steps_table(&mut s, "upstream", &results, &mut failures)?;
     writeln!(
         s,
         "\nThe diagnosis, as `rdna1-patch install --into-torch --in-place --dry-run` printed it (every batch-norm kernel, each case it reads with the complete define set, for gfx1010 with gfx1030 as the control, unpatched):\n\n```\n{}```",
@@ -440,21 +426,7 @@ fn render(profile: &str, results: &Path) -> Result<Section> {
             row.get(1).map_or("", String::as_str)
         )?;
     }
-    s.push_str("\n| step | result | seconds | what |\n|---|---|---|---|\n");
-    for row in tsv(&results.join("steps.tsv"))? {
-        let ok = row[1] == "0";
-        if !ok {
-            failures.push(format!("{profile}: step `{}` failed", row[0]));
-        }
-        writeln!(
-            s,
-            "| {} | {} | {} | `{}` |",
-            row[0],
-            if ok { "ok" } else { "**failed**" },
-            row[2],
-            row[3]
-        )?;
-    }
+    steps_table(&mut s, profile, results, &mut failures)?;
     if full.is_some() {
         full_build(&mut s, results, &mut failures)?;
         return Ok(Section { text: s, failures });
@@ -556,6 +528,32 @@ fn left_out(
             "{profile}: {} of the cases fail for the gfx1030 control; the harness's defines are likely wrong",
             broken.len()
         ));
+    }
+    Ok(())
+}
+
+/// The run's steps (steps.tsv) as a table; a failed step is a failure of
+/// `label`'s section.
+fn steps_table(
+    s: &mut String,
+    label: &str,
+    results: &Path,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    s.push_str("\n| step | result | seconds | what |\n|---|---|---|---|\n");
+    for row in tsv(&results.join("steps.tsv"))? {
+        let ok = row[1] == "0";
+        if !ok {
+            failures.push(format!("{label}: step `{}` failed", row[0]));
+        }
+        writeln!(
+            s,
+            "| {} | {} | {} | `{}` |",
+            row[0],
+            if ok { "ok" } else { "**failed**" },
+            row[2],
+            row[3]
+        )?;
     }
     Ok(())
 }

@@ -38,23 +38,7 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
 
 fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) -> Result<Vec<Row>> {
     let dir = dir.join("diagnosis");
-    let torch = rdna1_testkit::FakeTorch::create(
-        &dir.join("site"),
-        runtime,
-        rdna1_testkit::TorchKind::Rocm,
-        "2.6.0+rocm6.4",
-        "6.4.43484-123eb5128",
-    );
-    std::os::unix::fs::symlink(
-        "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2",
-        torch.lib.join("libamd_comgr.so.2"),
-    )?;
-    // And its hipRTC, for the HIP kernel 6.4.3 has: Debian 12's (HIP 5.2
-    // kept it in the runtime library).
-    std::os::unix::fs::symlink(
-        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
-        torch.lib.join("libamdhip64.so.5"),
-    )?;
+    let torch = super::inplace::torch_with_compilers(&dir, runtime)?;
     std::fs::copy(lib, torch.miopen())?;
     let size = std::fs::metadata(lib)?.len() as f64 / 1e6;
     let home = dir.join("home");

@@ -15,20 +15,9 @@ use anyhow::{Result, bail};
 use super::measure::{Row, quiet, time_after, write_library_like};
 
 pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Vec<Row>> {
-    let torch = rdna1_testkit::FakeTorch::create(
-        &dir.join("site"),
-        runtime,
-        rdna1_testkit::TorchKind::Rocm,
-        "2.6.0+rocm6.4",
-        "6.4.43484-123eb5128",
-    );
-    // The comgr torch bundles, which proves the fix: Debian 12's, as the
-    // tests use. After the first run, the diagnosis and the proof of these
-    // very bytes come from the cache, as for a user installing again.
-    std::os::unix::fs::symlink(
-        "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2",
-        torch.lib.join("libamd_comgr.so.2"),
-    )?;
+    // After the first run, the diagnosis and the proof of these very bytes
+    // come from the cache, as for a user installing again.
+    let torch = torch_with_compilers(dir, runtime)?;
     let pad = dir.join("pad");
     let big = dir.join("libMIOpen-400MB.so");
     write_library_like(&pad, 400_000_000)?;
@@ -122,6 +111,26 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             why: "",
         },
     ])
+}
+
+/// A ROCm 6.4 torch with the compilers that prove the fix beside its
+/// MIOpen: Debian 12's comgr and hipRTC (HIP 5.2 kept it in the runtime
+/// library), as the tests use.
+pub(super) fn torch_with_compilers(dir: &Path, runtime: &Path) -> Result<rdna1_testkit::FakeTorch> {
+    let torch = rdna1_testkit::FakeTorch::create(
+        &dir.join("site"),
+        runtime,
+        rdna1_testkit::TorchKind::Rocm,
+        "2.6.0+rocm6.4",
+        "6.4.43484-123eb5128",
+    );
+    for name in ["libamd_comgr.so.2", "libamdhip64.so.5"] {
+        std::os::unix::fs::symlink(
+            Path::new("/usr/lib/x86_64-linux-gnu").join(name),
+            torch.lib.join(name),
+        )?;
+    }
+    Ok(torch)
 }
 
 pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
