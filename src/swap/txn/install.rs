@@ -186,23 +186,7 @@ pub(super) fn new_journal(
 ) -> Result<Journal> {
     let torch = swap.torch;
     let target = &torch.target;
-    let last = journals
-        .last_id
-        .max(journals.list.last().map_or(0, |j| j.id));
-    // A set-aside journal numbered u32::MAX must not wrap the next id to 0,
-    // which would sort before every other transaction.
-    let id = last.checked_add(1).ok_or_else(|| {
-        hint(
-            format!(
-                "the journals in {} already use transaction number {last}, the highest there is; nothing was changed",
-                locked.state.root().display()
-            ),
-            format!(
-                "move the journal numbered {last} out of {} (it was set aside or edited by hand), then run this again",
-                locked.state.root().join("transactions").display()
-            ),
-        )
-    })?;
+    let id = next_id(locked, journals)?;
     let (original, backup, inherits) = match inherits {
         Some(prev) => (prev.original.clone(), prev.backup.clone(), Some(prev.id)),
         None => {
@@ -380,4 +364,24 @@ pub(super) fn ensure_writable(dir: &Path) -> Result<()> {
                 "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own",
             )
         })
+}
+
+/// The next transaction's number. A set-aside journal numbered u32::MAX
+/// must not wrap it to 0, which would sort before every other transaction.
+pub(super) fn next_id(locked: &Locked, journals: &Journals) -> Result<u32> {
+    let last = journals
+        .last_id
+        .max(journals.list.last().map_or(0, |j| j.id));
+    last.checked_add(1).ok_or_else(|| {
+        hint(
+            format!(
+                "the journals in {} already use transaction number {last}, the highest there is; nothing was changed",
+                locked.state.root().display()
+            ),
+            format!(
+                "move the journal numbered {last} out of {} (it was set aside or edited by hand), then run this again",
+                locked.state.root().join("transactions").display()
+            ),
+        )
+    })
 }

@@ -295,21 +295,7 @@ fn new_journal(
 ) -> Result<Journal> {
     let torch = add.torch;
     let sys = torch.system().expect("the system layout");
-    let last = journals
-        .last_id
-        .max(journals.list.last().map_or(0, |j| j.id));
-    let id = last.checked_add(1).ok_or_else(|| {
-        hint(
-            format!(
-                "the journals in {} already use transaction number {last}, the highest there is; nothing was changed",
-                locked.state.root().display()
-            ),
-            format!(
-                "move the journal numbered {last} out of {} (it was set aside or edited by hand), then run this again",
-                locked.state.root().join("transactions").display()
-            ),
-        )
-    })?;
+    let id = super::install::next_id(locked, journals)?;
     let hip_md5 = checksum::md5_file(&sys.hip)?;
     let original = FileRec {
         md5: hip_md5.clone(),
