@@ -41,10 +41,6 @@ COMMON = {
     "MIO_BN_GRP0": GRP, "MIO_BN_GRP1": 1, "MIO_BN_GRP2": 1, "MIO_BN_LDS_SIZE": GRP,
     "MIO_BN_LDSGCN_SIZE": GRP // 64, "MIO_BN_NGRPS": 4, "MIO_LAYOUT_NHWC": 0,
     "MIO_BN_VARIANT": 1,
-    # HIP's vector names, and the fused inference kernel's bound, as the
-    # solvers (and MIOpen's test of that kernel) pass them.
-    "MIOPEN_READ_UNIT": 4, "MIOPEN_READ_TYPE": "FP_TYPE4", "MIOPEN_PREC_READ_TYPE": "FP_TYPE_PREC4",
-    "MIOPEN_SBN_BOUNDS": 64 * HW // 4, "MIOPEN_NRN_OP_ID": 3,
 }
 
 
@@ -54,9 +50,7 @@ def compile_one(tree, kernel, arch, prec):
     defs = dict(COMMON, **PRECISIONS[prec])
     for f in FAMILIES:
         defs[f] = int(arch.startswith("gfx" + f[len("MIO_BN_GFX"):-1]))
-    # MIOpen's own (hiprtc::BuildHip): hipRTC's headers stand in for HIP's.
-    opts = [f"--offload-arch={arch}", "-O3", "-std=c++17", "-D__HIP_PLATFORM_AMD__=1",
-            "-DMIOPEN_DONT_USE_HIP_RUNTIME_HEADERS"] + [f"-D{k}={v}" for k, v in defs.items()]
+    opts = [f"--offload-arch={arch}", "-O3", "-std=c++17"] + [f"-D{k}={v}" for k, v in defs.items()]
     prog = ctypes.c_void_p()
     n = len(headers)
     texts = (ctypes.c_char_p * n)(*[h.read_bytes() for h in headers])
