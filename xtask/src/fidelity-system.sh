@@ -30,7 +30,7 @@ extern "C" int hipLaunchKernel(const void*, dim3_t, dim3_t, void**, unsigned lon
 __attribute__((global)) void k(int* p) { *p = 1; }
 HIP
 "$(hipconfig --hipclangpath)/clang++" -x hip -nogpulib -nogpuinc -fPIC -shared \
-    --offload-arch=gfx1010 "$work/k.hip" -Wl,--no-as-needed -lMIOpen -lamdhip64 \
+    --offload-arch=gfx1010 "$work/k.hip" -Wl,--no-as-needed -l:libMIOpen.so.1 -lamdhip64 \
     -o "$torch/lib/libtorch_hip.so"
 cp "$torch/lib/libtorch_hip.so" "$work/libtorch_hip.so.orig"
 maps() { PYTHONPATH="$work/site" python3 -c 'import torch; print(open("/proc/self/maps").read())' | grep -o '/[^ ]*libMIOpen[^ ]*' | sort -u; }
