@@ -208,24 +208,32 @@ fn keep(file: Option<&Path>, text: &str) {
 /// modification time), as git's index remembers a file unchanged: a
 /// second diagnosis of the same files reads no byte of them.
 fn file_sha256(cache: &Path, file: &Path) -> Result<String> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(file)?;
-    let memo = cache.join("sha256").join(format!(
+    if let Some(hex) = memoised_sha256(cache, &m) {
+        return Ok(hex);
+    }
+    let hex = crate::prefix::sha256_hex(&crate::elf::read_file(file)?);
+    keep(Some(&memo_file(cache, &m)), &hex);
+    Ok(hex)
+}
+
+fn memo_file(cache: &Path, m: &std::fs::Metadata) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    cache.join("sha256").join(format!(
         "{}-{}-{}-{}.{}",
         m.dev(),
         m.ino(),
         m.len(),
         m.mtime(),
         m.mtime_nsec()
-    ));
-    if let Ok(hex) = crate::fsutil::read_small(&memo, 128)
-        && hex.len() == 64
-    {
-        return Ok(hex);
-    }
-    let hex = crate::prefix::sha256_hex(&crate::elf::read_file(file)?);
-    keep(Some(&memo), &hex);
-    Ok(hex)
+    ))
+}
+
+/// The SHA-256 remembered for a file of this stamp, if any.
+fn memoised_sha256(cache: &Path, m: &std::fs::Metadata) -> Option<String> {
+    crate::fsutil::read_small(&memo_file(cache, m), 128)
+        .ok()
+        .filter(|hex| hex.len() == 64)
 }
 
 impl Diagnosis {
@@ -336,7 +344,10 @@ impl Diagnosis {
             Some(_) => Some(&prove),
             None => None,
         };
-        let planned = crate::inplace::plan(&self.library, prover)?;
+        // The SHA-256 the cache key took is not computed twice.
+        let memo = crate::fsutil::project_dirs().map(|d| d.cache_dir().join("diagnosis"));
+        let known = |m: &std::fs::Metadata| memo.as_deref().and_then(|c| memoised_sha256(c, m));
+        let planned = crate::inplace::plan(&self.library, prover, Some(&known))?;
         ui.stage("Proven", &planned.proof);
         if self.compiler_path.is_none() {
             ui.warn("--unproven: the fix is installed without a compile to prove it");

@@ -69,6 +69,8 @@ pub struct Planned {
     pub mode: u32,
     /// How the fix was proven (or that it was not).
     pub proof: String,
+    /// The original's SHA-256 when already known for this stamp.
+    pub sha256: Option<String>,
 }
 
 /// The library's bytes with every batch-norm text fixed, and what was done;
@@ -79,9 +81,14 @@ pub struct Planned {
 /// then written).
 pub type Prover<'a> = &'a dyn Fn(&[u8], &[u8]) -> Result<String>;
 
-pub fn plan(library: &Path, prover: Option<Prover>) -> Result<Planned> {
+/// What is already known of a file's SHA-256 for its metadata (the
+/// diagnosis hashed it for its cache key), so that it is not hashed twice.
+pub type KnownSha256<'a> = &'a dyn Fn(&std::fs::Metadata) -> Option<String>;
+
+pub fn plan(library: &Path, prover: Option<Prover>, known: Option<KnownSha256>) -> Result<Planned> {
     let meta =
         std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
+    let sha256 = known.and_then(|k| k(&meta));
     let original = crate::elf::read_file(library)?;
     let fix = embedded::fix(&original).with_context(|| {
         format!(
@@ -120,6 +127,7 @@ pub fn plan(library: &Path, prover: Option<Prover>) -> Result<Planned> {
         stamp: Stamp::of(&meta),
         mode: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
         proof,
+        sha256,
     })
 }
 
@@ -133,6 +141,7 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         stamp,
         mode,
         proof,
+        sha256,
     } = planned;
     let elf = crate::elf::parse(&fixed)?;
     let soname = elf.soname.clone().ok_or_else(|| {
@@ -157,7 +166,8 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
         let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
-        let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
+        let (sha256, source, md5) =
+            hash_and_write(&original, &fixed, stamp, &staged_lib, mode, sha256)?;
         let mut prov = provenance(req, sha256, found_by, texts);
         if let Some(p) = prov.in_place.as_mut() {
             p.proof = Some(proof.clone());
@@ -216,10 +226,11 @@ fn hash_and_write(
     stamp: Stamp,
     to: &Path,
     mode: u32,
+    sha256: Option<String>,
 ) -> Result<(String, checksum::Known, String)> {
     let (source, written) = std::thread::scope(|s| {
         let source = s.spawn(|| -> Result<_> {
-            let sha256 = prefix::sha256_hex(original);
+            let sha256 = sha256.unwrap_or_else(|| prefix::sha256_hex(original));
             let needle = kernel_text::MARKER_PREFIX.as_bytes();
             Ok((sha256, checksum::Known::of_bytes(original, needle, stamp)?))
         });
