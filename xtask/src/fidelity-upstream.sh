@@ -5,8 +5,9 @@
 # by the tool's own diagnosis, unpatched: embedded in a library as MIOpen's
 # build embeds them (MIOPEN_KERNEL_<NAME>, headers _INCLUDE), in a torch
 # whose lib/ has the suite's comgr and hipRTC beside it, then `install
-# --into-torch --in-place --dry-run`, which compiles every kernel in every
-# case it reads for gfx1010 (gfx1030 the control) and changes nothing.
+# --into-torch --in-place --dry-run` for gfx1010, gfx1011 and gfx1012 (a
+# KFD topology each), which compiles every kernel in every case it reads
+# for that card (gfx1030 the control) and changes nothing.
 set -u
 F=/fid/upstream
 R=$F/results
@@ -46,11 +47,20 @@ for l in $(ls /usr/lib/x86_64-linux-gnu/libamd_comgr.so.[0-9] /usr/lib/x86_64-li
     ln -s "$l" "$T/lib/$(basename "$l")"
 done
 
-# 2. The diagnosis, as a user's dry run makes it.
-t=$(now)
-rdna1-patch install --into-torch --in-place --dry-run --profile rocm-7.2 --torch-dir "$T" \
-    --state-dir "$F/state" --prefix "$F/prefix" >"$R/inplace.log" 2>&1
-rc=$?
-grep -E '^ *(Kernel|Diagnosis|Proven|Nothing) ' "$R/inplace.log" | sed 's/^ *//' >"$R/diagnosis.txt"
-step diagnosis "$rc" "$(since "$t")" "$(grep -o '^Diagnosis [0-9]* of [0-9]* batch-norm kernels' "$R/diagnosis.txt" | head -1) fail for gfx1010"
+# 2. The diagnosis, as a user's dry run makes it, once for each RDNA1
+# card: the KFD topology of an RX 5600 XT (tests/fixtures/sysfs) with its
+# gfx_target_version set to the card's.
+: >"$R/diagnosis.txt"
+for v in 0 1 2; do
+    sys=$F/sysfs-gfx101$v
+    rm -rf "$sys" && cp -a "$F/sysfs" "$sys"
+    sed -i "s/^gfx_target_version 100100\$/gfx_target_version 10010$v/" "$sys"/class/kfd/kfd/topology/nodes/*/properties
+    rm -rf "$F/state" "$F/prefix"
+    t=$(now)
+    RDNA1_PATCH_SYSFS=$sys rdna1-patch install --into-torch --in-place --dry-run --profile rocm-7.2 \
+        --torch-dir "$T" --state-dir "$F/state" --prefix "$F/prefix" >"$R/inplace-gfx101$v.log" 2>&1
+    rc=$?
+    grep -E '^ *(Kernel|Diagnosis|Proven|Nothing) ' "$R/inplace-gfx101$v.log" | sed 's/^ *//' >>"$R/diagnosis.txt"
+    step "diagnosis gfx101$v" "$rc" "$(since "$t")" "$(grep -o 'Diagnosis [0-9]* of [0-9]* batch-norm kernels[^(]*fail for gfx101[0-9]' "$R/inplace-gfx101$v.log" | head -1)"
+done
 exit 0

@@ -276,6 +276,12 @@ fn fidelity_upstream(root: &Path, dir: &Path) -> Result<()> {
         std::fs::remove_dir_all(&up)?;
     }
     copy_tree(&dir.join("src/kernels"), &up.join("src/kernels"))?;
+    // An RX 5600 XT's KFD topology, which the script makes a gfx1011 and a
+    // gfx1012 of too.
+    copy_tree(
+        &root.join("tests/fixtures/sysfs/rx5600xt-gfx1010"),
+        &up.join("sysfs"),
+    )?;
     std::fs::copy(dir.join("MANIFEST.tsv"), up.join("MANIFEST.tsv"))
         .with_context(|| format!("{} has no MANIFEST.tsv", dir.display()))?;
     for (name, text) in [
@@ -321,7 +327,7 @@ fn fidelity_upstream(root: &Path, dir: &Path) -> Result<()> {
     steps_table(&mut s, "upstream", &results, &mut failures)?;
     writeln!(
         s,
-        "\nThe diagnosis, as `rdna1-patch install --into-torch --in-place --dry-run` printed it (every batch-norm kernel, each case it reads with the complete define set, for gfx1010 with gfx1030 as the control, unpatched):\n\n```\n{}```",
+        "\nThe diagnosis, as `rdna1-patch install --into-torch --in-place --dry-run` printed it for gfx1010, gfx1011 and gfx1012 in turn (every batch-norm kernel, each case it reads with the complete define set, with gfx1030 as the control, unpatched):\n\n```\n{}```",
         read("diagnosis.txt")
     )?;
     let path = root.join("FIDELITY.md");
