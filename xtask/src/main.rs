@@ -8,6 +8,8 @@ use anyhow::{Context, Result, bail};
 mod bench;
 mod demo;
 mod fidelity;
+mod fidelity_more;
+mod fidelity_render;
 mod fuzz;
 mod killtest;
 mod killtest_system;
