@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::fidelity::{HARNESS, copy_tree};
-use crate::fidelity_render::{splice, steps_table, tsv};
+use crate::fidelity_render::{splice, steps_table, toolchain_table, tsv};
 use crate::rocm_env;
 
 const UPSTREAM_SCRIPT: &str = include_str!("fidelity-upstream.sh");
@@ -99,15 +99,8 @@ pub fn upstream(root: &Path, dir: &Path) -> Result<()> {
             )?;
         }
     }
-    s.push_str("\n| package | version |\n|---|---|\n");
-    for row in tsv(&results.join("toolchain.tsv"))? {
-        writeln!(
-            s,
-            "| {} | {} |",
-            row[0],
-            row.get(1).map_or("", String::as_str)
-        )?;
-    }
+    s.push('\n');
+    toolchain_table(&mut s, &results)?;
     let mut failures = Vec::new();
     steps_table(&mut s, "upstream", &results, &mut failures)?;
     writeln!(

@@ -65,15 +65,7 @@ pub(crate) fn render(profile: &str, results: &Path) -> Result<Section> {
         }
         s.push('\n');
     }
-    s.push_str("| package | version |\n|---|---|\n");
-    for row in tsv(&results.join("toolchain.tsv"))? {
-        writeln!(
-            s,
-            "| {} | {} |",
-            row[0],
-            row.get(1).map_or("", String::as_str)
-        )?;
-    }
+    toolchain_table(&mut s, results)?;
     steps_table(&mut s, profile, results, &mut failures)?;
     if full.is_some() {
         full_build(&mut s, results, &mut failures)?;
@@ -176,6 +168,20 @@ pub(crate) fn left_out(
             "{profile}: {} of the cases fail for the gfx1030 control; the harness's defines are likely wrong",
             broken.len()
         ));
+    }
+    Ok(())
+}
+
+/// The packages the run's chroot had (toolchain.tsv), as a table.
+pub(crate) fn toolchain_table(s: &mut String, results: &Path) -> Result<()> {
+    s.push_str("| package | version |\n|---|---|\n");
+    for row in tsv(&results.join("toolchain.tsv"))? {
+        writeln!(
+            s,
+            "| {} | {} |",
+            row[0],
+            row.get(1).map_or("", String::as_str)
+        )?;
     }
     Ok(())
 }

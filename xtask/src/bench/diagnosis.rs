@@ -51,25 +51,15 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     // writes nothing: the real install stops here at its link check, since
     // this library needs ROCm 6.4's rocBLAS, Boost and HIP, which the host
     // lacks (the write is the 400 MB row's).
-    let run = |dry: bool| -> Result<String> {
-        let mut c = Command::new(bin);
-        c.args([
-            "install",
-            "--into-torch",
-            "--in-place",
-            "--profile",
-            "rocm-6.4.3",
-        ])
-        .arg("--torch-dir")
-        .arg(&torch.dir)
-        .arg("--prefix")
-        .arg(dir.join("prefix"))
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .env("HOME", &home);
-        if dry {
-            c.arg("--dry-run");
-        }
+    let run = || -> Result<String> {
+        let mut c = super::inplace::install_in_place(
+            bin,
+            &torch,
+            &dir.join("prefix"),
+            &dir.join("state"),
+            &home,
+        );
+        c.arg("--dry-run");
         let out = quiet(&mut c)?;
         if !out.contains("Proven") {
             bail!("the diagnosis and its proof did not run: {out}");
@@ -81,7 +71,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     // the whole command's beside it.
     cold()?;
     let t = Instant::now();
-    let first = run(true)?;
+    let first = run()?;
     let install_secs = t.elapsed().as_secs_f64();
     let tail = |prefix: &str| -> Result<String> {
         let line = first
@@ -108,7 +98,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     let proof_compiles = tail("Proven")?.trim_end_matches(" compiles").to_owned();
     let one = Stats::of(vec![cold_secs / compiles]);
     // Warm: the same command again, its verdicts and proof read back.
-    let warm = time(runs, || run(true).map(drop))?;
+    let warm = time(runs, || run().map(drop))?;
     let copy: PathBuf = dir.join("copy.so");
     let cp = time_after(
         runs,

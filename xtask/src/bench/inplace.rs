@@ -47,23 +47,7 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             Ok(())
         };
         time_after(runs, setup, || {
-            let out = quiet(
-                Command::new(bin)
-                    .args([
-                        "install",
-                        "--into-torch",
-                        "--in-place",
-                        "--profile",
-                        "rocm-6.4.3",
-                    ])
-                    .arg("--torch-dir")
-                    .arg(&torch.dir)
-                    .arg("--prefix")
-                    .arg(&prefix)
-                    .arg("--state-dir")
-                    .arg(&state)
-                    .env("HOME", dir),
-            )?;
+            let out = quiet(&mut install_in_place(bin, &torch, &prefix, &state, dir))?;
             if !out.contains("kernel texts fixed") {
                 bail!("the in-place fix did not run: {out}");
             }
@@ -111,6 +95,33 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             why: "",
         },
     ])
+}
+
+/// `install --into-torch --in-place` of `torch` (profile rocm-6.4.3)
+/// into `prefix`, its journal in `state`, with `home` as HOME.
+pub(super) fn install_in_place(
+    bin: &Path,
+    torch: &rdna1_testkit::FakeTorch,
+    prefix: &Path,
+    state: &Path,
+    home: &Path,
+) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "install",
+        "--into-torch",
+        "--in-place",
+        "--profile",
+        "rocm-6.4.3",
+    ])
+    .arg("--torch-dir")
+    .arg(&torch.dir)
+    .arg("--prefix")
+    .arg(prefix)
+    .arg("--state-dir")
+    .arg(state)
+    .env("HOME", home);
+    c
 }
 
 /// A ROCm 6.4 torch with the compilers that prove the fix beside its
