@@ -6,48 +6,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
+use crate::other_user::{NOBODY, OtherUser, as_root, chown, root_for};
 use crate::support::{BIN, HIP, Run, Sandbox, TorchKind};
-
-const NOBODY: u32 = 65534;
-
-fn chown_nobody(path: &Path) {
-    let ok = Command::new("chown")
-        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
-        .arg(path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "chown {}", path.display());
-}
-
-/// The sandbox's command line, run as `nobody` (as root in CI) or as the
-/// caller when that is not root already.
-fn as_user(sb: &Sandbox, home: &Path, args: &[String]) -> Run {
-    let mut c = if unsafe { libc::geteuid() } == 0 {
-        let mut c = Command::new("setpriv");
-        c.args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-            BIN,
-        ]);
-        c
-    } else {
-        Command::new(BIN)
-    };
-    let cmd = sb.cmd();
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
-    c.current_dir(&sb.root)
-        .env("HOME", home)
-        .env_remove("XDG_DATA_HOME")
-        .args(args);
-    Run::from(c.output().unwrap())
-}
 
 #[test]
 fn a_user_builds_into_a_prefix_they_own_and_another_user_is_told_whose_checkout_it_is() {
@@ -60,11 +20,14 @@ fn a_user_builds_into_a_prefix_they_own_and_another_user_is_told_whose_checkout_
     });
     let home = sb.root.join("home");
     std::fs::create_dir(&home).unwrap();
-    if unsafe { libc::geteuid() } == 0 {
-        chown_nobody(&sb.root);
+    let user = OtherUser::stage(&sb);
+    if as_root() {
+        chown(&sb.root, NOBODY);
     }
     let args = sb.build_args(&[]);
-    let run = as_user(&sb, &home, &args).ok();
+    let as_user =
+        |args: &[String]| Run::from(user.command(&sb, &home).args(args).output().unwrap());
+    let run = as_user(&args).ok();
     let prefix = home.join(".local/share/rdna1-patch/mini");
     let library = prefix.join("lib/libMIOpen.so.1.0.0");
     assert!(library.is_file(), "{}", run.stderr);
@@ -74,10 +37,10 @@ fn a_user_builds_into_a_prefix_they_own_and_another_user_is_told_whose_checkout_
     // The dry run names the same prefix.
     let mut dry = args.clone();
     dry.push("--dry-run".into());
-    as_user(&sb, &home, &dry)
+    as_user(&dry)
         .ok()
         .prints(&format!("install:   {}", prefix.display()));
-    if unsafe { libc::geteuid() } != 0 {
+    if !root_for("root reusing another user's checkout") {
         return;
     }
     assert_eq!(std::fs::metadata(&library).unwrap().uid(), NOBODY);

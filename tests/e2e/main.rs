@@ -18,6 +18,7 @@ mod linker;
 mod miopen;
 mod monorepo;
 mod newcomer;
+mod other_user;
 mod patches;
 mod prefix_guard;
 mod privilege;

@@ -5,26 +5,10 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
 
 use crate::in_place::{HIP64, kernel_cache, torch_of};
+use crate::other_user::{NOBODY, chown, root_for};
 use crate::support::{Run, Sandbox};
-
-const NOBODY: u32 = 65534;
-
-fn as_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn chown(path: &Path, uid: u32) {
-    let ok = Command::new("chown")
-        .args(["-R", &format!("{uid}:{uid}")])
-        .arg(path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "chown {}", path.display());
-}
 
 /// `args` with the sandbox's state dir, run as root as sudo would for
 /// `sudo_uid` (None: a root shell).
@@ -61,7 +45,7 @@ fn mode_and_owner(path: &Path) -> (u32, u32) {
 /// one. From a root shell (no sudo), their torch is not root's to change.
 #[test]
 fn root_never_writes_a_setuid_or_root_owned_library_into_a_users_torch() {
-    if !as_root() {
+    if !root_for("root's install into a user's setuid library") {
         return;
     }
     let sb = Sandbox::new();
@@ -102,7 +86,7 @@ help: run rdna1-patch as the user who owns that torch, without sudo (a torch in 
 /// names a torch the user could not change themselves.
 #[test]
 fn root_follows_no_journal_a_user_could_have_written_about_roots_torch() {
-    if !as_root() {
+    if !root_for("root and a journal a user could have written") {
         return;
     }
     let sb = Sandbox::new();

@@ -597,10 +597,10 @@ fn system_route_a_kill_at_any_step_leaves_torch_loading_one_of_the_two() {
 /// libtorch_hip.so rollback puts back. The system file stays root's.
 #[test]
 fn system_route_under_sudo_leaves_the_users_files_the_users() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::other_user::root_for("the system route under sudo") {
         return;
     }
-    const NOBODY: u32 = 65534;
+    use crate::other_user::NOBODY;
     let sb = Sandbox::new();
     let st = SystemTorch::new(&sb, false);
     let ok = std::process::Command::new("chown")

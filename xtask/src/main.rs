@@ -13,6 +13,7 @@ mod fidelity_render;
 mod fuzz;
 mod killtest;
 mod killtest_system;
+mod needs;
 mod rocm_env;
 mod smoke_cpu;
 
@@ -125,6 +126,7 @@ pub fn cargo() -> Command {
 }
 
 fn ci() -> Result<()> {
+    needs::check(&root())?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",

@@ -95,3 +95,39 @@ fn the_chroot_tasks_need_mmdebstrap_and_say_how_to_install_it() {
         );
     }
 }
+
+/// `ci` checks the system packages the suite needs before it builds
+/// anything, and names every missing one with the line that installs it.
+#[test]
+fn ci_names_the_missing_system_packages_first() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(XTASK)
+        .arg("ci")
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines[0],
+        "xtask: no dpkg here, so these were not checked (Debian's names; your distribution's may differ): clang-tools-14, libamd-comgr2, libclang-common-15-dev, libamdhip64-5, hipcc, libamdhip64-dev, libssl-dev",
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("xtask: the tests need 22 more system packages: cmake, ninja-build, patchelf, make, g++, git, coreutils,"),
+        "{stderr}"
+    );
+    assert!(lines[1].ends_with(", jq, python3-venv"), "{stderr}");
+    assert!(
+        lines[2].starts_with(
+            "  on Debian 12: sudo apt-get install --no-install-recommends cmake ninja-build "
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        lines[3],
+        "  (`bash .ci/run` installs them itself when run as root; .ci/needs says what each is for)"
+    );
+    assert_eq!(lines.len(), 4, "{stderr}");
+}
