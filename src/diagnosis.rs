@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
+use crate::cache::Cache;
 use crate::compiler::Child;
 use crate::error::hint;
 use crate::swap::torch::Torch;
@@ -38,9 +39,10 @@ pub struct Diagnosis {
     pub judgement: Option<Judgement>,
     /// How long the verdicts took: compiling, or reading them back.
     pub took: std::time::Duration,
-    /// Where the verdicts on these very files are kept (the proof of their
-    /// fix beside them); None without a cache dir.
-    cache_file: Option<PathBuf>,
+    /// The cache of verdicts and proofs (`cache`), and the key the
+    /// verdicts on these very files are kept under (the proof beside it);
+    /// None without a cache dir.
+    cache: Option<(Cache, String)>,
 }
 
 /// The target to judge for: the RDNA1 card of this machine, else gfx1010.
@@ -69,11 +71,11 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
         looked_in,
         judgement: None,
         took: std::time::Duration::ZERO,
-        cache_file: None,
+        cache: None,
     };
     if d.compiler_path.is_some() {
         let start = std::time::Instant::now();
-        d.cache_file = d.cache_file();
+        d.cache = d.cache_key();
         d.judgement = Some(d.judged()?);
         d.took = start.elapsed();
     }
@@ -84,13 +86,13 @@ impl Diagnosis {
     /// The verdicts are kept keyed by the SHA-256 of the library and of the
     /// compiler, the target and this version's rules: any change to either
     /// file judges anew.
-    fn cache_file(&self) -> Option<PathBuf> {
+    fn cache_key(&self) -> Option<(Cache, String)> {
         let comgr = self.compiler_path.as_deref()?;
-        let dir = crate::fsutil::project_dirs()?.cache_dir().join("diagnosis");
-        let lib = file_sha256(&dir, &self.library).ok()?;
-        let comgr = file_sha256(&dir, comgr).ok()?;
+        let cache = Cache::open("diagnosis")?;
+        let lib = file_sha256(&cache, &self.library).ok()?;
+        let comgr = file_sha256(&cache, comgr).ok()?;
         let hiprtc = match &self.hiprtc_path {
-            Some(p) => file_sha256(&dir, p).ok()?,
+            Some(p) => file_sha256(&cache, p).ok()?,
             None => "-".into(),
         };
         let key = crate::prefix::sha256_hex(
@@ -101,15 +103,27 @@ impl Diagnosis {
             )
             .as_bytes(),
         );
-        Some(dir.join(format!("{key}.json")))
+        Some((cache, key))
+    }
+
+    /// What is kept under the key with `ext`, if anything.
+    fn cached(&self, ext: &str, limit: u64) -> Option<String> {
+        let (cache, key) = self.cache.as_ref()?;
+        cache.get(&format!("{key}.{ext}"), limit)
+    }
+
+    /// Keep `text` under the key with `ext`; one that cannot be written
+    /// costs the next run its compiles, no more.
+    fn keep(&self, ext: &str, text: &str) {
+        if let Some((cache, key)) = &self.cache {
+            cache.put(&format!("{key}.{ext}"), text);
+        }
     }
 
     /// The verdicts: from the cache when these very files were judged
     /// before, else by compiling.
     fn judged(&self) -> Result<Judgement> {
-        let file = self.cache_file.as_deref();
-        if let Some(f) = file
-            && let Ok(text) = crate::fsutil::read_small(f, 4 << 20)
+        if let Some(text) = self.cached("json", 4 << 20)
             && let Ok(mut j) = serde_json::from_str::<Judgement>(&text)
         {
             j.cached = true;
@@ -126,7 +140,7 @@ impl Diagnosis {
         })?;
         let c = self.compiler()?.expect("judged with a compiler");
         let judged = verdict::judge(c, &bytes, &self.target)?;
-        keep(file, &serde_json::to_string(&judged)?);
+        self.keep("json", &serde_json::to_string(&judged)?);
         Ok(judged)
     }
 
@@ -134,10 +148,7 @@ impl Diagnosis {
     /// or know it proven by an earlier run on these very files: the edit
     /// is a function of the library's bytes, so its proof is too.
     fn proof(&self, original: &[u8], fixed: &[u8]) -> Result<String> {
-        let kept = self.cache_file.as_ref().map(|f| f.with_extension("proof"));
-        if let Some(f) = &kept
-            && let Ok(line) = crate::fsutil::read_small(f, 4096)
-        {
+        if let Some(line) = self.cached("proof", 4096) {
             return Ok(format!("{line} (proven before for these very files)"));
         }
         let c = self.compiler()?.expect("a proof with a compiler");
@@ -160,7 +171,7 @@ impl Diagnosis {
                 ));
             }
         };
-        keep(kept.as_deref(), &line);
+        self.keep("proof", &line);
         Ok(line)
     }
 
@@ -193,47 +204,28 @@ pub fn compiler(comgr: &Path, hiprtc: Option<&Path>, limit: std::time::Duration)
     Ok(child)
 }
 
-/// Keep `text` in the cache file; one that cannot be written costs the
-/// next run its compiles, no more.
-fn keep(file: Option<&Path>, text: &str) {
-    if let Some(f) = file
-        && let Some(dir) = f.parent()
-        && crate::fsutil::create_dir_all(dir).is_ok()
-    {
-        let _ = crate::fsutil::write_atomic(f, text.as_bytes(), Some(0o644));
-    }
-}
-
-/// A file's SHA-256, remembered under its stamp (device, inode, size,
-/// modification time), as git's index remembers a file unchanged: a
-/// second diagnosis of the same files reads no byte of them.
-fn file_sha256(cache: &Path, file: &Path) -> Result<String> {
+/// A file's SHA-256, remembered under its stamp (`cache::stamp_key`), as
+/// git's index remembers a file unchanged: a second diagnosis of the same
+/// files reads no byte of them.
+fn file_sha256(cache: &Cache, file: &Path) -> Result<String> {
     let m = std::fs::metadata(file)?;
     if let Some(hex) = memoised_sha256(cache, &m) {
         return Ok(hex);
     }
     let hex = crate::prefix::sha256_hex(&crate::elf::read_file(file)?);
-    keep(Some(&memo_file(cache, &m)), &hex);
+    cache.put(&memo_key(&m), &hex);
     Ok(hex)
 }
 
-fn memo_file(cache: &Path, m: &std::fs::Metadata) -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    cache.join("sha256").join(format!(
-        "{}-{}-{}-{}.{}",
-        m.dev(),
-        m.ino(),
-        m.len(),
-        m.mtime(),
-        m.mtime_nsec()
-    ))
+fn memo_key(m: &std::fs::Metadata) -> String {
+    format!("sha256-{}", crate::cache::stamp_key(m))
 }
 
 /// The SHA-256 remembered for a file of this stamp, if any.
-fn memoised_sha256(cache: &Path, m: &std::fs::Metadata) -> Option<String> {
-    crate::fsutil::read_small(&memo_file(cache, m), 128)
-        .ok()
-        .filter(|hex| hex.len() == 64)
+fn memoised_sha256(cache: &Cache, m: &std::fs::Metadata) -> Option<String> {
+    cache
+        .get(&memo_key(m), 128)
+        .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 impl Diagnosis {
@@ -345,8 +337,8 @@ impl Diagnosis {
             None => None,
         };
         // The SHA-256 the cache key took is not computed twice.
-        let memo = crate::fsutil::project_dirs().map(|d| d.cache_dir().join("diagnosis"));
-        let known = |m: &std::fs::Metadata| memo.as_deref().and_then(|c| memoised_sha256(c, m));
+        let memo = self.cache.as_ref().map(|(c, _)| c);
+        let known = |m: &std::fs::Metadata| memo.and_then(|c| memoised_sha256(c, m));
         let planned = crate::inplace::plan(&self.library, prover, Some(&known))?;
         ui.stage("Proven", &planned.proof);
         if self.compiler_path.is_none() {

@@ -25,6 +25,7 @@ mod privilege;
 mod reliability;
 mod rocm_sdk;
 mod rollback;
+mod root_cache;
 mod routes;
 mod routes_said;
 mod select;
