@@ -156,6 +156,33 @@ pub fn give_to_dir_owner(file: &std::fs::File, dir: &Path) -> std::io::Result<()
     std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid()))
 }
 
+/// The program `name` the tool runs (dpkg, rpm, pacman, patchelf), found
+/// as a shell would but in absolute PATH entries only (an empty or `.`
+/// entry is the current directory, whoever's it is), and, run as root,
+/// only where no one but root can change the file or any directory above
+/// it: with `.` or a user's bin on root's PATH, their `dpkg` is not run
+/// as root. None when there is no such program.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .filter(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .find(|p| {
+            !is_root()
+                // The PATH entry (where the name is) and the file the
+                // name resolves to: a symlink's own mode bits mean nothing.
+                || p.canonicalize().is_ok_and(|real| {
+                    [p.parent().unwrap_or(p), real.as_path()]
+                        .iter()
+                        .all(|q| Writers::of(q).is_ok_and(|w| w.set.is_empty()))
+                })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,9 +36,10 @@ impl Manager {
         }
     }
 
-    fn on_path(self) -> bool {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(self.program()).is_file()))
+    /// The manager's program, where the tool may run it from
+    /// (`owner::find_program`).
+    fn command(self) -> Option<std::process::Command> {
+        crate::owner::find_program(self.program()).map(std::process::Command::new)
     }
 }
 
@@ -85,7 +86,10 @@ impl Owner {
 /// (where a package lists the file: /opt/rocm is a symlink to
 /// /opt/rocm-X.Y.Z), then by the name given (a symlink a package ships).
 pub fn owner(path: &Path) -> Owner {
-    let asked: Vec<Manager> = Manager::ALL.into_iter().filter(|m| m.on_path()).collect();
+    let asked: Vec<Manager> = Manager::ALL
+        .into_iter()
+        .filter(|m| m.command().is_some())
+        .collect();
     if asked.is_empty() {
         return Owner::NoManager;
     }
@@ -110,7 +114,7 @@ pub fn owner(path: &Path) -> Owner {
 }
 
 fn ask(m: Manager, path: &Path) -> Option<String> {
-    let mut cmd = std::process::Command::new(m.program());
+    let mut cmd = m.command()?;
     match m {
         Manager::Dpkg => cmd.arg("-S"),
         Manager::Rpm => cmd.args(["-qf", "--queryformat", "%{NAME}\\n"]),
@@ -153,7 +157,12 @@ fn parse_owner(m: Manager, stdout: &str, path: &str) -> Option<String> {
 /// What the package manager's own verify says of `package`: None when it
 /// finds nothing changed, else its lines (or why it could not run).
 pub fn verify(m: Manager, package: &str) -> Option<String> {
-    let mut cmd = std::process::Command::new(m.program());
+    let Some(mut cmd) = m.command() else {
+        return Some(format!(
+            "{} is not in a PATH directory only root can change, so it was not run",
+            m.program()
+        ));
+    };
     match m {
         Manager::Dpkg => cmd.arg("--verify"),
         Manager::Rpm => cmd.arg("-V"),

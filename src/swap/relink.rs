@@ -125,7 +125,19 @@ pub fn set_run_path(file: &Path, path: &str, rpath: bool) -> Result<()> {
 }
 
 fn patchelf(args: &[OsString]) -> Result<()> {
-    let mut cmd = std::process::Command::new("patchelf");
+    // Run from an absolute PATH entry only, and as root only from one no
+    // one else can change (`owner::find_program`).
+    let Some(program) = crate::owner::find_program("patchelf") else {
+        let where_ = match crate::owner::is_root() {
+            true => "in a PATH directory only root can change",
+            false => "in PATH (its absolute directories)",
+        };
+        return Err(hint(
+            format!("cannot run patchelf: there is none {where_}"),
+            "install patchelf (Debian/Ubuntu: sudo apt install patchelf), or pass --no-relink to install the library as built",
+        ));
+    };
+    let mut cmd = std::process::Command::new(program);
     cmd.args(args);
     let out = crate::proc::helper(cmd).map_err(|e| {
         hint(

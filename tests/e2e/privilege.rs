@@ -170,3 +170,62 @@ fn the_kernel_cache_cleanup_follows_no_symlink() {
     assert!(!run.stderr.contains("Cache forgot"), "{}", run.stderr);
     assert_eq!(std::fs::read(&elsewhere).unwrap(), before);
 }
+
+/// Finding 8 of issue 55: with `.` and a user's directory on root's PATH,
+/// the tool runs no `dpkg`, `rpm`, `pacman` or `patchelf` from either: a
+/// program it runs as root comes from an absolute PATH entry no one but
+/// root can change.
+#[test]
+fn root_runs_no_program_from_a_directory_a_user_can_write() {
+    if !root_for("root and a user's programs on PATH") {
+        return;
+    }
+    let sb = Sandbox::built();
+    sb.torch(crate::support::TorchKind::Rocm, crate::support::HIP);
+    let marks = sb.root.join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (cwd, theirs) = (sb.root.join("cwd"), sb.root.join("their-bin"));
+    for dir in [&cwd, &theirs] {
+        std::fs::create_dir(dir).unwrap();
+        for name in ["dpkg", "rpm", "pacman", "patchelf"] {
+            let p = dir.join(name);
+            std::fs::write(
+                &p,
+                format!("#!/bin/sh\ntouch {}/{name}\nexit 1\n", marks.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        chown(dir, NOBODY);
+    }
+    let path = format!(
+        ".:{}:{}",
+        theirs.display(),
+        crate::support::tools().display()
+    );
+    let run = |args: &[&str]| {
+        let mut c = sb.cmd();
+        c.current_dir(&cwd).env("PATH", &path).args(args);
+        Run::from(c.output().unwrap())
+    };
+    let prefix = sb.prefix.display().to_string();
+    let state = sb.state();
+    run(&[
+        "install",
+        "--into-torch",
+        "--prefix",
+        &prefix,
+        "--state-dir",
+        &state,
+    ])
+    .ok();
+    run(&["doctor", "--python", "python3"]);
+    run(&["verify", "--prefix", &prefix, "--state-dir", &state]);
+    let ran: Vec<_> = std::fs::read_dir(&marks)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(ran.is_empty(), "ran as root: {ran:?}");
+}
