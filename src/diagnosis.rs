@@ -97,9 +97,10 @@ impl Diagnosis {
         };
         let key = crate::prefix::sha256_hex(
             format!(
-                "{lib} {comgr} {hiprtc} {} {}",
+                "{lib} {comgr} {hiprtc} {} {} {}",
                 self.target,
-                crate::version::VERSION
+                crate::version::VERSION,
+                verdict::RULES
             )
             .as_bytes(),
         );
@@ -153,14 +154,36 @@ impl Diagnosis {
         }
         let c = self.compiler()?.expect("a proof with a compiler");
         let line = match verdict::prove(c, original, fixed)? {
-            Ok(p) => format!(
-                "{} batch-norm kernels compile for {} and compile to unchanged {} code, through {} ({} compiles)",
-                p.kernels,
-                verdict::RDNA1.join(", "),
-                verdict::CONTROL,
-                c.describe(),
-                p.compiles
-            ),
+            Ok(p) => {
+                let now = match p.control_now_compiles {
+                    0 => String::new(),
+                    n => format!(
+                        " ({} that failed before the fix {} after it)",
+                        crate::output::count(
+                            n,
+                            &format!("{} case", verdict::CONTROL),
+                            &format!("{} cases", verdict::CONTROL)
+                        ),
+                        if n == 1 { "compiles" } else { "compile" }
+                    ),
+                };
+                let not = match p.not_judged.len() {
+                    0 => String::new(),
+                    n => format!(
+                        "; {} not judged, compiling for no card before or after the fix, and left as it was ({})",
+                        crate::output::count(n, "kernel", "kernels"),
+                        p.not_judged.join(", ")
+                    ),
+                };
+                format!(
+                    "{} batch-norm kernels compile for {} in every case and compile to unchanged {} code{now}, through {} ({} compiles){not}",
+                    p.kernels,
+                    verdict::RDNA1.join(", "),
+                    verdict::CONTROL,
+                    c.describe(),
+                    p.compiles
+                )
+            }
             Err(why) => {
                 return Err(hint(
                     format!(
@@ -238,11 +261,20 @@ impl Diagnosis {
         j.kernels
             .iter()
             .map(|k| {
-                let left = match k.left_out.len() {
-                    0 => String::new(),
-                    n => format!("; {n} case(s) fail for {} too, left out", verdict::CONTROL),
+                let failing = match (k.failing, &k.verdict) {
+                    (_, verdict::Verdict::NotJudged { .. }) => "; never edited".to_owned(),
+                    (0, _) => String::new(),
+                    (n, _) => format!(
+                        "; fails in {n} of {} for {}{}",
+                        crate::output::count(k.cases, "case", "cases"),
+                        self.target,
+                        match k.control_too {
+                            0 => String::new(),
+                            t => format!(", {t} of them for {} too", verdict::CONTROL),
+                        }
+                    ),
                 };
-                format!("{}: {}{left}", k.name, k.verdict.describe())
+                format!("{}: {}{failing}", k.name, k.verdict.describe())
             })
             .collect()
     }
@@ -339,7 +371,8 @@ impl Diagnosis {
         // The SHA-256 the cache key took is not computed twice.
         let memo = self.cache.as_ref().map(|(c, _)| c);
         let known = |m: &std::fs::Metadata| memo.and_then(|c| memoised_sha256(c, m));
-        let planned = crate::inplace::plan(&self.library, prover, Some(&known))?;
+        let planned =
+            crate::inplace::plan(&self.library, prover, Some(&known), &self.not_judged())?;
         ui.stage("Proven", &planned.proof);
         if self.compiler_path.is_none() {
             ui.warn("--unproven: the fix is installed without a compile to prove it");
@@ -347,31 +380,34 @@ impl Diagnosis {
         Ok(Some(planned))
     }
 
-    /// "to fix: ..." as the diagnosis found it: every kernel judged
-    /// compiles, and those that could not be judged are said, never
-    /// counted as compiling.
-    pub fn nothing_to_fix_line(&self) -> String {
-        let lib = self.library.display();
-        let not: Vec<_> = self
-            .judgement
+    /// The kernels not judged: compiled for no card in any case, the DPP
+    /// reduction aside. Named, never edited.
+    pub fn not_judged(&self) -> Vec<String> {
+        self.judgement
             .iter()
             .flat_map(|j| &j.kernels)
             .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
-            .collect();
+            .map(|k| k.name.clone())
+            .collect()
+    }
+
+    /// "to fix: ..." as the diagnosis found it: every case of every kernel
+    /// judged compiles; those that could not be judged are said, never
+    /// counted as compiling.
+    pub fn nothing_to_fix_line(&self) -> String {
+        let lib = self.library.display();
+        let not = self.not_judged();
         match not.len() {
             0 => format!(
-                "to fix: every batch-norm kernel of {lib} compiles for {}",
+                "to fix: every batch-norm kernel of {lib} compiles for {} in every case",
                 self.target
             ),
             n => format!(
-                "to fix: no batch-norm kernel of {lib} fails for {}; {} could not be judged, failing for {} too with a solver's defines ({})",
+                "to fix in the kernels that could be judged: every other batch-norm kernel of {lib} compiles for {} in every case; {} not judged, no case of it compiling even for {} ({}), and left as it is",
                 self.target,
-                crate::output::count(n, "kernel", "kernels"),
+                crate::output::count(n, "kernel was", "kernels were"),
                 verdict::CONTROL,
-                not.iter()
-                    .map(|k| k.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                not.join(", ")
             ),
         }
     }

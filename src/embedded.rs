@@ -84,11 +84,21 @@ pub enum Fix {
 /// and what was done; proven to differ from it inside those texts alone.
 /// An error is a library whose texts cannot be read at all.
 pub fn fix(original: &[u8]) -> Result<Fix> {
+    fix_except(original, &[])
+}
+
+/// As [`fix`], leaving the texts named in `skip` as they are.
+pub fn fix_except(original: &[u8], skip: &[String]) -> Result<Fix> {
     let (texts, found_by) = locate(original)?;
+    let total = texts.len();
+    let texts: Vec<Text> = texts
+        .into_iter()
+        .filter(|t| !skip.contains(&t.name))
+        .collect();
     let mut edit = Edit {
         changed: Vec::new(),
         already: Vec::new(),
-        texts: texts.len(),
+        texts: total,
         found_by,
     };
     let mut fixed = Vec::new();

@@ -85,12 +85,18 @@ pub type Prover<'a> = &'a dyn Fn(&[u8], &[u8]) -> Result<String>;
 /// diagnosis hashed it for its cache key), so that it is not hashed twice.
 pub type KnownSha256<'a> = &'a dyn Fn(&std::fs::Metadata) -> Option<String>;
 
-pub fn plan(library: &Path, prover: Option<Prover>, known: Option<KnownSha256>) -> Result<Planned> {
+/// `skip`: the texts not to edit (kernels the diagnosis could not judge).
+pub fn plan(
+    library: &Path,
+    prover: Option<Prover>,
+    known: Option<KnownSha256>,
+    skip: &[String],
+) -> Result<Planned> {
     let meta =
         std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
     let sha256 = known.and_then(|k| k(&meta));
     let original = crate::elf::read_file(library)?;
-    let fix = embedded::fix(&original).with_context(|| {
+    let fix = embedded::fix_except(&original, skip).with_context(|| {
         format!(
             "{} is not a library whose kernel texts can be read",
             library.display()

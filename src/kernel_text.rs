@@ -43,6 +43,15 @@
 //! unchanged. hipRTC answers per target as comgr does (7.2.4's: false for
 //! gfx906, true for gfx1010, gfx1012 and gfx1030).
 //!
+//! A decision no rule knows (Debian's `#if defined(__AMDGCN__) &&
+//! !defined(__gfx90a__)`, true on gfx101x and gfx1030 alike) is left as it
+//! is: what it switches on is made portable instead. Where its block sets
+//! MIOpen's switch to the DPP reduction, `#define MIOPEN_USE_AMDGCN 1`,
+//! the 1 becomes `(!TERM)`: the reduction is then the generic one on
+//! gfx10 and later whatever the decision says, and GCN's is unchanged.
+//! What it does not know how to make portable (a DPP reduction written
+//! under the decision itself) it leaves, and the proof names the line.
+//!
 //! In a built library the text cannot grow: the room comes from the same
 //! text's comments (runs of decoration such as a licence banner's
 //! asterisks, runs of spaces), never from code and never from another text.
@@ -69,6 +78,15 @@ const HIP_GUARD: &str = "#ifdef __AMDGCN__";
 /// The fixed HIP guard.
 pub fn hip_guard() -> String {
     format!("#if defined(__AMDGCN__) && !{TERM}")
+}
+
+/// MIOpen's switch to the DPP reduction, set to 1 where a decision takes
+/// it.
+const SWITCH: &str = "#define MIOPEN_USE_AMDGCN";
+
+/// The switch's value once fixed: off on gfx10 and later.
+pub fn switch_value() -> String {
+    format!("(!{TERM})")
 }
 
 /// clang's per-arch macros, which a fix by hand may have put in the list.
@@ -158,6 +176,7 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
     // decision where there is room for it too (a lone header may have only
     // enough for the clause; the kernels that inline it carry the marker).
     let guard = hip_guard();
+    let switch = switch_value();
     // Edits, as (position, bytes, bytes replaced): the clause before each
     // OpenCL decision's closing paren, the fixed guard over a HIP one.
     let mut inserts: Vec<(usize, &[u8], usize)> = decisions
@@ -165,6 +184,7 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
         .map(|d| match d.kind {
             Kind::OpenCl { close } => (close, clause.as_bytes(), 0),
             Kind::Hip { guard: at } => (at, guard.as_bytes(), HIP_GUARD.len()),
+            Kind::Switch { value } => (value, switch.as_bytes(), 1),
         })
         .collect();
     let bare: usize = inserts.iter().map(|(_, b, r)| b.len() - r).sum();
@@ -221,44 +241,6 @@ pub fn fix(text: &[u8], same_length: bool) -> Result<Outcome, Refusal> {
     })
 }
 
-/// The byte ranges of comments (`//` to the line's end, `/* */`), with
-/// string and character literals skipped so that a quote cannot open one.
-fn comments(text: &[u8]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < text.len() {
-        match (text[i], text.get(i + 1)) {
-            (b'/', Some(b'/')) => {
-                let end = memchr::memchr(b'\n', &text[i..]).map_or(text.len(), |n| i + n);
-                out.push(i..end);
-                i = end;
-            }
-            (b'/', Some(b'*')) => {
-                let end = memchr::memmem::find(&text[i + 2..], b"*/")
-                    .map_or(text.len(), |n| i + 2 + n + 2);
-                out.push(i..end);
-                i = end;
-            }
-            (q @ (b'"' | b'\''), _) => {
-                i += 1;
-                while i < text.len() && text[i] != q && text[i] != b'\n' {
-                    i += if text[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    out
-}
-
-/// `comments` are in order and do not overlap: a binary search, so a
-/// text of many comments and many directives stays linear.
-fn in_comment(comments: &[Range<usize>], at: usize) -> bool {
-    let i = comments.partition_point(|c| c.end <= at);
-    comments.get(i).is_some_and(|c| c.contains(&at))
-}
-
 /// One batch-norm decision: where its line starts, where the fix goes, and
 /// whether it names gfx101x already.
 struct Decision {
@@ -272,6 +254,9 @@ enum Kind {
     OpenCl { close: usize },
     /// Where the `#ifdef __AMDGCN__` guard starts.
     Hip { guard: usize },
+    /// Where the 1 of `#define MIOPEN_USE_AMDGCN 1` is, under a decision
+    /// no rule knows.
+    Switch { value: usize },
 }
 
 const OPENCL_SHAPE: &str = "#if defined(__AMDGCN__) && !(MIO_BN_GFX103X || ...)";
@@ -288,6 +273,11 @@ fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Re
     );
     let mut line_start = 0;
     let mut line_no = 1;
+    // The open conditionals: whether each (its innermost branch) is a
+    // decision a rule knows, and the refusal of one of a shape no rule
+    // knows, withdrawn when its block sets the switch, which is fixed.
+    let mut open: Vec<(bool, Option<Refusal>)> = Vec::new();
+    let mut refusals: Vec<Refusal> = Vec::new();
     while line_start < text.len() {
         let (directive_end, lines) = logical_line(text, line_start);
         let raw = &text[line_start..directive_end];
@@ -308,11 +298,17 @@ fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Re
             found: normalized(raw),
             expected,
         };
+        let mut known = false;
+        let mut pending = None;
         if matches!(word, Some("if" | "elif")) && mentions(b"__AMDGCN__") && mentions(b"MIO_BN_GFX")
         {
-            out.push(
-                decision(text, line_start, directive_end).ok_or_else(|| refused(OPENCL_SHAPE))?,
-            );
+            match decision(text, line_start, directive_end) {
+                Some(d) => {
+                    out.push(d);
+                    known = true;
+                }
+                None => pending = Some(refused(OPENCL_SHAPE)),
+            }
         } else if matches!(word, Some("if" | "ifdef" | "elif"))
             && mentions(b"__AMDGCN__")
             && guards_use_amdgcn(text, directive_end)
@@ -321,11 +317,77 @@ fn decisions(text: &[u8], comments: &[Range<usize>]) -> Result<Vec<Decision>, Re
                 hip_decision(text, line_start, directive_end, &mut ahead)
                     .ok_or_else(|| refused(HIP_SHAPE))?,
             );
+            known = true;
+        }
+        if word == Some("define") {
+            if let Some(d) = switch(text, line_start, directive_end, &open) {
+                if let Some((_, p)) = open.last_mut() {
+                    *p = None;
+                }
+                out.push(d);
+            }
+        } else {
+            nest(word, (known, pending), &mut open, &mut refusals);
         }
         line_no += lines;
         line_start = directive_end + 1;
     }
-    Ok(out)
+    refusals.extend(open.into_iter().filter_map(|(_, p)| p));
+    match refusals.into_iter().min_by_key(|r| match r {
+        Refusal::Unrecognised { line, .. } => *line,
+        _ => 0,
+    }) {
+        Some(r) => Err(r),
+        None => Ok(out),
+    }
+}
+
+/// Follow a conditional directive (`word`) in `open`; a refusal pending on
+/// a branch that closes without setting the switch stands.
+fn nest(
+    word: Option<&str>,
+    branch: (bool, Option<Refusal>),
+    open: &mut Vec<(bool, Option<Refusal>)>,
+    refusals: &mut Vec<Refusal>,
+) {
+    match word {
+        Some("if" | "ifdef" | "ifndef") => open.push(branch),
+        Some(w @ ("elif" | "else" | "endif")) => {
+            if let Some((_, Some(r))) = open.pop() {
+                refusals.push(r);
+            }
+            if w != "endif" {
+                open.push(branch);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The switch to the DPP reduction set to 1 (or, fixed, to
+/// [`switch_value`]) where no decision a rule knows sets it: the 1 is what
+/// the fix makes portable.
+fn switch(
+    text: &[u8],
+    start: usize,
+    end: usize,
+    open: &[(bool, Option<Refusal>)],
+) -> Option<Decision> {
+    if open.last().is_some_and(|(known, _)| *known) {
+        return None;
+    }
+    let norm = normalized(&text[start..end]);
+    let value = norm.strip_prefix(SWITCH)?.trim();
+    let fixed = value == switch_value();
+    if value != "1" && !fixed {
+        return None;
+    }
+    let at = start + memchr::memmem::rfind(&text[start..end], value.as_bytes())?;
+    Some(Decision {
+        line_start: start,
+        kind: Kind::Switch { value: at },
+        fixed,
+    })
 }
 
 /// The end (at its newline, or the text's end) of the logical line that
@@ -486,55 +548,8 @@ fn hip_decision(
     })
 }
 
-/// Byte ranges of comments that can go without changing what the compiler
-/// sees: each run of two or more of the same decoration character, or of
-/// spaces, keeps one.
-fn room(text: &[u8], comments: &[Range<usize>]) -> Vec<Range<usize>> {
-    let mut runs: Vec<Range<usize>> = Vec::new();
-    for c in comments {
-        // Inside the delimiters only: `/*`, `*/` and `//` stay whole.
-        let body = if text[c.start + 1] == b'*' {
-            c.start + 2..c.end.saturating_sub(2).max(c.start + 2)
-        } else {
-            c.start + 2..c.end
-        };
-        let mut i = body.start;
-        while i < body.end {
-            let b = text[i];
-            let mut j = i;
-            while j < body.end && text[j] == b {
-                j += 1;
-            }
-            let keep = match b {
-                b'*' | b'=' | b'-' | b'#' | b'/' | b'~' | b'_' | b'+' | b' ' => 1,
-                _ => j - i,
-            };
-            if j - i > keep {
-                runs.push(i + keep..j);
-            }
-            i = j;
-        }
-    }
-    runs
-}
-
-/// `needed` bytes of `runs`, from the longest runs first; sorted by
-/// position.
-fn take(mut runs: Vec<Range<usize>>, needed: usize) -> Vec<Range<usize>> {
-    runs.sort_by_key(|r| std::cmp::Reverse(r.len()));
-    let mut left = needed;
-    let mut cuts = Vec::new();
-    for r in runs {
-        if left == 0 {
-            break;
-        }
-        let take = r.len().min(left);
-        cuts.push(r.end - take..r.end);
-        left -= take;
-    }
-    cuts.sort_by_key(|r| r.start);
-    cuts
-}
+mod room;
+use room::{comments, in_comment, room, take};
 
 #[cfg(test)]
 mod tests;

@@ -5,16 +5,26 @@
 //! patterns only say where an edit would go (`kernel_text`); whether a
 //! library fails, and whether a fix works, is what the compiler answers.
 //!
-//! A case that fails for the control too fails for every card (a define
-//! this check does not pass, a combination no solver builds): it says
-//! nothing about gfx101x and is counted apart, never as a failure.
+//! Every case is judged for the card: a case the card fails is failing,
+//! whatever the control does. The control says whether a failure is
+//! gfx101x's own; it never takes a case out of the count (Debian's 6.4.3
+//! and 7.2.4 reach the DPP reduction through a decision true on gfx1030
+//! too, and 39 failing cases were left out as "failing for every card").
+//! Only a kernel no case of which compiles anywhere, the DPP reduction
+//! aside, is not judged, and is said to be.
 
 use serde::{Deserialize, Serialize};
 
 mod cases;
+mod proof;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
+pub use proof::{Proof, Reached, Unproven, prove};
 pub use source::{Lang, Source, Unit, kernels};
+
+/// The rules a judgement was made by: a judgement kept by an earlier
+/// version under other rules is judged anew.
+pub const RULES: u32 = 2;
 
 /// The control target: batch norm compiles there (MIOpen marks it gfx103x).
 pub const CONTROL: &str = "gfx1030";
@@ -60,21 +70,21 @@ pub trait Compiler {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "kebab-case")]
 pub enum Verdict {
-    /// Every case the control compiles compiles for the target too.
+    /// Every case compiles for the target.
     Compiles,
     /// A case fails at the DPP row_bcast reduction gfx10 does not have.
     FailsAtDpp { case: String, error: String },
     /// A case fails for another reason: the fix does not reach it.
     FailsOtherwise { case: String, error: String },
-    /// Every case fails for the control too: this text is not built for
-    /// any card with the defines a solver passes here (a kernel no solver
-    /// compiles, a define this check does not know, a missing header), so
-    /// it says nothing of gfx101x.
+    /// No case compiles for the target or the control, and not for the
+    /// DPP reduction: this text is not built for any card with the
+    /// defines a solver passes here (a define this check does not know, a
+    /// missing header), so it says nothing of gfx101x. Never edited.
     NotJudged { case: String, error: String },
 }
 
 impl Verdict {
-    /// Fails for the target where the control compiles.
+    /// Fails for the target (judged).
     pub fn fails(&self) -> bool {
         matches!(
             self,
@@ -91,7 +101,7 @@ impl Verdict {
             }
             Verdict::FailsOtherwise { case, error } => format!("fails ({case}: {error})"),
             Verdict::NotJudged { case, error } => {
-                format!("not judged: fails for {CONTROL} too, so for every card ({case}: {error})")
+                format!("not judged: no case compiles, even for {CONTROL} ({case}: {error})")
             }
         }
     }
@@ -103,8 +113,12 @@ pub struct Kernel {
     pub name: String,
     /// The cases compiled for the target.
     pub cases: usize,
-    /// Cases that fail for the control too, with the first error: left out.
-    pub left_out: Vec<(String, String)>,
+    /// The cases that fail for the target: each counts, whatever the
+    /// control does.
+    pub failing: usize,
+    /// Of those, the ones that fail for the control too: not gfx101x's
+    /// own failures, failures all the same.
+    pub control_too: usize,
     #[serde(flatten)]
     pub verdict: Verdict,
 }
@@ -179,99 +193,6 @@ impl Judgement {
     }
 }
 
-/// Why a fix is not proven: nothing of it may be installed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unproven {
-    /// A kernel still fails for a gfx101x target after the edit.
-    StillFails {
-        kernel: String,
-        arch: String,
-        error: String,
-    },
-    /// The edit changed the code a kernel compiles to for the control,
-    /// where it must change nothing.
-    ControlChanged { kernel: String, case: String },
-}
-
-impl std::fmt::Display for Unproven {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unproven::StillFails {
-                kernel,
-                arch,
-                error,
-            } => write!(f, "{kernel} still fails for {arch} after the fix: {error}"),
-            Unproven::ControlChanged { kernel, case } => write!(
-                f,
-                "the fix changes the code {kernel} compiles to for {CONTROL} ({case}), where it must change nothing"
-            ),
-        }
-    }
-}
-
-/// What proved a fix: compiles run, and for which targets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proof {
-    pub kernels: usize,
-    pub compiles: usize,
-}
-
-/// Prove `fixed` (the same library after the same-length edit): every
-/// batch-norm kernel compiles for each RDNA1 target, and every kernel
-/// whose text (or a header it includes) the edit changed compiles, in each
-/// case, to the very code object for the control that the pristine text
-/// compiles to.
-pub fn prove(
-    compiler: &dyn Compiler,
-    pristine: &[u8],
-    fixed: &[u8],
-) -> anyhow::Result<std::result::Result<Proof, Unproven>> {
-    let mut compiles = 0;
-    let sources = kernels(fixed)?;
-    for arch in RDNA1 {
-        for s in &sources {
-            let k = judge_text(compiler, &Unit::of(s, fixed), arch, &mut compiles)?;
-            if let Verdict::FailsAtDpp { case, error } | Verdict::FailsOtherwise { case, error } =
-                k.verdict
-            {
-                return Ok(Err(Unproven::StillFails {
-                    kernel: s.name.clone(),
-                    arch: arch.to_owned(),
-                    error: format!("{case}: {error}"),
-                }));
-            }
-        }
-    }
-    for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
-        let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
-        let cases = before.cases();
-        let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
-        let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
-            Ok(compile_all(compiler, u, CONTROL, &defines, compiles)?
-                .into_iter()
-                .map(|c| match c {
-                    Compiled::Object(o) => Some(o),
-                    Compiled::Failed(_) => None,
-                })
-                .collect())
-        };
-        let (was, is) = (
-            objects(&before, &mut compiles)?,
-            objects(&after, &mut compiles)?,
-        );
-        if let Some(i) = (0..cases.len()).find(|&i| was[i] != is[i]) {
-            return Ok(Err(Unproven::ControlChanged {
-                kernel: s.name.clone(),
-                case: cases[i].to_string(),
-            }));
-        }
-    }
-    Ok(Ok(Proof {
-        kernels: sources.len(),
-        compiles,
-    }))
-}
-
 /// Judge every batch-norm kernel of `library` for `arch`.
 pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Result<Judgement> {
     let mut compiles = 0;
@@ -294,9 +215,10 @@ pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Res
 }
 
 /// One text for `arch`, in three rounds, each one batch for the compiler:
-/// every case for `arch`; the control for the cases that failed, to tell a
-/// gfx101x failure from one of every card; and, where the log does not say
-/// why, those once more with their `row_bcast` instructions blanked.
+/// every case for `arch`; those that failed once more with their
+/// `row_bcast` instructions blanked, where the log does not say why, to
+/// tell the DPP reduction from another cause; and the control for them, to
+/// tell a gfx101x failure from one of every card.
 pub fn judge_text(
     compiler: &dyn Compiler,
     unit: &Unit,
@@ -313,20 +235,7 @@ pub fn judge_text(
             Compiled::Object(_) => None,
         })
         .collect();
-    let controls: Vec<Vec<String>> = failed
-        .iter()
-        .map(|(i, _)| unit.defines(CONTROL, &cases[*i]))
-        .collect();
-    let control = compile_all(compiler, unit, CONTROL, &controls, compiles)?;
-    let mut left_out = Vec::new();
-    let mut judged = Vec::new();
-    for ((i, log), c) in failed.into_iter().zip(control) {
-        match c {
-            Compiled::Failed(c) => left_out.push((cases[i].to_string(), first_error(&c))),
-            Compiled::Object(_) => judged.push((i, log)),
-        }
-    }
-    let ask: Vec<usize> = judged
+    let ask: Vec<usize> = failed
         .iter()
         .filter(|(_, log)| !at_dpp(log))
         .map(|(i, _)| *i)
@@ -338,15 +247,24 @@ pub fn judge_text(
         }
         None => Vec::new(),
     };
+    let controls: Vec<Vec<String>> = failed
+        .iter()
+        .map(|(i, _)| unit.defines(CONTROL, &cases[*i]))
+        .collect();
+    let control = compile_all(compiler, unit, CONTROL, &controls, compiles)?;
+    let (mut control_too, mut every_card) = (0, 0);
     let mut verdict = Verdict::Compiles;
-    for (i, log) in judged {
-        let dpp = at_dpp(&log)
+    for ((i, log), c) in failed.iter().zip(control) {
+        let dpp = at_dpp(log)
             || ask
                 .iter()
-                .position(|a| *a == i)
+                .position(|a| a == i)
                 .and_then(|k| again.get(k))
                 .is_some_and(|c| matches!(c, Compiled::Object(_)));
-        let (case, error) = (cases[i].to_string(), first_error(&log));
+        let control_fails = matches!(c, Compiled::Failed(_));
+        control_too += usize::from(control_fails);
+        every_card += usize::from(control_fails && !dpp);
+        let (case, error) = (cases[*i].to_string(), first_error(log));
         if !verdict.fails() {
             verdict = match dpp {
                 true => Verdict::FailsAtDpp { case, error },
@@ -357,22 +275,27 @@ pub fn judge_text(
             verdict = Verdict::FailsOtherwise { case, error };
         }
     }
-    // A text no case of which compiles even for the control was never
-    // judged: that is said, never taken for "compiles".
-    if !cases.is_empty() && left_out.len() == cases.len() {
-        let (case, error) = left_out[0].clone();
-        verdict = Verdict::NotJudged { case, error };
+    // A text no case of which compiles anywhere, DPP aside, was never
+    // judged: that is said, never taken for "compiles" or for a failure
+    // of gfx101x.
+    if !cases.is_empty() && every_card == cases.len() {
+        let (i, log) = &failed[0];
+        verdict = Verdict::NotJudged {
+            case: cases[*i].to_string(),
+            error: first_error(log),
+        };
     }
     Ok(Kernel {
         name: unit.name.clone(),
         cases: cases.len(),
-        left_out,
+        failing: failed.len(),
+        control_too,
         verdict,
     })
 }
 
 /// `unit` compiled for `arch` with each define set, in one batch.
-fn compile_all(
+pub(crate) fn compile_all(
     compiler: &dyn Compiler,
     unit: &Unit,
     arch: &str,
@@ -398,14 +321,20 @@ fn compile_all(
 /// Blank every instruction with a `row_bcast` operand in `text`; whether
 /// there was one.
 pub(crate) fn blank_row_bcast(text: &mut [u8]) -> bool {
+    let lines = row_bcast_lines(text);
+    for line in &lines {
+        blank(text, line);
+    }
+    !lines.is_empty()
+}
+
+/// The lines of `text` (byte ranges, without their newline) that carry a
+/// `row_bcast` operand.
+pub(crate) fn row_bcast_lines(text: &[u8]) -> Vec<std::ops::Range<usize>> {
     let finder = memchr::memmem::Finder::new(b"row_bcast:");
-    let mut found = false;
+    let mut out = Vec::new();
     let mut at = 0;
     while let Some(i) = finder.find(&text[at..]).map(|i| at + i) {
-        found = true;
-        // The instruction goes whole (its string literal's bytes, on its
-        // line): its row_mask and bank_mask would not stand without the
-        // row_bcast.
         let start = text[..i]
             .iter()
             .rposition(|&b| b == b'\n')
@@ -414,17 +343,28 @@ pub(crate) fn blank_row_bcast(text: &mut [u8]) -> bool {
             .iter()
             .position(|&b| b == b'\n')
             .map_or(text.len(), |n| i + n);
-        let line = &text[start..end];
-        match (
-            line.iter().position(|&b| b == b'"'),
-            line.iter().rposition(|&b| b == b'"'),
-        ) {
-            (Some(a), Some(b)) if a < b => text[start + a + 1..start + b].fill(b' '),
-            _ => text[i..i + 10].fill(b' '),
-        }
+        out.push(start..end);
         at = end;
     }
-    found
+    out
+}
+
+/// Blank the instruction on `line`: its string literal's bytes, whole
+/// (its row_mask and bank_mask would not stand without the row_bcast), or
+/// the operand alone where it is no literal.
+pub(crate) fn blank(text: &mut [u8], line: &std::ops::Range<usize>) {
+    let bytes = &text[line.clone()];
+    match (
+        bytes.iter().position(|&b| b == b'"'),
+        bytes.iter().rposition(|&b| b == b'"'),
+    ) {
+        (Some(a), Some(b)) if a < b => text[line.start + a + 1..line.start + b].fill(b' '),
+        _ => {
+            let i =
+                line.start + memchr::memmem::find(bytes, b"row_bcast:").expect("a row_bcast line");
+            text[i..i + 10].fill(b' ');
+        }
+    }
 }
 
 /// Whether a failed compile's log is the DPP row_bcast operand gfx10 lacks:
@@ -466,7 +406,8 @@ mod tests {
         Kernel {
             name: name.into(),
             cases: 1,
-            left_out: Vec::new(),
+            failing: usize::from(verdict != Verdict::Compiles),
+            control_too: 0,
             verdict,
         }
     }

@@ -11,7 +11,7 @@
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 
 /// hipRTC's status codes are C enums: 0 is success.
 type Status = c_int;
@@ -111,6 +111,73 @@ fn file_version(real: &Path) -> Option<(usize, usize)> {
     Some((parts.next()??, parts.next()??))
 }
 
+/// HIP's own version for the hipRTC whose real file is `real`, which
+/// MIOpen's options follow (`HIP_PACKAGE_VERSION_FLAT`): the real file's
+/// name where it carries it (libhiprtc.so.6.4.43484); else, for a file
+/// named by its soname alone as wheels ship it (libhiprtc.so.7), the HIP
+/// runtime beside it, by its file name or its ELF version definitions
+/// (`hip_5.2`), then the file's own definitions; hipRTC's own answer
+/// (`asked`) only where its major is the soname's, as 5.2's, which
+/// answers 9.0, is not. With none of these, the soname's major, minor 0.
+fn version(real: &Path, asked: impl Fn() -> Option<(usize, usize)>) -> Option<(usize, usize)> {
+    if let Some(v) = file_version(real) {
+        return Some(v);
+    }
+    let major = soname_major(real);
+    let same = |v: &(usize, usize)| major.is_none_or(|m| v.0 == m);
+    let beside: Vec<PathBuf> = real
+        .parent()
+        .map(|dir| crate::fsutil::entries_named(dir, |n| n.starts_with("libamdhip64.so")))
+        .unwrap_or_default();
+    let by_name = beside.iter().find_map(|p| {
+        let real = std::fs::canonicalize(p).ok()?;
+        file_version(&real).filter(same)
+    });
+    let defined = || {
+        beside
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(std::iter::once(real))
+            .find_map(|p| defined_version(p).filter(same))
+    };
+    by_name
+        .or_else(defined)
+        .or_else(|| asked().filter(|v| major.is_some_and(|m| v.0 == m)))
+        .or_else(|| major.map(|m| (m, 0)))
+        .or_else(asked)
+}
+
+/// N of a file named `lib<name>.so.N`.
+fn soname_major(real: &Path) -> Option<usize> {
+    let name = real.file_name()?.to_str()?;
+    name[name.find(".so.")? + 4..]
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The newest `hip_M.N` (or `hiprtc_M.N`) version a HIP library's ELF
+/// defines for its symbols: each release that added to its interface
+/// defines its own, so the newest is its release, or a little before.
+fn defined_version(file: &Path) -> Option<(usize, usize)> {
+    let bytes = crate::elf::read_file(file).ok()?;
+    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+    let verdef = elf.verdef.as_ref()?;
+    verdef
+        .iter()
+        .flat_map(|d| d.iter().collect::<Vec<_>>())
+        .filter_map(|aux| {
+            let name = elf.dynstrtab.get_at(aux.vda_name)?;
+            let rest = name
+                .strip_prefix("hiprtc_")
+                .or_else(|| name.strip_prefix("hip_"))?;
+            let (a, b) = rest.split_once('.')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .max()
+}
+
 /// One program, destroyed when it goes.
 struct Owned<'a> {
     api: &'a Api,
@@ -142,21 +209,14 @@ impl Hiprtc {
             })
         })()
         .map_err(|e| anyhow!("{} is not a hipRTC: {e}", path.display()))?;
-        // HIP's own version, which MIOpen's options follow: the real
-        // file's name carries it (libhiprtc.so.6.4.43484); hiprtcVersion
-        // says it only since ROCm 6 (5.2's answers 9.0).
-        let version = match file_version(&real) {
-            Some(v) => v,
-            None => {
-                let (mut major, mut minor) = (0, 0);
-                // SAFETY: two out-pointers to int, as declared.
-                let status = unsafe { (api.version)(&raw mut major, &raw mut minor) };
-                if status != 0 {
-                    bail!("{} does not say its version", path.display());
-                }
-                (major as usize, minor as usize)
-            }
+        let asked = || {
+            let (mut major, mut minor) = (0, 0);
+            // SAFETY: two out-pointers to int, as declared.
+            let status = unsafe { (api.version)(&raw mut major, &raw mut minor) };
+            (status == 0).then_some((major as usize, minor as usize))
         };
+        let version = version(&real, asked)
+            .ok_or_else(|| anyhow!("{} does not say its version", path.display()))?;
         Ok(Hiprtc {
             path: path.to_owned(),
             version,

@@ -145,17 +145,17 @@ fn report(
         Some(Err(e)) => format!("; the original could not be read: {e:#}"),
         None => String::new(),
     };
-    let left_out: Vec<&str> = now
+    let not_judged: Vec<&str> = now
         .kernels
         .iter()
-        .filter(|k| !k.left_out.is_empty())
+        .filter(|k| matches!(k.verdict, Verdict::NotJudged { .. }))
         .map(|k| k.name.as_str())
         .collect();
-    if !left_out.is_empty() {
+    if !not_judged.is_empty() {
         before.push_str(&format!(
-            "; cases that fail for the {} control too are left out, in {}",
+            "; not judged, no case compiling even for the {} control: {}",
             verdict::CONTROL,
-            left_out.join(", ")
+            not_judged.join(", ")
         ));
     }
     let n = now.kernels.len();

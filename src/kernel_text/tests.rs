@@ -56,15 +56,43 @@ fn fixed_unknown_mixed_and_roomless_texts_are_told_apart() {
         fix(text(&[&future]).as_bytes(), true),
         Ok(Outcome::Fixed { .. })
     ));
+    // A decision of a shape no rule knows that sets the switch: the
+    // switch is made portable, the decision left as it is.
     let odd = "#if defined(__AMDGCN__) && MIO_BN_GFX103X == 0";
+    let portable = fixed(&text(&[odd]), true);
+    assert!(portable.contains(&format!("{odd}\n")), "{portable}");
+    assert!(
+        portable.contains(&format!("#define MIOPEN_USE_AMDGCN {}\n", switch_value())),
+        "{portable}"
+    );
+    assert_eq!(fix(portable.as_bytes(), true), Ok(Outcome::AlreadyFixed));
+    // One whose block is the DPP code itself: refused, with its line.
+    let dpp = format!("{BANNER}{odd}\nstatic float f(float v) {{ return v; }}\n#endif\n");
     assert_eq!(
-        fix(text(&[odd]).as_bytes(), true),
+        fix(dpp.as_bytes(), true),
         Err(Refusal::Unrecognised {
-            line: 8,
+            line: 4,
             found: odd.to_owned(),
             expected: OPENCL_SHAPE,
         })
     );
+    // One no rule knows and that mentions no family, as Debian's: its
+    // switch is made portable too.
+    let debian = "#if defined(__AMDGCN__) && !defined(__gfx90a__)";
+    let t = text(&[debian, DECISION]);
+    let f = fixed(&t, true);
+    let block = f
+        .split(debian)
+        .nth(1)
+        .unwrap()
+        .split("#endif")
+        .next()
+        .unwrap();
+    assert!(
+        block.contains(&format!("#define MIOPEN_USE_AMDGCN {}\n", switch_value())),
+        "{f}"
+    );
+    assert!(f.contains(&format!("MIO_BN_GFX120X{})", clause())), "{f}");
     let half = format!("{}{}", text(&[DECISION]), fixed(&text(&[DECISION]), false));
     assert_eq!(fix(half.as_bytes(), true), Err(Refusal::Mixed));
     let bare = format!("{DECISION}\n#endif\n");

@@ -86,20 +86,15 @@ fn a_fix_is_proven_only_where_it_makes_every_kernel_compile() {
     assert_eq!(proof.kernels, 2);
     let (pristine, ours) = fixed("names-gfx1010");
     verdict::prove(&c, &pristine, &ours).unwrap().unwrap();
+    // DPP written under a decision no rule knows: the fix does not reach
+    // it, and the proof names the line it still reaches.
     let (pristine, ours) = fixed("unknown-macro");
-    match verdict::prove(&c, &pristine, &ours).unwrap() {
-        Err(verdict::Unproven::StillFails {
-            kernel,
-            arch,
-            error,
-        }) => {
-            assert_eq!(kernel, "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL");
-            assert_eq!(arch, "gfx1010");
-            assert_eq!(error, "fp32 NCHW: cannot compile inline asm");
-        }
-        other => panic!("{other:?}"),
-    }
+    let unproven = verdict::prove(&c, &pristine, &ours).unwrap().unwrap_err();
+    assert_eq!(unproven.to_string(), UNKNOWN_MACRO_UNPROVEN);
 }
+
+/// Why the fix of the `unknown-macro` variant is not proven.
+const UNKNOWN_MACRO_UNPROVEN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL still fails for gfx1010 after the fix: fp32 NCHW: cannot compile inline asm; it still reaches the DPP reduction at line 72 of MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL (`v_add_f32 %0 %0 %0 row_bcast:15 row_mask:0xa`), under `#if defined(__AMDGCN__) && MIO_BN_ROW_BCAST` (line 68), code the fix does not know how to make portable";
 
 /// `install --into-torch` (its dry run first, which must say the same)
 /// on a native torch whose libMIOpen is `name`'s.
@@ -146,18 +141,18 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
         run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)")
             .says(&format!("Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {comgr} (", torch.miopen().display()));
     }
-    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {comgr}"));
+    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {comgr}"));
     real.ok().says("Installed");
     let prov =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
-    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
+    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
 
     // (b) A portable reduction, as upstream after April 2026: nothing to
     // fix, exit 0, nothing written.
     let (sb, torch, runs) = install_variant("portable");
     for run in runs {
         run.ok().says(&format!(
-            "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010; torch was left as it is",
+            "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010 in every case; torch was left as it is",
             torch.miopen().display()
         ));
     }
@@ -171,20 +166,21 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
     let (sb, torch, runs) = install_variant("portable-unjudged");
     for run in runs {
         run.ok()
-            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: not judged: fails for gfx1030 too, so for every card")
+            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: not judged: no case compiles, even for gfx1030 (fp32 NCHW: use of undeclared identifier 'UNDEFINED_FOR_EVERY_CARD'); never edited\n")
             .says(&format!(
-                "Nothing to fix: no batch-norm kernel of {} fails for gfx1010; 1 kernel could not be judged, failing for gfx1030 too with a solver's defines (MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL); torch was left as it is",
+                "Nothing to fix in the kernels that could be judged: every other batch-norm kernel of {} compiles for gfx1010 in every case; 1 kernel was not judged, no case of it compiling even for gfx1030 (MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL), and left as it is; torch was left as it is",
                 torch.miopen().display()
             ));
     }
     assert!(!sb.prefix.exists());
 
-    // (c) DPP under a macro no rule knows: diagnosed failing; the fix does
-    // not reach it, so it is refused, naming the kernel.
+    // (c) DPP written under a macro no rule knows: diagnosed failing; the
+    // fix does not reach it, so it is refused, naming the kernel and the
+    // line.
     let (sb, torch, runs) = install_variant("unknown-macro");
     for run in runs {
         run.fails_with(&format!(
-            "error: the fix of {} is not proven: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL still fails for gfx1010 after the fix: fp32 NCHW: cannot compile inline asm; nothing was changed
+            "error: the fix of {} is not proven: {UNKNOWN_MACRO_UNPROVEN}; nothing was changed
 help: this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
             torch.miopen().display()
         ));
@@ -382,7 +378,7 @@ fn hip_kernels_are_judged_through_hiprtc() {
             ))
             .says(&through);
     }
-    dry.ok().says(&format!("3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 and compile to unchanged gfx1030 code, {through}"));
+    dry.ok().says(&format!("3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {through}"));
     real.ok().says("Installed");
     // The edit is in the header hipRTC is handed, not in the kernel text.
     let installed = std::fs::read(torch.miopen()).unwrap();
@@ -395,7 +391,7 @@ fn hip_kernels_are_judged_through_hiprtc() {
         run.ok()
             .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALHIP: compiles")
             .says(&format!(
-                "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010",
+                "Nothing to fix: every batch-norm kernel of {} compiles for gfx1010 in every case",
                 torch.miopen().display()
             ));
     }
@@ -437,4 +433,123 @@ fn the_code_digest_sees_the_code_and_not_the_names() {
     let c = object("c", "char cuid_0123abcd;\nint f(int x) { return x * 5; }\n");
     assert_eq!(a, b, "a renamed variable is no change of code");
     assert_ne!(a, c, "a changed instruction is");
+}
+
+/// Issue 51: a decision no rule knows that is true on gfx101x and gfx1030
+/// alike (Debian's `!defined(__gfx90a__)`). A case the card fails is
+/// failing, whatever the control does: the diagnosis says so (not "nothing
+/// to fix"), no proof passes while it fails (not "Proven"), and the fix
+/// makes the switch under the decision portable, proven by compiling.
+#[test]
+fn a_decision_true_for_gfx1030_too_is_failing_then_fixed_and_proven() {
+    const FWD: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL";
+    let c = comgr();
+    let lib = std::fs::read(variant("amdgcn-everywhere")).unwrap();
+    let judged = verdict::judge(&c, &lib, "gfx1010").unwrap();
+    assert_eq!(judged.outcome(), Outcome::Fixable, "{judged:?}");
+    let fwd = judged.kernels.iter().find(|k| k.name == FWD).unwrap();
+    assert_eq!(
+        fwd.verdict,
+        Verdict::FailsAtDpp {
+            case: "fp32 NCHW".into(),
+            error: "cannot compile inline asm".into()
+        }
+    );
+    // The library as it is, unfixed, is no proof: its failing case is
+    // found, with the line of the DPP reduction it reaches.
+    let unproven = verdict::prove(&c, &lib, &lib).unwrap().unwrap_err();
+    assert_eq!(
+        unproven.to_string(),
+        format!(
+            "{FWD} still fails for gfx1010 after the fix: fp32 NCHW: cannot compile inline asm; it still reaches the DPP reduction at line 46 of {FWD} (`v_add_f32 %0 %0 %0 row_bcast:15 row_mask:0xa`), under `#if MIOPEN_USE_AMDGCN` (line 39), code the fix does not know how to make portable"
+        )
+    );
+
+    let (sb, torch, [dry, real]) = install_variant("amdgcn-everywhere");
+    let through = format!(
+        "through comgr 2.4 ({})",
+        torch.lib.join("libamd_comgr.so.2").display()
+    );
+    for run in [&dry, &real] {
+        run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010, 1 of them for gfx1030 too\n"))
+            .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles\n")
+            .says(&format!(
+                "Diagnosis 1 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {through} (",
+                torch.miopen().display()
+            ))
+            .says(&format!("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code (1 gfx1030 case that failed before the fix compiles after it), {through} ("));
+        assert!(!run.stderr.contains("Nothing"), "{}", run.stderr);
+    }
+    dry.ok();
+    real.ok()
+        .says(&format!("Fixed {FWD} (2 batch-norm decisions)"))
+        .says("Installed");
+    // The decision is as it was; the switch under it is portable.
+    let installed = std::fs::read(torch.miopen()).unwrap();
+    for kept in [
+        "#if defined(__AMDGCN__) && !defined(__gfx90a__)\n#undef MIOPEN_USE_AMDGCN\n",
+        "#define MIOPEN_USE_AMDGCN (!__has_builtin(__builtin_amdgcn_permlanex16))\n#endif",
+    ] {
+        assert!(
+            memchr::memmem::find(&installed, kept.as_bytes()).is_some(),
+            "{kept}"
+        );
+    }
+    drop(sb);
+
+    // doctor says it fails, and what fixes it.
+    use crate::in_place::{HIP64, torch_of};
+    let sb = crate::support::Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    std::fs::copy(variant("amdgcn-everywhere"), torch.miopen()).unwrap();
+    let run = sb
+        .run(&["doctor", "--profile", "rocm-6.4.3", "--python", "python3"])
+        .ok();
+    let row = crate::support::check_row(&run.stdout, "kernels");
+    assert!(
+        row.starts_with("warn  kernels   1 of 2 batch-norm kernels of"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A hipRTC file named by its soname alone, as wheels ship it (here a copy
+/// of Debian 12's HIP 5.2 runtime, which carries hipRTC, as
+/// libamdhip64.so.5): its version is HIP's, 5.2, read from the library
+/// (its `hip_5.2` symbol version), never hipRTC's own answer (9.0); and
+/// that is what the compile is fed (`HIP_PACKAGE_VERSION_FLAT`, and no
+/// option 5.2's clang lacks).
+#[test]
+fn a_hiprtc_named_by_its_soname_alone_gets_the_hip_version() {
+    use rdna1_patch::comgr::child::{Answer, Batch, Compilers, Job, compile_with};
+    let dir = tempfile::tempdir().unwrap();
+    let rtc = dir.path().join("libamdhip64.so.5");
+    std::fs::copy(DEBIAN_HIPRTC, &rtc)
+        .expect("this test compiles with Debian's hipRTC: apt-get install libamdhip64-5");
+    let mut batch = Batch::default();
+    let text = "#if HIP_PACKAGE_VERSION_FLAT != 5002000000\n#error \"HIP_PACKAGE_VERSION_FLAT is not 5.2's\"\n#endif\nextern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
+    let source = batch.add_hip_source("version.cpp".into(), text.into(), &[]);
+    batch.add_job(Job {
+        source,
+        target: "gfx1030".into(),
+        options: Vec::new(),
+        after: None,
+    });
+    let compilers = Compilers {
+        comgr: DEBIAN_COMGR.into(),
+        hiprtc: Some(rtc),
+    };
+    let answers = compile_with(
+        Path::new(crate::support::BIN),
+        &compilers,
+        &batch,
+        std::time::Duration::from_secs(300),
+    )
+    .unwrap();
+    assert_eq!(answers.hiprtc, Some((5, 2)));
+    assert!(
+        matches!(&answers.answers[..], [Answer::Compiled(d)] if d.len() == 64),
+        "{:?}",
+        answers.answers
+    );
 }

@@ -1,0 +1,299 @@
+//! The proof of a fix, by the same compiler as the diagnosis: every case
+//! of every kernel compiles for each RDNA1 target after the edit, and the
+//! code the control compiles to is unchanged wherever it compiled before.
+//! A kernel that compiled nowhere before and was not edited is said, not
+//! taken for proven; one still failing is named with the line of the DPP
+//! reduction it still reaches.
+
+use super::{CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, judge_text};
+
+/// Why a fix is not proven: nothing of it may be installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unproven {
+    /// A kernel still fails for a gfx101x target after the edit, and
+    /// where it still reaches the DPP reduction, when that is the cause.
+    StillFails {
+        kernel: String,
+        arch: String,
+        error: String,
+        reached: Option<Reached>,
+    },
+    /// The edit changed the code a kernel compiles to for the control,
+    /// in a case that compiled before, where it must change nothing.
+    ControlChanged { kernel: String, case: String },
+}
+
+/// A `row_bcast` line a kernel still reaches after the fix: in which text
+/// (the kernel's or a header's), its 1-based line, the instruction, and
+/// the conditional it lies under, when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    pub text: String,
+    pub line: usize,
+    pub code: String,
+    pub under: Option<(usize, String)>,
+}
+
+impl std::fmt::Display for Unproven {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unproven::StillFails {
+                kernel,
+                arch,
+                error,
+                reached,
+            } => {
+                write!(f, "{kernel} still fails for {arch} after the fix: {error}")?;
+                if let Some(r) = reached {
+                    write!(
+                        f,
+                        "; it still reaches the DPP reduction at line {} of {} (`{}`)",
+                        r.line, r.text, r.code
+                    )?;
+                    if let Some((line, directive)) = &r.under {
+                        write!(
+                            f,
+                            ", under `{directive}` (line {line}), code the fix does not know how to make portable"
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+            Unproven::ControlChanged { kernel, case } => write!(
+                f,
+                "the fix changes the code {kernel} compiles to for {CONTROL} ({case}), where it must change nothing"
+            ),
+        }
+    }
+}
+
+/// What proved a fix: the kernels proven, those not judged (compiling
+/// nowhere before or after, and not edited), the control's cases that
+/// failed before and compile after, and the compiles run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proof {
+    pub kernels: usize,
+    pub not_judged: Vec<String>,
+    pub control_now_compiles: usize,
+    pub compiles: usize,
+}
+
+/// Prove `fixed` (the same library after the same-length edit): every case
+/// of every batch-norm kernel compiles for each RDNA1 target, and every
+/// kernel whose text (or a header it includes) the edit changed compiles,
+/// in each case that compiled before for the control, to the very code
+/// object the pristine text compiles to.
+pub fn prove(
+    compiler: &dyn Compiler,
+    pristine: &[u8],
+    fixed: &[u8],
+) -> anyhow::Result<std::result::Result<Proof, Unproven>> {
+    let mut compiles = 0;
+    let sources = super::kernels(fixed)?;
+    let mut not_judged: Vec<String> = Vec::new();
+    for arch in RDNA1 {
+        for s in &sources {
+            let unit = Unit::of(s, fixed);
+            let k = judge_text(compiler, &unit, arch, &mut compiles)?;
+            let (case, error) = match k.verdict {
+                Verdict::Compiles => continue,
+                Verdict::NotJudged { case, error } => {
+                    // Not judged, and left alone: it compiles nowhere, and
+                    // did not before either (a header the edit changed
+                    // might have broken it: its pristine self is asked).
+                    let own = pristine.get(s.range.clone()) == fixed.get(s.range.clone());
+                    if own && not_judged.contains(&s.name) {
+                        continue;
+                    }
+                    if own && !compiled_anywhere(compiler, &Unit::of(s, pristine), &mut compiles)? {
+                        not_judged.push(s.name.clone());
+                        continue;
+                    }
+                    (
+                        case,
+                        format!("{error}; it compiles for no card after the fix"),
+                    )
+                }
+                Verdict::FailsAtDpp { case, error } | Verdict::FailsOtherwise { case, error } => {
+                    (case, error)
+                }
+            };
+            let defines = unit
+                .cases()
+                .into_iter()
+                .find(|c| c.to_string() == case)
+                .map(|c| unit.defines(arch, &c))
+                .unwrap_or_default();
+            return Ok(Err(Unproven::StillFails {
+                kernel: s.name.clone(),
+                arch: arch.to_owned(),
+                error: format!("{case}: {error}"),
+                reached: reached(compiler, &unit, arch, &defines, &mut compiles)?,
+            }));
+        }
+    }
+    let mut control_now_compiles = 0;
+    for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
+        let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
+        let cases = before.cases();
+        let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
+        let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
+            Ok(compile_all(compiler, u, CONTROL, &defines, compiles)?
+                .into_iter()
+                .map(|c| match c {
+                    Compiled::Object(o) => Some(o),
+                    Compiled::Failed(_) => None,
+                })
+                .collect())
+        };
+        let (was, is) = (
+            objects(&before, &mut compiles)?,
+            objects(&after, &mut compiles)?,
+        );
+        for i in 0..cases.len() {
+            match (&was[i], &is[i]) {
+                // A case that failed for the control before may compile
+                // after (the DPP reduction it reached is gone): said.
+                (None, Some(_)) => control_now_compiles += 1,
+                (Some(a), b) if Some(a) != b.as_ref() => {
+                    return Ok(Err(Unproven::ControlChanged {
+                        kernel: s.name.clone(),
+                        case: cases[i].to_string(),
+                    }));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(Ok(Proof {
+        kernels: sources.len() - not_judged.len(),
+        not_judged,
+        control_now_compiles,
+        compiles,
+    }))
+}
+
+/// Whether any case of `unit` compiles for the control or a gfx101x
+/// target, its DPP reduction blanked.
+fn compiled_anywhere(
+    compiler: &dyn Compiler,
+    unit: &Unit,
+    compiles: &mut usize,
+) -> anyhow::Result<bool> {
+    let blanked = unit.without_row_bcast();
+    let unit = blanked.as_ref().unwrap_or(unit);
+    for arch in [CONTROL, RDNA1[0]] {
+        let defines: Vec<Vec<String>> =
+            unit.cases().iter().map(|c| unit.defines(arch, c)).collect();
+        let answers = compile_all(compiler, unit, arch, &defines, compiles)?;
+        if answers.iter().any(|c| matches!(c, Compiled::Object(_))) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The first `row_bcast` line `unit` still reaches for `arch` with
+/// `defines`: with every other such line blanked, the compile fails; and
+/// with all of them blanked it compiles (else the DPP is not the cause,
+/// and no line is named). One batch.
+fn reached(
+    compiler: &dyn Compiler,
+    unit: &Unit,
+    arch: &str,
+    defines: &[String],
+    compiles: &mut usize,
+) -> anyhow::Result<Option<Reached>> {
+    // Every row_bcast line, as (file index: 0 the text, i + 1 header i,
+    // its range).
+    let files: Vec<&[u8]> = std::iter::once(unit.text.as_slice())
+        .chain(unit.headers.iter().map(|(_, h)| h.as_slice()))
+        .collect();
+    let lines: Vec<(usize, std::ops::Range<usize>)> = files
+        .iter()
+        .enumerate()
+        .flat_map(|(f, t)| super::row_bcast_lines(t).into_iter().map(move |r| (f, r)))
+        .collect();
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    // Copy k keeps line k - 1 alone; copy 0 keeps none.
+    let copies: Vec<Unit> = (0..=lines.len())
+        .map(|keep| {
+            let mut u = Unit {
+                name: unit.name.clone(),
+                lang: unit.lang,
+                text: unit.text.clone(),
+                headers: unit.headers.clone(),
+            };
+            for (k, (f, r)) in lines.iter().enumerate() {
+                if keep != k + 1 {
+                    match f {
+                        0 => super::blank(&mut u.text, r),
+                        h => super::blank(&mut u.headers[h - 1].1, r),
+                    }
+                }
+            }
+            u
+        })
+        .collect();
+    let jobs: Vec<Job> = copies.iter().map(|u| u.job(arch, defines)).collect();
+    *compiles += jobs.len();
+    let answers = compiler.compile_all(&jobs)?;
+    if !matches!(answers.first(), Some(Compiled::Object(_))) {
+        return Ok(None);
+    }
+    let Some(k) = (1..answers.len()).find(|&k| matches!(answers[k], Compiled::Failed(_))) else {
+        return Ok(None);
+    };
+    let (f, range) = &lines[k - 1];
+    let text = files[*f];
+    let line = text[..range.start].iter().filter(|&&b| b == b'\n').count() + 1;
+    let code = String::from_utf8_lossy(&text[range.clone()]);
+    let code = code.trim().trim_matches('"').trim_end_matches("\\n").trim();
+    Ok(Some(Reached {
+        text: match f {
+            0 => unit.name.clone(),
+            h => unit.headers[h - 1].0.clone(),
+        },
+        line,
+        code: code.to_owned(),
+        under: under(text, range.start),
+    }))
+}
+
+/// The innermost preprocessor conditional open at `at` in `text`: its
+/// 1-based line and its directive, continuations joined.
+fn under(text: &[u8], at: usize) -> Option<(usize, String)> {
+    let mut open: Vec<(usize, String)> = Vec::new();
+    let mut line_no = 1;
+    let mut start = 0;
+    while start < at {
+        let mut end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |n| start + n);
+        let first = line_no;
+        // A directive continued over several lines is one.
+        while text[start..end].trim_ascii_end().ends_with(b"\\") && end < text.len() {
+            end = memchr::memchr(b'\n', &text[end + 1..]).map_or(text.len(), |n| end + 1 + n);
+            line_no += 1;
+        }
+        let raw = String::from_utf8_lossy(&text[start..end]).replace("\\\n", " ");
+        let directive = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some(rest) = directive.strip_prefix('#') {
+            let word = rest.trim_start();
+            if ["if", "ifdef", "ifndef"].iter().any(|w| {
+                word.strip_prefix(w)
+                    .is_some_and(|r| r.starts_with([' ', '(']))
+            }) {
+                open.push((first, directive.clone()));
+            } else if word.starts_with("elif") || word.starts_with("else") {
+                open.pop();
+                open.push((first, directive.clone()));
+            } else if word.starts_with("endif") {
+                open.pop();
+            }
+        }
+        line_no += 1;
+        start = end + 1;
+    }
+    open.pop()
+}
