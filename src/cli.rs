@@ -160,6 +160,10 @@ pub fn main() -> ExitCode {
     if std::env::var_os(crate::comgr::child::CHILD_ENV).is_some() {
         return crate::comgr::child::serve();
     }
+    // A reaper (reaper.rs) around a child that must not outlive its limit.
+    if std::env::var_os(crate::reaper::REAPER_ENV).is_some() {
+        return crate::reaper::serve();
+    }
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     crate::interrupt::install();

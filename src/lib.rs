@@ -33,6 +33,7 @@ pub(crate) mod owner;
 pub(crate) mod packages;
 pub(crate) mod prefix;
 pub(crate) mod proc;
+pub(crate) mod reaper;
 pub(crate) mod rocm_sdk;
 pub(crate) mod select;
 pub(crate) mod share;

@@ -34,14 +34,54 @@ pub const OUTPUT_CAP: usize = 64 << 20;
 /// Past [`OUTPUT_CAP`] on either stream, the group is killed too and the
 /// run is an error that names the cap.
 pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
-    run_with(cmd, None, None, limit)
+    run_with(cmd, None, None, limit, false)
+}
+
+/// [`run`] under a reaper (`reaper`): a program that leaves its process
+/// group (setsid, a double fork) is still ended with it, at its end or at
+/// the limit. For what runs code the tool does not control: torch's
+/// import, a compiler.
+pub fn run_contained(cmd: Command, limit: Duration) -> Result<Output> {
+    let shown_as = shown(&cmd);
+    let mut out = run_with(crate::reaper::contain(&cmd), None, None, limit, true);
+    if let Err(e) = &mut out {
+        *e = anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown_as));
+    }
+    out
 }
 
 /// [`run`] with `input` on the child's stdin, its group killed also when
 /// its stdout stays silent for `stall`: a child that answers as it goes,
 /// a line per piece of work, is held to a limit per piece.
 pub fn run_fed(cmd: Command, input: Vec<u8>, stall: Duration, limit: Duration) -> Result<Output> {
-    run_with(cmd, Some(input), Some(stall), limit)
+    run_with(cmd, Some(input), Some(stall), limit, false)
+}
+
+/// A child's process group, and whether its leader is a reaper, which is
+/// told to stop (and then sweeps every descendant) rather than killed.
+#[derive(Clone, Copy)]
+struct Group {
+    pgid: i32,
+    reaper: bool,
+}
+
+impl Group {
+    fn plain(pid: u32) -> Group {
+        Group {
+            pgid: pid as i32,
+            reaper: false,
+        }
+    }
+
+    fn stop(self) {
+        match self.reaper {
+            // SAFETY: kill(2) of our own child; no memory involved.
+            true => unsafe {
+                libc::kill(self.pgid, libc::SIGTERM);
+            },
+            false => kill_group(self.pgid),
+        }
+    }
 }
 
 fn run_with(
@@ -49,6 +89,7 @@ fn run_with(
     input: Option<Vec<u8>>,
     stall: Option<Duration>,
     limit: Duration,
+    reaper: bool,
 ) -> Result<Output> {
     let start = Instant::now();
     let mut child = cmd
@@ -63,6 +104,7 @@ fn run_with(
         .spawn()
         .map_err(|e| spawn_error(&cmd, e))?;
     let pgid = child.id() as i32;
+    let group = Group { pgid, reaper };
     if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
         // A child that stops reading fails this write, not us.
         std::thread::spawn(move || {
@@ -77,10 +119,10 @@ fn run_with(
     let out = pump_heard(
         child.stdout.take().expect("piped"),
         OUTPUT_CAP,
-        pgid,
+        group,
         Some((start, heard.clone())),
     );
-    let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, pgid);
+    let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, group);
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
     // A waiting thread, not a polling loop: a helper that answers in 2 ms
@@ -89,7 +131,7 @@ fn run_with(
     std::thread::spawn(move || {
         let _ = done_tx.send(child.wait());
     });
-    let status = wait_within(&done_rx, pgid, start, &heard, stall, limit)?;
+    let status = wait_within(&done_rx, group, start, &heard, stall, limit)?;
     // Whatever the child left running in its group goes with it; anything
     // that left the group (setsid) gets until the limit to close its pipes.
     kill_group(pgid);
@@ -135,7 +177,7 @@ fn run_with(
 /// was killed.
 fn wait_within(
     done: &std::sync::mpsc::Receiver<std::io::Result<ExitStatus>>,
-    pgid: i32,
+    group: Group,
     start: Instant,
     heard: &std::sync::atomic::AtomicU64,
     stall: Option<Duration>,
@@ -150,8 +192,13 @@ fn wait_within(
             Err(_) => {
                 let now = start.elapsed();
                 if now >= limit || stall.is_some_and(|s| now >= last() + s) {
-                    kill_group(pgid);
-                    let _ = done.recv();
+                    group.stop();
+                    // A reaper sweeps, then ends; one that does not in
+                    // time goes with its group.
+                    if done.recv_timeout(Duration::from_secs(15)).is_err() {
+                        kill_group(group.pgid);
+                        let _ = done.recv();
+                    }
                     return Ok(None);
                 }
             }
@@ -189,16 +236,16 @@ fn shown(cmd: &Command) -> String {
 fn pump(
     pipe: impl Read + Send + 'static,
     cap: usize,
-    pgid: i32,
+    group: Group,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
-    pump_heard(pipe, cap, pgid, None)
+    pump_heard(pipe, cap, group, None)
 }
 
 /// [`pump`], noting in `heard` when (in ms since its instant) it last read.
 fn pump_heard(
     mut pipe: impl Read + Send + 'static,
     cap: usize,
-    pgid: i32,
+    group: Group,
     heard: Option<(Instant, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
@@ -221,7 +268,7 @@ fn pump_heard(
                         break;
                     }
                     if over {
-                        kill_group(pgid);
+                        group.stop();
                         break;
                     }
                 }
@@ -384,7 +431,7 @@ pub fn stream_watched(
     let guard = crate::interrupt::ChildGroup::new(child.id());
     // No cap on the whole: each line is handed on (to a log on disk), not
     // kept; one line is cut at LINE_CAP instead.
-    let rx = pump(reader, usize::MAX, child.id() as i32);
+    let rx = pump(reader, usize::MAX, Group::plain(child.id()));
     let mut pending: Vec<u8> = Vec::new();
     let mut emit = |bytes: &[u8]| {
         let line = String::from_utf8_lossy(bytes);

@@ -5,6 +5,7 @@
 mod build;
 mod comgr;
 mod compat;
+mod contained;
 mod conventions;
 mod detection;
 mod diagnosis;

@@ -59,7 +59,7 @@ pub(super) fn check_runtime(
     install: Option<&Journal>,
     r: &mut CheckReport,
 ) {
-    let out = match proc::run(python(req, &torch.dir, MAPS), req.timeout) {
+    let out = match proc::run_contained(python(req, &torch.dir, MAPS), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
     };

@@ -132,7 +132,7 @@ fn child(
     cmd.arg(args[0]).arg(device).args(&args[1..]);
     cmd.env("MIOPEN_LOG_LEVEL", "6")
         .env("MIOPEN_ENABLE_LOGGING_CMD", "1");
-    proc::run(cmd, limit)
+    proc::run_contained(cmd, limit)
 }
 
 #[derive(Deserialize)]
