@@ -16,9 +16,6 @@ const NEW_ENTRY: usize = 24;
 const OLD_ENTRY: usize = 12;
 /// A real cache is tens of KB; a bigger one is not read.
 const CAP: u64 = 64 << 20;
-/// glibc-hwcaps entries (DL_CACHE_HWCAP_EXTENSION): copies in subdirectories
-/// the loader picks by CPU level; the baseline entry names the same library.
-const HWCAP_EXTENSION: u64 = 1 << 62;
 
 /// Each (library name, file) the cache holds, in its order.
 pub(super) type Cache = Vec<(String, PathBuf)>;
@@ -72,16 +69,16 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Cache> {
     let mut out = Vec::new();
     for i in 0..count as usize {
         let at = NEW_HEADER + i * NEW_ENTRY;
-        let (Some(key), Some(value), Some(hwcap)) = (
+        // glibc-hwcaps entries (copies in subdirectories the loader picks
+        // by CPU level) are kept: their paths say their level, and the
+        // resolver ranks them (`linker::hwcaps`).
+        let (Some(key), Some(value), Some(_hwcap)) = (
             u32_at(new, at + 4),
             u32_at(new, at + 8),
             u64_at(new, at + 16),
         ) else {
             bail!("the cache ends in entry {i} of {count}");
         };
-        if hwcap & HWCAP_EXTENSION != 0 {
-            continue;
-        }
         // Strings are counted from the new header's start.
         let (Some(key), Some(value)) = (c_str(new, key as usize), c_str(new, value as usize))
         else {

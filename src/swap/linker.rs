@@ -4,9 +4,13 @@
 //! default directories, first match by SONAME or file. Only the files' ELF
 //! headers are read: `ldd` runs the loader on the file, which loads the
 //! library its DT_AUDIT names and runs that library's code (as root,
-//! under sudo). Not modelled, as torch's libraries use neither:
-//! `$LIB`/`$PLATFORM` in a path (such a directory is passed over) and the
-//! glibc-hwcaps subdirectories (the baseline copy is taken).
+//! under sudo). The glibc-hwcaps subdirectories (glibc 2.33 on) are
+//! searched as the loader searches them, by this CPU's x86-64 level
+//! (`hwcaps`); GLIBC_TUNABLES' masks are assumed unset. Not modelled, and
+//! said rather than guessed: `$LIB`/`$PLATFORM` in a path (such a
+//! directory is passed over), and the legacy HWCAP subdirectories glibc
+//! before 2.37 still searches (`haswell`, `tls`, ...): a library found in
+//! one is an error naming it, never the baseline copy.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -168,13 +172,25 @@ impl Walk<'_> {
 
     fn load(&mut self, name: String, loader: usize) -> Result<()> {
         let kind = self.objects[0].elf.kind;
-        let found = self
-            .candidates(&name, loader)
-            .into_iter()
-            .find_map(|path| match open(&path) {
-                Ok((elf, id)) if elf.kind == kind => Some((path, elf, id)),
-                _ => None,
-            });
+        let mut found = None;
+        for path in self.candidates(&name, loader) {
+            if let Some(dir) = path.parent()
+                && let Some(legacy) = legacy_copy(dir, &name)
+            {
+                bail!(
+                    "cannot tell which {name} the loader takes: {} lies in a legacy HWCAP subdirectory of {}, which glibc before 2.37 may prefer to {} and rdna1-patch does not model",
+                    legacy.display(),
+                    dir.display(),
+                    path.display()
+                );
+            }
+            if let Ok((elf, id)) = open(&path)
+                && elf.kind == kind
+            {
+                found = Some((path, elf, id));
+                break;
+            }
+        }
         let Some((path, elf, id)) = found else {
             self.deps.push(Dep {
                 name: name.clone(),
@@ -237,19 +253,132 @@ impl Walk<'_> {
         if let Some(runpath) = &by.elf.runpath {
             dirs.extend(path_list(runpath.as_bytes(), &by.origin));
         }
-        let mut out: Vec<PathBuf> = dirs.iter().map(|d| d.join(name)).collect();
+        let mut out: Vec<PathBuf> = self.search.iter().map(|d| d.join(name)).collect();
+        out.extend(
+            dirs[self.search.len()..]
+                .iter()
+                .flat_map(|d| in_dir(d, name)),
+        );
         if !by.elf.nodeflib {
-            out.extend(
-                self.sys
-                    .cache
-                    .iter()
-                    .filter(|(key, _)| key == name)
-                    .map(|(_, path)| path.clone()),
-            );
-            out.extend(self.sys.default_dirs.iter().map(|d| d.join(name)));
+            let mut cached: Vec<(usize, PathBuf)> = self
+                .sys
+                .cache
+                .iter()
+                .filter(|(key, _)| key == name)
+                .filter_map(|(_, path)| Some((hwcaps_rank(path)?, path.clone())))
+                .collect();
+            cached.sort_by_key(|(rank, _)| *rank);
+            out.extend(cached.into_iter().map(|(_, p)| p));
+            out.extend(self.sys.default_dirs.iter().flat_map(|d| in_dir(d, name)));
         }
         out
     }
+}
+
+/// The glibc-hwcaps subdirectories the loader searches on this CPU, in its
+/// order: the x86-64 levels it supports, highest first (glibc's
+/// sysdeps/x86/dl-hwcaps-subdirs.c, by the same CPU features).
+pub fn hwcaps() -> &'static [&'static str] {
+    static LEVELS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    LEVELS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let v2 = has!("cmpxchg16b")
+                && has!("popcnt")
+                && has!("sse3")
+                && has!("sse4.1")
+                && has!("sse4.2")
+                && has!("ssse3");
+            let v3 = v2
+                && has!("avx")
+                && has!("avx2")
+                && has!("bmi1")
+                && has!("bmi2")
+                && has!("f16c")
+                && has!("fma")
+                && has!("lzcnt")
+                && has!("movbe")
+                && has!("xsave");
+            let v4 = v3
+                && has!("avx512f")
+                && has!("avx512bw")
+                && has!("avx512cd")
+                && has!("avx512dq")
+                && has!("avx512vl");
+            [("x86-64-v4", v4), ("x86-64-v3", v3), ("x86-64-v2", v2)]
+                .into_iter()
+                .filter(|(_, ok)| *ok)
+                .map(|(n, _)| n)
+                .collect()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Vec::new()
+    })
+}
+
+/// Where `path` (an ld.so.cache entry) stands among the copies of one
+/// name: its glibc-hwcaps level's place, the baseline after them all;
+/// None for a level this CPU's loader does not search.
+fn hwcaps_rank(path: &Path) -> Option<usize> {
+    let level = path.parent()?;
+    match level.parent()?.file_name() {
+        Some(n) if n == "glibc-hwcaps" => {
+            let sub = level.file_name()?.to_str()?;
+            hwcaps().iter().position(|h| *h == sub)
+        }
+        _ => Some(hwcaps().len()),
+    }
+}
+
+/// Whether this system's glibc is older than 2.37, which stopped searching
+/// the legacy HWCAP subdirectories.
+fn legacy_searched() -> bool {
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    let mut parts = v
+        .to_str()
+        .unwrap_or("")
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) < (2, 37)
+}
+
+/// The legacy HWCAP subdirectories glibc 2.36 still searches on x86-64.
+const LEGACY_HWCAPS: &[&str] = &["haswell", "xeon_phi", "tls", "avx512_1", "x86_64"];
+
+/// The files the loader tries for `name` in search directory `dir`: its
+/// glibc-hwcaps subdirectories, then `dir` itself.
+fn in_dir(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = hwcaps()
+        .iter()
+        .map(|h| dir.join("glibc-hwcaps").join(h).join(name))
+        .collect();
+    out.push(dir.join(name));
+    out
+}
+
+/// A copy of `name` in a legacy HWCAP subdirectory of `dir` (up to three
+/// deep, as `haswell/avx512_1/x86_64`), if any, where this system's glibc
+/// still searches them (before 2.37).
+fn legacy_copy(dir: &Path, name: &str) -> Option<PathBuf> {
+    if !legacy_searched() {
+        return None;
+    }
+    let mut todo: Vec<(PathBuf, usize)> = LEGACY_HWCAPS.iter().map(|l| (dir.join(l), 1)).collect();
+    while let Some((d, depth)) = todo.pop() {
+        if !d.is_dir() {
+            continue;
+        }
+        if d.join(name).exists() {
+            return Some(d.join(name));
+        }
+        if depth < 3 {
+            todo.extend(LEGACY_HWCAPS.iter().map(|l| (d.join(l), depth + 1)));
+        }
+    }
+    None
 }
 
 /// The directories of a colon (or semicolon) separated list, `$ORIGIN`

@@ -214,3 +214,102 @@ fn no_command_runs_the_library_a_dt_audit_entry_names() {
     after("doctor, torch on the system's MIOpen");
     assert_eq!(*ran.borrow(), ["ldd"], "commands that ran the auditor");
 }
+
+/// A shared library of one function, with SONAME `soname`, at `out`.
+fn tiny_lib(dir: &Path, soname: &str, out: &Path, extra: &[&str]) {
+    let src = dir.join(format!("{soname}.c"));
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&src, "int tiny(void) { return 1; }\n").unwrap();
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    rdna1_testkit::run(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}")])
+            .args(extra)
+            .arg(&src)
+            .arg("-o")
+            .arg(out),
+    );
+}
+
+/// Issue 55, finding 9: the glibc-hwcaps subdirectories, searched as the
+/// loader searches them (`ldd`, which is `ld.so --list`, on each shape):
+/// a copy for a level this CPU has is loaded before the baseline, through
+/// RUNPATH and RPATH alike; a level no CPU has is passed over; a copy in a
+/// legacy HWCAP subdirectory (glibc 2.36 still searches them) is said, not
+/// guessed. Seen failing on d772f85, which named the baseline copy.
+#[test]
+fn glibc_hwcaps_copies_are_found_as_the_loader_finds_them() {
+    let tmp = crate::support::tempdir();
+    let best = linker::hwcaps().first().copied();
+    let Some(best) = best else {
+        eprintln!("not checked (this CPU has no x86-64-v2): glibc-hwcaps");
+        return;
+    };
+    for (shape, flag) in [
+        ("runpath", "-Wl,--enable-new-dtags"),
+        ("rpath", "-Wl,--disable-new-dtags"),
+    ] {
+        let dir = tmp.path().join(shape);
+        let sys = dir.join("sys");
+        tiny_lib(&dir, "libtiny.so.1", &sys.join("libtiny.so.1"), &[]);
+        let level = sys.join("glibc-hwcaps").join(best).join("libtiny.so.1");
+        tiny_lib(&dir, "libtiny.so.1", &level, &[]);
+        let never = sys.join("glibc-hwcaps/x86-64-v9/libtiny.so.1");
+        tiny_lib(&dir, "libtiny.so.1", &never, &[]);
+        let main = dir.join("libmain.so");
+        let rpath = format!("-Wl,-rpath,{}", sys.display());
+        let link = format!("-L{}", sys.display());
+        tiny_lib(
+            &dir,
+            "libmain.so",
+            &main,
+            &["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath, flag],
+        );
+        let want = ldd(&main);
+        assert!(
+            want.contains(&Dep {
+                name: "libtiny.so.1".into(),
+                path: Some(level.clone())
+            }),
+            "{shape}: the loader takes {level:?}: {want:?}"
+        );
+        assert_eq!(linker::resolve(&main, &[]).unwrap(), want, "{shape}");
+    }
+    // A legacy HWCAP subdirectory: the loader of glibc 2.36 takes it.
+    let dir = tmp.path().join("legacy");
+    let sys = dir.join("sys");
+    tiny_lib(&dir, "libtiny.so.1", &sys.join("libtiny.so.1"), &[]);
+    let legacy = sys.join("tls/libtiny.so.1");
+    tiny_lib(&dir, "libtiny.so.1", &legacy, &[]);
+    let main = dir.join("libmain.so");
+    let rpath = format!("-Wl,-rpath,{}", sys.display());
+    let link = format!("-L{}", sys.display());
+    tiny_lib(
+        &dir,
+        "libmain.so",
+        &main,
+        &["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath],
+    );
+    let loader = ldd(&main);
+    let takes_legacy = loader
+        .iter()
+        .any(|d| d.path.as_deref() == Some(legacy.as_path()));
+    match linker::resolve(&main, &[]) {
+        Err(e) => {
+            assert!(
+                takes_legacy,
+                "this loader skips legacy dirs, so the resolver must too"
+            );
+            assert_eq!(
+                format!("{e:#}"),
+                format!(
+                    "cannot tell which libtiny.so.1 the loader takes: {} lies in a legacy HWCAP subdirectory of {}, which glibc before 2.37 may prefer to {} and rdna1-patch does not model",
+                    legacy.display(),
+                    sys.display(),
+                    sys.join("libtiny.so.1").display()
+                )
+            );
+        }
+        Ok(got) => assert_eq!(got, loader, "no legacy search on this glibc"),
+    }
+}
