@@ -360,28 +360,48 @@ impl Diagnosis {
     /// counted as compiling.
     pub fn nothing_to_fix_line(&self) -> String {
         let lib = self.library.display();
-        let not: Vec<_> = self
-            .judgement
-            .iter()
-            .flat_map(|j| &j.kernels)
+        let kernels = || self.judgement.iter().flat_map(|j| &j.kernels);
+        let names = |v: &[&verdict::Kernel]| {
+            v.iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let not: Vec<_> = kernels()
             .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
             .collect();
-        match not.len() {
+        let refused: Vec<_> = kernels()
+            .filter(|k| matches!(k.verdict, verdict::Verdict::Refused { .. }))
+            .collect();
+        let mut line = match not.len() + refused.len() {
             0 => format!(
                 "to fix: every batch-norm kernel of {lib} compiles for {}",
                 self.target
             ),
-            n => format!(
-                "to fix: no batch-norm kernel of {lib} fails for {}; {} could not be judged, failing for {} too with a solver's defines ({})",
-                self.target,
-                crate::output::count(n, "kernel", "kernels"),
-                verdict::CONTROL,
-                not.iter()
-                    .map(|k| k.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            _ => format!(
+                "to fix: no batch-norm kernel of {lib} fails for {}",
+                self.target
             ),
+        };
+        if !not.is_empty() {
+            line.push_str(&format!(
+                "; {} could not be judged, failing for {} too with a solver's defines ({})",
+                crate::output::count(not.len(), "kernel", "kernels"),
+                verdict::CONTROL,
+                names(&not)
+            ));
         }
+        if !refused.is_empty() {
+            line.push_str(&format!(
+                "; {} not judged, each needing a name no compiler is handed ({})",
+                match refused.len() {
+                    1 => "1 kernel was".to_owned(),
+                    n => format!("{n} kernels were"),
+                },
+                names(&refused)
+            ));
+        }
+        line
     }
 
     /// The error for no compiler, unless an unproven fix was asked for.

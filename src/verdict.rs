@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 mod cases;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
-pub use source::{Lang, Source, Unit, kernels};
+pub use source::{Lang, Source, Unit, kernels, unplain};
 
 /// The control target: batch norm compiles there (MIOpen marks it gfx103x).
 pub const CONTROL: &str = "gfx1030";
@@ -71,6 +71,10 @@ pub enum Verdict {
     /// compiles, a define this check does not know, a missing header), so
     /// it says nothing of gfx101x.
     NotJudged { case: String, error: String },
+    /// Never compiled: it needs a name no compiler is handed
+    /// ([`Unit::refused`]: a header name that leads out of the
+    /// compiler's directory), said with the name.
+    Refused { error: String },
 }
 
 impl Verdict {
@@ -92,6 +96,9 @@ impl Verdict {
             Verdict::FailsOtherwise { case, error } => format!("fails ({case}: {error})"),
             Verdict::NotJudged { case, error } => {
                 format!("not judged: fails for {CONTROL} too, so for every card ({case}: {error})")
+            }
+            Verdict::Refused { error } => {
+                format!("not judged: {error}; nothing was compiled for it")
             }
         }
     }
@@ -140,9 +147,9 @@ pub enum Outcome {
 
 impl Judgement {
     pub fn outcome(&self) -> Outcome {
-        let Some(first) = self.kernels.first() else {
+        if self.kernels.is_empty() {
             return Outcome::NoKernels;
-        };
+        }
         // hipRTC without the C++ standard headers compiles no HIP kernel
         // for any card, at run time either: not fixable here, and said.
         let blocks = |v: &Verdict| match v {
@@ -158,14 +165,23 @@ impl Judgement {
                 error: k.verdict.describe(),
             };
         }
-        if self
+        // Not one compiled, even for the control (kernels never compiled
+        // for their names aside): the first that was tried says why.
+        let tried = self
             .kernels
             .iter()
-            .all(|k| matches!(k.verdict, Verdict::NotJudged { .. }))
+            .find(|k| matches!(k.verdict, Verdict::NotJudged { .. }));
+        if let Some(tried) = tried
+            && self.kernels.iter().all(|k| {
+                matches!(
+                    k.verdict,
+                    Verdict::NotJudged { .. } | Verdict::Refused { .. }
+                )
+            })
         {
             return Outcome::NothingCompiles {
-                kernel: first.name.clone(),
-                error: first.verdict.describe(),
+                kernel: tried.name.clone(),
+                error: tried.verdict.describe(),
             };
         }
         match self.kernels.iter().any(|k| k.verdict.fails()) {
@@ -191,6 +207,9 @@ pub enum Unproven {
     /// The edit changed the code a kernel compiles to for the control,
     /// where it must change nothing.
     ControlChanged { kernel: String, case: String },
+    /// The edit changed a kernel that is never compiled
+    /// ([`Verdict::Refused`]): nothing can show the control unchanged.
+    Refused { kernel: String, error: String },
 }
 
 impl std::fmt::Display for Unproven {
@@ -204,6 +223,10 @@ impl std::fmt::Display for Unproven {
             Unproven::ControlChanged { kernel, case } => write!(
                 f,
                 "the fix changes the code {kernel} compiles to for {CONTROL} ({case}), where it must change nothing"
+            ),
+            Unproven::Refused { kernel, error } => write!(
+                f,
+                "the fix changes {kernel}, which is never compiled: {error}"
             ),
         }
     }
@@ -244,6 +267,12 @@ pub fn prove(
     }
     for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
         let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
+        if let Some(error) = before.refused().or_else(|| after.refused()) {
+            return Ok(Err(Unproven::Refused {
+                kernel: s.name.clone(),
+                error,
+            }));
+        }
         let cases = before.cases();
         let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
         let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
@@ -303,6 +332,16 @@ pub fn judge_text(
     arch: &str,
     compiles: &mut usize,
 ) -> anyhow::Result<Kernel> {
+    // A name that would lead a compiler out of its directory: nothing is
+    // compiled, and the kernel is said not judged, with the name.
+    if let Some(error) = unit.refused() {
+        return Ok(Kernel {
+            name: unit.name.clone(),
+            cases: 0,
+            left_out: Vec::new(),
+            verdict: Verdict::Refused { error },
+        });
+    }
     let cases = unit.cases();
     let asked: Vec<Vec<String>> = cases.iter().map(|c| unit.defines(arch, c)).collect();
     let failed: Vec<(usize, String)> = compile_all(compiler, unit, arch, &asked, compiles)?

@@ -177,6 +177,16 @@ fn compile_one(
     s: &Source,
     job: &Job,
 ) -> std::result::Result<Vec<u8>, String> {
+    // The names comgr writes files by: only plain relative ones, whoever
+    // made the batch (`verdict::Unit::refused` keeps the others out first).
+    let names = std::iter::once(&s.name).chain(s.headers.iter().map(|h| &h.name));
+    for name in names {
+        if let Some(how) = crate::verdict::unplain(name) {
+            return Err(format!(
+                "{name:?} is {how}, and a compiler is handed only plain relative names"
+            ));
+        }
+    }
     match (s.lang, hiprtc) {
         (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
         (Lang::Hip, Some(rtc)) => {
