@@ -6,6 +6,9 @@
 //! child's process group past it. A comgr that hangs, aborts, or answers
 //! without bound costs a failed check, not the run, and none of its code
 //! runs in the process that writes to torch.
+//!
+//! What it loads is vetted whole first, and loaded from the very files
+//! checked ([`super::vet`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -220,6 +223,9 @@ fn cut(mut text: String, cap: usize) -> String {
 struct Request {
     compilers: Compilers,
     batch: Batch,
+    /// The user root acts for under sudo, trusted with their own files
+    /// (`owner::invoking_user`): the child's environment has no SUDO_UID.
+    trusted: Option<u32>,
 }
 
 /// The child's first line: the comgr it loaded, or why it did not.
@@ -256,6 +262,7 @@ pub fn compile_with(
     let request = serde_json::to_vec(&Request {
         compilers: compilers.clone(),
         batch: batch.clone(),
+        trusted: crate::owner::invoking_user(),
     })?;
     let mut cmd = std::process::Command::new(exe);
     cmd.env(CHILD_ENV, "1");
@@ -349,6 +356,8 @@ fn signal_name(sig: i32) -> &'static str {
 /// comgr prints goes to stderr, which the parent reads apart.
 pub fn serve() -> std::process::ExitCode {
     use std::os::fd::FromRawFd;
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     // SAFETY: plain descriptor calls at the start of the process, before
     // any thread or library uses descriptors 1 and 2. The kept copy is
     // close-on-exec: a program comgr starts never writes to it.
@@ -375,16 +384,7 @@ pub fn serve() -> std::process::ExitCode {
         })
         .unwrap_or_default()
     };
-    let request = read_request();
-    let loaded = request.and_then(|r| {
-        let rtc = r
-            .compilers
-            .hiprtc
-            .as_deref()
-            .map(Hiprtc::open)
-            .transpose()?;
-        Ok((Comgr::open(&r.compilers.comgr)?, rtc, r.batch))
-    });
+    let loaded = read_request().and_then(load);
     let (comgr, rtc, batch) = match loaded {
         Ok(l) => l,
         Err(e) => {
@@ -401,6 +401,23 @@ pub fn serve() -> std::process::ExitCode {
         say(serde_json::to_string(a).unwrap_or_default());
     });
     std::process::ExitCode::SUCCESS
+}
+
+/// Vet what the request names and everything it needs, holding each file
+/// open; load what was vetted.
+fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
+    let wanted: Vec<&Path> = std::iter::once(r.compilers.comgr.as_path())
+        .chain(r.compilers.hiprtc.as_deref())
+        .collect();
+    let vetted = super::vet::vet(&wanted, r.trusted)?;
+    super::swap_point();
+    let handles = vetted.load()?;
+    let comgr = Comgr::from_handle(&r.compilers.comgr, handles[0])?;
+    let rtc = match &r.compilers.hiprtc {
+        Some(p) => Some(Hiprtc::from_handle(p, vetted.real(1), handles[1])?),
+        None => None,
+    };
+    Ok((comgr, rtc, r.batch))
 }
 
 fn read_request() -> Result<Request> {

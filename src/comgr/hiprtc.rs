@@ -125,10 +125,17 @@ impl Drop for Owned<'_> {
 }
 
 impl Hiprtc {
-    /// Load the hipRTC at `path`, once `check_trusted` has passed it.
+    /// Load the hipRTC at `path` in this process, once `vet` has passed it
+    /// and all it needs.
     pub fn open(path: &Path) -> Result<Hiprtc> {
-        let real = super::check_trusted(path)?;
-        let lib = super::dlopen(&real, path)?;
+        let v = super::vet::vet(&[path], crate::owner::invoking_user())?;
+        super::swap_point();
+        Hiprtc::from_handle(path, v.real(0), v.load()?[0])
+    }
+
+    /// The hipRTC loaded as `lib` (a dlopen handle), named `path`, its
+    /// real file `real`.
+    pub(crate) fn from_handle(path: &Path, real: &Path, lib: *mut c_void) -> Result<Hiprtc> {
         let api = (|| -> Result<Api> {
             Ok(Api {
                 version: super::sym(lib, "hiprtcVersion")?,
@@ -145,7 +152,7 @@ impl Hiprtc {
         // HIP's own version, which MIOpen's options follow: the real
         // file's name carries it (libhiprtc.so.6.4.43484); hiprtcVersion
         // says it only since ROCm 6 (5.2's answers 9.0).
-        let version = match file_version(&real) {
+        let version = match file_version(real) {
             Some(v) => v,
             None => {
                 let (mut major, mut minor) = (0, 0);

@@ -1,16 +1,24 @@
-//! What a library hands the compile child (issue 55's findings, each here
-//! failing on the code before the fix): a header name from a library is
-//! data, never a path. Run as root, as CI does.
+//! What a library hands the compile child, and what it loads (issue 55's
+//! findings, each here failing on the code before the fix): a header name
+//! from a library is data, never a path; the comgr and every library it
+//! needs, and every directory above them, are vetted, and the file checked
+//! is the file loaded. Run as root, as CI does.
 
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::comgr::{fake_comgr, fake_comgr_with, installed, kernels_failed, verify_compile};
 use crate::in_place::{HIP64, torch_of};
-use crate::support::{Sandbox, fixtures};
+use crate::support::{Run, Sandbox, fixtures};
 
 fn as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A libMIOpen at `to` embedding `texts` (symbol, bytes) as MIOpen's build
@@ -131,4 +139,154 @@ fn a_header_name_from_the_library_never_leads_a_compiler_out_of_its_directory() 
                 torch.miopen().display()
             ));
     }
+}
+
+/// A shared library at `to` (SONAME its file name) that leaves `marker`
+/// when loaded.
+fn library_leaving(to: &Path, marker: &Path) {
+    let src = to.with_extension("c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void loaded(void) {{ FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let soname = to.file_name().unwrap().to_str().unwrap();
+    rdna1_testkit::run(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}"), "-o"])
+            .arg(to)
+            .arg(&src),
+    );
+    std::fs::remove_file(src).unwrap();
+}
+
+/// Issue 55, 3: a library the comgr needs (DT_NEEDED, found through its
+/// RUNPATH) that anyone can write, or a directory above the comgr that
+/// anyone can write, is refused before anything loads: neither the comgr
+/// nor that library runs. Vetted, both load, the library through what
+/// was checked.
+#[test]
+fn a_library_the_comgr_needs_that_anyone_can_write_is_refused_before_anything_loads() {
+    let sb = Sandbox::new();
+    let torch = installed(&sb);
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    let dep = torch.lib.join("librdna1dep.so.1");
+    let (comgr_ran, dep_ran) = (sb.root.join("comgr-loaded"), sb.root.join("dep-loaded"));
+    library_leaving(&dep, &dep_ran);
+    fake_comgr_with(
+        &comgr,
+        "FAIL",
+        &[
+            format!("-DMARKER=\"{}\"", comgr_ran.display()),
+            format!("-L{}", torch.lib.display()),
+            // Needed though no symbol of it is used.
+            "-Wl,--no-as-needed".to_owned(),
+            "-l:librdna1dep.so.1".to_owned(),
+            "-Wl,-rpath,$ORIGIN".to_owned(),
+        ],
+    );
+    let refused = |why: &str, fix: &str| {
+        kernels_failed(
+            verify_compile(&sb, &[]),
+            &format!("will not load comgr {}: {why}", comgr.display()),
+            fix,
+        );
+        assert!(!comgr_ran.exists(), "the comgr was loaded: {why}");
+        assert!(!dep_ran.exists(), "the library it needs was loaded: {why}");
+    };
+    chmod(&dep, 0o666);
+    refused(
+        &format!(
+            "{}, a library it needs, can be written by anyone (mode 666), and loading it runs its code",
+            dep.display()
+        ),
+        &format!(
+            "let only its owner write it (`chmod go-w {}`), then run this again",
+            dep.display()
+        ),
+    );
+    chmod(&dep, 0o755);
+    let site = sb.root.join("site");
+    chmod(&site, 0o777);
+    refused(
+        &format!(
+            "the directory {} above it can be written by anyone (mode 777), and loading it runs its code",
+            site.display()
+        ),
+        &format!(
+            "let only its owner write it (`chmod go-w {}`), then run this again",
+            site.display()
+        ),
+    );
+    chmod(&site, 0o755);
+    verify_compile(&sb, &[]).check_fails();
+    assert!(comgr_ran.exists() && dep_ran.exists(), "vetted, both load");
+}
+
+/// Issue 55, 3: the directory of the comgr exchanged for another between
+/// the check and the load (the failpoint `compiler-vetted`, as a racer
+/// would): what loads is the file that was checked, never the one swapped
+/// in, and the next check refuses the directory swapped in.
+#[test]
+fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
+    let sb = Sandbox::new();
+    let torch = installed(&sb);
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    fake_comgr(&comgr, "FAIL", None);
+    // The racer's copy of torch's lib dir, its comgr one that leaves a
+    // marker when loaded.
+    let evil: PathBuf = sb.root.join("site/evil");
+    std::fs::create_dir(&evil).unwrap();
+    for e in std::fs::read_dir(&torch.lib).unwrap().flatten() {
+        let to = evil.join(e.file_name());
+        match e.file_type().unwrap().is_symlink() {
+            true => std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), to),
+            false => std::fs::copy(e.path(), to).map(|_| ()),
+        }
+        .unwrap();
+    }
+    let marker = sb.root.join("swapped-in-loaded");
+    fake_comgr(&evil.join("libamd_comgr.so.2"), "FAIL", Some(&marker));
+    chmod(&evil, 0o777);
+    let prefix = sb.prefix.display().to_string();
+    let state = sb.state();
+    let mut c = Command::new("timeout");
+    c.arg("300").arg(crate::support::BIN);
+    sb.env(&mut c);
+    c.env(
+        "FAILPOINTS",
+        format!(
+            "compiler-vetted=return({},{})",
+            torch.lib.display(),
+            evil.display()
+        ),
+    )
+    .args(["verify", "--prefix", &prefix, "--state-dir", &state])
+    .args([
+        "--profile",
+        "rocm-6.4.3",
+        "--python",
+        "python3",
+        "--compile",
+    ]);
+    let run = Run::from(c.output().unwrap());
+    assert!(
+        !marker.exists(),
+        "the comgr swapped in after the check was loaded:\n{}",
+        run.stdout
+    );
+    // The first child loaded what it checked; the next one checks the
+    // directory swapped in, and refuses it.
+    let lib = torch.lib.display();
+    kernels_failed(
+        run,
+        &format!(
+            "will not load comgr {}: its directory {lib} can be written by anyone (mode 777), and loading it runs its code",
+            comgr.display()
+        ),
+        &format!("let only its owner write it (`chmod go-w {lib}`), then run this again"),
+    );
 }
