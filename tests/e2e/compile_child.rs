@@ -1,8 +1,10 @@
-//! What a library hands the compile child, and what it loads (issue 55's
-//! findings, each here failing on the code before the fix): a header name
-//! from a library is data, never a path; the comgr and every library it
-//! needs, and every directory above them, are vetted, and the file checked
-//! is the file loaded. Run as root, as CI does.
+//! What a library hands the compile child, whom the child runs as, and
+//! what it loads (issue 55's findings, each here failing on the code
+//! before the fix): a header name from a library is data, never a path; the
+//! child runs as sudo's user in a directory and environment of its own;
+//! the comgr and every library it needs, and every directory above them,
+//! are vetted, and the file checked is the file loaded. Run as root, as CI
+//! does; uid 65534 plays sudo's user.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::process::Command;
 use crate::comgr::{fake_comgr, fake_comgr_with, installed, kernels_failed, verify_compile};
 use crate::in_place::{HIP64, torch_of};
 use crate::support::{Run, Sandbox, fixtures};
+
+const NOBODY: u32 = 65534;
 
 fn as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -138,6 +142,102 @@ fn a_header_name_from_the_library_never_leads_a_compiler_out_of_its_directory() 
                 "Nothing to fix: no batch-norm kernel of {} fails for gfx1010; 3 kernels were not judged, each needing a name no compiler is handed (MIOPEN_KERNEL_BATCHNORMABS, MIOPEN_KERNEL_BATCHNORMNUL, MIOPEN_KERNEL_BATCHNORMUP); torch was left as it is",
                 torch.miopen().display()
             ));
+    }
+}
+
+/// `verify --compile` as sudo runs it (`SUDO_UID`, `SUDO_GID`, `SUDO_USER`,
+/// HOME kept as `sudo -E` keeps it, and AMD_COMGR_* variables that would
+/// have comgr write where they say), through a comgr that reports, when
+/// loaded, who it runs as, where, and with what environment.
+fn report_as(sb: &Sandbox, sudo: Option<u32>, report: &Path) -> String {
+    let _ = std::fs::remove_file(report);
+    let prefix = sb.prefix.display().to_string();
+    let state = sb.state();
+    let mut c = Command::new("timeout");
+    c.arg("300").arg(crate::support::BIN);
+    sb.env(&mut c);
+    if let Some(uid) = sudo {
+        c.env("SUDO_UID", uid.to_string())
+            .env("SUDO_GID", uid.to_string())
+            .env("SUDO_USER", "nobody");
+    }
+    c.env("AMD_COMGR_SAVE_TEMPS", "1")
+        .env("AMD_COMGR_REDIRECT_LOGS", sb.root.join("comgr-log"))
+        .env("AMD_COMGR_EMIT_VERBOSE_LOGS", "1");
+    c.args(["verify", "--prefix", &prefix, "--state-dir", &state])
+        .args([
+            "--profile",
+            "rocm-6.4.3",
+            "--python",
+            "python3",
+            "--compile",
+        ]);
+    let run = Run::from(c.output().unwrap()).check_fails();
+    std::fs::read_to_string(report).unwrap_or_else(|e| {
+        panic!(
+            "the comgr was not loaded ({e}):\n{}\n{}",
+            run.stdout, run.stderr
+        )
+    })
+}
+
+/// Issue 55, 2: under sudo the compile child drops to the invoking user
+/// (no supplementary groups) before it loads the comgr; as plain root it
+/// stays root. Either way it starts in an empty directory of its own, its
+/// cwd, TMPDIR and HOME, removed afterwards, with only the environment
+/// the tool builds: no AMD_COMGR_* of the caller's reaches comgr.
+#[test]
+fn the_compile_child_runs_as_sudos_user_in_a_directory_and_environment_of_its_own() {
+    if !as_root() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let torch = installed(&sb);
+    // Where uid 65534 can write its report.
+    let out = tempfile::tempdir().unwrap();
+    chmod(out.path(), 0o777);
+    let report = out.path().join("report");
+    fake_comgr_with(
+        &torch.lib.join("libamd_comgr.so.2"),
+        "FAIL",
+        &[format!("-DREPORT=\"{}\"", report.display())],
+    );
+    for (sudo, id) in [(Some(NOBODY), NOBODY), (None, 0)] {
+        let said = report_as(&sb, sudo, &report);
+        let lines: Vec<&str> = said.lines().collect();
+        assert_eq!(lines[0], format!("uid {id} {id} {id}"), "{said}");
+        assert_eq!(lines[1], format!("gid {id} {id} {id}"), "{said}");
+        if sudo.is_some() {
+            assert_eq!(lines[2], "groups 0", "no supplementary group: {said}");
+        }
+        let cwd = lines[3].strip_prefix("cwd ").unwrap();
+        // Under sudo in /tmp, which the user can enter wherever torch lies.
+        let temp = match sudo {
+            Some(_) => PathBuf::from("/tmp"),
+            None => std::env::temp_dir(),
+        };
+        assert!(
+            cwd.starts_with(&format!("{}/rdna1-patch-compile-", temp.display())),
+            "a directory of its own: {said}"
+        );
+        assert_eq!(lines[4], "entries 0", "empty: {said}");
+        assert!(!Path::new(cwd).exists(), "removed afterwards: {cwd}");
+        let mut env: Vec<&str> = lines[5..]
+            .iter()
+            .map(|l| l.strip_prefix("env ").unwrap())
+            .collect();
+        env.sort_unstable();
+        assert_eq!(
+            env,
+            [
+                format!("HOME={cwd}"),
+                "PATH=/usr/bin:/bin".to_owned(),
+                "RDNA1_PATCH_COMGR_CHILD=1".to_owned(),
+                format!("TMPDIR={cwd}"),
+            ],
+            "{said}"
+        );
+        assert!(!sb.root.join("comgr-log").exists());
     }
 }
 
