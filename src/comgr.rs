@@ -7,19 +7,20 @@
 //!
 //! comgr 3 renumbered its actions, so the numbers come from its version.
 //!
-//! Loading a comgr runs its code: only one no one else could have written
-//! is loaded ([`check_trusted`]), and the check runs it in a child process
-//! ([`child`]) under a time limit, its answers bounded.
+//! Loading a comgr runs its code: only one no one else could have written,
+//! needing only libraries no one else could have written, is loaded
+//! ([`vet`]), from the very files checked, and the check runs it in a
+//! child process ([`child`]) under a time limit, its answers bounded, as
+//! the user root acts for under sudo.
 
 pub mod child;
 pub mod hiprtc;
+pub mod vet;
 
 use std::ffi::{CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow, bail};
-
-use crate::error::hint;
+use anyhow::{Result, anyhow, bail};
 
 const DATA_SOURCE: u32 = 1;
 const DATA_LOG: u32 = 5;
@@ -124,75 +125,43 @@ fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T> {
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
 }
 
-/// Refuse a comgr that someone else could have written: loading it runs
-/// its code as this process's user. The file, its directory and, for a
-/// symlink, the directory the name is in, must be owned by this user or
-/// root and writable by no group or other; as root, by root alone.
-/// Returns the file's real path, the one to load.
+/// Refuse a comgr (or hipRTC) that someone else could have written, or
+/// that needs a library someone else could have written ([`vet`]):
+/// loading it runs its code as this process's user. Returns the file's
+/// real path. The compile child vets again what it loads, and loads what
+/// it vetted.
 pub fn check_trusted(path: &Path) -> Result<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let real = path
-        .canonicalize()
-        .with_context(|| format!("cannot find {}", path.display()))?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let dir = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_owned();
-    let mut checked = vec![dir(path), real.clone(), dir(&real)];
-    checked.dedup();
-    for p in &checked {
-        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
-        let what = if *p == real {
-            "it".to_owned()
-        } else {
-            format!("its directory {}", p.display())
+    let v = vet::vet(&[path], crate::owner::invoking_user())?;
+    Ok(v.real(0).to_owned())
+}
+
+/// A test's race between the check of a compiler and its load (cargo
+/// feature `failpoints`): `FAILPOINTS=compiler-vetted=return(A,B)`
+/// exchanges the directories A and B there, as someone who could write
+/// them would between the check and the load.
+pub(crate) fn swap_point() {
+    #[cfg(feature = "failpoints")]
+    fail::eval("compiler-vetted", |arg: Option<String>| {
+        let arg = arg.unwrap_or_default();
+        let Some((a, b)) = arg.split_once(',') else {
+            return;
         };
-        let refuse = |why: String, help: String| {
-            hint(
-                format!(
-                    "will not load {} {}: {what} {why}",
-                    kind(path),
-                    path.display()
-                ),
-                help,
+        let (a, b) = (
+            CString::new(a).expect("a path"),
+            CString::new(b).expect("a path"),
+        );
+        // SAFETY: two NUL-terminated paths; renameat2 only reads them.
+        let done = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
             )
         };
-        if meta.mode() & 0o022 != 0 {
-            let who = if meta.mode() & 0o002 != 0 {
-                "anyone"
-            } else {
-                "its group"
-            };
-            return Err(refuse(
-                format!(
-                    "can be written by {who} (mode {:o}), and loading it runs its code",
-                    meta.mode() & 0o7777
-                ),
-                format!(
-                    "let only its owner write it (`chmod go-w {}`), then run this again",
-                    p.display()
-                ),
-            ));
-        }
-        let owner = meta.uid();
-        // Under sudo, the user it acts for is trusted with their own torch
-        // (SECURITY.md's privilege rule); anyone else is not.
-        if owner != euid && owner != 0 && Some(owner) != crate::owner::invoking_user() {
-            return Err(if euid == 0 {
-                refuse(
-                    format!(
-                        "belongs to uid {owner}, and rdna1-patch runs as root: loading it would run that user's code as root"
-                    ),
-                    "run rdna1-patch as the user who owns torch, without sudo".to_owned(),
-                )
-            } else {
-                refuse(
-                    format!("belongs to uid {owner}, neither you (uid {euid}) nor root"),
-                    "run rdna1-patch as the user who owns torch".to_owned(),
-                )
-            });
-        }
-    }
-    Ok(real)
+        assert_eq!(done, 0, "the failpoint could not exchange {arg}");
+    });
 }
 
 /// Which compiler a path names, for a message.
@@ -203,37 +172,30 @@ fn kind(path: &Path) -> &'static str {
     }
 }
 
-/// dlopen `real` (the checked path of `path`) for good: a compiler stays
-/// loaded for the child's life.
-fn dlopen(real: &Path, path: &Path) -> Result<*mut c_void> {
-    let c = CString::new(real.as_os_str().as_encoded_bytes())
-        .map_err(|_| anyhow!("{} has a NUL in its name", path.display()))?;
-    // SAFETY: loading a shared library runs its constructors: it is the
-    // compiler torch's MIOpen itself loads, from where only its owner or root can
-    // write, and the compile check loads it in a child process.
-    let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if lib.is_null() {
-        // SAFETY: dlerror returns a C string or null.
-        let why = unsafe { libc::dlerror() };
-        let why = if why.is_null() {
-            "unknown".to_owned()
-        } else {
-            // SAFETY: non-null C string from dlerror.
-            unsafe { std::ffi::CStr::from_ptr(why) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        bail!("cannot load {}: {why}", path.display());
+/// What dlopen said last.
+fn dlerror() -> String {
+    // SAFETY: dlerror returns a C string or null.
+    let why = unsafe { libc::dlerror() };
+    if why.is_null() {
+        return "unknown".to_owned();
     }
-    Ok(lib)
+    // SAFETY: non-null C string from dlerror.
+    unsafe { std::ffi::CStr::from_ptr(why) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Comgr {
-    /// Load the comgr at `path` (the user's own, as torch loads it), once
-    /// [`check_trusted`] has passed it.
+    /// Load the comgr at `path` (the user's own, as torch loads it) in
+    /// this process, once [`vet`] has passed it and all it needs.
     pub fn open(path: &Path) -> Result<Comgr> {
-        let real = check_trusted(path)?;
-        let lib = dlopen(&real, path)?;
+        let v = vet::vet(&[path], crate::owner::invoking_user())?;
+        swap_point();
+        Comgr::from_handle(path, v.load()?[0])
+    }
+
+    /// The comgr loaded as `lib` (a dlopen handle), named `path`.
+    pub(crate) fn from_handle(path: &Path, lib: *mut c_void) -> Result<Comgr> {
         let api = (|| -> Result<Api> {
             Ok(Api {
                 get_version: sym(lib, "amd_comgr_get_version")?,

@@ -381,12 +381,18 @@ impl Diagnosis {
     }
 
     /// The kernels not judged: compiled for no card in any case, the DPP
-    /// reduction aside. Named, never edited.
+    /// reduction aside, or needing a name no compiler is handed. Named,
+    /// never edited.
     pub fn not_judged(&self) -> Vec<String> {
         self.judgement
             .iter()
             .flat_map(|j| &j.kernels)
-            .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
+            .filter(|k| {
+                matches!(
+                    k.verdict,
+                    verdict::Verdict::NotJudged { .. } | verdict::Verdict::Refused { .. }
+                )
+            })
             .map(|k| k.name.clone())
             .collect()
     }
@@ -396,20 +402,45 @@ impl Diagnosis {
     /// counted as compiling.
     pub fn nothing_to_fix_line(&self) -> String {
         let lib = self.library.display();
-        let not = self.not_judged();
-        match not.len() {
+        let kernels = || self.judgement.iter().flat_map(|j| &j.kernels);
+        let names = |v: &[&verdict::Kernel]| {
+            v.iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let not: Vec<_> = kernels()
+            .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
+            .collect();
+        let refused: Vec<_> = kernels()
+            .filter(|k| matches!(k.verdict, verdict::Verdict::Refused { .. }))
+            .collect();
+        let mut line = match not.len() + refused.len() {
             0 => format!(
                 "to fix: every batch-norm kernel of {lib} compiles for {} in every case",
                 self.target
             ),
-            n => format!(
-                "to fix in the kernels that could be judged: every other batch-norm kernel of {lib} compiles for {} in every case; {} not judged, no case of it compiling even for {} ({}), and left as it is",
-                self.target,
-                crate::output::count(n, "kernel was", "kernels were"),
-                verdict::CONTROL,
-                not.join(", ")
+            _ => format!(
+                "to fix in the kernels that could be judged: every other batch-norm kernel of {lib} compiles for {} in every case",
+                self.target
             ),
+        };
+        if !not.is_empty() {
+            line.push_str(&format!(
+                "; {} not judged, no case of it compiling even for {} ({}), and left as it is",
+                crate::output::count(not.len(), "kernel was", "kernels were"),
+                verdict::CONTROL,
+                names(&not)
+            ));
         }
+        if !refused.is_empty() {
+            line.push_str(&format!(
+                "; {} not judged, each needing a name no compiler is handed ({})",
+                crate::output::count(refused.len(), "kernel was", "kernels were"),
+                names(&refused)
+            ));
+        }
+        line
     }
 
     /// The error for no compiler, unless an unproven fix was asked for.

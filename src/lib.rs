@@ -28,6 +28,8 @@ pub mod inplace;
 pub(crate) mod inspect;
 pub(crate) mod interrupt;
 pub mod kernel_text;
+/// Public for the tests that hold its answers against `ldd`'s.
+pub mod loader;
 pub(crate) mod output;
 pub(crate) mod owner;
 pub(crate) mod packages;

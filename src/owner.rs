@@ -38,6 +38,27 @@ pub fn invoking_user() -> Option<u32> {
         .filter(|&u| u != 0)
 }
 
+/// Whom root runs the compile child as under sudo: sudo's user and group
+/// (`SUDO_UID`, `SUDO_GID`); None when not root or not under sudo (a root
+/// shell compiles as root, and then loads root's files alone).
+pub fn sudo_identity() -> anyhow::Result<Option<(u32, u32)>> {
+    let Some(uid) = invoking_user() else {
+        return Ok(None);
+    };
+    match std::env::var("SUDO_GID")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        Some(gid) => Ok(Some((uid, gid))),
+        None => Err(crate::error::hint(
+            format!(
+                "SUDO_UID is {uid} and SUDO_GID is not a group id, so whom to compile as cannot be told; nothing was compiled"
+            ),
+            "run rdna1-patch through sudo, which sets both, or unset SUDO_UID to act as root alone",
+        )),
+    }
+}
+
 /// Someone besides root who can change a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Who {

@@ -20,7 +20,7 @@ mod proof;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
 pub use proof::{Proof, Reached, Unproven, prove};
-pub use source::{Lang, Source, Unit, kernels};
+pub use source::{Lang, Source, Unit, kernels, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
@@ -81,6 +81,10 @@ pub enum Verdict {
     /// defines a solver passes here (a define this check does not know, a
     /// missing header), so it says nothing of gfx101x. Never edited.
     NotJudged { case: String, error: String },
+    /// Never compiled: it needs a name no compiler is handed
+    /// ([`Unit::refused`]: a header name that leads out of the
+    /// compiler's directory), said with the name.
+    Refused { error: String },
 }
 
 impl Verdict {
@@ -102,6 +106,9 @@ impl Verdict {
             Verdict::FailsOtherwise { case, error } => format!("fails ({case}: {error})"),
             Verdict::NotJudged { case, error } => {
                 format!("not judged: no case compiles, even for {CONTROL} ({case}: {error})")
+            }
+            Verdict::Refused { error } => {
+                format!("not judged: {error}; nothing was compiled for it")
             }
         }
     }
@@ -154,9 +161,9 @@ pub enum Outcome {
 
 impl Judgement {
     pub fn outcome(&self) -> Outcome {
-        let Some(first) = self.kernels.first() else {
+        if self.kernels.is_empty() {
             return Outcome::NoKernels;
-        };
+        }
         // hipRTC without the C++ standard headers compiles no HIP kernel
         // for any card, at run time either: not fixable here, and said.
         let blocks = |v: &Verdict| match v {
@@ -172,14 +179,23 @@ impl Judgement {
                 error: k.verdict.describe(),
             };
         }
-        if self
+        // Not one compiled, even for the control (kernels never compiled
+        // for their names aside): the first that was tried says why.
+        let tried = self
             .kernels
             .iter()
-            .all(|k| matches!(k.verdict, Verdict::NotJudged { .. }))
+            .find(|k| matches!(k.verdict, Verdict::NotJudged { .. }));
+        if let Some(tried) = tried
+            && self.kernels.iter().all(|k| {
+                matches!(
+                    k.verdict,
+                    Verdict::NotJudged { .. } | Verdict::Refused { .. }
+                )
+            })
         {
             return Outcome::NothingCompiles {
-                kernel: first.name.clone(),
-                error: first.verdict.describe(),
+                kernel: tried.name.clone(),
+                error: tried.verdict.describe(),
             };
         }
         match self.kernels.iter().any(|k| k.verdict.fails()) {
@@ -225,6 +241,17 @@ pub fn judge_text(
     arch: &str,
     compiles: &mut usize,
 ) -> anyhow::Result<Kernel> {
+    // A name that would lead a compiler out of its directory: nothing is
+    // compiled, and the kernel is said not judged, with the name.
+    if let Some(error) = unit.refused() {
+        return Ok(Kernel {
+            name: unit.name.clone(),
+            cases: 0,
+            failing: 0,
+            control_too: 0,
+            verdict: Verdict::Refused { error },
+        });
+    }
     let cases = unit.cases();
     let asked: Vec<Vec<String>> = cases.iter().map(|c| unit.defines(arch, c)).collect();
     let failed: Vec<(usize, String)> = compile_all(compiler, unit, arch, &asked, compiles)?

@@ -6,6 +6,14 @@
 //! child's process group past it. A comgr that hangs, aborts, or answers
 //! without bound costs a failed check, not the run, and none of its code
 //! runs in the process that writes to torch.
+//!
+//! The child runs with no more privilege than the files it reads: under
+//! sudo it drops to sudo's user (no supplementary groups, then the group,
+//! then the user, checked) once it has vetted and opened what it loads
+//! ([`super::vet`]) and before any of it runs. It starts in an empty
+//! directory of its own, its cwd, TMPDIR and HOME, removed afterwards,
+//! with an environment the tool builds ([`CHILD_PATH`] and those three,
+//! nothing of the caller's: no `AMD_COMGR_*`, no `LD_*`).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +30,9 @@ use crate::verdict::Lang;
 /// Set (to anything) in the child's environment: `cli::main` then serves a
 /// batch instead of parsing a command line.
 pub const CHILD_ENV: &str = "RDNA1_PATCH_COMGR_CHILD";
+
+/// The child's PATH: the system's programs, none of the caller's.
+pub const CHILD_PATH: &str = "/usr/bin:/bin";
 
 /// The most a request may be: every kernel text of two libraries is a few MB.
 const REQUEST_CAP: u64 = 256 << 20;
@@ -177,6 +188,16 @@ fn compile_one(
     s: &Source,
     job: &Job,
 ) -> std::result::Result<Vec<u8>, String> {
+    // The names comgr writes files by: only plain relative ones, whoever
+    // made the batch (`verdict::Unit::refused` keeps the others out first).
+    let names = std::iter::once(&s.name).chain(s.headers.iter().map(|h| &h.name));
+    for name in names {
+        if let Some(how) = crate::verdict::unplain(name) {
+            return Err(format!(
+                "{name:?} is {how}, and a compiler is handed only plain relative names"
+            ));
+        }
+    }
     match (s.lang, hiprtc) {
         (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
         (Lang::Hip, Some(rtc)) => {
@@ -210,6 +231,11 @@ fn cut(mut text: String, cap: usize) -> String {
 struct Request {
     compilers: Compilers,
     batch: Batch,
+    /// The user root acts for under sudo, trusted with their own files
+    /// (`owner::invoking_user`): the child's environment has no SUDO_UID.
+    trusted: Option<u32>,
+    /// Whom to compile as (`owner::sudo_identity`): None stays as is.
+    run_as: Option<(u32, u32)>,
 }
 
 /// The child's first line: the comgr it loaded, or why it did not.
@@ -243,15 +269,32 @@ pub fn compile_with(
     limit: Duration,
 ) -> Result<Answers> {
     let comgr = compilers.comgr.as_path();
+    let run_as = crate::owner::sudo_identity()?;
     let request = serde_json::to_vec(&Request {
         compilers: compilers.clone(),
         batch: batch.clone(),
+        trusted: crate::owner::invoking_user(),
+        run_as,
     })?;
+    let home = own_dir(run_as)?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.env(CHILD_ENV, "1");
+    cmd.env_clear()
+        .env(CHILD_ENV, "1")
+        .env("HOME", home.path())
+        .env("TMPDIR", home.path())
+        .env("PATH", CHILD_PATH)
+        .current_dir(home.path());
+    // The tests' failpoints (cargo feature `failpoints`) reach it too.
+    #[cfg(feature = "failpoints")]
+    if let Some(f) = std::env::var_os("FAILPOINTS") {
+        cmd.env("FAILPOINTS", f);
+    }
     let jobs = u32::try_from(batch.jobs.len()).unwrap_or(u32::MAX);
     let total = limit.saturating_mul(jobs.saturating_add(1));
-    let out = crate::proc::run_fed(cmd, request, limit, total)?;
+    let out = crate::proc::run_fed(cmd, request, limit, total);
+    // What the compile left there goes with it.
+    let _ = home.close();
+    let out = out?;
     let mut lines = out.stdout.lines();
     let hello: Option<Hello> = lines.next().and_then(|l| serde_json::from_str(l).ok());
     let (version, hiprtc) = match hello {
@@ -302,6 +345,82 @@ pub fn compile_with(
     })
 }
 
+/// The child's own empty directory: in the temp dir, or under sudo in
+/// /tmp, which the user it runs as can enter wherever torch lies; theirs
+/// (`run_as`); removed when it goes.
+fn own_dir(run_as: Option<(u32, u32)>) -> Result<tempfile::TempDir> {
+    let base = match run_as {
+        Some(_) => PathBuf::from("/tmp"),
+        None => std::env::temp_dir(),
+    };
+    let cannot = |e: std::io::Error| {
+        hint(
+            format!(
+                "cannot make a directory for the compile in {}: {e}",
+                base.display()
+            ),
+            format!(
+                "let rdna1-patch make a directory in {} (or set TMPDIR to one it can), then run this again",
+                base.display()
+            ),
+        )
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("rdna1-patch-compile-")
+        .tempdir_in(&base)
+        .map_err(cannot)?;
+    if let Some((uid, gid)) = run_as {
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).map_err(cannot)?;
+    }
+    Ok(dir)
+}
+
+/// Drop to `uid` and `gid` for good, in the order that leaves nothing of
+/// root's: no supplementary group, the group, the user; then checked,
+/// root's ids gone from every slot and not to be had back.
+fn become_user(uid: u32, gid: u32) -> Result<()> {
+    let help = "run rdna1-patch as that user, without sudo";
+    let failed = |what: &str| {
+        hint(
+            format!(
+                "the compile could not drop to uid {uid} gid {gid} (sudo's user): {what} failed: {}; nothing was loaded",
+                std::io::Error::last_os_error()
+            ),
+            help,
+        )
+    };
+    // SAFETY: plain credential calls, in the child before any library
+    // of the compiler's is loaded; out-pointers to locals.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(failed("setgroups"));
+        }
+        if libc::setgid(gid) != 0 {
+            return Err(failed("setgid"));
+        }
+        if libc::setuid(uid) != 0 {
+            return Err(failed("setuid"));
+        }
+        let (mut r, mut e, mut s) = (0, 0, 0);
+        let (mut rg, mut eg, mut sg) = (0, 0, 0);
+        let dropped = libc::getresuid(&raw mut r, &raw mut e, &raw mut s) == 0
+            && [r, e, s] == [uid; 3]
+            && libc::getresgid(&raw mut rg, &raw mut eg, &raw mut sg) == 0
+            && [rg, eg, sg] == [gid; 3]
+            && libc::getgroups(0, std::ptr::null_mut()) == 0
+            && (uid == 0 || libc::setuid(0) != 0);
+        if !dropped {
+            return Err(hint(
+                format!(
+                    "the compile kept more than uid {uid} gid {gid} (sudo's user) after dropping to them; nothing was loaded"
+                ),
+                help,
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How a child that stopped short ended, and the last thing it said.
 fn ended(out: &crate::proc::Output) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -339,6 +458,8 @@ fn signal_name(sig: i32) -> &'static str {
 /// comgr prints goes to stderr, which the parent reads apart.
 pub fn serve() -> std::process::ExitCode {
     use std::os::fd::FromRawFd;
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     // SAFETY: plain descriptor calls at the start of the process, before
     // any thread or library uses descriptors 1 and 2. The kept copy is
     // close-on-exec: a program comgr starts never writes to it.
@@ -365,16 +486,7 @@ pub fn serve() -> std::process::ExitCode {
         })
         .unwrap_or_default()
     };
-    let request = read_request();
-    let loaded = request.and_then(|r| {
-        let rtc = r
-            .compilers
-            .hiprtc
-            .as_deref()
-            .map(Hiprtc::open)
-            .transpose()?;
-        Ok((Comgr::open(&r.compilers.comgr)?, rtc, r.batch))
-    });
+    let loaded = read_request().and_then(load);
     let (comgr, rtc, batch) = match loaded {
         Ok(l) => l,
         Err(e) => {
@@ -391,6 +503,26 @@ pub fn serve() -> std::process::ExitCode {
         say(serde_json::to_string(a).unwrap_or_default());
     });
     std::process::ExitCode::SUCCESS
+}
+
+/// Vet what the request names and everything it needs, holding each file
+/// open; drop to sudo's user; load what was vetted.
+fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
+    let wanted: Vec<&Path> = std::iter::once(r.compilers.comgr.as_path())
+        .chain(r.compilers.hiprtc.as_deref())
+        .collect();
+    let vetted = super::vet::vet(&wanted, r.trusted)?;
+    super::swap_point();
+    if let Some((uid, gid)) = r.run_as {
+        become_user(uid, gid)?;
+    }
+    let handles = vetted.load()?;
+    let comgr = Comgr::from_handle(&r.compilers.comgr, handles[0])?;
+    let rtc = match &r.compilers.hiprtc {
+        Some(p) => Some(Hiprtc::from_handle(p, vetted.real(1), handles[1])?),
+        None => None,
+    };
+    Ok((comgr, rtc, r.batch))
 }
 
 fn read_request() -> Result<Request> {

@@ -192,10 +192,17 @@ impl Drop for Owned<'_> {
 }
 
 impl Hiprtc {
-    /// Load the hipRTC at `path`, once `check_trusted` has passed it.
+    /// Load the hipRTC at `path` in this process, once `vet` has passed it
+    /// and all it needs.
     pub fn open(path: &Path) -> Result<Hiprtc> {
-        let real = super::check_trusted(path)?;
-        let lib = super::dlopen(&real, path)?;
+        let v = super::vet::vet(&[path], crate::owner::invoking_user())?;
+        super::swap_point();
+        Hiprtc::from_handle(path, v.real(0), v.load()?[0])
+    }
+
+    /// The hipRTC loaded as `lib` (a dlopen handle), named `path`, its
+    /// real file `real`.
+    pub(crate) fn from_handle(path: &Path, real: &Path, lib: *mut c_void) -> Result<Hiprtc> {
         let api = (|| -> Result<Api> {
             Ok(Api {
                 version: super::sym(lib, "hiprtcVersion")?,
@@ -215,7 +222,7 @@ impl Hiprtc {
             let status = unsafe { (api.version)(&raw mut major, &raw mut minor) };
             (status == 0).then_some((major as usize, minor as usize))
         };
-        let version = version(&real, asked)
+        let version = version(real, asked)
             .ok_or_else(|| anyhow!("{} does not say its version", path.display()))?;
         Ok(Hiprtc {
             path: path.to_owned(),

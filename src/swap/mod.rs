@@ -1,5 +1,5 @@
 //! The swap into torch: `torch` finds it, `relink` fits the library to it,
-//! `linker` works out what the loader would load (reading
+//! `linker` (`crate::loader`) works out what the loader would load (reading
 //! ELF headers and `ld_cache`, running nothing), `txn` journals the swap, `into_torch` is the
 //! operation of `install --into-torch`, `out_of_torch` that of `rollback`;
 //! `advice` says what HSA_OVERRIDE_GFX_VERSION torch's GPU code needs.
@@ -8,9 +8,9 @@ pub(crate) mod advice;
 pub(crate) mod into_system;
 pub(crate) mod into_torch;
 pub(crate) mod kernel_cache;
-pub(crate) mod ld_cache;
-/// Public for the tests that hold its answers against `ldd`'s.
-pub mod linker;
+/// What the loader would load (`crate::loader`, which the compile child
+/// reads too), by the name the swap's modules know it.
+pub use crate::loader as linker;
 pub(crate) mod links;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;

@@ -21,6 +21,9 @@ pub enum Unproven {
     /// The edit changed the code a kernel compiles to for the control,
     /// in a case that compiled before, where it must change nothing.
     ControlChanged { kernel: String, case: String },
+    /// The edit changed a kernel that is never compiled
+    /// ([`Verdict::Refused`]): nothing can show the control unchanged.
+    Refused { kernel: String, error: String },
 }
 
 /// A `row_bcast` line a kernel still reaches after the fix: in which text
@@ -63,6 +66,10 @@ impl std::fmt::Display for Unproven {
                 f,
                 "the fix changes the code {kernel} compiles to for {CONTROL} ({case}), where it must change nothing"
             ),
+            Unproven::Refused { kernel, error } => write!(
+                f,
+                "the fix changes {kernel}, which is never compiled: {error}"
+            ),
         }
     }
 }
@@ -97,6 +104,14 @@ pub fn prove(
             let k = judge_text(compiler, &unit, arch, &mut compiles)?;
             let (case, error) = match k.verdict {
                 Verdict::Compiles => continue,
+                // Never compiled, so never edited: said as not judged (an
+                // edit of it is refused below).
+                Verdict::Refused { .. } => {
+                    if !not_judged.contains(&s.name) {
+                        not_judged.push(s.name.clone());
+                    }
+                    continue;
+                }
                 Verdict::NotJudged { case, error } => {
                     // Not judged, and left alone: it compiles nowhere, and
                     // did not before either (a header the edit changed
@@ -132,9 +147,38 @@ pub fn prove(
             }));
         }
     }
+    let control_now_compiles =
+        match control_unchanged(compiler, &sources, pristine, fixed, &mut compiles)? {
+            Ok(n) => n,
+            Err(why) => return Ok(Err(why)),
+        };
+    Ok(Ok(Proof {
+        kernels: sources.len() - not_judged.len(),
+        not_judged,
+        control_now_compiles,
+        compiles,
+    }))
+}
+
+/// Every kernel the edit changed compiles for the control, in each case
+/// that compiled before, to the very code it compiled to; how many of the
+/// control's cases that failed before compile after.
+fn control_unchanged(
+    compiler: &dyn Compiler,
+    sources: &[super::Source],
+    pristine: &[u8],
+    fixed: &[u8],
+    compiles: &mut usize,
+) -> anyhow::Result<std::result::Result<usize, Unproven>> {
     let mut control_now_compiles = 0;
     for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
         let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
+        if let Some(error) = before.refused().or_else(|| after.refused()) {
+            return Ok(Err(Unproven::Refused {
+                kernel: s.name.clone(),
+                error,
+            }));
+        }
         let cases = before.cases();
         let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
         let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
@@ -146,10 +190,7 @@ pub fn prove(
                 })
                 .collect())
         };
-        let (was, is) = (
-            objects(&before, &mut compiles)?,
-            objects(&after, &mut compiles)?,
-        );
+        let (was, is) = (objects(&before, compiles)?, objects(&after, compiles)?);
         for i in 0..cases.len() {
             match (&was[i], &is[i]) {
                 // A case that failed for the control before may compile
@@ -165,12 +206,7 @@ pub fn prove(
             }
         }
     }
-    Ok(Ok(Proof {
-        kernels: sources.len() - not_judged.len(),
-        not_judged,
-        control_now_compiles,
-        compiles,
-    }))
+    Ok(Ok(control_now_compiles))
 }
 
 /// Whether any case of `unit` compiles for the control or a gfx101x

@@ -85,7 +85,9 @@ fn is_batch_norm(name: &str, text: &[u8]) -> bool {
 /// The headers a HIP text includes (`#include "name"`), and theirs, as
 /// MIOpen hands them to hipRTC: by include name, each the embedded
 /// `MIOPEN_KERNEL_<STEM>_INCLUDE`. One it includes and the library lacks is
-/// left to hipRTC, which says so, as it would at run time.
+/// left to hipRTC, which says so, as it would at run time. The names are
+/// the library's, unchecked: [`Unit::refused`] says which may not reach
+/// a compiler.
 fn includes(
     texts: &[Text],
     library: &[u8],
@@ -94,28 +96,14 @@ fn includes(
     let mut out: Vec<(String, std::ops::Range<usize>)> = Vec::new();
     let mut todo = vec![kernel.range.clone()];
     while let Some(range) = todo.pop() {
-        let text = String::from_utf8_lossy(&library[range]);
-        for line in text.lines() {
-            let Some(rest) = line.trim_start().strip_prefix('#') else {
-                continue;
-            };
-            let Some(rest) = rest.trim_start().strip_prefix("include") else {
-                continue;
-            };
-            let Some(name) = rest
-                .trim()
-                .strip_prefix('"')
-                .and_then(|r| r.split('"').next())
-            else {
-                continue;
-            };
-            if out.iter().any(|(n, _)| n == name) {
+        for name in include_names(&library[range]) {
+            if out.iter().any(|(n, _)| *n == name) {
                 continue;
             }
-            let stem = std::path::Path::new(name)
+            let stem = std::path::Path::new(&name)
                 .file_stem()
                 .and_then(|s| s.to_str())
-                .unwrap_or(name);
+                .unwrap_or(&name);
             let symbol: String = stem
                 .chars()
                 .map(|c| match c.is_ascii_alphanumeric() {
@@ -125,12 +113,47 @@ fn includes(
                 .collect();
             let symbol = format!("MIOPEN_KERNEL_{symbol}_INCLUDE");
             if let Some(h) = texts.iter().find(|t| t.name == symbol) {
-                out.push((name.to_owned(), h.range.clone()));
+                out.push((name, h.range.clone()));
                 todo.push(h.range.clone());
             }
         }
     }
     Ok(out)
+}
+
+/// The names a text includes in quotes (`#include "name"`), as written:
+/// bytes of the library, never yet a path.
+fn include_names(text: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(text);
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim_start().strip_prefix('#')?;
+            let rest = rest.trim_start().strip_prefix("include")?;
+            let name = rest.trim().strip_prefix('"')?.split('"').next()?;
+            Some(name.to_owned())
+        })
+        .collect()
+}
+
+/// Why `name` (from a library) is not a plain relative name, the only kind
+/// handed to a compiler: comgr writes each header it is handed under
+/// `<tmp>/comgr-XXXX/include/<name>`, and clang opens an included name
+/// from its directory, so `..`, a leading `/`, a NUL or a backslash would
+/// lead it elsewhere. None: the name is plain.
+pub fn unplain(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("an empty name")
+    } else if name.contains('\0') {
+        Some("a name with a NUL in it")
+    } else if name.contains('\\') {
+        Some("a name with a backslash in it")
+    } else if name.starts_with('/') {
+        Some("an absolute name")
+    } else if name.split('/').any(|c| c == "..") {
+        Some("a name with a \"..\" component")
+    } else {
+        None
+    }
 }
 
 /// One kernel text with its headers, as compiled: owned, so that a copy
@@ -161,6 +184,25 @@ impl Unit {
             all.extend_from_slice(h);
         }
         all
+    }
+
+    /// Why this text is not compiled at all: a name it would hand a
+    /// compiler (its own, a header's, one its text or a header includes)
+    /// that is not plain ([`unplain`]). None: every name is plain.
+    pub fn refused(&self) -> Option<String> {
+        let why = |what: &str, name: &str, how: &str| {
+            format!("{what} {name:?}, {how}, and a compiler is handed only plain relative names")
+        };
+        if let Some(how) = unplain(&self.name) {
+            return Some(why("it is named", &self.name, how));
+        }
+        let included = std::iter::once(&self.text)
+            .chain(self.headers.iter().map(|(_, t)| t))
+            .flat_map(|t| include_names(t));
+        let named = self.headers.iter().map(|(n, _)| n.clone());
+        named
+            .chain(included)
+            .find_map(|n| unplain(&n).map(|how| why("it includes", &n, how)))
     }
 
     pub fn cases(&self) -> Vec<Case> {
@@ -210,5 +252,48 @@ impl Unit {
             arch,
             defines,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_relative_name_is_handed_to_a_compiler() {
+        for plain in ["configuration.hpp", "miopen/bn.hpp", "a..b.hpp", "./x.h"] {
+            assert_eq!(unplain(plain), None, "{plain}");
+        }
+        assert_eq!(unplain(""), Some("an empty name"));
+        assert_eq!(unplain("../../x"), Some("a name with a \"..\" component"));
+        assert_eq!(unplain("a/../b"), Some("a name with a \"..\" component"));
+        assert_eq!(unplain("/abs/x"), Some("an absolute name"));
+        assert_eq!(unplain("x\0.hpp"), Some("a name with a NUL in it"));
+        assert_eq!(unplain("..\\x"), Some("a name with a backslash in it"));
+    }
+
+    #[test]
+    fn a_unit_is_refused_for_any_name_it_would_hand_a_compiler() {
+        let unit = |name: &str, text: &str, headers: &[(&str, &str)]| Unit {
+            name: name.into(),
+            lang: Lang::Hip,
+            text: text.as_bytes().to_vec(),
+            headers: headers
+                .iter()
+                .map(|(n, t)| ((*n).to_owned(), t.as_bytes().to_vec()))
+                .collect(),
+        };
+        assert_eq!(
+            unit("K", "#include \"a.hpp\"\n", &[("a.hpp", "")]).refused(),
+            None
+        );
+        assert_eq!(
+            unit("K", "#include \"a.hpp\"\n", &[("a.hpp", "#include \"/etc/x\"\n")]).refused(),
+            Some("it includes \"/etc/x\", an absolute name, and a compiler is handed only plain relative names".into())
+        );
+        assert_eq!(
+            unit("../K", "", &[]).refused(),
+            Some("it is named \"../K\", a name with a \"..\" component, and a compiler is handed only plain relative names".into())
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::support::{Run, Sandbox, check_row, fixtures};
 
 /// A native torch (code for gfx1010) with its library fixed in place, so
 /// verify has a prefix, a torch, and an original to compile.
-fn installed(sb: &Sandbox) -> FakeTorch {
+pub(crate) fn installed(sb: &Sandbox) -> FakeTorch {
     let torch = crate::in_place::torch_of(sb, "2.6.0+rocm6.4", "6.4.43484-123eb5128", &["gfx1010"]);
     sb.install(&["--profile", "rocm-6.4.3"]).ok();
     torch
@@ -21,15 +21,19 @@ fn installed(sb: &Sandbox) -> FakeTorch {
 
 /// The fake comgr built in `mode` (FAIL, HANG, HUGE, ABORT) at `to`;
 /// with a `marker`, loading it leaves that file.
-fn fake_comgr(to: &Path, mode: &str, marker: Option<&Path>) {
+pub(crate) fn fake_comgr(to: &Path, mode: &str, marker: Option<&Path>) {
+    let marker = marker.map(|m| format!("-DMARKER=\"{}\"", m.display()));
+    fake_comgr_with(to, mode, marker.as_slice());
+}
+
+/// [`fake_comgr`] with more of cc's arguments (`-DREPORT=...`, libraries).
+pub(crate) fn fake_comgr_with(to: &Path, mode: &str, extra: &[String]) {
     // torch_of links the real comgr here: never write through that link.
     let _ = std::fs::remove_file(to);
     let mut cc = Command::new("cc");
     cc.args(["-shared", "-fPIC", &format!("-DMODE_{mode}")]);
-    if let Some(m) = marker {
-        cc.arg(format!("-DMARKER=\"{}\"", m.display()));
-    }
     cc.arg(fixtures().join("fake-comgr/comgr.c"))
+        .args(extra)
         .arg("-o")
         .arg(to);
     rdna1_testkit::run(&mut cc);
@@ -37,7 +41,7 @@ fn fake_comgr(to: &Path, mode: &str, marker: Option<&Path>) {
 
 /// `verify --compile` with `extra`; a guard ends it if it never does, so
 /// a hang fails the test instead of holding the suite.
-fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
+pub(crate) fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
     let prefix = sb.prefix.display().to_string();
     let state = sb.state();
     let mut c = Command::new("timeout");
@@ -56,7 +60,7 @@ fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
 }
 
 /// The kernels row and its fix, whole, of a verify that found a problem.
-fn kernels_failed(run: Run, row: &str, fix: &str) {
+pub(crate) fn kernels_failed(run: Run, row: &str, fix: &str) {
     let run = run.check_fails();
     let got = check_row(&run.stdout, "kernels");
     assert_eq!(got, format!("FAIL  kernels   {row}"), "{}", run.stdout);

@@ -5,6 +5,7 @@
 mod build;
 mod comgr;
 mod compat;
+mod compile_child;
 mod contained;
 mod conventions;
 mod detection;

@@ -11,12 +11,14 @@ use crate::other_user::{NOBODY, chown, root_for};
 use crate::support::{Run, Sandbox};
 
 /// `args` with the sandbox's state dir, run as root as sudo would for
-/// `sudo_uid` (None: a root shell).
+/// `sudo_uid` (its SUDO_UID, SUDO_GID and SUDO_USER; None: a root shell).
 fn run_as(sb: &Sandbox, sudo_uid: Option<u32>, args: &[&str]) -> Run {
     let mut c = sb.cmd();
     c.args(args).args(["--state-dir", &sb.state()]);
     if let Some(uid) = sudo_uid {
-        c.env("SUDO_UID", uid.to_string());
+        c.env("SUDO_UID", uid.to_string())
+            .env("SUDO_GID", uid.to_string())
+            .env("SUDO_USER", "nobody");
     }
     Run::from(c.output().unwrap())
 }

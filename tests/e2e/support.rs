@@ -332,6 +332,8 @@ impl Sandbox {
             .env_remove("FAILPOINTS")
             // Root acts for sudo's user only when a test says so.
             .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .env_remove("SUDO_USER")
             .env_remove("HSA_OVERRIDE_GFX_VERSION")
             .env_remove("CXX")
             .env_remove("MAKEFLAGS")

@@ -616,6 +616,8 @@ fn system_route_under_sudo_leaves_the_users_files_the_users() {
         let mut c = sb.cmd();
         c.env("DPKG_ADMINDIR", &st.admin)
             .env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody")
             .args(args)
             .args(["--state-dir", &sb.state()]);
         Run::from(c.output().unwrap())

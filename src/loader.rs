@@ -20,6 +20,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::elf::Loadable;
 
+pub(crate) mod ld_cache;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dep {
     pub name: String,
@@ -44,7 +46,7 @@ const MAX_OBJECTS: usize = 4096;
 /// What the loader looks at besides the files themselves.
 pub(crate) struct System {
     pub ld_library_path: Option<OsString>,
-    pub cache: super::ld_cache::Cache,
+    pub cache: ld_cache::Cache,
     pub default_dirs: Vec<PathBuf>,
 }
 
@@ -54,7 +56,7 @@ impl System {
     pub fn here() -> Result<System> {
         Ok(System {
             ld_library_path: std::env::var_os("LD_LIBRARY_PATH"),
-            cache: super::ld_cache::read(Path::new("/etc/ld.so.cache"))
+            cache: ld_cache::read(Path::new("/etc/ld.so.cache"))
                 .context("cannot read the dynamic loader's cache")?,
             default_dirs: DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
         })
