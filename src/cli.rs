@@ -157,12 +157,13 @@ enum Command {
 pub fn main() -> ExitCode {
     // The compile check's child (comgr::child): no command line, no
     // signal handling of ours; its parent holds it to a time limit.
-    if std::env::var_os(crate::comgr::child::CHILD_ENV).is_some() {
-        return crate::comgr::child::serve();
-    }
-    // A reaper (reaper.rs) around a child that must not outlive its limit.
+    // A reaper (reaper.rs) around a child that must not outlive its limit:
+    // first, as the child it starts may be the compile child.
     if std::env::var_os(crate::reaper::REAPER_ENV).is_some() {
         return crate::reaper::serve();
+    }
+    if std::env::var_os(crate::comgr::child::CHILD_ENV).is_some() {
+        return crate::comgr::child::serve();
     }
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();

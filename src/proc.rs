@@ -42,18 +42,37 @@ pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
 /// the limit. For what runs code the tool does not control: torch's
 /// import, a compiler.
 pub fn run_contained(cmd: Command, limit: Duration) -> Result<Output> {
-    let shown_as = shown(&cmd);
-    let mut out = run_with(crate::reaper::contain(&cmd), None, None, limit, true);
-    if let Err(e) = &mut out {
-        *e = anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown_as));
-    }
-    out
+    let reaped = crate::reaper::contain(&cmd, Path::new("/proc/self/exe"), false);
+    named_as(&cmd, run_with(reaped, None, None, limit, true))
 }
 
-/// [`run`] with `input` on the child's stdin, its group killed also when
-/// its stdout stays silent for `stall`: a child that answers as it goes,
-/// a line per piece of work, is held to a limit per piece.
-pub fn run_fed(cmd: Command, input: Vec<u8>, stall: Duration, limit: Duration) -> Result<Output> {
+/// [`run_contained`] with `input` on the child's stdin, its group stopped
+/// also when its stdout stays silent for `stall`: a child that answers as
+/// it goes, a line per piece of work, is held to a limit per piece.
+/// `cmd`'s environment is only what it sets; `exe` is this binary.
+pub fn run_fed_contained(
+    cmd: Command,
+    exe: &Path,
+    input: Vec<u8>,
+    stall: Duration,
+    limit: Duration,
+) -> Result<Output> {
+    let reaped = crate::reaper::contain(&cmd, exe, true);
+    named_as(
+        &cmd,
+        run_with(reaped, Some(input), Some(stall), limit, true),
+    )
+}
+
+/// An error of a reaped run names the program, not the reaper.
+fn named_as(cmd: &Command, out: Result<Output>) -> Result<Output> {
+    out.map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown(cmd))))
+}
+
+/// [`run_fed_contained`] without the reaper, for the unit tests, whose
+/// binary is not one that can serve as a reaper.
+#[cfg(test)]
+fn run_fed(cmd: Command, input: Vec<u8>, stall: Duration, limit: Duration) -> Result<Output> {
     run_with(cmd, Some(input), Some(stall), limit, false)
 }
 

@@ -7,7 +7,7 @@
 //! (SIGTERM, SIGINT, SIGHUP: the time limit or Ctrl-C), it kills every
 //! descendant, reaps them, and ends as the program did. Used for what runs
 //! torch's code or a compiler's: `verify --runtime`, `--smoke`, the compile
-//! child (`proc::run_contained`).
+//! child (`proc::run_contained`, `proc::run_fed_contained`).
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
@@ -21,11 +21,16 @@ pub const REAPER_ENV: &str = "RDNA1_PATCH_REAPER";
 /// round kills what it finds, and a fork bomb is outrun by SIGKILL.
 const SWEEP_LIMIT: Duration = Duration::from_secs(10);
 
-/// `cmd` run under a reaper: the same program, arguments, environment and
-/// working directory.
-pub fn contain(cmd: &Command) -> Command {
-    // /proc/self/exe runs this binary even when its file was replaced.
-    let mut c = Command::new("/proc/self/exe");
+/// `cmd` run under a reaper, `exe` (this binary: /proc/self/exe runs it
+/// even when its file was replaced): the same program, arguments,
+/// environment and working directory. `clear_env` says that `cmd`'s
+/// environment is only what it sets (`Command::env_clear`, which a Command
+/// does not tell).
+pub fn contain(cmd: &Command, exe: &std::path::Path, clear_env: bool) -> Command {
+    let mut c = Command::new(exe);
+    if clear_env {
+        c.env_clear();
+    }
     c.arg0("rdna1-patch-reaper")
         .env(REAPER_ENV, "1")
         .arg(cmd.get_program())

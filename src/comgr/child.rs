@@ -291,7 +291,8 @@ pub fn compile_with(
     }
     let jobs = u32::try_from(batch.jobs.len()).unwrap_or(u32::MAX);
     let total = limit.saturating_mul(jobs.saturating_add(1));
-    let out = crate::proc::run_fed(cmd, request, limit, total);
+    // Under a reaper: nothing the compiler starts outlives the batch.
+    let out = crate::proc::run_fed_contained(cmd, exe, request, limit, total);
     // What the compile left there goes with it.
     let _ = home.close();
     let out = out?;

@@ -1,6 +1,7 @@
 //! Children are contained (issue 55, finding 7): a torch whose import
 //! calls setsid() and double-forks does not outlive `verify --runtime` nor
-//! `verify --smoke`, at their end or at their time limit. Seen failing on
+//! `verify --smoke`, at their end or at their time limit, and a comgr that
+//! does the same does not outlive the compile child. Seen failing on
 //! d772f85: the escaped process was still running after verify exited.
 
 use std::path::Path;
@@ -98,5 +99,21 @@ fn a_torch_that_escapes_its_group_does_not_outlive_the_smoke_battery() {
     c.args(["verify", "--smoke", "--prefix", sb.prefix.to_str().unwrap()])
         .args(["--state-dir", &state, "--timeout", "20"]);
     crate::support::Run::from(c.output().unwrap());
+    assert_eq!(all_gone(&pidfile), Vec::<i32>::new());
+}
+
+/// The compile child: a comgr whose loading leaves a process in a session
+/// of its own, which must not outlive `verify --compile`.
+#[test]
+fn a_comgr_that_escapes_its_group_does_not_outlive_the_compile_child() {
+    let sb = Sandbox::new();
+    let torch = crate::comgr::installed(&sb);
+    let pidfile = sb.root.join("escaped.pid");
+    crate::comgr::fake_comgr_with(
+        &torch.lib.join("libamd_comgr.so.2"),
+        "FAIL",
+        &[format!("-DESCAPE=\"{}\"", pidfile.display())],
+    );
+    crate::comgr::verify_compile(&sb, &[]).check_fails();
     assert_eq!(all_gone(&pidfile), Vec::<i32>::new());
 }
