@@ -14,12 +14,7 @@ use crate::comgr::{fake_comgr, fake_comgr_with, installed, kernels_failed, verif
 use crate::in_place::{HIP64, torch_of};
 use crate::support::{Run, Sandbox, fixtures};
 
-const NOBODY: u32 = 65534;
-
-fn as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use crate::other_user::{NOBODY, root_for};
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -64,7 +59,7 @@ fn hip_kernel(name: &str, header: &str) -> Vec<u8> {
 /// first name leads to is never written. A plain name is compiled.
 #[test]
 fn a_header_name_from_the_library_never_leads_a_compiler_out_of_its_directory() {
-    if !as_root() {
+    if !root_for("a header name aimed at a root-owned file") {
         return;
     }
     let sb = Sandbox::new();
@@ -188,7 +183,7 @@ fn report_as(sb: &Sandbox, sudo: Option<u32>, report: &Path) -> String {
 /// the tool builds: no AMD_COMGR_* of the caller's reaches comgr.
 #[test]
 fn the_compile_child_runs_as_sudos_user_in_a_directory_and_environment_of_its_own() {
-    if !as_root() {
+    if !root_for("the compile child under sudo") {
         return;
     }
     let sb = Sandbox::new();
