@@ -6,11 +6,13 @@
 //! library its DT_AUDIT names and runs that library's code (as root,
 //! under sudo). The glibc-hwcaps subdirectories (glibc 2.33 on) are
 //! searched as the loader searches them, by this CPU's x86-64 level
-//! (`hwcaps`); GLIBC_TUNABLES' masks are assumed unset. Not modelled, and
-//! said rather than guessed: `$LIB`/`$PLATFORM` in a path (such a
-//! directory is passed over), and the legacy HWCAP subdirectories glibc
-//! before 2.37 still searches (`haswell`, `tls`, ...): a library found in
-//! one is an error naming it, never the baseline copy.
+//! (`hwcaps`); GLIBC_TUNABLES' masks are assumed unset. `$PLATFORM` is
+//! glibc's (`platform`); `$LIB` is assumed to be the
+//! directory this process's libc came from. Not modelled, and said rather
+//! than guessed: the legacy HWCAP subdirectories glibc before 2.37 still
+//! searches (`haswell`, `tls`, ...): a library found in one is an error
+//! naming it, never the baseline copy. LD_LIBRARY_PATH is this process's:
+//! under sudo, which clears it, that of root's environment, not the user's.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -392,9 +394,10 @@ fn path_list(list: &[u8], origin: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `entry` with `$ORIGIN` and `${ORIGIN}` replaced by `origin`; None when
-/// it holds `$LIB` or `$PLATFORM`, whose values are the loader's own. Any
-/// other `$` stays, as for the loader.
+/// `entry` with `$ORIGIN` replaced by `origin`, `$PLATFORM` by the
+/// loader's AT_PLATFORM and `$LIB` by its library dir (each also braced);
+/// None when one of the loader's own cannot be told. Any other `$` stays,
+/// as for the loader.
 fn expand(entry: &[u8], origin: &Path) -> Option<OsString> {
     let token = |rest: &[u8], name: &[u8]| -> Option<usize> {
         let braced = [b"{".as_slice(), name, b"}"].concat();
@@ -412,8 +415,12 @@ fn expand(entry: &[u8], origin: &Path) -> Option<OsString> {
         if let Some(len) = token(after, b"ORIGIN") {
             out.extend_from_slice(origin.as_os_str().as_bytes());
             rest = &after[len..];
-        } else if token(after, b"LIB").is_some() || token(after, b"PLATFORM").is_some() {
-            return None;
+        } else if let Some(len) = token(after, b"PLATFORM") {
+            out.extend_from_slice(platform()?.as_bytes());
+            rest = &after[len..];
+        } else if let Some(len) = token(after, b"LIB") {
+            out.extend_from_slice(lib_token()?.as_bytes());
+            rest = &after[len..];
         } else {
             out.push(b'$');
             rest = after;
@@ -421,6 +428,70 @@ fn expand(entry: &[u8], origin: &Path) -> Option<OsString> {
     }
     out.extend_from_slice(rest);
     Some(OsString::from_vec(out))
+}
+
+/// `$PLATFORM`: on an Intel x86-64 CPU, glibc's own name for its level
+/// (`haswell`, sysdeps/x86/cpu-features.c, by the same CPU features; the
+/// Xeon Phi's `xeon_phi` is not told apart); otherwise the kernel's
+/// AT_PLATFORM, which this process has too (getauxval).
+fn platform() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        // CPUID leaf 0 (the vendor) exists on every x86-64 CPU.
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .collect();
+        if vendor == b"GenuineIntel"
+            && has!("avx2")
+            && has!("fma")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("lzcnt")
+            && has!("movbe")
+            && has!("popcnt")
+        {
+            return Some("haswell".to_owned());
+        }
+    }
+    auxv_platform()
+}
+
+fn auxv_platform() -> Option<String> {
+    // SAFETY: getauxval returns 0 or a pointer to a static NUL-terminated
+    // string the kernel put in this process's auxiliary vector.
+    let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    let s = unsafe { std::ffi::CStr::from_ptr(p) };
+    s.to_str().ok().map(str::to_owned)
+}
+
+/// `$LIB`: the directory the loader was built to find libc in, relative to
+/// `/` (Debian's `lib/x86_64-linux-gnu`, Fedora's `lib64`), assumed to be
+/// the one this process's own libc was loaded from.
+fn lib_token() -> Option<String> {
+    static LIB: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let libc = maps.lines().find_map(|l| {
+            let path = l.split_whitespace().nth(5)?;
+            Path::new(path)
+                .file_name()
+                .is_some_and(|n| n == "libc.so.6")
+                .then(|| path.to_owned())
+        })?;
+        let dir = Path::new(&libc).parent()?.strip_prefix("/").ok()?;
+        // /usr/lib64 and /lib64 are one directory merged: the loader's own
+        // name for it is the one without /usr.
+        let dir = dir.strip_prefix("usr").unwrap_or(dir);
+        dir.to_str().map(str::to_owned)
+    })
+    .clone()
 }
 
 /// Names the loader could not find.

@@ -437,9 +437,12 @@ fn torch_for_in_place(req: &InstallRequest) -> Result<Option<Torch>> {
     Ok(match (torch::locate(&req.torch), req.route) {
         (Ok(t), _) => Some(t),
         (Err(e), Some(Choice::InPlace)) => return Err(e),
-        // A package's torch is refused whatever the prefix holds.
+        // A package's torch, or one whose lib dir lies outside it, is
+        // refused whatever the prefix holds.
         (Err(e), _)
-            if crate::error::help(&e).is_some_and(|h| h.starts_with(torch::PACKAGED_HELP)) =>
+            if crate::error::help(&e).is_some_and(|h| {
+                h.starts_with(torch::PACKAGED_HELP) || h.starts_with(torch::OUTSIDE_HELP)
+            }) =>
         {
             return Err(e);
         }

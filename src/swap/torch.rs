@@ -224,6 +224,33 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     })
 }
 
+/// How the refusal of a torch/lib outside torch starts its help.
+pub const OUTSIDE_HELP: &str = "what is there may be other programs' too";
+
+/// torch/lib a symlink that leads out of torch (into a system lib dir, say):
+/// every write the tool makes into torch/lib would land there.
+fn refuse_lib_outside(lib_dir: &Path, dir: &Path) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(lib_dir).is_ok_and(|m| m.file_type().is_symlink());
+    let Ok(real) = lib_dir.canonicalize() else {
+        return Ok(());
+    };
+    if !is_link || real.starts_with(dir) {
+        return Ok(());
+    }
+    Err(hint(
+        format!(
+            "torch's lib directory {} is a symlink to {}, outside torch: rdna1-patch writes only inside torch; nothing was changed",
+            lib_dir.display(),
+            real.display()
+        ),
+        format!(
+            "{OUTSIDE_HELP}. To fix this torch alone, give it a lib directory of its own (`rm {0} && cp -a {1} {0}`), then run this again",
+            lib_dir.display(),
+            real.display()
+        ),
+    ))
+}
+
 /// Find torch and its MIOpen; anything but a ROCm build is an error that
 /// names what was found.
 pub fn locate(loc: &Locator) -> Result<Torch> {
@@ -232,6 +259,7 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     let dir = found.canonicalize().unwrap_or(found);
     let version = read_version(&dir)?;
     let lib_dir = dir.join("lib");
+    refuse_lib_outside(&lib_dir, &dir)?;
     let library = lib_dir.join(LIBRARY);
     let named = version.version.as_deref().unwrap_or("(unknown version)");
     let Some(hip) = version.hip.clone() else {

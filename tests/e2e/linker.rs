@@ -313,3 +313,65 @@ fn glibc_hwcaps_copies_are_found_as_the_loader_finds_them() {
         Ok(got) => assert_eq!(got, loader, "no legacy search on this glibc"),
     }
 }
+
+/// `$PLATFORM` and `$LIB` in a run path name the directories the loader's
+/// own values name (issue 55, "not tried yet"): the resolver agrees with
+/// `ldd` where d772f85 passed such a directory over and named another
+/// copy (or none).
+#[test]
+fn platform_and_lib_tokens_resolve_as_the_loader_does() {
+    let tmp = crate::support::tempdir();
+    let platform =
+        String::from_utf8(rdna1_testkit::run(Command::new("uname").arg("-m")).stdout).unwrap();
+    let _ = platform;
+    for token in ["$PLATFORM", "${LIB}"] {
+        let dir = tmp.path().join(token.trim_matches(|c| "${}".contains(c)));
+        // Where the loader expands the token: found by asking it, through
+        // a copy in every candidate directory and ldd's answer.
+        let sys = dir.join("sys");
+        tiny_lib(
+            &dir,
+            "libtiny.so.1",
+            &sys.join("fallback/libtiny.so.1"),
+            &[],
+        );
+        let main = dir.join("libmain.so");
+        let rpath = format!(
+            "-Wl,-rpath,{}/{token}:{}/fallback",
+            sys.display(),
+            sys.display()
+        );
+        let link = format!("-L{}/fallback", sys.display());
+        tiny_lib(
+            &dir,
+            "libmain.so",
+            &main,
+            &["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath],
+        );
+        // The expansions the loader might make: the platform names glibc
+        // knows and the library dirs of the distributions.
+        for sub in [
+            "x86_64",
+            "haswell",
+            "xeon_phi",
+            "lib/x86_64-linux-gnu",
+            "lib64",
+            "lib",
+        ] {
+            tiny_lib(
+                &dir,
+                "libtiny.so.1",
+                &sys.join(sub).join("libtiny.so.1"),
+                &[],
+            );
+        }
+        let want = ldd(&main);
+        let took = want
+            .iter()
+            .find(|d| d.name == "libtiny.so.1")
+            .and_then(|d| d.path.clone())
+            .unwrap();
+        assert!(!took.starts_with(sys.join("fallback")), "{token}: {took:?}");
+        assert_eq!(linker::resolve(&main, &[]).unwrap(), want, "{token}");
+    }
+}

@@ -38,6 +38,7 @@ mod support;
 mod system_route;
 mod targets;
 mod torch;
+mod torch_links;
 mod trust;
 mod uninstall;
 mod verify;
