@@ -134,9 +134,12 @@ impl Diagnosis {
         // A library that cannot be read is said as such, before any
         // compile; a compiler that gives no answer, as itself.
         verdict::kernels(&bytes).map_err(|e| {
-            e.context(format!(
-                "{} is not a library whose kernel texts can be read",
-                self.library.display()
+            e.context(crate::error::Hint::new(
+                format!(
+                    "{} is not a library whose kernel texts can be read",
+                    self.library.display()
+                ),
+                "it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen`)",
             ))
         })?;
         let c = self.compiler()?.expect("judged with a compiler");

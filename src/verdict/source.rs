@@ -71,6 +71,11 @@ pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
             lang,
             headers,
         });
+        if out.len() > MAX_KERNELS {
+            anyhow::bail!(
+                "it embeds more than {MAX_KERNELS} batch-norm kernel texts, where MIOpen has about a dozen"
+            );
+        }
     }
     Ok(out)
 }
@@ -156,6 +161,14 @@ pub fn unplain(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The most a kernel text with its headers may be: MIOpen's largest
+/// batch-norm text, headers and all, is a few hundred KiB.
+const TEXT_CAP: usize = 4 << 20;
+
+/// More batch-norm kernel texts than any MIOpen has (13 in 6.4, 14 in
+/// 7.2): a library with more is not one the fix knows.
+const MAX_KERNELS: usize = 256;
+
 /// One kernel text with its headers, as compiled: owned, so that a copy
 /// can be changed (the DPP instructions blanked) and compiled again.
 pub struct Unit {
@@ -190,6 +203,14 @@ impl Unit {
     /// compiler (its own, a header's, one its text or a header includes)
     /// that is not plain ([`unplain`]). None: every name is plain.
     pub fn refused(&self) -> Option<String> {
+        let size = self.text.len() + self.headers.iter().map(|(_, h)| h.len()).sum::<usize>();
+        if size > TEXT_CAP {
+            return Some(format!(
+                "it is {} with its headers, over the {} MiB no batch-norm kernel comes near",
+                crate::fsutil::human_bytes(size as u64),
+                TEXT_CAP >> 20
+            ));
+        }
         let why = |what: &str, name: &str, how: &str| {
             format!("{what} {name:?}, {how}, and a compiler is handed only plain relative names")
         };
@@ -200,9 +221,20 @@ impl Unit {
             .chain(self.headers.iter().map(|(_, t)| t))
             .flat_map(|t| include_names(t));
         let named = self.headers.iter().map(|(n, _)| n.clone());
-        named
+        if let Some(e) = named
             .chain(included)
             .find_map(|n| unplain(&n).map(|how| why("it includes", &n, how)))
+        {
+            return Some(e);
+        }
+        std::iter::once(&self.text)
+            .chain(self.headers.iter().map(|(_, t)| t))
+            .find_map(|t| memchr::memchr(0, t))
+            .map(|at| {
+                format!(
+                    "it holds a NUL byte (at {at}), which no kernel text does: a compiler would read it cut short"
+                )
+            })
     }
 
     pub fn cases(&self) -> Vec<Case> {

@@ -300,7 +300,8 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
     let cut = original.len() / 2;
     std::fs::write(&lib, &original[..cut]).unwrap();
     install(&sb, &["--in-place"])
-        .fails_with("error: [..]/site/torch/lib/libMIOpen.so is not a library whose kernel texts can be read: not an ELF file: bad offset [..]")
+        .fails_with("error: [..]/site/torch/lib/libMIOpen.so is not a library whose kernel texts can be read: not an ELF file: bad offset [..]
+help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen`)")
         .says("is not a library whose kernel texts can be read");
     assert_eq!(std::fs::read(&lib).unwrap().len(), cut);
 

@@ -37,6 +37,7 @@ mod smoke;
 mod support;
 mod system_route;
 mod targets;
+mod texts;
 mod torch;
 mod torch_links;
 mod trust;
