@@ -153,6 +153,14 @@ impl crate::verdict::Compiler for Child {
             .map(|(i, answer)| match answer {
                 Answer::Compiled(digest) => Ok(Compiled::Object(digest.into_bytes())),
                 Answer::Failed(e) => Ok(Compiled::Failed(e)),
+                Answer::Broken(what) => Err(crate::error::hint(
+                    format!(
+                        "comgr {} answered the compile of {} with {what}, not an AMD GPU code object: no verdict of it can be believed",
+                        self.comgr.display(),
+                        batch.describe(i)
+                    ),
+                    "reinstall torch (it bundles its comgr) or the ROCm whose comgr this is, then run this again; nothing was changed or kept",
+                )),
                 Answer::Skipped => anyhow::bail!(
                     "comgr {} gave no answer for {}",
                     self.comgr.display(),

@@ -81,6 +81,38 @@ pub fn parse(bytes: &[u8]) -> Result<Library> {
 /// (`__hip_cuid_<hash>`), so an edit of a comment changes that name and
 /// nothing the GPU runs. Each code object of an offload bundle is taken;
 /// bytes that are no ELF are hashed whole.
+/// The code objects of a compile's answer: the ELF itself, or each
+/// non-empty entry of an offload bundle.
+fn code_objects(object: &[u8]) -> Vec<&[u8]> {
+    let bundled = crate::fatbin::entries(object);
+    match bundled.is_empty() {
+        true => vec![object],
+        false => bundled
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(_, b)| b)
+            .collect(),
+    }
+}
+
+/// What `object` is when it is not an AMD GPU code object (an ELF for
+/// EM_AMDGPU, or an offload bundle of such): "64 bytes of no ELF", say.
+/// None for a code object.
+pub fn not_code_object(object: &[u8]) -> Option<String> {
+    const EM_AMDGPU: u16 = 224;
+    let objects = code_objects(object);
+    if objects.is_empty() {
+        return Some("an offload bundle with no code object in it".to_owned());
+    }
+    objects
+        .into_iter()
+        .find_map(|o| match goblin::elf::Elf::parse_header(o) {
+            Ok(h) if h.e_machine == EM_AMDGPU => None,
+            Ok(h) => Some(format!("an ELF file for machine {}", h.e_machine)),
+            Err(_) => Some(format!("{} bytes that are no ELF file", o.len())),
+        })
+}
+
 pub fn code_digest(object: &[u8]) -> String {
     use goblin::elf::section_header::{
         SHF_ALLOC, SHT_DYNAMIC, SHT_DYNSYM, SHT_GNU_HASH, SHT_HASH, SHT_NOTE, SHT_STRTAB,
@@ -88,15 +120,7 @@ pub fn code_digest(object: &[u8]) -> String {
     };
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    let bundled = crate::fatbin::entries(object);
-    let objects: Vec<&[u8]> = match bundled.is_empty() {
-        true => vec![object],
-        false => bundled
-            .into_iter()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|(_, b)| b)
-            .collect(),
-    };
+    let objects = code_objects(object);
     for o in objects {
         let Ok(elf) = goblin::elf::Elf::parse(o) else {
             h.update(o);

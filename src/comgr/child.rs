@@ -91,6 +91,9 @@ pub enum Answer {
     Compiled(String),
     /// The compiler's first errors, or what failed.
     Failed(String),
+    /// The compile succeeded and answered something that is no AMD GPU
+    /// code object (what it is): a compiler not to be believed.
+    Broken(String),
     Skipped,
 }
 
@@ -172,7 +175,10 @@ pub fn run_in_process(
             _ if waits_in_vain => Answer::Skipped,
             None => Answer::Failed(format!("no source {} in the batch", job.source)),
             Some(s) => match compile_one(comgr, hiprtc, s, job) {
-                Ok(object) => Answer::Compiled(crate::elf::code_digest(&object)),
+                Ok(object) => match crate::elf::not_code_object(&object) {
+                    None => Answer::Compiled(crate::elf::code_digest(&object)),
+                    Some(what) => Answer::Broken(what),
+                },
                 Err(e) => Answer::Failed(cut(e, ANSWER_CAP)),
             },
         };

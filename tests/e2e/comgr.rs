@@ -286,3 +286,34 @@ fn a_comgr_that_dies_stops_the_diagnosis_and_leaves_no_verdict() {
         .unwrap_or_default();
     assert!(kept.is_empty(), "{kept:?}");
 }
+
+/// Issue 55, "not tried yet": a compiler that answers every compile with
+/// bytes that are no code object is a bounded, named error, and nothing
+/// of it is kept: the next run judges again. On d772f85 its junk counted
+/// as compiling, and "nothing to fix" was cached.
+#[test]
+fn a_comgr_that_answers_garbage_is_named_and_nothing_is_kept() {
+    let sb = Sandbox::new();
+    let torch =
+        crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", "6.4.43484-123eb5128", &["gfx1010"]);
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    fake_comgr(&comgr, "GARBAGE", None);
+    let run = sb.install(&["--profile", "rocm-6.4.3", "--dry-run"]);
+    run.fails_with(&format!(
+        "error: comgr {} answered the compile of [..] for gfx1010 with 48 bytes that are no ELF file, not an AMD GPU code object: no verdict of it can be believed
+help: reinstall torch (it bundles its comgr) or the ROCm whose comgr this is, then run this again; nothing was changed or kept",
+        comgr.display()
+    ));
+    let kept: Vec<_> = walkdir::WalkDir::new(sb.root.join("xdg-cache"))
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| x == "json" || x == "proof")
+        })
+        .map(|e| e.path().to_owned())
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+    assert!(!sb.prefix.exists());
+}
