@@ -42,6 +42,13 @@ pub(crate) fn fake_comgr_with(to: &Path, mode: &str, extra: &[String]) {
 /// `verify --compile` with `extra`; a guard ends it if it never does, so
 /// a hang fails the test instead of holding the suite.
 pub(crate) fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut c = verify_compile_cmd(sb);
+    c.args(extra);
+    Run::from(c.output().unwrap())
+}
+
+/// The command [`verify_compile`] runs, for a test to add its environment.
+pub(crate) fn verify_compile_cmd(sb: &Sandbox) -> Command {
     let prefix = sb.prefix.display().to_string();
     let state = sb.state();
     let mut c = Command::new("timeout");
@@ -54,9 +61,8 @@ pub(crate) fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
             "--python",
             "python3",
             "--compile",
-        ])
-        .args(extra);
-    Run::from(c.output().unwrap())
+        ]);
+    c
 }
 
 /// The kernels row and its fix, whole, of a verify that found a problem.

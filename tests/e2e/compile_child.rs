@@ -12,35 +12,12 @@ use std::process::Command;
 
 use crate::comgr::{fake_comgr, fake_comgr_with, installed, kernels_failed, verify_compile};
 use crate::in_place::{HIP64, torch_of};
-use crate::support::{Run, Sandbox, fixtures};
+use crate::support::{Run, Sandbox};
 
 use crate::other_user::{NOBODY, root_for};
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// A libMIOpen at `to` embedding `texts` (symbol, bytes) as MIOpen's build
-/// does: each `MIOPEN_KERNEL_<NAME>` with its `_SIZE`.
-fn miopen_with(sb: &Sandbox, to: &Path, texts: &[(&str, Vec<u8>)]) {
-    let mut c = String::from("#include <stddef.h>\n");
-    for (name, bytes) in texts {
-        let hex: String = bytes.iter().map(|b| format!("0x{b:02x},")).collect();
-        c.push_str(&format!(
-            "extern const size_t {name}_SIZE;\nextern const char {name}[];\nconst size_t {name}_SIZE = {};\nconst char {name}[] = {{{hex}0x00}};\n",
-            bytes.len()
-        ));
-    }
-    let src = sb.root.join("kernels.c");
-    std::fs::write(&src, c).unwrap();
-    let _ = std::fs::remove_file(to);
-    rdna1_testkit::run(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-Wl,-soname,libMIOpen.so", "-o"])
-            .arg(to)
-            .arg(fixtures().join("fake-runtime/miopen_stock.c"))
-            .arg(&src),
-    );
 }
 
 /// A HIP batch-norm kernel that includes `header`.
@@ -79,8 +56,8 @@ fn a_header_name_from_the_library_never_leads_a_compiler_out_of_its_directory() 
     let abs = sb.root.join("abs/x.hpp").display().to_string();
     let nul = "x\0.hpp";
     let header = b"#define RDNA1_ONE 1\n".to_vec();
-    miopen_with(
-        &sb,
+    crate::texts::miopen_embedding(
+        &sb.root,
         &torch.miopen(),
         &[
             ("MIOPEN_KERNEL_BATCHNORMUP", hip_kernel("BatchNormUp", &up)),
@@ -146,11 +123,7 @@ fn a_header_name_from_the_library_never_leads_a_compiler_out_of_its_directory() 
 /// loaded, who it runs as, where, and with what environment.
 fn report_as(sb: &Sandbox, sudo: Option<u32>, report: &Path) -> String {
     let _ = std::fs::remove_file(report);
-    let prefix = sb.prefix.display().to_string();
-    let state = sb.state();
-    let mut c = Command::new("timeout");
-    c.arg("300").arg(crate::support::BIN);
-    sb.env(&mut c);
+    let mut c = crate::comgr::verify_compile_cmd(sb);
     if let Some(uid) = sudo {
         c.env("SUDO_UID", uid.to_string())
             .env("SUDO_GID", uid.to_string())
@@ -159,14 +132,6 @@ fn report_as(sb: &Sandbox, sudo: Option<u32>, report: &Path) -> String {
     c.env("AMD_COMGR_SAVE_TEMPS", "1")
         .env("AMD_COMGR_REDIRECT_LOGS", sb.root.join("comgr-log"))
         .env("AMD_COMGR_EMIT_VERBOSE_LOGS", "1");
-    c.args(["verify", "--prefix", &prefix, "--state-dir", &state])
-        .args([
-            "--profile",
-            "rocm-6.4.3",
-            "--python",
-            "python3",
-            "--compile",
-        ]);
     let run = Run::from(c.output().unwrap()).check_fails();
     std::fs::read_to_string(report).unwrap_or_else(|e| {
         panic!(
@@ -346,11 +311,7 @@ fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
     let marker = sb.root.join("swapped-in-loaded");
     fake_comgr(&evil.join("libamd_comgr.so.2"), "FAIL", Some(&marker));
     chmod(&evil, 0o777);
-    let prefix = sb.prefix.display().to_string();
-    let state = sb.state();
-    let mut c = Command::new("timeout");
-    c.arg("300").arg(crate::support::BIN);
-    sb.env(&mut c);
+    let mut c = crate::comgr::verify_compile_cmd(&sb);
     c.env(
         "FAILPOINTS",
         format!(
@@ -358,15 +319,7 @@ fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
             torch.lib.display(),
             evil.display()
         ),
-    )
-    .args(["verify", "--prefix", &prefix, "--state-dir", &state])
-    .args([
-        "--profile",
-        "rocm-6.4.3",
-        "--python",
-        "python3",
-        "--compile",
-    ]);
+    );
     let run = Run::from(c.output().unwrap());
     assert!(
         !marker.exists(),

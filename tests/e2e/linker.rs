@@ -231,6 +231,18 @@ fn tiny_lib(dir: &Path, soname: &str, out: &Path, extra: &[&str]) {
     );
 }
 
+/// `dir/libmain.so`, which needs libtiny.so.1 and finds it through a run
+/// path naming `sys` (`extra` says which kind).
+fn main_needing_tiny(dir: &Path, sys: &Path, extra: &[&str]) -> PathBuf {
+    let main = dir.join("libmain.so");
+    let rpath = format!("-Wl,-rpath,{}", sys.display());
+    let link = format!("-L{}", sys.display());
+    let mut args = vec!["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath];
+    args.extend(extra);
+    tiny_lib(dir, "libmain.so", &main, &args);
+    main
+}
+
 /// Issue 55, finding 9: the glibc-hwcaps subdirectories, searched as the
 /// loader searches them (`ldd`, which is `ld.so --list`, on each shape):
 /// a copy for a level this CPU has is loaded before the baseline, through
@@ -256,15 +268,7 @@ fn glibc_hwcaps_copies_are_found_as_the_loader_finds_them() {
         tiny_lib(&dir, "libtiny.so.1", &level, &[]);
         let never = sys.join("glibc-hwcaps/x86-64-v9/libtiny.so.1");
         tiny_lib(&dir, "libtiny.so.1", &never, &[]);
-        let main = dir.join("libmain.so");
-        let rpath = format!("-Wl,-rpath,{}", sys.display());
-        let link = format!("-L{}", sys.display());
-        tiny_lib(
-            &dir,
-            "libmain.so",
-            &main,
-            &["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath, flag],
-        );
+        let main = main_needing_tiny(&dir, &sys, &[flag]);
         let want = ldd(&main);
         assert!(
             want.contains(&Dep {
@@ -281,15 +285,7 @@ fn glibc_hwcaps_copies_are_found_as_the_loader_finds_them() {
     tiny_lib(&dir, "libtiny.so.1", &sys.join("libtiny.so.1"), &[]);
     let legacy = sys.join("tls/libtiny.so.1");
     tiny_lib(&dir, "libtiny.so.1", &legacy, &[]);
-    let main = dir.join("libmain.so");
-    let rpath = format!("-Wl,-rpath,{}", sys.display());
-    let link = format!("-L{}", sys.display());
-    tiny_lib(
-        &dir,
-        "libmain.so",
-        &main,
-        &["-Wl,--no-as-needed", &link, "-l:libtiny.so.1", &rpath],
-    );
+    let main = main_needing_tiny(&dir, &sys, &[]);
     let loader = ldd(&main);
     let takes_legacy = loader
         .iter()

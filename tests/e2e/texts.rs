@@ -13,9 +13,10 @@ use crate::support::{Sandbox, fixtures};
 /// each a NUL-terminated array with its `_SIZE`, as MIOpen embeds them;
 /// the bytes are assembled in with `.incbin`, so a huge one costs nothing
 /// to build.
-fn miopen_embedding(dir: &Path, to: &Path, texts: &[(String, Vec<u8>)]) {
+pub(crate) fn miopen_embedding<N: AsRef<str>>(dir: &Path, to: &Path, texts: &[(N, Vec<u8>)]) {
     let mut asm = String::from(".section .rodata\n");
     for (i, (name, bytes)) in texts.iter().enumerate() {
+        let name = name.as_ref();
         let file = dir.join(format!("text-{i}"));
         std::fs::write(&file, bytes).unwrap();
         asm.push_str(&format!(
