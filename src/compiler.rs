@@ -56,6 +56,21 @@ fn this_program() -> anyhow::Result<PathBuf> {
 
 impl Compiler for Child {
     fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
+        self.spawner().compile(batch)
+    }
+}
+
+/// What starts a child, without the answers' cells: shared by the threads
+/// that each run a child.
+struct Spawner<'a> {
+    exe: &'a std::path::Path,
+    comgr: &'a std::path::Path,
+    hiprtc: Option<&'a std::path::Path>,
+    limit: Duration,
+}
+
+impl Spawner<'_> {
+    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
         // hipRTC is loaded only for HIP texts: a torch whose MIOpen has
         // none may carry a hipRTC that does not load here.
         let hip = batch
@@ -63,11 +78,43 @@ impl Compiler for Child {
             .iter()
             .any(|s| s.lang == crate::verdict::Lang::Hip);
         let compilers = child::Compilers {
-            comgr: self.comgr.clone(),
-            hiprtc: self.hiprtc.clone().filter(|_| hip),
+            comgr: self.comgr.to_owned(),
+            hiprtc: self.hiprtc.filter(|_| hip).map(|p| p.to_owned()),
         };
-        child::compile_with(&self.exe, &compilers, batch, self.limit)
+        child::compile_with(self.exe, &compilers, batch, self.limit)
     }
+}
+
+impl Child {
+    fn spawner(&self) -> Spawner<'_> {
+        Spawner {
+            exe: &self.exe,
+            comgr: &self.comgr,
+            hiprtc: self.hiprtc.as_deref(),
+            limit: self.limit,
+        }
+    }
+}
+
+/// The fewest jobs worth a child of their own: loading comgr costs about
+/// what a few compiles do.
+const JOBS_PER_CHILD: usize = 4;
+
+/// How many children to compile `jobs` jobs in: one per core, each with
+/// at least [`JOBS_PER_CHILD`] jobs.
+fn children_for(jobs: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(jobs / JOBS_PER_CHILD).max(1)
+}
+
+/// Whether two jobs are the same compile: the same text and headers, the
+/// same defines, for the same target.
+fn same_job(a: &crate::verdict::Job, b: &crate::verdict::Job) -> bool {
+    a.arch == b.arch
+        && a.lang == b.lang
+        && a.defines == b.defines
+        && (std::ptr::eq(a.text, b.text) || a.text == b.text)
+        && a.headers == b.headers
 }
 
 /// One compile at a time through the child, for the diagnosis, which
@@ -91,13 +138,56 @@ impl crate::verdict::Compiler for Child {
         Ok(one.remove(0))
     }
 
-    /// Every job in one batch, one child: a text is sent once however many
-    /// define sets it is compiled with.
+    /// Every job, each distinct compile once (identical jobs share one
+    /// answer), in as many children as the machine has cores, each child
+    /// a batch in which a text is sent once however many define sets it
+    /// is compiled with.
     fn compile_all(
         &self,
         jobs: &[crate::verdict::Job],
     ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        use crate::verdict::{Compiled, Lang};
+        let mut distinct: Vec<&crate::verdict::Job> = Vec::new();
+        let mut of: Vec<usize> = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            match distinct.iter().position(|d| same_job(d, j)) {
+                Some(p) => of.push(p),
+                None => {
+                    of.push(distinct.len());
+                    distinct.push(j);
+                }
+            }
+        }
+        let per = distinct.len().div_ceil(children_for(distinct.len())).max(1);
+        let batches: Vec<Batch> = distinct
+            .chunks(per)
+            .map(|c| self.batch_of(c))
+            .collect::<anyhow::Result<_>>()?;
+        let spawner = self.spawner();
+        let answered: Vec<anyhow::Result<Answers>> = std::thread::scope(|s| {
+            let running: Vec<_> = batches
+                .iter()
+                .map(|b| s.spawn(|| spawner.compile(b)))
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a compile thread panicked")))
+                })
+                .collect()
+        });
+        let mut compiled = Vec::with_capacity(distinct.len());
+        for (batch, answers) in batches.iter().zip(answered) {
+            compiled.extend(self.answered(batch, answers?)?);
+        }
+        Ok(of.into_iter().map(|p| compiled[p].clone()).collect())
+    }
+}
+
+impl Child {
+    /// One child's batch of `jobs`.
+    fn batch_of(&self, jobs: &[&crate::verdict::Job]) -> anyhow::Result<Batch> {
+        use crate::verdict::Lang;
         let mut batch = Batch::default();
         let mut sent: Vec<(&[u8], usize)> = Vec::new();
         for job in jobs {
@@ -141,7 +231,12 @@ impl crate::verdict::Compiler for Child {
                 after: None,
             });
         }
-        let a = Compiler::compile(self, &batch)?;
+        Ok(batch)
+    }
+
+    /// What one child answered for `batch`, as the diagnosis reads it.
+    fn answered(&self, batch: &Batch, a: Answers) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
+        use crate::verdict::Compiled;
         self.version.set(Some(a.version));
         // A batch without HIP texts loads no hipRTC: what it said stays.
         if a.hiprtc.is_some() {

@@ -7,15 +7,16 @@
 //! the error says what stopped it. With no child running the run ends at once, with a
 //! message: nothing we do between child runs is left half-done by exiting
 //! (files are replaced by rename, the torch swap is journaled). A signal
-//! handler is process-wide by nature, so the current child group is the one
-//! piece of global state in the crate, kept behind this module.
+//! handler is process-wide by nature, so the running child groups (the
+//! diagnosis runs a compile child per core) are the one piece of global
+//! state in the crate, kept behind this module.
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+static CHILD_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 /// The signal that arrived, 0 if none.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Once = Once::new();
@@ -29,8 +30,8 @@ pub fn install() {
         std::thread::spawn(move || {
             for sig in signals.forever() {
                 SIGNAL.store(sig, Ordering::SeqCst);
-                let group = CHILD_GROUP.load(Ordering::SeqCst);
-                if group > 0 {
+                let groups = CHILD_GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+                for &group in &groups {
                     // SAFETY: killpg only sends a signal; a stale group id at worst fails with ESRCH.
                     unsafe {
                         libc::killpg(group, sig);
@@ -39,7 +40,8 @@ pub fn install() {
                     // own: the session (the build's, which it leads) holds
                     // them all.
                     signal_session(group, sig);
-                } else {
+                }
+                if groups.is_empty() {
                     let err = stopped("rdna1-patch", sig);
                     crate::output::error(&err);
                     std::process::exit(i32::from(crate::error::exit_code(&err)));
@@ -50,19 +52,26 @@ pub fn install() {
 }
 
 /// While this guard lives, a signal is passed on to process group `pgid`.
-pub struct ChildGroup(());
+pub struct ChildGroup(i32);
 
 impl ChildGroup {
     pub fn new(pgid: u32) -> ChildGroup {
         install();
-        CHILD_GROUP.store(pgid as i32, Ordering::SeqCst);
-        ChildGroup(())
+        let pgid = pgid as i32;
+        if let Ok(mut g) = CHILD_GROUPS.lock() {
+            g.push(pgid);
+        }
+        ChildGroup(pgid)
     }
 }
 
 impl Drop for ChildGroup {
     fn drop(&mut self) {
-        CHILD_GROUP.store(0, Ordering::SeqCst);
+        if let Ok(mut g) = CHILD_GROUPS.lock()
+            && let Some(i) = g.iter().position(|p| *p == self.0)
+        {
+            g.swap_remove(i);
+        }
     }
 }
 

@@ -45,6 +45,7 @@ pub struct Job<'a> {
 }
 
 /// What a compile gave: the code object, or the compiler's errors.
+#[derive(Clone)]
 pub enum Compiled {
     Object(Vec<u8>),
     Failed(String),

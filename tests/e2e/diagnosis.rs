@@ -553,3 +553,52 @@ fn a_hiprtc_named_by_its_soname_alone_gets_the_hip_version() {
         answers.answers
     );
 }
+
+/// The compile child splits a round over the machine's cores and compiles
+/// identical jobs once: its verdicts are the very ones of compiling every
+/// case one by one in process, for every variant, and for a library whose
+/// two kernels share one text (every job of the second is the first's).
+#[test]
+fn children_on_every_core_give_the_verdicts_of_one_compile_per_case() {
+    use rdna1_patch::compiler::Child;
+    let child = |hiprtc: bool| {
+        let mut c = Child::new(DEBIAN_COMGR.into(), std::time::Duration::from_secs(120)).unwrap();
+        c.exe = crate::support::BIN.into();
+        if hiprtc {
+            c.hiprtc = Some(DEBIAN_HIPRTC.into());
+        }
+        c
+    };
+    let in_process = comgr();
+    let same = |lib: &[u8], arch: &str| {
+        let mut one = verdict::judge(&in_process, lib, arch).unwrap();
+        let mut many = verdict::judge(&child(false), lib, arch).unwrap();
+        one.compiler.clear();
+        many.compiler.clear();
+        assert_eq!(one, many, "{arch}");
+    };
+    for name in [
+        "stock",
+        "portable",
+        "unknown-macro",
+        "other-failure",
+        "amdgcn-everywhere",
+    ] {
+        same(&std::fs::read(variant(name)).unwrap(), "gfx1010");
+    }
+    // Two kernels, one text: the second's jobs are the first's.
+    let stock = std::fs::read(variant("stock")).unwrap();
+    let texts: Vec<(String, Vec<u8>)> = verdict::kernels(&stock)
+        .unwrap()
+        .iter()
+        .take(1)
+        .flat_map(|k| {
+            let t = stock[k.range.clone()].to_vec();
+            [(k.name.clone(), t.clone()), (format!("{}TWIN", k.name), t)]
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libMIOpen.so");
+    crate::texts::miopen_embedding(dir.path(), &lib, &texts);
+    same(&std::fs::read(&lib).unwrap(), "gfx1010");
+}
