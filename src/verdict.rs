@@ -16,9 +16,13 @@
 use serde::{Deserialize, Serialize};
 
 mod cases;
+#[cfg(fuzzing)]
+mod fuzz;
 mod proof;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
+#[cfg(fuzzing)]
+pub use fuzz::fuzz_kernels;
 pub use proof::{Proof, Reached, Unproven, prove};
 pub use source::{Lang, Source, Unit, kernels, kernels_in, unplain};
 
