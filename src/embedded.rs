@@ -90,17 +90,22 @@ pub fn fix(original: &[u8]) -> Result<Fix> {
 /// As [`fix`], leaving the texts named in `skip` as they are.
 pub fn fix_except(original: &[u8], skip: &[String]) -> Result<Fix> {
     let (texts, found_by) = locate(original)?;
-    let total = texts.len();
+    let edit = Edit {
+        changed: Vec::new(),
+        already: Vec::new(),
+        texts: texts.len(),
+        found_by,
+    };
     let texts: Vec<Text> = texts
         .into_iter()
         .filter(|t| !skip.contains(&t.name))
         .collect();
-    let mut edit = Edit {
-        changed: Vec::new(),
-        already: Vec::new(),
-        texts: total,
-        found_by,
-    };
+    fix_texts(original, texts, edit)
+}
+
+/// As [`fix`], of `texts` located in `original` (each range inside it,
+/// none overlapping another), adding to `edit`.
+pub(crate) fn fix_texts(original: &[u8], texts: Vec<Text>, mut edit: Edit) -> Result<Fix> {
     let mut fixed = Vec::new();
     for t in texts {
         match kernel_text::fix(&original[t.range.clone()], true) {
@@ -161,9 +166,32 @@ pub fn locate(bytes: &[u8]) -> Result<(Vec<Text>, FoundBy)> {
     let elf = goblin::elf::Elf::parse(bytes).map_err(|e| anyhow!("not an ELF file: {e}"))?;
     let by_symbol = by_symbols(&elf, bytes)?;
     if !by_symbol.is_empty() {
+        disjoint(&by_symbol)?;
         return Ok((by_symbol, FoundBy::Symbols));
     }
-    Ok((by_scan(&elf, bytes), FoundBy::Scan))
+    let scanned = by_scan(&elf, bytes);
+    disjoint(&scanned)?;
+    Ok((scanned, FoundBy::Scan))
+}
+
+/// A build lays its texts side by side; texts that overlap (symbols that
+/// say so, read-only sections over the same bytes) name a damaged file,
+/// whose texts no edit can be trusted on: each is fixed on its own, and
+/// one fixed over another would leave neither whole.
+fn disjoint(texts: &[Text]) -> Result<()> {
+    let mut by_start: Vec<&Text> = texts.iter().collect();
+    by_start.sort_by_key(|t| t.range.start);
+    match by_start
+        .windows(2)
+        .find(|w| w[0].range.end > w[1].range.start)
+    {
+        Some(w) => Err(anyhow!(
+            "{} and {} overlap in the file (damaged)",
+            w[0].name,
+            w[1].name
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The file range of `len` bytes at virtual address `addr`, when a
@@ -216,20 +244,6 @@ fn by_symbols(elf: &goblin::elf::Elf, bytes: &[u8]) -> Result<Vec<Text>> {
             name,
             range: range.start..range.end - 1,
         });
-    }
-    // A build lays its texts side by side; symbols that make two overlap
-    // name a damaged file, whose texts no edit can be trusted on.
-    let mut by_start: Vec<&Text> = texts.iter().collect();
-    by_start.sort_by_key(|t| t.range.start);
-    if let Some(w) = by_start
-        .windows(2)
-        .find(|w| w[0].range.end > w[1].range.start)
-    {
-        return Err(anyhow!(
-            "{} and {} overlap in the file (damaged)",
-            w[0].name,
-            w[1].name
-        ));
     }
     Ok(texts)
 }
@@ -295,5 +309,19 @@ mod tests {
             err.to_string(),
             "byte 0x28 changed outside every kernel text; nothing was written"
         );
+    }
+
+    /// Texts that overlap (read-only sections over the same bytes, found
+    /// twice by the search) are a damaged file: each would be fixed on
+    /// its own, and one written over the other.
+    #[test]
+    fn overlapping_texts_are_refused() {
+        let t = |name: &str, range: Range<usize>| Text {
+            name: name.into(),
+            range,
+        };
+        assert!(disjoint(&[t("a", 0..10), t("b", 10..20)]).is_ok());
+        let err = disjoint(&[t("b", 50..60), t("a", 40..60)]).unwrap_err();
+        assert_eq!(err.to_string(), "a and b overlap in the file (damaged)");
     }
 }

@@ -44,6 +44,9 @@ pub(crate) mod ui;
 pub mod verdict;
 pub(crate) mod version;
 
-/// The pull's readers, for the fuzz target (built with --cfg=fuzzing).
+/// The pull's readers, and the readers of a libMIOpen's kernel texts, for
+/// the fuzz targets (built with --cfg=fuzzing).
 #[cfg(fuzzing)]
 pub use share::fuzz_pull;
+#[cfg(fuzzing)]
+pub use verdict::fuzz_kernels;

@@ -16,11 +16,15 @@
 use serde::{Deserialize, Serialize};
 
 mod cases;
+#[cfg(fuzzing)]
+mod fuzz;
 mod proof;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
+#[cfg(fuzzing)]
+pub use fuzz::fuzz_kernels;
 pub use proof::{Proof, Reached, Unproven, prove};
-pub use source::{Lang, Source, Unit, kernels, unplain};
+pub use source::{Lang, Source, Unit, kernels, kernels_in, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
@@ -254,7 +258,7 @@ pub fn judge_text(
         });
     }
     let cases = unit.cases();
-    let asked: Vec<Vec<String>> = cases.iter().map(|c| unit.defines(arch, c)).collect();
+    let asked: Vec<Vec<String>> = unit.defines_all(arch, &cases);
     let failed: Vec<(usize, String)> = compile_all(compiler, unit, arch, &asked, compiles)?
         .into_iter()
         .enumerate()
@@ -275,10 +279,8 @@ pub fn judge_text(
         }
         None => Vec::new(),
     };
-    let controls: Vec<Vec<String>> = failed
-        .iter()
-        .map(|(i, _)| unit.defines(CONTROL, &cases[*i]))
-        .collect();
+    let failed_cases: Vec<Case> = failed.iter().map(|(i, _)| cases[*i]).collect();
+    let controls: Vec<Vec<String>> = unit.defines_all(CONTROL, &failed_cases);
     let control = compile_all(compiler, unit, CONTROL, &controls, compiles)?;
     let (mut control_too, mut every_card) = (0, 0);
     let mut verdict = Verdict::Compiles;
@@ -378,20 +380,21 @@ pub(crate) fn row_bcast_lines(text: &[u8]) -> Vec<std::ops::Range<usize>> {
 }
 
 /// Blank the instruction on `line`: its string literal's bytes, whole
-/// (its row_mask and bank_mask would not stand without the row_bcast), or
-/// the operand alone where it is no literal.
+/// (its row_mask and bank_mask would not stand without the row_bcast),
+/// and any `row_bcast:` operand left outside it (a line of several
+/// literals, or of none).
 pub(crate) fn blank(text: &mut [u8], line: &std::ops::Range<usize>) {
     let bytes = &text[line.clone()];
-    match (
+    if let (Some(a), Some(b)) = (
         bytes.iter().position(|&b| b == b'"'),
         bytes.iter().rposition(|&b| b == b'"'),
-    ) {
-        (Some(a), Some(b)) if a < b => text[line.start + a + 1..line.start + b].fill(b' '),
-        _ => {
-            let i =
-                line.start + memchr::memmem::find(bytes, b"row_bcast:").expect("a row_bcast line");
-            text[i..i + 10].fill(b' ');
-        }
+    ) && a < b
+    {
+        text[line.start + a + 1..line.start + b].fill(b' ');
+    }
+    let left: Vec<usize> = memchr::memmem::find_iter(&text[line.clone()], b"row_bcast:").collect();
+    for i in left {
+        text[line.start + i..line.start + i + 10].fill(b' ');
     }
 }
 
@@ -482,5 +485,25 @@ mod tests {
         assert!(!at_dpp(
             "a.cl:1:1: error: instruction not supported on this GPU"
         ));
+    }
+
+    /// Every row_bcast operand of a line is blanked: inside its literal,
+    /// after it, and on a line of no literal, each of several.
+    #[test]
+    fn every_row_bcast_operand_of_a_line_is_blanked() {
+        for line in [
+            "asm(\"v_add row_bcast:15 row_mask:0xa\");",
+            "asm(\"a\" \"b\" row_bcast:15);",
+            "v_add row_bcast:15 row_bcast:31",
+        ] {
+            let mut text = format!("x\n{line}\ny").into_bytes();
+            assert!(blank_row_bcast(&mut text));
+            assert_eq!(text.len(), line.len() + 4);
+            assert!(
+                !String::from_utf8_lossy(&text).contains("row_bcast:"),
+                "{line}"
+            );
+            assert!(text.starts_with(b"x\n") && text.ends_with(b"\ny"));
+        }
     }
 }

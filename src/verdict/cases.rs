@@ -91,6 +91,12 @@ pub fn cases(text: &[u8]) -> Vec<Case> {
 /// read, the type and layout, and each `MIO_BN_GFX<n>X` the text names, 1
 /// when `arch` is of that family (as the solvers decide).
 pub fn defines(text: &[u8], arch: &str, case: &Case) -> Vec<String> {
+    defines_of(&families(text), arch, case)
+}
+
+/// [`defines`] from the families a text names ([`families`]): a text's
+/// cases read it once, not once a case.
+pub(crate) fn defines_of(families: &[String], arch: &str, case: &Case) -> Vec<String> {
     let hw: u64 = match case.variant {
         Some(0) => 256,
         Some(1 | 2) => 4096,
@@ -157,17 +163,21 @@ pub fn defines(text: &[u8], arch: &str, case: &Case) -> Vec<String> {
     if let Some(v) = case.variant {
         out.push(format!("-DMIO_BN_VARIANT={v}"));
     }
-    out.extend(families(text, arch));
+    for f in families {
+        let on = arch
+            .strip_prefix("gfx")
+            .is_some_and(|a| a.starts_with(f.as_str()));
+        out.push(format!("-DMIO_BN_GFX{f}X={}", u8::from(on)));
+    }
     out
 }
 
-/// Each `MIO_BN_GFX<n>X` `text` names, 1 when `arch` is of that family, as
-/// the solvers set them from the device name.
-fn families(text: &[u8], arch: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut families: Vec<String> = String::from_utf8_lossy(text)
-        .match_indices("MIO_BN_GFX")
-        .filter_map(|(i, _)| {
+/// The `<n>` of each `MIO_BN_GFX<n>X` `text` names, sorted, once each;
+/// the solvers set each to 1 when the device is of that family. Read on
+/// the bytes (a lossy copy's offsets are not the text's).
+pub(crate) fn families(text: &[u8]) -> Vec<String> {
+    let mut families: Vec<String> = memchr::memmem::find_iter(text, b"MIO_BN_GFX")
+        .filter_map(|i| {
             let digits: String = text[i + 10..]
                 .iter()
                 .take_while(|b| b.is_ascii_digit())
@@ -178,11 +188,7 @@ fn families(text: &[u8], arch: &str) -> Vec<String> {
         .collect();
     families.sort();
     families.dedup();
-    for f in families {
-        let on = arch.strip_prefix("gfx").is_some_and(|a| a.starts_with(&f));
-        out.push(format!("-DMIO_BN_GFX{f}X={}", u8::from(on)));
-    }
-    out
+    families
 }
 
 #[cfg(test)]
@@ -197,5 +203,20 @@ mod tests {
         let all = cases(b"#if MIO_BN_VARIANT == 0\n#elif MIO_BN_VARIANT==2\n#if MIOPEN_USE_FP16\n#if MIO_LAYOUT_NHWC");
         assert_eq!(all.len(), 2 * 3 * 2);
         assert_eq!(all[11].to_string(), "variant 2 mixed NHWC");
+    }
+
+    /// The families are read on the text's bytes: bytes that are not
+    /// UTF-8 before one neither hide it nor move past the text's end.
+    #[test]
+    fn families_are_read_on_the_bytes() {
+        let text = b"\xff\xff\xff\xff#if MIO_BN_GFX103X\n\xffMIO_BN_GFX";
+        assert_eq!(families(text), ["103"]);
+        let case = Case {
+            variant: None,
+            ty: Type::Fp32,
+            nhwc: false,
+        };
+        let d = defines(text, "gfx1030", &case);
+        assert_eq!(d.last().unwrap(), "-DMIO_BN_GFX103X=1");
     }
 }

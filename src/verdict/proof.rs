@@ -180,7 +180,7 @@ fn control_unchanged(
             }));
         }
         let cases = before.cases();
-        let defines: Vec<Vec<String>> = cases.iter().map(|c| before.defines(CONTROL, c)).collect();
+        let defines: Vec<Vec<String>> = before.defines_all(CONTROL, &cases);
         let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
             Ok(compile_all(compiler, u, CONTROL, &defines, compiles)?
                 .into_iter()
@@ -219,8 +219,7 @@ fn compiled_anywhere(
     let blanked = unit.without_row_bcast();
     let unit = blanked.as_ref().unwrap_or(unit);
     for arch in [CONTROL, RDNA1[0]] {
-        let defines: Vec<Vec<String>> =
-            unit.cases().iter().map(|c| unit.defines(arch, c)).collect();
+        let defines: Vec<Vec<String>> = unit.defines_all(arch, &unit.cases());
         let answers = compile_all(compiler, unit, arch, &defines, compiles)?;
         if answers.iter().any(|c| matches!(c, Compiled::Object(_))) {
             return Ok(true);

@@ -3,9 +3,11 @@
 //! text with every header it includes, by include name, as MIOpen hands
 //! them to hipRTC.
 
+use std::collections::{HashMap, HashSet};
+
 use serde::{Deserialize, Serialize};
 
-use super::{Case, Job, cases, defines};
+use super::{Case, Job, cases};
 use crate::embedded::{self, Text};
 
 /// The language of a kernel text: MIOpen compiles OpenCL through comgr,
@@ -51,8 +53,24 @@ impl Source {
 /// HIP ones, each with the headers it includes.
 pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
     let (texts, _) = embedded::locate(library)?;
+    let out = kernels_in(&texts, library);
+    if out.len() > MAX_KERNELS {
+        anyhow::bail!(
+            "it embeds more than {MAX_KERNELS} batch-norm kernel texts, where MIOpen has about a dozen"
+        );
+    }
+    Ok(out)
+}
+
+/// [`kernels`] among `texts`, located in `library` (each range inside it).
+pub fn kernels_in(texts: &[Text], library: &[u8]) -> Vec<Source> {
+    // The headers by symbol, the first of a name: one look-up per include.
+    let mut by_symbol: HashMap<&str, &std::ops::Range<usize>> = HashMap::new();
+    for t in texts.iter().filter(|t| t.name.ends_with("_INCLUDE")) {
+        by_symbol.entry(t.name.as_str()).or_insert(&t.range);
+    }
     let mut out = Vec::new();
-    for t in &texts {
+    for t in texts {
         let text = &library[t.range.clone()];
         if !is_batch_norm(&t.name, text) {
             continue;
@@ -62,7 +80,7 @@ pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
             false => Lang::OpenCl,
         };
         let headers = match lang {
-            Lang::Hip => includes(&texts, library, t)?,
+            Lang::Hip => includes(&by_symbol, library, t),
             Lang::OpenCl => Vec::new(),
         };
         out.push(Source {
@@ -71,13 +89,8 @@ pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
             lang,
             headers,
         });
-        if out.len() > MAX_KERNELS {
-            anyhow::bail!(
-                "it embeds more than {MAX_KERNELS} batch-norm kernel texts, where MIOpen has about a dozen"
-            );
-        }
     }
-    Ok(out)
+    out
 }
 
 fn is_batch_norm(name: &str, text: &[u8]) -> bool {
@@ -89,22 +102,22 @@ fn is_batch_norm(name: &str, text: &[u8]) -> bool {
 
 /// The headers a HIP text includes (`#include "name"`), and theirs, as
 /// MIOpen hands them to hipRTC: by include name, each the embedded
-/// `MIOPEN_KERNEL_<STEM>_INCLUDE`. One it includes and the library lacks is
-/// left to hipRTC, which says so, as it would at run time. The names are
-/// the library's, unchecked: [`Unit::refused`] says which may not reach
-/// a compiler.
+/// `MIOPEN_KERNEL_<STEM>_INCLUDE`, once, by the first name that reaches it
+/// (each header's text is read once: a library of many names for one
+/// header costs no more than its size). One it includes and the library
+/// lacks is left to hipRTC, which says so, as it would at run time. The
+/// names are the library's, unchecked: [`Unit::refused`] says which may
+/// not reach a compiler.
 fn includes(
-    texts: &[Text],
+    by_symbol: &HashMap<&str, &std::ops::Range<usize>>,
     library: &[u8],
     kernel: &Text,
-) -> anyhow::Result<Vec<(String, std::ops::Range<usize>)>> {
+) -> Vec<(String, std::ops::Range<usize>)> {
     let mut out: Vec<(String, std::ops::Range<usize>)> = Vec::new();
+    let mut symbols: HashSet<String> = HashSet::new();
     let mut todo = vec![kernel.range.clone()];
     while let Some(range) = todo.pop() {
         for name in include_names(&library[range]) {
-            if out.iter().any(|(n, _)| *n == name) {
-                continue;
-            }
             let stem = std::path::Path::new(&name)
                 .file_stem()
                 .and_then(|s| s.to_str())
@@ -117,13 +130,15 @@ fn includes(
                 })
                 .collect();
             let symbol = format!("MIOPEN_KERNEL_{symbol}_INCLUDE");
-            if let Some(h) = texts.iter().find(|t| t.name == symbol) {
-                out.push((name, h.range.clone()));
-                todo.push(h.range.clone());
+            if let Some(h) = by_symbol.get(symbol.as_str())
+                && symbols.insert(symbol)
+            {
+                out.push((name, (*h).clone()));
+                todo.push((*h).clone());
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// The names a text includes in quotes (`#include "name"`), as written:
@@ -168,6 +183,110 @@ const TEXT_CAP: usize = 4 << 20;
 /// More batch-norm kernel texts than any MIOpen has (13 in 6.4, 14 in
 /// 7.2): a library with more is not one the fix knows.
 const MAX_KERNELS: usize = 256;
+
+/// How far past `include` a name is looked for: clang opens no path
+/// longer (PATH_MAX), and a name it might shorten first is refused.
+const READ: usize = 4096;
+
+/// The first name a preprocessor might open for `text` that is not plain,
+/// over-read so that no spelling of an include slips by: after every
+/// `include`, `include_next`, `import` or `embed` wherever it stands (a
+/// directive however spelled: `#` or `%:`, comments, continued lines,
+/// lines ended by `\r`; or a word in a comment), past blanks, NULs and
+/// comments, a name in quotes or angle brackets. One it
+/// cannot read to its end within [`READ`] bytes is refused too. Linear:
+/// at most [`READ`] bytes are read past each word.
+fn unplain_opened(text: &[u8]) -> Option<(String, &'static str)> {
+    const UNREAD: &str = "an include this check cannot read within 4096 bytes";
+    // A continuation may split a word (`#inc\<newline>lude`): read the
+    // lines joined, as clang does first.
+    let joined = joined(text);
+    let text = &joined[..];
+    for word in [&b"include"[..], b"import", b"embed"] {
+        for at in memchr::memmem::find_iter(text, word) {
+            let from = at + word.len();
+            let end = text.len().min(from + READ);
+            let capped = end < text.len();
+            let rest = &text[from..end];
+            let rest = rest.strip_prefix(b"_next").unwrap_or(rest);
+            let rest = skip_blanks(rest);
+            let close = match rest.first() {
+                Some(b'"') => b'"',
+                Some(b'<') => b'>',
+                None if capped => return Some((lossy_cut(&text[at..end]), UNREAD)),
+                _ => continue,
+            };
+            match memchr::memchr(close, &rest[1..]) {
+                Some(n) => {
+                    let name = String::from_utf8_lossy(&rest[1..1 + n]);
+                    if let Some(how) = unplain(&name) {
+                        return Some((name.into_owned(), how));
+                    }
+                }
+                None if capped => return Some((lossy_cut(&text[at..end]), UNREAD)),
+                // Unterminated at the text's end: nothing is opened.
+                None => {}
+            }
+        }
+    }
+    None
+}
+
+/// `text` with every line continuation (a backslash, blanks, a line end)
+/// taken out; borrowed when it has none.
+fn joined(text: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !text.contains(&b'\\') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] == b'\\' {
+            let blanks = text[i + 1..]
+                .iter()
+                .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\x0b' | b'\x0c'))
+                .count();
+            let j = i + 1 + blanks;
+            let end = match &text[j.min(text.len())..] {
+                [b'\r', b'\n', ..] => Some(j + 2),
+                [b'\n' | b'\r', ..] => Some(j + 1),
+                _ => None,
+            };
+            if let Some(end) = end {
+                i = end;
+                continue;
+            }
+            // Not a continuation: the backslash and its blanks stand.
+            out.extend_from_slice(&text[i..j]);
+            i = j;
+            continue;
+        }
+        out.push(text[i]);
+        i += 1;
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `bytes` past blanks (spaces, tabs, form feeds, vertical tabs and NULs,
+/// which clang ignores) and block comments.
+fn skip_blanks(mut bytes: &[u8]) -> &[u8] {
+    loop {
+        match bytes {
+            [b' ' | b'\t' | b'\x0b' | b'\x0c' | 0, rest @ ..] => bytes = rest,
+            [b'/', b'*', rest @ ..] => match memchr::memmem::find(rest, b"*/") {
+                Some(n) => bytes = &rest[n + 2..],
+                None => return &[],
+            },
+            _ => return bytes,
+        }
+    }
+}
+
+/// The start of `bytes` as text, for a message.
+fn lossy_cut(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]);
+    format!("{s}...")
+}
 
 /// One kernel text with its headers, as compiled: owned, so that a copy
 /// can be changed (the DPP instructions blanked) and compiled again.
@@ -217,15 +336,17 @@ impl Unit {
         if let Some(how) = unplain(&self.name) {
             return Some(why("it is named", &self.name, how));
         }
-        let included = std::iter::once(&self.text)
-            .chain(self.headers.iter().map(|(_, t)| t))
-            .flat_map(|t| include_names(t));
-        let named = self.headers.iter().map(|(n, _)| n.clone());
-        if let Some(e) = named
-            .chain(included)
-            .find_map(|n| unplain(&n).map(|how| why("it includes", &n, how)))
+        let named = self.headers.iter().map(|(n, _)| n);
+        if let Some((n, how)) = named
+            .filter_map(|n| unplain(n).map(|how| (n.clone(), how)))
+            .next()
+            .or_else(|| {
+                std::iter::once(&self.text)
+                    .chain(self.headers.iter().map(|(_, t)| t))
+                    .find_map(|t| unplain_opened(t))
+            })
         {
-            return Some(e);
+            return Some(why("it includes", &n, how));
         }
         std::iter::once(&self.text)
             .chain(self.headers.iter().map(|(_, t)| t))
@@ -244,7 +365,23 @@ impl Unit {
     /// The solver's defines for `case`; a HIP text's vector types are
     /// HIP's names (`FP_TYPE4`), as the solvers spell them for HIP.
     pub fn defines(&self, arch: &str, case: &Case) -> Vec<String> {
-        let mut d = defines(&self.read(), arch, case);
+        self.defines_all(arch, std::slice::from_ref(case))
+            .pop()
+            .expect("one case")
+    }
+
+    /// [`Unit::defines`] for each of `cases`, the text read once: a text
+    /// of many cases costs its size once, not once a case.
+    pub fn defines_all(&self, arch: &str, cases: &[Case]) -> Vec<Vec<String>> {
+        let families = cases::families(&self.read());
+        cases
+            .iter()
+            .map(|case| self.hip_types(cases::defines_of(&families, arch, case)))
+            .collect()
+    }
+
+    /// A HIP text's vector types are HIP's names.
+    fn hip_types(&self, mut d: Vec<String>) -> Vec<String> {
         if self.lang == Lang::Hip {
             for v in &mut d {
                 if v.starts_with("-DMIOPEN_READ_TYPE=") {
@@ -323,9 +460,64 @@ mod tests {
             unit("K", "#include \"a.hpp\"\n", &[("a.hpp", "#include \"/etc/x\"\n")]).refused(),
             Some("it includes \"/etc/x\", an absolute name, and a compiler is handed only plain relative names".into())
         );
+        // Every spelling clang reads as an include is read, angle brackets
+        // too: `%:`, a continued line, a line ended by `\r`, comments and
+        // NULs between the words.
+        for text in [
+            "%:include \"../d\"\n",
+            "#inc\\\nlude \"../c\"\n",
+            "#inc\\ \r\nlude \"../c\"\n",
+            "int x;\r#include \"/r\"\n",
+            "# /**/ include_next \0 <../n>\n",
+            "#import \"../i\"\n#embed </e>\n",
+        ] {
+            let refused = unit("K", text, &[]).refused();
+            assert!(
+                refused.is_some_and(|r| r.starts_with("it includes ")),
+                "{text:?}"
+            );
+        }
+        // A name it cannot read to its end is refused; a word that is
+        // no include is not.
+        let far = format!("#include {}\"a\"\n", " ".repeat(5000));
+        assert!(unit("K", &far, &[]).refused().is_some());
+        let fine = "// this includes <hip/hip_runtime.h> and \"a.hpp\"\n#include<x/y.h>\n";
+        assert_eq!(unit("K", fine, &[]).refused(), None);
         assert_eq!(
             unit("../K", "", &[]).refused(),
             Some("it is named \"../K\", a name with a \"..\" component, and a compiler is handed only plain relative names".into())
         );
+    }
+
+    /// A header reached by many names is handed once, by the first, and
+    /// read once: a library of many names for one header costs its size.
+    #[test]
+    fn a_header_is_handed_once_whatever_names_reach_it() {
+        let mut lib = Vec::new();
+        let mut texts = Vec::new();
+        let mut add = |name: &str, text: String| {
+            let start = lib.len();
+            lib.extend_from_slice(text.as_bytes());
+            texts.push(Text {
+                name: name.into(),
+                range: start..lib.len(),
+            });
+            lib.push(0);
+        };
+        add(
+            "MIOPEN_KERNEL_BN",
+            "#include \"h.hpp\"\n__global__ void BatchNorm() {}\n".into(),
+        );
+        let names: String = (0..3000)
+            .map(|i| format!("#include \"d{i}/h.hpp\"\n"))
+            .collect();
+        add(
+            "MIOPEN_KERNEL_H_INCLUDE",
+            format!("#include \"h.hpp\"\n{names}"),
+        );
+        let sources = kernels_in(&texts, &lib);
+        assert_eq!(sources.len(), 1);
+        let headers: Vec<&str> = sources[0].headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(headers, ["h.hpp"]);
     }
 }

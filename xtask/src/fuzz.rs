@@ -1,10 +1,14 @@
-//! `cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull]`:
+//! `cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels]`:
 //! libFuzzer on the ELF and offload-bundle readers (fuzz/fuzz_targets/
 //! elf.rs), seeded with real libraries: clang's HIP fat binaries (one arch
-//! and three) and the fake runtime's ELF files; and on the pull's readers
+//! and three) and the fake runtime's ELF files; on the pull's readers
 //! (manifests, configs, zstd tar layers) and the in-place fix's readers of
-//! embedded kernel texts (pull.rs), seeded with such inputs. Each target
-//! runs for N seconds. Not in CI: it runs for
+//! embedded kernel texts (pull.rs), seeded with such inputs; and on the
+//! diagnosis's readers of a libMIOpen's kernel texts (kernels.rs: the
+//! batch-norm texts, the HIP include names and headers handed to a
+//! compiler, cases, defines, the row_bcast blanking, the in-place edit,
+//! each held to a property), seeded with the fake runtime's libMIOpen
+//! variants and hand-made texts. Each target runs for N seconds. Not in CI: it runs for
 //! minutes. It fails on any crash, abort, out-of-memory or slow input
 //! (`-timeout=1` on inputs of at most 1 MiB), and then on any corpus input
 //! that, repeated to 4 MiB, takes 1 s per MB.
@@ -34,13 +38,18 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
             "--target" => only = Some(value()?.clone()),
             other => {
                 bail!(
-                    "unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull]"
+                    "unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels]"
                 )
             }
         }
     }
     let base = root.join("target/fuzz");
     let bins = build(root)?;
+    if let Some(o) = &only
+        && !bins.iter().any(|(name, _)| name == o)
+    {
+        bail!("no fuzz target {o}: elf, pull or kernels");
+    }
     for (name, bin) in bins {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -48,6 +57,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         let work = base.join(name);
         let seeds = match name {
             "elf" => seeds(&work.join("seeds"))?,
+            "kernels" => kernel_seeds(&work.join("seeds"))?,
             _ => pull_seeds(&work.join("seeds"))?,
         };
         one(name, &bin, &work, &seeds, seconds, jobs)?;
@@ -234,7 +244,10 @@ fn build(root: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
         .arg(&target)
         .env("RUSTFLAGS", flags.join(" ")))?;
     let dir = target.join(triple).join("release");
-    Ok(vec![("elf", dir.join("elf")), ("pull", dir.join("pull"))])
+    Ok(["elf", "pull", "kernels"]
+        .into_iter()
+        .map(|n| (n, dir.join(n)))
+        .collect())
 }
 
 /// What a registry sends, to start from: manifests and configs (first
@@ -272,6 +285,103 @@ fn pull_seeds(dir: &Path) -> Result<PathBuf> {
     let runtime = rdna1_testkit::build_runtime(&scratch.path().join("runtime"));
     let miopen = std::fs::read(runtime.join("torch/lib/libMIOpen.so"))?;
     std::fs::write(dir.join("libMIOpen.so"), miopen)?;
+    Ok(dir.to_owned())
+}
+
+/// Texts as (name, bytes).
+type Records = Vec<(&'static str, Vec<u8>)>;
+
+/// What the kernels target starts from (fuzz/fuzz_targets/kernels.rs;
+/// first byte even: a library file, odd: texts, `name 0x1f text`
+/// separated by 0x1e): the fake runtime's libMIOpens (stock, symbols
+/// hidden, and each variant of tests/fixtures/fake-runtime/variants), its
+/// kernel texts as texts, and hand-made HIP texts whose includes lead out
+/// (`../../x`, `/abs`, a NUL, `%:`, a continued `#inc\`-line, a `\r`
+/// line), headers that include themselves and each other under several
+/// names, and a huge line of row_bcast operands.
+fn kernel_seeds(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = rdna1_testkit::build_runtime(&scratch.path().join("runtime"));
+    let mut libraries = vec![
+        ("stock".to_owned(), runtime.join("torch/lib/libMIOpen.so")),
+        (
+            "hidden".to_owned(),
+            runtime.join("torch-hidden/lib/libMIOpen.so"),
+        ),
+    ];
+    for e in std::fs::read_dir(runtime.join("variants"))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        libraries.push((name, e.path().join("libMIOpen.so")));
+    }
+    for (name, path) in libraries {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        if bytes.len() < MAX_LEN {
+            std::fs::write(
+                dir.join(format!("lib-{name}")),
+                [&[0u8][..], &bytes].concat(),
+            )?;
+        }
+    }
+    let texts = |records: &[(&str, &[u8])]| -> Vec<u8> {
+        let mut out = vec![1u8];
+        for (i, (name, text)) in records.iter().enumerate() {
+            if i > 0 {
+                out.push(0x1e);
+            }
+            out.extend_from_slice(name.as_bytes());
+            out.push(0x1f);
+            out.extend_from_slice(text);
+        }
+        out
+    };
+    // The fixture's kernel texts, named as the build embeds them.
+    let fixtures = rdna1_testkit::fixtures().join("fake-runtime");
+    let mut files = Vec::new();
+    for sub in ["kernels", "kernels-hip"] {
+        for e in std::fs::read_dir(fixtures.join(sub))?.flatten() {
+            let path = e.path();
+            let stem = path
+                .file_stem()
+                .context("a stem")?
+                .to_string_lossy()
+                .to_uppercase();
+            let header = path.extension().is_some_and(|x| x == "h" || x == "hpp");
+            let suffix = if header { "_INCLUDE" } else { "" };
+            files.push((
+                format!("MIOPEN_KERNEL_{stem}{suffix}"),
+                std::fs::read(&path)?,
+            ));
+        }
+    }
+    files.sort();
+    let records: Vec<(&str, &[u8])> = files.iter().map(|(n, t)| (n.as_str(), &t[..])).collect();
+    std::fs::write(dir.join("texts-fixture"), texts(&records))?;
+    const K: &str = "MIOPEN_KERNEL_BATCHNORMHIP";
+    const BODY: &str = "extern \"C\" __global__ void BatchNormFwd() {}\n";
+    let hand: [(&str, Records); 8] = [
+        ("dotdot", vec![(K, format!("#include \"../../x.hpp\"\n{BODY}").into()), ("MIOPEN_KERNEL_X_INCLUDE", b"int x;\n".to_vec())]),
+        ("absolute", vec![(K, format!("#include \"/etc/x.hpp\"\n#include </abs/y>\n{BODY}").into())]),
+        ("nul", vec![(K, format!("#include \"a\0/../b.hpp\"\n{BODY}").into()), ("MIOPEN_KERNEL_A_INCLUDE", b"#include \"a.hpp\"\n".to_vec())]),
+        ("spellings", vec![(K, format!("%:include \"../d\"\n#inc\\\nlude \"../c\"\nx;\r# include \"/r\"\n# /**/ include_next <../n>\n{BODY}").into())]),
+        ("self", vec![
+            (K, format!("#include \"a.hpp\"\n{BODY}").into()),
+            ("MIOPEN_KERNEL_A_INCLUDE", b"#include \"a.hpp\"\n#include \"./a.hpp\"\n#include \"sub/a.hpp\"\n#include \"b.hpp\"\n".to_vec()),
+            ("MIOPEN_KERNEL_B_INCLUDE", b"#include \"a.hpp\"\n#include \"b.hpp\"\n#include \"../b.hpp\"\n".to_vec()),
+        ]),
+        ("many-names", vec![
+            (K, format!("#include \"h.hpp\"\n{BODY}").into()),
+            ("MIOPEN_KERNEL_H_INCLUDE", (0..2000).map(|i| format!("#include \"d{i}/h.hpp\"\n")).collect::<String>().into()),
+        ]),
+        ("huge-line", vec![(K, format!("{BODY}{}\n", " \"v_add row_bcast:15\" row_bcast:31".repeat(20_000)).into())]),
+        ("variants", vec![(K, format!("{BODY}{}", (0..3000).map(|i| format!("#if MIO_BN_VARIANT == {i}\n")).collect::<String>()).into())]),
+    ];
+    for (name, records) in &hand {
+        let records: Vec<(&str, &[u8])> = records.iter().map(|(n, t)| (*n, &t[..])).collect();
+        std::fs::write(dir.join(format!("texts-{name}")), texts(&records))?;
+    }
     Ok(dir.to_owned())
 }
 

@@ -70,9 +70,10 @@ tasks:
              [--miopen-src DIR] [--miopen-lib PATH] [--quick] [--only GROUP],
              GROUP one of:
 {}
-  fuzz       libFuzzer on the ELF and offload-bundle readers, or the pull's;
-             fails on any crash, abort or slow input
-             [--seconds N] [--jobs J] [--target elf|pull]
+  fuzz       libFuzzer on the ELF and offload-bundle readers, the pull's, or
+             the readers of a libMIOpen's kernel texts and include names;
+             fails on any crash, abort, broken property or slow input
+             [--seconds N] [--jobs J] [--target elf|pull|kernels]
   killtest   kill -9 installs, rollbacks, publishes and pulls at random
              instants, check nothing is stuck, damaged or left behind
              [--runs N] [--size-mb M] [--seed S] [--route system]

@@ -75,6 +75,36 @@ fn the_usage_lists_every_flag_of_every_task() {
     }
 }
 
+/// `fuzz --target` names every target fuzz/Cargo.toml builds, in the
+/// usage and in DEVELOPING.md.
+#[test]
+fn the_fuzz_usage_names_every_fuzz_target() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("fuzz/Cargo.toml")).unwrap();
+    let bins: Vec<&str> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .map(|b| {
+            let line = b.lines().find(|l| l.starts_with("name = ")).unwrap();
+            line.trim_start_matches("name = ").trim_matches('"')
+        })
+        .collect();
+    assert_eq!(bins, ["elf", "pull", "kernels"]);
+    let flag = format!("[--target {}]", bins.join("|"));
+    let out = Command::new(XTASK).output().unwrap();
+    let usage = String::from_utf8(out.stderr).unwrap();
+    assert!(usage.contains(&flag), "the usage lacks {flag}:\n{usage}");
+    let developing = std::fs::read_to_string(root.join("DEVELOPING.md")).unwrap();
+    assert!(
+        developing
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(&flag),
+        "DEVELOPING.md lacks {flag}"
+    );
+}
+
 #[test]
 fn the_chroot_tasks_need_mmdebstrap_and_say_how_to_install_it() {
     let empty = tempfile::tempdir().unwrap();
