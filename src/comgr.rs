@@ -146,21 +146,8 @@ pub(crate) fn swap_point() {
         let Some((a, b)) = arg.split_once(',') else {
             return;
         };
-        let (a, b) = (
-            CString::new(a).expect("a path"),
-            CString::new(b).expect("a path"),
-        );
-        // SAFETY: two NUL-terminated paths; renameat2 only reads them.
-        let done = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                a.as_ptr(),
-                libc::AT_FDCWD,
-                b.as_ptr(),
-                libc::RENAME_EXCHANGE,
-            )
-        };
-        assert_eq!(done, 0, "the failpoint could not exchange {arg}");
+        crate::fsutil::exchange(Path::new(a), Path::new(b))
+            .unwrap_or_else(|e| panic!("the failpoint could not exchange {arg}: {e}"));
     });
 }
 
