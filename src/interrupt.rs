@@ -80,24 +80,10 @@ impl Drop for ChildGroup {
 pub fn signal_session(sid: i32, sig: i32) -> usize {
     let me = std::process::id() as i32;
     let mut n = 0;
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid pgrp session ...: comm may hold spaces and
-        // parentheses, so count from the last ')'.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let session = fields.nth(2).and_then(|s| s.parse::<i32>().ok());
-        if session == Some(sid) && pid != me && state != Some("Z") {
+    for p in crate::reaper::processes() {
+        if p.session == sid && p.pid != me && p.state != "Z" {
             // SAFETY: kill(2) only sends a signal.
-            unsafe { libc::kill(pid, sig) };
+            unsafe { libc::kill(p.pid, sig) };
             n += 1;
         }
     }

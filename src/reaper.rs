@@ -124,9 +124,18 @@ fn sweep() {
     }
 }
 
-/// Every process below `root`, read from /proc (pid -> parent).
-pub fn descendants(root: i32) -> Vec<i32> {
-    let mut parent_of: Vec<(i32, i32)> = Vec::new();
+/// A process as /proc/PID/stat says it is.
+pub struct Process {
+    pub pid: i32,
+    pub state: String,
+    pub ppid: i32,
+    pub session: i32,
+}
+
+/// Every process /proc shows (those that end while it is read are left
+/// out).
+pub fn processes() -> Vec<Process> {
+    let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
             continue;
@@ -134,22 +143,35 @@ pub fn descendants(root: i32) -> Vec<i32> {
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
-        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if let Some(ppid) = ppid {
-            parent_of.push((pid, ppid));
+        // pid (comm) state ppid pgrp session ...: comm may hold spaces and
+        // parentheses, so count from the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().take(4).collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<i32>().ok());
+        if let (Some(state), Some(ppid), Some(session)) = (f.first(), num(1), num(3)) {
+            out.push(Process {
+                pid,
+                state: (*state).to_owned(),
+                ppid,
+                session,
+            });
         }
     }
+    out
+}
+
+/// Every process below `root`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let all = processes();
     let mut out = Vec::new();
     let mut todo = vec![root];
     while let Some(p) = todo.pop() {
-        for &(pid, ppid) in &parent_of {
-            if ppid == p && !out.contains(&pid) {
-                out.push(pid);
-                todo.push(pid);
+        for c in all.iter().filter(|c| c.ppid == p) {
+            if !out.contains(&c.pid) {
+                out.push(c.pid);
+                todo.push(c.pid);
             }
         }
     }
