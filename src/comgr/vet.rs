@@ -11,6 +11,7 @@
 
 use std::ffi::{CString, c_void};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -222,10 +223,26 @@ impl Vetted {
     /// compiler stays loaded for the child's life); the compilers' handles,
     /// in the order asked.
     pub fn load(&self) -> Result<Vec<*mut c_void>> {
-        use std::os::fd::AsRawFd;
+        // The loader knows a library by the name it was opened by before
+        // it looks at the file: a second load whose `/proc/self/fd/N` had
+        // been another library's name in an earlier load got that other
+        // library. So a file once loaded is known here by its identity and
+        // never opened again, and the descriptor it was loaded through
+        // stays open, its number never reused.
+        static LOADED: std::sync::Mutex<Vec<((u64, u64), usize)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         let mut handles = Vec::with_capacity(self.libs.len());
         for lib in &self.libs {
-            let by_fd = format!("/proc/self/fd/{}", lib.file.as_raw_fd());
+            if let Some(&(_, h)) = loaded.iter().find(|(id, _)| *id == lib.id) {
+                handles.push(h as *mut c_void);
+                continue;
+            }
+            let kept = lib
+                .file
+                .try_clone()
+                .with_context(|| format!("cannot load {}", lib.path.display()))?;
+            let by_fd = format!("/proc/self/fd/{}", kept.as_raw_fd());
             let c = CString::new(by_fd).expect("no NUL");
             // SAFETY: loading a shared library runs its constructors: each
             // was checked by the rule above, and is loaded from the very
@@ -238,6 +255,9 @@ impl Vetted {
                     super::dlerror()
                 ));
             }
+            // Kept open for the process's life: see above.
+            std::mem::forget(kept);
+            loaded.push((lib.id, handle as usize));
             handles.push(handle);
         }
         Ok(self.compilers.iter().map(|&c| handles[c]).collect())

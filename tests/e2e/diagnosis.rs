@@ -602,3 +602,22 @@ fn children_on_every_core_give_the_verdicts_of_one_compile_per_case() {
     crate::texts::miopen_embedding(dir.path(), &lib, &texts);
     same(&std::fs::read(&lib).unwrap(), "gfx1010");
 }
+
+/// The loader knows a library by the name it was opened by, and the
+/// compilers are opened by `/proc/self/fd/N`: loading one compiler after
+/// another, whose files were given the numbers the first one's had, must
+/// still give each its own library.
+#[test]
+fn compilers_loaded_one_after_another_are_each_themselves() {
+    use rdna1_patch::comgr::hiprtc::Hiprtc;
+    let first = comgr();
+    let rtc = Hiprtc::open(Path::new(DEBIAN_HIPRTC)).expect("Debian's hipRTC loads");
+    let again = comgr();
+    assert_eq!(first.version, again.version);
+    let text = b"__kernel void k(__global float* p) { p[0] = 1.0f; }";
+    for c in [&first, &again] {
+        c.compile_ocl("k.cl", text, "gfx1010", &[])
+            .expect("a plain kernel compiles");
+    }
+    drop(rtc);
+}
