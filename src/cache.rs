@@ -146,20 +146,9 @@ fn base_dir() -> Option<PathBuf> {
 
 /// Root's home directory, from the password database, not the environment.
 fn root_home() -> Option<PathBuf> {
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r fills `pwd` with pointers into `buf`, which
-    // outlives every use of them below; `out` is null on failure.
-    let rc = unsafe { libc::getpwuid_r(0, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc != 0 || out.is_null() || pwd.pw_dir.is_null() {
-        return None;
-    }
-    // SAFETY: pw_dir is a NUL-terminated string inside `buf`.
-    let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
-    use std::os::unix::ffi::OsStrExt;
-    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
-    dir.is_absolute().then_some(dir)
+    crate::owner::passwd(0)
+        .map(|(_, home)| home)
+        .filter(|h| h.is_absolute())
 }
 
 /// The stamp a file is remembered by: device, inode, size, and both its

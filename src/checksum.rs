@@ -9,7 +9,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::{Context, Result, bail};
+use crate::fsutil::At;
+use anyhow::{Result, bail};
 use openssl::hash::{Hasher, MessageDigest, hash};
 
 /// Large reads: fewer syscalls, and the MD5 core stays hot.
@@ -73,10 +74,7 @@ impl Known {
 /// the file had when it was opened.
 pub fn scan_file(path: &Path, needle: &[u8]) -> Result<Known> {
     let mut f: File = crate::fsutil::open_regular(path)?;
-    let stamp = crate::fsutil::Stamp::of(
-        &f.metadata()
-            .with_context(|| format!("cannot read {}", path.display()))?,
-    );
+    let stamp = crate::fsutil::Stamp::of(&f.metadata().at("read", path)?);
     let mut hasher = Hasher::new(MessageDigest::md5())?;
     let finder = memchr::memmem::Finder::new(needle);
     let keep = needle.len().saturating_sub(1);
@@ -85,9 +83,7 @@ pub fn scan_file(path: &Path, needle: &[u8]) -> Result<Known> {
     let mut buf = vec![0u8; READ_BUF + keep];
     let mut carried = 0;
     loop {
-        let n = f
-            .read(&mut buf[carried..])
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let n = f.read(&mut buf[carried..]).at("read", path)?;
         if n == 0 {
             break;
         }

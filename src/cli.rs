@@ -15,7 +15,7 @@ const GLOBAL: &str = "Global options";
 #[command(
     name = "rdna1-patch",
     version = VERSION,
-    about = "Build a patched MIOpen for AMD RDNA1 GPUs (gfx1010/1011/1012) and swap it into PyTorch, reversibly",
+    about = "Tell what in your PyTorch fails on an AMD RDNA1 GPU (gfx1010/1011/1012), and fix MIOpen's batch norm in it, reversibly: in place in seconds, or with a patched build",
     after_help = crate::error::EXIT_STATUS_HELP,
     propagate_version = true
 )]
@@ -48,7 +48,7 @@ Examples:
   rdna1-patch build --dry-run       # what would run, changing nothing
   rdna1-patch build                 # ~/.local/share/rdna1-patch/rocm-6.2.4
   rdna1-patch build --profile rocm-6.3.1 -D GPU_TARGETS=gfx1010
-  sudo rdna1-patch build --prefix /opt/rocm-miopen-rdna1
+  rdna1-patch build --prefix ~/opt/rocm-miopen-rdna1   # nothing needs root
   rdna1-patch build                 # after a failed install: installs only";
 const INSTALL_EXAMPLES: &str =
     "Cost: seconds, and no download. On disk, a backup of torch's libMIOpen.so in
@@ -57,6 +57,7 @@ torch's filesystem); the in-place fix adds a copy of that library in the
 prefix. --dry-run says which route it would take.
 
 Examples:
+  rdna1-patch install --into-torch --dry-run  # the diagnosis and the route
   rdna1-patch install --into-torch  # the torch of python3 on PATH
   rdna1-patch install --into-torch --python ~/venv/bin/python
   rdna1-patch install --into-torch --profile rocm-6.3.1 --force";
@@ -72,7 +73,8 @@ const VERIFY_EXAMPLES: &str = "Examples:
   rdna1-patch verify --runtime --python ~/venv/bin/python
   rdna1-patch verify --json";
 const DOCTOR_EXAMPLES: &str = "Examples:
-  rdna1-patch doctor
+  rdna1-patch doctor                # torch, its kernels judged for your card, its route
+  rdna1-patch doctor --all          # the build's rows too, whatever the route
   rdna1-patch doctor --rocm /usr --python ~/venv/bin/python";
 const PATCHES_EXAMPLES: &str = "Examples:
   rdna1-patch patches list
@@ -114,7 +116,8 @@ enum Command {
     /// Fetch, patch, configure, build and install a component (today: miopen)
     #[command(after_help = BUILD_EXAMPLES)]
     Build(Box<commands::build::Args>),
-    /// Swap the built library into torch (journaled; `rollback` undoes it)
+    /// Fix torch's MIOpen: its own library in place (diagnosed and proven by
+    /// compiling), or a build swapped in (journaled; `rollback` undoes it)
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(commands::install::Args),
     /// Put torch's original library back
@@ -126,7 +129,8 @@ enum Command {
     /// Prove what is installed, loaded and linked (exit 1 if any check fails)
     #[command(after_help = VERIFY_EXAMPLES)]
     Verify(commands::verify::Args),
-    /// Check this machine before a build: tools, ROCm, GPU, disk, torch
+    /// What your torch is, whether its batch-norm kernels compile for your
+    /// card (diagnosed by compiling them), its route, and what that needs
     #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor(commands::doctor::Args),
     /// Work on patch series: list, check against a tree, refresh from a tree
@@ -148,7 +152,10 @@ enum Command {
     Clean(commands::clean::Args),
     /// Print a shell completion script
     #[command(after_help = COMPLETIONS_EXAMPLES)]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
     /// Print the manual page (roff): `rdna1-patch man | man -l -`; with a
     /// verb, the page of its own that the main page lists for it
     Man(commands::man::Args),
@@ -224,6 +231,7 @@ impl Command {
             Command::Rollback(a) => a.json,
             Command::Verify(a) => a.report.json,
             Command::Doctor(a) => a.report.json,
+            Command::Install(a) => a.json,
             Command::Patches(c) => c.json(),
             Command::Profiles(c) => c.json(),
             _ => false,

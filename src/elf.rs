@@ -14,6 +14,7 @@ use goblin::elf::program_header::{PT_DYNAMIC, ProgramHeader};
 use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS};
 
 use crate::checksum;
+use crate::fsutil::At;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Library {
@@ -42,7 +43,7 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     crate::fsutil::open_regular(path)?
         .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .at("read", path)?;
     Ok(bytes)
 }
 
@@ -214,10 +215,7 @@ const NAME_CAP: u64 = 4096;
 pub fn read_dynamic(path: &Path) -> Result<Loadable> {
     use std::os::unix::fs::FileExt;
     let file = crate::fsutil::open_regular(path)?;
-    let len = file
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .len();
+    let len = file.metadata().at("read", path)?.len();
     dynamic_from(&|buf, offset| file.read_exact_at(buf, offset), len)
         .with_context(|| format!("{} is not a loadable ELF file", path.display()))
 }

@@ -38,6 +38,69 @@ impl Hint {
     }
 }
 
+/// A file-system error in words: the path, what is wrong ("read-only file
+/// system", "permission denied", "no space left on device"), and a help
+/// fitted to the cause, worked out when it happened (`fsutil::At`). A
+/// [`Hint`] above it, which knows what the command was doing, says more.
+#[derive(Debug)]
+pub struct FsError {
+    pub message: String,
+    pub help: Option<String>,
+    /// The OS's error, for what asks its kind (`is_not_found`, a full
+    /// disk); not a source in the chain: the message has its words.
+    pub io: std::io::Error,
+}
+
+impl fmt::Display for FsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FsError {}
+
+/// Every OS error in `err`'s chain, a file-system error's too.
+pub fn io_errors(err: &anyhow::Error) -> impl Iterator<Item = &std::io::Error> {
+    err.chain().filter_map(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .or_else(|| c.downcast_ref::<FsError>().map(|f| &f.io))
+    })
+}
+
+/// An OS error's words, as a user reads them: "permission denied", not
+/// "Permission denied (os error 13)".
+pub fn words(text: &str) -> String {
+    let bare = strip_os_error(text);
+    let mut chars = bare.chars();
+    match chars.next() {
+        Some(c) if chars.clone().next().is_some_and(char::is_lowercase) => {
+            c.to_lowercase().chain(chars).collect()
+        }
+        _ => bare,
+    }
+}
+
+/// `text` without every " (os error N)".
+fn strip_os_error(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" (os error ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + " (os error ".len()..];
+        match after.find(')') {
+            Some(end) if after[..end].bytes().all(|b| b.is_ascii_digit()) => {
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push_str(" (os error ");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A signal stopped the run: Ctrl-C (SIGINT), SIGTERM or SIGHUP. The exit
 /// status is 128 + the signal, as a shell reports it (130, 143, 129).
 #[derive(Debug)]
@@ -75,16 +138,18 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 
 /// Whether the error comes from a file or directory that is not there.
 pub fn is_not_found(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-    })
+    io_errors(err).any(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// What to do about `err`: the help of the first hint in its chain.
 pub fn help(err: &anyhow::Error) -> Option<&str> {
     // anyhow finds a Hint as the root or as any context layer.
-    err.downcast_ref::<Hint>().map(|h| h.help.as_str())
+    err.downcast_ref::<Hint>()
+        .map(|h| h.help.as_str())
+        .or_else(|| {
+            err.downcast_ref::<FsError>()
+                .and_then(|f| f.help.as_deref())
+        })
 }
 
 /// The JSON document a `--json` run prints when it fails: the message, its
@@ -95,7 +160,7 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
         "ok": false,
         "error": {
             "message": chain(err),
-            "causes": err.chain().map(|e| e.to_string()).collect::<Vec<_>>(),
+            "causes": err.chain().map(|e| words(&e.to_string())).collect::<Vec<_>>(),
             "help": help(err),
             "exit_code": code,
         },
@@ -106,13 +171,17 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
 /// The causes of `err` joined by `: `, as `{:#}` joins them, less a cause
 /// that the one before it already ends with: some errors (walkdir's, say)
 /// print their source themselves and return it as their source too, which
-/// would say "No such file or directory (os error 2)" twice.
+/// would say "No such file or directory" twice. No "(os error N)" is
+/// said: the words are.
 pub fn chain(err: &anyhow::Error) -> String {
     let mut out = String::new();
     let mut last = String::new();
     for cause in err.chain() {
-        let text = cause.to_string();
-        if !last.is_empty() && last.ends_with(&text) {
+        let text = match cause.downcast_ref::<std::io::Error>() {
+            Some(e) => words(&e.to_string()),
+            None => strip_os_error(&cause.to_string()),
+        };
+        if !last.is_empty() && last.to_lowercase().ends_with(&text.to_lowercase()) {
             continue;
         }
         if !out.is_empty() {
@@ -167,7 +236,14 @@ mod tests {
             .unwrap_err();
         let err = anyhow::Error::new(walk).context("cannot walk /nope");
         let text = render(&err);
-        assert_eq!(text.matches("(os error 2)").count(), 1, "{text}");
+        assert!(!text.contains("(os error"), "{text}");
+        assert_eq!(
+            text.to_lowercase()
+                .matches("no such file or directory")
+                .count(),
+            1,
+            "{text}"
+        );
         assert!(text.starts_with("error: cannot walk /nope: IO error for operation on /nonexistent-rdna1-patch-test: "), "{text}");
     }
 }

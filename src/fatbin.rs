@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use crate::fsutil::At;
 use anyhow::{Context, Result, bail};
 use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::SectionHeader;
@@ -37,10 +38,7 @@ impl CodeObjects {
 pub fn read(path: &Path) -> Result<Option<CodeObjects>> {
     use std::os::unix::fs::FileExt;
     let file = crate::fsutil::open_regular(path)?;
-    let len = file
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .len();
+    let len = file.metadata().at("read", path)?.len();
     read_from(&|buf, offset| file.read_exact_at(buf, offset), len)
         .with_context(|| format!("{} is not a usable ELF file", path.display()))
 }

@@ -7,6 +7,9 @@ use anyhow::{Context, Result};
 
 use crate::owner;
 
+mod at;
+pub use at::{At, fitted_help, free_bytes};
+
 /// Write `data` to a temp file beside `path`, fsync it, give it `mode` (or
 /// the replaced file's mode; never a setuid, setgid or sticky bit) and, run
 /// as root, the directory owner's uid, and rename it into place.
@@ -16,18 +19,17 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".rdna1-patch-")
         .tempfile_in(dir)
-        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+        .at("create a file in", dir)?;
+    // Named as the file it becomes: the temp file is gone with the error.
     tmp.write_all(data)
         .and_then(|_| tmp.as_file().sync_all())
-        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+        .at("write", path)?;
     let mode = mode.or_else(|| std::fs::metadata(path).ok().map(|m| m.permissions().mode()));
     let mode = owner::plain_mode(mode.unwrap_or(0o644));
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode))
         .and_then(|()| owner::give_to_dir_owner(tmp.as_file(), dir))
-        .with_context(|| format!("cannot set the mode of {}", tmp.path().display()))?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
+        .at("set the mode of", path)?;
+    tmp.persist(path).map_err(|e| e.error).at("replace", path)?;
     sync_dir(dir)
 }
 
@@ -35,7 +37,7 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
 pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync {}", dir.display()))
+        .at("sync", dir)
 }
 
 /// Copy `from` to a new file `to` (replacing a leftover), with `mode` (its
@@ -44,20 +46,19 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
     let mode = owner::plain_mode(mode);
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut src =
-        std::fs::File::open(from).with_context(|| format!("cannot read {}", from.display()))?;
+    let mut src = std::fs::File::open(from).at("read", from)?;
     let _ = std::fs::remove_file(to);
     let mut dst = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(to)
-        .with_context(|| format!("cannot create {}", to.display()))?;
+        .at("create", to)?;
     std::io::copy(&mut src, &mut dst)
         .and_then(|_| dst.set_permissions(std::fs::Permissions::from_mode(mode)))
         .and_then(|()| owner::give_to_dir_owner(&dst, to.parent().unwrap_or(Path::new("/"))))
         .and_then(|_| dst.sync_all())
-        .with_context(|| format!("cannot write {}", to.display()))?;
+        .at("write", to)?;
     Ok(())
 }
 
@@ -65,7 +66,7 @@ pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
 pub fn mode(path: &Path) -> Result<u32> {
     use std::os::unix::fs::PermissionsExt;
     Ok(std::fs::metadata(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
+        .at("read", path)?
         .permissions()
         .mode()
         & 0o7777)
@@ -73,7 +74,7 @@ pub fn mode(path: &Path) -> Result<u32> {
 
 /// Create `dir` and its parents, naming it in the error.
 pub fn create_dir_all(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+    std::fs::create_dir_all(dir).at("create", dir)
 }
 
 /// Open a file for reading only if it is a regular file. A FIFO or a device
@@ -86,11 +87,8 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let ft = file
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .file_type();
+        .at("read", path)?;
+    let ft = file.metadata().at("read", path)?.file_type();
     if !ft.is_file() {
         let what = if ft.is_dir() {
             "a directory"
@@ -142,14 +140,13 @@ pub fn read_small(path: &Path, limit: u64) -> Result<String> {
 pub fn remove_own_file(path: &Path) -> Result<bool> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        Err(e) => Err(e).at("inspect", path),
         Ok(m) if m.is_dir() => anyhow::bail!(
             "{} is a directory where rdna1-patch keeps a file of its own; it was left alone",
             path.display()
         ),
         Ok(_) => {
-            std::fs::remove_file(path)
-                .with_context(|| format!("cannot remove {}", path.display()))?;
+            std::fs::remove_file(path).at("remove", path)?;
             Ok(true)
         }
     }
@@ -159,8 +156,7 @@ pub fn remove_own_file(path: &Path) -> Result<bool> {
 /// symlink to somewhere else: the tool writes and deletes inside it.
 pub fn create_own_dir(dir: &Path) -> Result<()> {
     create_dir_all(dir)?;
-    let m = std::fs::symlink_metadata(dir)
-        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let m = std::fs::symlink_metadata(dir).at("inspect", dir)?;
     if !m.is_dir() {
         return Err(crate::error::hint(
             format!(
@@ -210,7 +206,10 @@ pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
         .map(drop)
         // tempfile names its random probe file in the error; the user needs
         // only the reason.
-        .map_err(|e| std::io::Error::from(e.kind()))
+        .map_err(|e| match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::from(e.kind()),
+        })
 }
 
 /// The XDG directories of rdna1-patch (cache, data, state), when $HOME is
@@ -228,18 +227,16 @@ pub fn remove_path(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => Err(e),
     }
-    .with_context(|| format!("cannot remove {}", path.display()))
+    .at("remove", path)
 }
 
 /// Whether an error is the disk (or a quota, or a file size limit) being full.
 pub fn is_disk_full(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            matches!(
-                io.raw_os_error(),
-                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
-            )
-        })
+    crate::error::io_errors(err).any(|io| {
+        matches!(
+            io.raw_os_error(),
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+        )
     })
 }
 
@@ -252,13 +249,11 @@ pub fn try_lock_dir(dir: &Path) -> Result<Option<std::fs::File>> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
         .open(dir)
-        .with_context(|| format!("cannot open {}", dir.display()))?;
+        .at("open", dir)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock {}", dir.display()))
-        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e).at("lock", dir),
     }
 }
 
@@ -270,9 +265,8 @@ pub fn lock_dir(dir: &Path) -> Result<std::fs::File> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
         .open(dir)
-        .with_context(|| format!("cannot open {}", dir.display()))?;
-    file.lock()
-        .with_context(|| format!("cannot lock {}", dir.display()))?;
+        .at("open", dir)?;
+    file.lock().at("lock", dir)?;
     Ok(file)
 }
 
@@ -340,7 +334,7 @@ impl Stamp {
     pub fn read(path: &Path) -> Result<Stamp> {
         std::fs::metadata(path)
             .map(|m| Stamp::of(&m))
-            .with_context(|| format!("cannot read {}", path.display()))
+            .at("read", path)
     }
 
     /// Whether `path` is still the file this stamp was taken of.
@@ -377,9 +371,7 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
     let _ = std::fs::remove_file(to);
     match std::fs::hard_link(from, to) {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
-            Err(e).with_context(|| format!("cannot create {}", to.display()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => Err(e).at("create", to),
         Err(_) => Ok(false),
     }
 }

@@ -62,6 +62,16 @@ pub fn scan(sysfs: &Path) -> Vec<Gpu> {
     scan_all(sysfs).gpus
 }
 
+/// The sysfs root the GPUs are read from (its KFD topology): `/sys`, or
+/// `$RDNA1_PATCH_SYSFS` when set. A test hook (the recorded topologies the
+/// tests and the demo run against), kept out of the options so that no
+/// help, completion or man page offers it to users.
+pub fn sysfs_root() -> PathBuf {
+    std::env::var_os("RDNA1_PATCH_SYSFS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/sys"), PathBuf::from)
+}
+
 /// The gfx names of the RDNA1 cards the topology shows, in node order and
 /// each once: what a build for this machine needs in GPU_TARGETS.
 pub fn rdna1_targets(sysfs: &Path) -> Vec<String> {

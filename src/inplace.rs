@@ -14,6 +14,7 @@ use crate::builder::profile::Profile;
 use crate::checksum;
 use crate::embedded::{self, FoundBy, Text};
 use crate::error::hint;
+use crate::fsutil::At;
 use crate::fsutil::Stamp;
 use crate::kernel_text;
 use crate::prefix::{self, ProvInPlace, ProvText, Provenance};
@@ -92,8 +93,7 @@ pub fn plan(
     known: Option<KnownSha256>,
     skip: &[String],
 ) -> Result<Planned> {
-    let meta =
-        std::fs::metadata(library).with_context(|| format!("cannot read {}", library.display()))?;
+    let meta = std::fs::metadata(library).at("read", library)?;
     let sha256 = known.and_then(|k| k(&meta));
     let original = crate::elf::read_file(library)?;
     let fix = embedded::fix_except(&original, skip).with_context(|| {

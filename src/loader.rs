@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::elf::Loadable;
+use crate::fsutil::At;
 
 pub(crate) mod ld_cache;
 
@@ -134,9 +135,7 @@ impl Object {
 fn open(path: &Path) -> Result<(Loadable, (u64, u64))> {
     use std::os::unix::fs::{FileExt, MetadataExt};
     let file = crate::fsutil::open_regular(path)?;
-    let meta = file
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = file.metadata().at("read", path)?;
     let elf = crate::elf::dynamic_from(&|b, o| file.read_exact_at(b, o), meta.len())
         .with_context(|| format!("{} is not a loadable ELF file", path.display()))?;
     Ok((elf, (meta.dev(), meta.ino())))
@@ -534,9 +533,7 @@ pub fn second_copies(deps: &[Dep], lib_dirs: &[PathBuf]) -> Result<Vec<(String, 
 /// File names of the shared libraries in `lib_dir`.
 pub fn bundled_names(lib_dir: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    for e in
-        std::fs::read_dir(lib_dir).with_context(|| format!("cannot read {}", lib_dir.display()))?
-    {
+    for e in std::fs::read_dir(lib_dir).at("read", lib_dir)? {
         let name = e?.file_name().to_string_lossy().into_owned();
         if name.contains(".so") && !name.starts_with('.') {
             names.push(name);

@@ -153,6 +153,38 @@ impl Writers {
     }
 }
 
+/// A user's name and home directory, from the password database (never
+/// the environment): said to the user, never made a path by the caller
+/// unless it is root's own entry.
+pub fn passwd(uid: u32) -> Option<(String, PathBuf)> {
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r fills `pwd` with pointers into `buf`, which
+    // outlives every use of them below; `out` is null on failure.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() || pwd.pw_dir.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: pw_name and pw_dir are NUL-terminated strings inside `buf`.
+    let (name, dir) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(pwd.pw_name),
+            std::ffi::CStr::from_ptr(pwd.pw_dir),
+        )
+    };
+    Some((
+        name.to_string_lossy().into_owned(),
+        PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())),
+    ))
+}
+
+/// A user by name ("root", "alice"), else by number ("uid 1234").
+pub fn name_of(uid: u32) -> String {
+    passwd(uid).map_or_else(|| format!("uid {uid}"), |(n, _)| n)
+}
+
 /// "uid 1000 and group 100".
 pub fn describe(list: &[Who]) -> String {
     let names: Vec<String> = list.iter().map(Who::to_string).collect();

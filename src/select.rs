@@ -18,15 +18,10 @@ pub struct Chosen {
     pub why: String,
 }
 
-/// The built-in profile for the torch `loc` finds. No ROCm torch to be
+/// The built-in profile for the torch found (each look asks python, which
+/// a pyenv shim makes 100 ms: the command looks once). No ROCm torch to be
 /// found: the default profile, said as such. A ROCm line with no profile:
 /// an error naming the lines there are and the routes to them.
-pub fn profile_for(loc: &Locator) -> Result<Chosen> {
-    profile_for_found(&torch::locate(loc))
-}
-
-/// The same, for a torch already looked for (each look asks python, which
-/// a pyenv shim makes 100 ms).
 pub fn profile_for_found(found: &Result<torch::Torch>) -> Result<Chosen> {
     let t = match found {
         Ok(t) => t,

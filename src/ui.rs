@@ -14,6 +14,9 @@ pub trait Reporter {
     fn note(&self, msg: &str);
     /// What only `-v` shows: a program's own output as it runs.
     fn detail(&self, _msg: &str) {}
+    /// The command's answer (what a dry run would do): the result, not
+    /// progress, so stdout, under `-q` too.
+    fn answer(&self, stage: &str, msg: &str);
     /// Progress over `len` steps (0 while unknown).
     fn progress(&self, len: u64) -> Box<dyn Progress>;
 }
@@ -50,6 +53,10 @@ impl<'a> Ui<'a> {
         self.reporter.note(&msg.to_string());
     }
 
+    pub fn answer(&self, stage: &str, msg: impl Display) {
+        self.reporter.answer(stage, &msg.to_string());
+    }
+
     pub fn detail(&self, msg: impl Display) {
         self.reporter.detail(&msg.to_string());
     }
@@ -68,6 +75,7 @@ struct Silent;
 
 impl Reporter for Silent {
     fn stage(&self, _: &str, _: &str) {}
+    fn answer(&self, _: &str, _: &str) {}
     fn warn(&self, _: &str) {}
     fn note(&self, _: &str) {}
     fn progress(&self, _: u64) -> Box<dyn Progress> {

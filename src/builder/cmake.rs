@@ -161,9 +161,12 @@ fn is_ninja_status(line: &str) -> bool {
 }
 
 /// The error for a failed step: what failed, the first failing build step
-/// (or else the last lines), and the full log.
-pub fn step_failed(what: &str, run: &Run, log: &Log) -> anyhow::Error {
+/// (or else the last lines), and the full log; where the output says the
+/// OS refused to write (a full disk, a read-only file system, permission
+/// denied), the help is fitted to that, for `place`, where the step writes.
+pub fn step_failed(what: &str, run: &Run, log: &Log, place: &Path) -> anyhow::Error {
     let code = run.code.map_or("none".into(), |c| c.to_string());
+    let lines: Vec<&String> = run.tail.iter().chain(&run.first_failure).collect();
     let shown = if run.first_failure.is_empty() {
         let tail: Vec<&str> = run.tail.iter().map(String::as_str).collect();
         format!("last {} lines of output:\n{}", tail.len(), tail.join("\n"))
@@ -173,10 +176,19 @@ pub fn step_failed(what: &str, run: &Run, log: &Log) -> anyhow::Error {
             run.first_failure.join("\n")
         )
     };
-    hint(
-        format!("{what} failed (exit code {code}); {shown}"),
-        format!("the full log is {}", log.path.display()),
-    )
+    let said = [
+        ("No space left on device", libc::ENOSPC),
+        ("Disk quota exceeded", libc::EDQUOT),
+        ("Read-only file system", libc::EROFS),
+        ("Permission denied", libc::EACCES),
+    ]
+    .into_iter()
+    .find(|(text, _)| lines.iter().any(|l| l.contains(text)));
+    let log_line = format!("the full log is {}", log.path.display());
+    let help = said
+        .and_then(|(_, c)| fsutil::fitted_help(place, &std::io::Error::from_raw_os_error(c)))
+        .map_or(log_line.clone(), |h| format!("{h}; {log_line}"));
+    hint(format!("{what} failed (exit code {code}); {shown}"), help)
 }
 
 /// Names among `defines` that no CMake file of the project mentions.
@@ -318,7 +330,7 @@ impl Configure<'_> {
         if !run.success {
             // Keep the define list so the next run still unsets stale ones.
             let _ = self.write_stamp(String::new(), previous);
-            return Err(step_failed("cmake configure", &run, log));
+            return Err(step_failed("cmake configure", &run, log, self.build));
         }
         self.write_stamp(self.stamp(tools), self.defines.keys().cloned().collect())
     }
@@ -398,7 +410,7 @@ pub fn build(
     })?;
     progress.finish();
     if !run.success {
-        return Err(step_failed("the build", &run, log));
+        return Err(step_failed("the build", &run, log, build_dir));
     }
     Ok(Built { steps })
 }
@@ -434,7 +446,7 @@ pub fn install_to_staging(
     cmd.env("DESTDIR", destdir);
     let run = run_logged(cmd, "cmake --install", &shown, log, |_| {})?;
     if !run.success {
-        return Err(step_failed("cmake --install", &run, log));
+        return Err(step_failed("cmake --install", &run, log, destdir));
     }
     let manifest = build_dir.join("install_manifest.txt");
     let text = std::fs::read_to_string(&manifest)

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::error::hint;
+use crate::fsutil::At;
 
 /// One library held open since it was checked.
 struct Lib {
@@ -106,9 +107,7 @@ impl Vetted {
     /// unless it is already held; its index in `libs`.
     fn add(&mut self, compiler: &Path, path: &Path, role: Role, rule: Rule) -> Result<usize> {
         let file = crate::fsutil::open_regular(path)?;
-        let meta = file
-            .metadata()
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let meta = file.metadata().at("read", path)?;
         let id = (meta.dev(), meta.ino());
         if let Some(at) = self.libs.iter().position(|l| l.id == id) {
             return Ok(at);
@@ -121,8 +120,7 @@ impl Vetted {
         let real = path
             .canonicalize()
             .with_context(|| format!("cannot find {}", path.display()))?;
-        let now =
-            std::fs::metadata(&real).with_context(|| format!("cannot read {}", real.display()))?;
+        let now = std::fs::metadata(&real).at("read", &real)?;
         if (now.dev(), now.ino()) != id {
             bail!(
                 "{} changed while rdna1-patch checked it; nothing was loaded",
@@ -137,8 +135,7 @@ impl Vetted {
                     continue;
                 }
                 seen.push(dir.to_owned());
-                let m = std::fs::metadata(dir)
-                    .with_context(|| format!("cannot read {}", dir.display()))?;
+                let m = std::fs::metadata(dir).at("read", dir)?;
                 let role = needed_dir(if i == 0 { Role::Dir } else { Role::Above });
                 rule.check_dir(compiler, dir, &m, &role, i == 0)?;
             }

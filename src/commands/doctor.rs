@@ -22,22 +22,33 @@ pub struct Args {
     /// Free space a build needs, in GiB
     #[arg(long, default_value_t = 20, value_name = "GIB")]
     need_space: u64,
+    /// Show every row, the build's too, whatever the route for this torch
+    /// (--rocm shows them as well)
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     pub(crate) report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    // The torch `install` would use: --python, --torch-dir, else python3;
+    // looked for once.
+    let torch = args.torch.locator();
+    let found = crate::swap::torch::locate(&torch);
+    let asked_rocm = args.rocm.is_some();
     let req = DoctorRequest {
         // The profile build and install would take for this torch.
-        profile: match args.profile.for_torch(&args.torch) {
+        profile: match args.profile.for_torch(&found) {
             Ok((p, _)) => p,
             Err(_) => args.profile.load()?,
         },
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
         sysfs: super::sysfs_root(),
-        // The torch `install` would use: --python, --torch-dir, else python3.
-        torch: Some(args.torch.locator()),
+        torch: Some(torch),
+        found,
+        // Naming a ROCm is asking about a build.
+        all: args.all || asked_rocm,
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),
         need_gib: args.need_space,
     };

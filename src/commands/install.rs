@@ -42,6 +42,10 @@ pub struct Args {
     /// anyway, unproven (the provenance and `status` say so)
     #[arg(long)]
     unproven: bool,
+    /// Not taken (install reports as it goes): said so, rather than
+    /// taken for a value
+    #[arg(long, hide = true)]
+    pub(crate) json: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -51,6 +55,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.component
         );
     }
+    if args.json {
+        return Err(crate::error::hint(
+            "install has no JSON report: it says what it does as it goes",
+            "run it without --json; then `rdna1-patch status --json` reports what was installed, and `rdna1-patch verify --json` checks it",
+        ));
+    }
     if !args.into_torch {
         return Err(crate::error::hint(
             "say where to install: today that is --into-torch",
@@ -59,7 +69,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let term = super::term::Term::new();
     let ui = Ui::new(&term);
-    let (prefix, profile, why) = args.prefix.resolve_with_profile(&args.torch)?;
+    // The route starts from the torch: with no ROCm torch there is
+    // nothing to install into, whatever a prefix holds.
+    let found = Ok(crate::swap::torch::locate(&args.torch.locator())?);
+    let (prefix, profile, why) = args.prefix.resolve_with_profile(&found)?;
     if let Some(why) = why {
         ui.stage("Profile", why);
     }

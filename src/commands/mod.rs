@@ -70,13 +70,16 @@ impl ProfileArg {
         Profile::load(self.profile.as_deref().unwrap_or(DEFAULT_PROFILE))
     }
 
-    /// The profile named, else the one for the torch `torch` finds, with
-    /// why it was chosen.
-    pub fn for_torch(&self, torch: &TorchArg) -> Result<(Profile, Option<String>)> {
+    /// The profile named, else the one for the torch found (`found`, the
+    /// one look for it the command made), with why it was chosen.
+    pub fn for_torch(
+        &self,
+        found: &Result<crate::swap::torch::Torch>,
+    ) -> Result<(Profile, Option<String>)> {
         match &self.profile {
             Some(p) => Ok((Profile::load(p)?, None)),
             None => {
-                let c = crate::select::profile_for(&torch.locator())?;
+                let c = crate::select::profile_for_found(found)?;
                 Ok((c.profile, Some(c.why)))
             }
         }
@@ -112,14 +115,7 @@ pub fn rocm_path_env() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// The sysfs root the GPUs are read from (its KFD topology): `/sys`, or
-/// `$RDNA1_PATCH_SYSFS` when set. A test hook, kept out of the options
-/// so that no help, completion or man page offers it to users.
-pub fn sysfs_root() -> PathBuf {
-    std::env::var_os("RDNA1_PATCH_SYSFS")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| PathBuf::from("/sys"), PathBuf::from)
-}
+pub use crate::gpu::sysfs_root;
 
 /// Where `verify --smoke` runs its battery: the GPU, or the CPU when
 /// `$RDNA1_PATCH_SMOKE_DEVICE` is `cpu`. A test hook (`cargo xtask
@@ -182,9 +178,9 @@ impl PrefixArg {
     /// no profile can be had), and why the profile was chosen.
     pub fn resolve_with_profile(
         &self,
-        torch: &TorchArg,
+        found: &Result<crate::swap::torch::Torch>,
     ) -> Result<(PathBuf, Option<Profile>, Option<String>)> {
-        let chosen = self.profile.for_torch(torch);
+        let chosen = self.profile.for_torch(found);
         match (&self.prefix, chosen) {
             (Some(p), chosen) => Ok((std::path::absolute(p)?, chosen.ok().map(|c| c.0), None)),
             (None, chosen) => {

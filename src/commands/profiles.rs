@@ -14,13 +14,17 @@ pub enum ProfilesCommand {
     },
     /// Print a built-in profile's TOML
     Show {
+        /// The built-in profile (`profiles list` names them)
         #[arg(default_value = DEFAULT_PROFILE)]
         name: String,
     },
     /// Write a built-in profile and its patch series into a directory, to
     /// edit and use with `--profile DIR/NAME.toml`
     Export {
+        /// The built-in profile to export (`profiles list` names them)
         name: String,
+        /// The directory to write NAME.toml and its series into (made if
+        /// missing)
         dir: std::path::PathBuf,
     },
 }

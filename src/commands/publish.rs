@@ -31,6 +31,14 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let prefix = args.prefix.resolve()?;
+    // What to publish first, then who signs it: no key is asked for a
+    // prefix that holds no build.
+    if let Err(crate::prefix::OpenError::Provenance(e)) = crate::prefix::Prefix::open(&prefix) {
+        return Err(crate::error::hint(
+            format!("no build to publish: {}", crate::error::chain(&e)),
+            "run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
+        ));
+    }
     let key_file = match args.sign_key {
         Some(k) => k,
         None => directories::BaseDirs::new()

@@ -64,6 +64,10 @@ impl Reporter for Term {
         crate::errln!("{} {msg}", paint(WARNING, "warning:"));
     }
 
+    fn answer(&self, stage: &str, msg: &str) {
+        crate::outln!("{stage:>10} {msg}");
+    }
+
     fn note(&self, msg: &str) {
         if !self.quiet {
             crate::errln!("{:>10} {msg}", "");

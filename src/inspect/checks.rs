@@ -78,7 +78,7 @@ impl CheckReport {
         self.checks.push(Check {
             name,
             status,
-            detail: format!("{err:#}"),
+            detail: crate::error::chain(err),
             fix: crate::error::help(err).map(str::to_owned),
             cause: None,
         });

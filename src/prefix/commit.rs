@@ -16,6 +16,7 @@ use super::{
 use crate::checksum::{self, Entry};
 use crate::error::hint;
 use crate::fsutil;
+use crate::fsutil::At;
 
 /// Start a fresh staging area (a leftover from an interrupted run is removed).
 pub fn begin(prefix: &Path) -> Result<PathBuf> {
@@ -229,7 +230,7 @@ fn exchange_whole(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Resul
         staged_root,
         std::os::unix::fs::PermissionsExt::from_mode(mode),
     )
-    .with_context(|| format!("cannot set the mode of {}", staged_root.display()))?;
+    .at("set the mode of", staged_root)?;
     if std::fs::rename(staged_root, &aside).is_err() {
         std::fs::remove_file(staged_root.join(MD5SUMS)).ok();
         return Ok(false);
@@ -266,7 +267,7 @@ fn file_by_file(
     match std::fs::remove_file(&md5_path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", md5_path.display())),
+        Err(e) => return Err(e).at("remove", &md5_path),
     }
     for e in entries {
         let (from, to) = (staged_root.join(&e.path), prefix.join(&e.path));

@@ -102,16 +102,17 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// The prefix must be a directory we can write: say so plainly if not.
 pub fn ensure_writable(prefix: &Path) -> Result<()> {
-    let unwritable = |e: &dyn std::fmt::Display| {
+    let unwritable = |e: &std::io::Error| {
         hint(
             format!(
-                "cannot write to the install prefix {}: {e}",
-                prefix.display()
+                "cannot write to the install prefix {}: {}",
+                prefix.display(),
+                crate::error::words(&e.to_string())
             ),
-            format!(
-                "run the install step with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was installed into {}",
+            fsutil::fitted_help(prefix, e).map(|h| format!("{h} with --prefix DIR")).unwrap_or_else(|| format!(
+                "choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was installed into {}",
                 prefix.display()
-            ),
+            )),
         )
     };
     std::fs::create_dir_all(prefix).map_err(|e| unwritable(&e))?;
@@ -144,18 +145,19 @@ pub fn preflight(prefix: &Path) -> Result<()> {
         ));
     }
     fsutil::probe_writable(existing).map_err(|e| {
-            hint(
-                format!(
-                    "cannot write to the install prefix {}: {} is not writable ({e})",
-                    prefix.display(),
-                    existing.display()
-                ),
-                format!(
-                    "run with sudo, or choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {}",
-                    prefix.display()
-                ),
-            )
-        })
+        hint(
+            format!(
+                "cannot write to the install prefix {}: {} is not writable ({})",
+                prefix.display(),
+                existing.display(),
+                crate::error::words(&e.to_string())
+            ),
+            fsutil::fitted_help(existing, &e).map(|h| format!("{h} with --prefix DIR")).unwrap_or_else(|| format!(
+                "choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {}",
+                prefix.display()
+            )),
+        )
+    })
 }
 
 /// Where `cmake --install` should put files: DESTDIR for the staging area.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sha2::{Digest as _, Sha256};
 
 use super::oci::{self, Reference, Store};
@@ -13,6 +13,7 @@ use super::sign::{Signer, signature_key_id, signature_tag};
 use super::{ANNOTATION, CONFIG_TYPE, ConfigBlob, EMPTY_TYPE, LAYER_TYPE, SIGNATURE_TYPE, scratch};
 use crate::checksum::{self, Entry};
 use crate::error::hint;
+use crate::fsutil::At;
 use crate::prefix::key::KeyInputs;
 use crate::prefix::{self, Prefix, Provenance};
 use crate::ui::Ui;
@@ -276,8 +277,7 @@ fn pack(dir: &Path, entries: &[Entry], replaced: &[(&str, Vec<u8>)]) -> Result<L
     let mut unpacked = 0;
     for rel in paths {
         let path = dir.join(rel);
-        let meta = std::fs::symlink_metadata(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let meta = std::fs::symlink_metadata(&path).at("read", &path)?;
         let mut h = tar::Header::new_gnu();
         h.set_mtime(0);
         h.set_uid(0);

@@ -12,6 +12,7 @@ use sha2::{Digest as _, Sha256};
 use super::examine::{Candidate, tampered};
 use super::oci::{Reference, Store};
 use crate::checksum::{self, Entry};
+use crate::fsutil::At;
 use crate::prefix::{self, Provenance};
 use crate::ui::Ui;
 
@@ -49,8 +50,7 @@ const DOWNLOAD: &str = ".rdna1-patch-layer.tar.zst";
 fn unpack(store: &Store, c: &Candidate, staging: &Path, ui: &Ui) -> Result<Written> {
     let file = staging.join(DOWNLOAD);
     download(store, c, &file, ui)?;
-    let layer =
-        std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let layer = std::fs::File::open(&file).at("read", &file)?;
     let progress = ui.progress(c.unpacked_size);
     progress.set_prefix("Unpacking");
     // One thread decompresses, this one writes and hashes each file: the
@@ -79,7 +79,7 @@ fn unpack(store: &Store, c: &Candidate, staging: &Path, ui: &Ui) -> Result<Writt
     let produced = producer
         .join()
         .map_err(|_| anyhow::anyhow!("the decompressing thread failed"))?;
-    std::fs::remove_file(&file).with_context(|| format!("cannot remove {}", file.display()))?;
+    std::fs::remove_file(&file).at("remove", &file)?;
     // The unpacker's own error says more than the producer's broken pipe.
     let written = unpacked?;
     produced?;
@@ -95,7 +95,7 @@ fn download(store: &Store, c: &Candidate, to: &Path, ui: &Ui) -> Result<()> {
         .write(true)
         .create_new(true)
         .open(to)
-        .with_context(|| format!("cannot write {}", to.display()))?;
+        .at("write", to)?;
     let progress = ui.progress(*size);
     progress.set_prefix("Pulling");
     let (mut sha, mut got) = (Sha256::new(), 0u64);
@@ -275,8 +275,7 @@ pub(super) fn unpack_tar(
                         ),
                     ));
                 }
-                std::os::unix::fs::symlink(&target, &to)
-                    .with_context(|| format!("cannot write {}", to.display()))?;
+                std::os::unix::fs::symlink(&target, &to).at("write", &to)?;
                 written.links.insert(rel, target);
             }
             other => {
@@ -320,7 +319,7 @@ fn write_file(
         .create_new(true)
         .mode(mode | 0o600)
         .open(to)
-        .with_context(|| format!("cannot write {}", to.display()))?;
+        .at("write", to)?;
     let mut md5 = checksum::Md5::new()?;
     loop {
         let n = entry.read(buf).map_err(|e| tampered_or_io(reference, e))?;
@@ -328,8 +327,7 @@ fn write_file(
             break;
         }
         md5.update(&buf[..n])?;
-        out.write_all(&buf[..n])
-            .with_context(|| format!("cannot write {}", to.display()))?;
+        out.write_all(&buf[..n]).at("write", to)?;
         moved(n as u64);
     }
     md5.finish()

@@ -298,10 +298,18 @@ fn prepare<'a>(
         // python with no torch has nothing to install into.
         let torch = torch::locate(&req.torch)?;
         check_versions(&build, &torch, req.force, ui)?;
-        ui.stage(
+        crate::swap::dry_run::check(&req.state, &torch, None)?;
+        // Why this route: the prefix holds a build (not an in-place fix)
+        // for torch's ROCm line, which `check_versions` has just checked.
+        let why = format!(
+            ", as the prefix holds a build of profile {} for ROCm {}, torch's line",
+            build.provenance.profile,
+            crate::version::major_minor(&build.provenance.rocm.version)
+        );
+        ui.answer(
             "Route",
             format!(
-                "would install the build in {} into torch {} at {} (dry run: nothing was changed)",
+                "would install the build in {} into torch {} at {}{why} (dry run: nothing was changed)",
                 req.prefix.display(),
                 torch.version,
                 torch.dir.display()
@@ -373,12 +381,16 @@ fn in_place<'a>(
         Some(s) => s.library.clone(),
         None => txn::original_of(&req.state.read()?, &torch.target),
     };
+    // The fixed library loads what torch's own does: what cannot be found
+    // for it is said before anything is fixed or written.
+    crate::swap::links::needs_found(&source, &torch)?;
     let diagnosis = crate::diagnosis::diagnose(&torch, &source, &req.sysfs)?;
     let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
         return Ok(InPlace::Done);
     };
     if req.dry_run {
-        ui.stage(
+        crate::swap::dry_run::check(&req.state, &torch, Some(&req.prefix))?;
+        ui.answer(
             "Route",
             format!(
                 "would fix {} in place into {} ({}), then swap it in (dry run: nothing was changed)",

@@ -11,6 +11,29 @@ use crate::swap::relink::Relink;
 use crate::swap::torch::{self, Torch};
 use crate::ui::Ui;
 
+/// The in-place fix: the library it starts from must find, from torch/lib,
+/// all it needs, as the fixed copy will have to; a library torch's MIOpen
+/// cannot load is not made loadable by fixing its kernels.
+pub fn needs_found(library: &Path, torch: &Torch) -> Result<()> {
+    // A file that cannot be read as a library is the diagnosis's to name.
+    let Ok(deps) = linker::resolve_as_in(library, &torch.lib_dir, &torch.preloaded_dirs()) else {
+        return Ok(());
+    };
+    let missing = linker::missing(&deps);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(hint(
+        format!(
+            "{} needs {}, which the dynamic loader cannot find from {}: torch's MIOpen cannot load as it is, fixed or not; nothing was changed",
+            library.display(),
+            missing.join(", "),
+            torch.lib_dir.display()
+        ),
+        "install what provides them (the same versions this MIOpen was built against, with their directory on the system library path), then run this again",
+    ))
+}
+
 /// What the new file would load where it lands, in torch/lib, as torch
 /// reaches it (`$ORIGIN` is torch/lib): everything must resolve, and no
 /// runtime torch bundles may come from elsewhere.

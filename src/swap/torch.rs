@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use crate::error::hint;
+use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
 pub use crate::swap::system::System;
 
@@ -182,6 +183,37 @@ struct Found {
 /// sees the real chip.
 pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
 
+/// [`NATIVE_TORCH`] for `target` (gfx1010, gfx1011 or gfx1012): TheRock
+/// names a device extra for each.
+pub fn native_torch(target: &str) -> String {
+    NATIVE_TORCH.replace("device-gfx1010", &format!("device-{target}"))
+}
+
+/// How the error for no ROCm torch (none installed, a CPU or CUDA build,
+/// a python that could not say) starts its help: a torch problem, first,
+/// whose fix is the torch for the card in the machine.
+pub const NO_ROCM_TORCH_HELP: &str = "install the torch built for";
+
+/// The error for no ROCm torch: what was found, and the torch to install
+/// for this machine's card.
+fn no_rocm_torch(what: String, or: &str) -> anyhow::Error {
+    let sysfs = crate::gpu::sysfs_root();
+    let (target, which) = match crate::gpu::rdna1_targets(&sysfs).into_iter().next() {
+        Some(t) => (t, "the card in this machine"),
+        None => (
+            "gfx1010".to_owned(),
+            "no RDNA1 card is seen here; an RX 5500's is gfx1012",
+        ),
+    };
+    hint(
+        what,
+        format!(
+            "{NO_ROCM_TORCH_HELP} {target} ({which}): `{}`, then run this again{or}",
+            native_torch(&target)
+        ),
+    )
+}
+
 /// The torch package directory.
 pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     let python = match loc {
@@ -201,25 +233,37 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     };
     let mut cmd = crate::proc::python(python);
     cmd.args(["-c", FIND_SPEC]);
+    const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
+    // A python that cannot run is the --python given: that, first.
     let out = crate::proc::helper(cmd).map_err(|e| {
         hint(
-            format!("cannot run {}: {e:#}", python.display()),
+            crate::error::chain(&e),
             "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
         )
     })?;
     if !out.status.success() {
-        anyhow::bail!(
-            "{} could not look for torch: {}",
-            python.display(),
-            out.stderr.trim()
-        );
+        let said = match out.stderr.trim() {
+            "" => match out.status.code() {
+                Some(c) => format!("it exited with status {c} and printed nothing"),
+                None => format!("it ended with {} and printed nothing", out.status),
+            },
+            s => s.lines().last().unwrap_or(s).to_owned(),
+        };
+        return Err(no_rocm_torch(
+            format!("{} could not look for torch: {said}", python.display()),
+            OR_PYTHON,
+        ));
     }
     let found: Found = serde_json::from_str(&out.stdout)
         .with_context(|| format!("unexpected answer from {}", python.display()))?;
     found.torch.ok_or_else(|| {
-        hint(
-            format!("{} ({}) has no torch installed", python.display(), found.executable),
-            "pass the python of the environment torch is in with --python, or the package with --torch-dir",
+        no_rocm_torch(
+            format!(
+                "{} ({}) has no torch installed",
+                python.display(),
+                found.executable
+            ),
+            OR_PYTHON,
         )
     })
 }
@@ -337,9 +381,9 @@ fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
         Some(c) => format!("a CUDA {c} build"),
         None => "a CPU-only build".to_owned(),
     };
-    hint(
+    no_rocm_torch(
         format!(
-            "torch {named} at {} is {kind}: torch.version.hip is None{}",
+            "torch {named} at {} is {kind}, not a ROCm one: torch.version.hip is None{}",
             dir.display(),
             if library.exists() {
                 ""
@@ -347,7 +391,7 @@ fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
                 " and torch/lib has no libMIOpen.so"
             }
         ),
-        "install a ROCm build of torch that matches the build's ROCm, e.g. `pip install torch --index-url https://download.pytorch.org/whl/rocm6.2`",
+        " (it replaces this one in this environment)",
     )
 }
 
@@ -422,8 +466,7 @@ pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
 /// assignments, and executing it is what we avoid.
 pub fn read_version(dir: &Path) -> Result<Version> {
     let path = dir.join("version.py");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path).at("read", &path)?;
     Ok(parse_version(&text))
 }
 

@@ -212,10 +212,11 @@ help: `rdna1-patch status --help` lists its arguments"#,
             .ok()
             .prints("Examples:\n  rdna1-patch ");
     }
-    // ROCM_PATH is the default ROCm, ahead of the profile's.
+    // ROCM_PATH is the default ROCm, ahead of the profile's (the build's
+    // rows, which say it, are shown with --all where no torch is).
     let run = Run::from(
         sb.cmd()
-            .args(["doctor", "--need-space", "0"])
+            .args(["doctor", "--all", "--need-space", "0"])
             .env("ROCM_PATH", "/nonexistent/rocm-from-env")
             .output()
             .unwrap(),

@@ -326,6 +326,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/build.md",
     "docs/install.md",
     "docs/verify.md",
+    "docs/rows.md",
     "docs/patches.md",
     "docs/shared.md",
     "docs/commands.md",

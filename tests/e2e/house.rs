@@ -27,7 +27,12 @@ fn layer(module: &str) -> usize {
 /// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; each with its text, tests
 /// left out.
 fn modules() -> BTreeMap<String, String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    modules_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// [`modules`] of the crate whose sources are `src`.
+fn modules_in(src: &Path) -> BTreeMap<String, String> {
+    let src = src.to_owned();
     let mut out = BTreeMap::new();
     let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
@@ -110,7 +115,28 @@ fn every_import_runs_down_and_no_modules_import_each_other() {
         }
     }
     assert!(upward.is_empty(), "imports that run up: {upward:#?}");
-    // A loop: a module that reaches itself.
+    let loops = loops(&graph);
+    assert!(loops.is_empty(), "modules on an import loop: {loops:?}");
+}
+
+/// The tasks and the test kit are code too: no module of theirs reaches
+/// itself through its imports.
+#[test]
+fn no_import_loop_in_xtask_or_the_test_kit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in ["xtask/src", "tests/kit/src"] {
+        let mods = modules_in(&root.join(src));
+        assert!(mods.len() > 1 || src == "tests/kit/src", "{src}: {mods:?}");
+        let loops = loops(&imports(&mods));
+        assert!(
+            loops.is_empty(),
+            "{src}: modules on an import loop: {loops:?}"
+        );
+    }
+}
+
+/// The modules that reach themselves through their imports.
+fn loops(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     let mut loops = Vec::new();
     for start in graph.keys() {
         let mut seen = BTreeSet::new();
@@ -125,7 +151,7 @@ fn every_import_runs_down_and_no_modules_import_each_other() {
             }
         }
     }
-    assert!(loops.is_empty(), "modules on an import loop: {loops:?}");
+    loops
 }
 
 /// Every python the tool starts goes through `proc::python`, which keeps

@@ -35,7 +35,7 @@ fn trust_adds_a_publishers_key_and_doctor_names_the_shared_route() {
         user.sb
             .cmd()
             .env("RDNA1_PATCH_CONFIG", &user.config)
-            .args(["doctor", "--need-space", "0"])
+            .args(["doctor", "--all", "--need-space", "0"])
             .output()
             .map(Run::from)
             .unwrap()
@@ -117,7 +117,7 @@ fn the_json_verdict_is_not_headed_like_the_text_line() {
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let verdict = v["verdict"].as_str().unwrap();
     assert!(
-        verdict.starts_with("1 problem to fix: rocm (2 more check(s) fail because of it"),
+        verdict.starts_with("problems to fix: torch, rocm (2 more check(s) fail because of it"),
         "{verdict}"
     );
 }
@@ -570,7 +570,7 @@ fn completions_offer_profile_names_and_components() {
 fn doctor_offers_no_distcc_fix_to_one_machine() {
     let sb = Sandbox::new();
     let mut c = sb.cmd();
-    c.args(["doctor", "--need-space", "0"])
+    c.args(["doctor", "--all", "--need-space", "0"])
         .env_remove("DISTCC_HOSTS");
     let run = Run::from(c.output().unwrap());
     assert_eq!(

@@ -272,7 +272,7 @@ fn install_verify_and_rollback_on_the_multi_arch_layout() {
         .prints("ok    runtime")
         .prints("ok    links");
     sb.status().prints("layout rocm-sdk");
-    sb.run(&["doctor", "--python", "python3", "--need-space", "0"])
+    sb.run(&["doctor", "--all", "--python", "python3", "--need-space", "0"])
         .prints(&format!(
             "rocm-sdk {SDK} (multi-arch, device gfx1010, gfx1011, gfx1012, gfx1030): torch's preload loads {}",
             sdk.miopen.display()

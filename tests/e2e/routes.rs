@@ -53,7 +53,7 @@ impl Said {
             self.doctor.stdout
         );
         self.build.prints(&format!("route:     {want}"));
-        self.install.ok().says("would fix");
+        self.install.ok().prints("would fix");
     }
 }
 

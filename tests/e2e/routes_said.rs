@@ -106,8 +106,8 @@ fn a_dry_run_with_no_torch_says_what_the_real_run_says() {
         sb.install(&args).fails().says("has no torch installed");
     }
     let torch = sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
-    sb.install(&["--dry-run"]).ok().says(&format!(
-        "would install the build in {} into torch 2.5.1+rocm6.2 at {} (dry run: nothing was changed)",
+    sb.install(&["--dry-run"]).ok().prints(&format!(
+        "would install the build in {} into torch 2.5.1+rocm6.2 at {}, as the prefix holds a build of profile mini for ROCm 6.2, torch's line (dry run: nothing was changed)",
         sb.prefix.display(),
         torch.dir.canonicalize().unwrap().display()
     ));

@@ -527,6 +527,33 @@ impl Tmpfs {
         );
         Some(Tmpfs(dir.to_owned()))
     }
+
+    /// A tmpfs mounted read-only (empty), as a read-only mount of the
+    /// user's disk is.
+    pub fn read_only(dir: &Path) -> Option<Tmpfs> {
+        let t = Tmpfs::mount(dir, "1m")?;
+        let out = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(t)
+    }
+
+    /// A tmpfs of `size` with no room left: a file fills it.
+    pub fn full(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let t = Tmpfs::mount(dir, size)?;
+        let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+        let block = vec![0u8; 64 << 10];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+        let _ = std::io::Write::write_all(&mut f, &[0u8; 1]);
+        Some(t)
+    }
 }
 
 impl Drop for Tmpfs {

@@ -147,6 +147,8 @@ fn a_second_hip_runtime_is_caught_in_links_and_at_runtime() {
 #[test]
 fn doctor_says_plainly_what_blocks_a_build() {
     let sb = Sandbox::new();
+    // A ROCm torch, so that what blocks is the build's alone.
+    sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
     let run = sb
         .run(&["doctor", "--rocm", "/nonexistent/rocm", "--need-space", "0"])
         .check_fails();

@@ -10,7 +10,7 @@ use rdna1_testkit::Fixture;
 /// Run a step and show it as a person would type it: the program's name
 /// and its arguments, the sandbox written `$SANDBOX` (not Command's debug
 /// form, four lines of paths and environment a step).
-fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
+pub(crate) fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
     let shown: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| {
@@ -32,10 +32,18 @@ fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-pub fn run_demo(root: &Path, args: &[String]) -> Result<()> {
-    if let Some(other) = args.iter().find(|a| *a != "--keep") {
-        anyhow::bail!("cargo xtask demo takes --keep (keep the sandbox), not {other}");
+/// The demo's flags: --in-place (main.rs runs that demo) and --keep.
+pub fn check_args(args: &[String]) -> Result<()> {
+    match args.iter().find(|a| *a != "--keep" && *a != "--in-place") {
+        Some(other) => anyhow::bail!(
+            "cargo xtask demo takes --in-place (the diagnosis and the in-place fix) and --keep (keep the sandbox), not {other}"
+        ),
+        None => Ok(()),
     }
+}
+
+pub fn run_demo(root: &Path, args: &[String]) -> Result<()> {
+    check_args(args)?;
     eprintln!("demo: building rdna1-patch (cargo shows its progress)");
     crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
     let bin = root.join("target/debug/rdna1-patch");

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use crate::fidelity_harness::{HARNESS, copy_tree};
 use crate::fidelity_render::{render, splice};
 use crate::rocm_env;
 
 const SCRIPT: &str = include_str!("fidelity.sh");
-pub(crate) const HARNESS: &str = include_str!("bn-kernels.sh");
 const RELEASE_SCRIPT: &str = include_str!("fidelity-release.sh");
 const EXTRACT: &str = include_str!("release_kernels.py");
 const APPLY: &str = include_str!("apply_release.py");
@@ -236,20 +236,6 @@ fn write_section(root: &Path, label: &str, results: &Path) -> Result<()> {
     eprintln!("xtask: wrote the {label} section of {}", path.display());
     if !section.failures.is_empty() {
         bail!("{}", section.failures.join("; "));
-    }
-    Ok(())
-}
-
-pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::fidelity::{HARNESS, copy_tree};
+use crate::fidelity_harness::{HARNESS, copy_tree};
 use crate::fidelity_render::{splice, steps_table, toolchain_table, tsv};
 use crate::rocm_env;
 

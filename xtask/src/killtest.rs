@@ -15,23 +15,8 @@ use rdna1_patch::checksum::md5_file;
 use rdna1_patch::swap::txn::{State, StateDir};
 use rdna1_testkit::{FakeTorch, Fixture, TorchKind};
 
+use crate::rng::Rng;
 use crate::run;
-
-/// xorshift64*: reproducible from the seed it prints, no dependency.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Op {

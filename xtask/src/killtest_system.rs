@@ -187,7 +187,7 @@ pub fn killtest(bin: PathBuf, runs: u32, size_mb: u64, seed: u64) -> Result<()> 
         took_install.as_millis(),
         took_rollback.as_millis()
     );
-    let mut rng = crate::killtest::Rng(seed);
+    let mut rng = crate::rng::Rng(seed);
     let (mut killed, mut finished) = (0u32, 0u32);
     let mut problems = Vec::new();
     for i in 0..runs {

@@ -7,13 +7,16 @@ use anyhow::{Context, Result, bail};
 
 mod bench;
 mod demo;
+mod demo_in_place;
 mod fidelity;
+mod fidelity_harness;
 mod fidelity_more;
 mod fidelity_render;
 mod fuzz;
 mod killtest;
 mod killtest_system;
 mod needs;
+mod rng;
 mod rocm_env;
 mod smoke_cpu;
 
@@ -35,6 +38,8 @@ fn main() -> ExitCode {
     }
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("demo") if args.iter().any(|a| a == "--in-place") => demo::check_args(&args[1..])
+            .and_then(|()| demo_in_place::run(&root(), args.iter().any(|a| a == "--keep"))),
         Some("demo") => demo::run_demo(&root(), &args[1..]),
         Some("bench") => bench::bench(&root(), &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root(), &args[1..]),
@@ -64,8 +69,10 @@ fn usage() -> String {
 
 tasks:
   ci         fmt check, clippy -D warnings, all tests
-  demo       run the whole pipeline on the fixture project in a temp sandbox
-             [--keep]
+  demo       run the whole pipeline on the fixture project in a temp sandbox;
+             --in-place: doctor's diagnosis by compile, the in-place fix,
+             verify --compile and rollback, on an RX 5600 XT's topology
+             [--in-place] [--keep]
   bench      measure every performance target, write BENCHMARKS.md
              [--miopen-src DIR] [--miopen-lib PATH] [--quick] [--only GROUP],
              GROUP one of:

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 
 use super::series::{FileChange, Kind, check_path_syntax, hunk_header};
 use super::{ApplyOutcome, FileSummary, PatchFile, Series};
 use crate::error::hint;
 use crate::fsutil;
+use crate::fsutil::At;
 
 /// How one patch of a series fares against a tree, for `patches check`.
 #[derive(Debug, serde::Serialize)]
@@ -319,7 +320,7 @@ pub fn execute(plan: &SeriesPlan, root: &Path) -> Result<()> {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(e).with_context(|| format!("cannot remove {}", full.display()));
+                    return Err(e).at("remove", &full);
                 }
             },
         }
@@ -337,7 +338,7 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
             )
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) => Err(e).at("read", path),
     }
 }
 

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::FetchRequest;
 use crate::builder::git::short;
 use crate::error::hint;
 use crate::fsutil;
+use crate::fsutil::At;
 use crate::ui::Ui;
 
 /// Component name -> what its tag resolved to.
@@ -33,7 +34,7 @@ fn read_lock(path: &Path) -> Result<LockFile> {
             )
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LockFile::default()),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) => Err(e).at("read", path),
     }
 }
 

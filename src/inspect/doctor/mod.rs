@@ -1,5 +1,7 @@
-//! `doctor`: will a build work here, and what will the GPU side see? Only
-//! what blocks a build is a FAIL; the rest is information or a warning.
+//! `doctor`: what torch is here, which route it takes, what the GPU side
+//! sees, and what that route needs: the build's rows only where the route
+//! is a build (or `--all`). Only what blocks the route is a FAIL; the rest
+//! is information or a warning.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +17,7 @@ mod toolchain;
 mod torch_side;
 
 use toolchain::{build_tools, compiler, launchers, rocm};
-use torch_side::{gfx_override, gpus, torch_checks};
+use torch_side::{Route, gfx_override, gpus, needs_no_sdk, torch_checks};
 
 pub struct DoctorRequest {
     pub profile: Profile,
@@ -23,6 +25,10 @@ pub struct DoctorRequest {
     pub work_dir: PathBuf,
     pub sysfs: PathBuf,
     pub torch: Option<Locator>,
+    /// The torch it found: the command's one look for it.
+    pub found: anyhow::Result<torch::Torch>,
+    /// Every row, the build's too, whatever the route.
+    pub all: bool,
     /// HSA_OVERRIDE_GFX_VERSION, if set.
     pub gfx_override: Option<String>,
     /// Free space a build needs, in GiB.
@@ -31,17 +37,22 @@ pub struct DoctorRequest {
 
 pub fn run(req: &DoctorRequest) -> CheckReport {
     let mut r = CheckReport::default();
-    build_tools(&mut r);
-    compiler(req, &mut r);
-    launchers(&mut r);
-    rocm(req, &mut r);
+    let side = torch_checks(req, &mut r);
     let cards = gpus(req, &mut r);
-    disk(req, &mut r);
-    let gfx101x = torch_checks(req, &mut r);
-    gfx_override(req, &cards, gfx101x, &mut r);
-    shared(&mut r);
-    // No ROCm: no compiler in it, no hipcc; one cause, one fix.
-    r.follows_from("rocm", &["compiler", "hipcc", "compat"]);
+    gfx_override(req, &cards, side.gfx101x, &mut r);
+    if side.route == Route::Build || req.all {
+        build_tools(&mut r);
+        compiler(req, &mut r);
+        launchers(&mut r);
+        rocm(req, &mut r);
+        disk(req, &mut r);
+        shared(&mut r);
+        // No ROCm: no compiler in it, no hipcc; one cause, one fix.
+        r.follows_from("rocm", &["compiler", "hipcc", "compat"]);
+        if side.route == Route::InPlace {
+            needs_no_sdk(&mut r);
+        }
+    }
     r
 }
 
@@ -79,7 +90,7 @@ fn disk(req: &DoctorRequest, r: &mut CheckReport) {
     while !dir.exists() {
         dir = dir.parent().unwrap_or(Path::new("/"));
     }
-    match free_bytes(dir) {
+    match crate::fsutil::free_bytes(dir) {
         None => r.push(
             "disk",
             Status::Warn,
@@ -104,15 +115,4 @@ fn disk(req: &DoctorRequest, r: &mut CheckReport) {
             }
         }
     }
-}
-
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid C string and a zeroed struct for the kernel to fill.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return None;
-    }
-    Some(s.f_bavail as u64 * s.f_frsize as u64)
 }

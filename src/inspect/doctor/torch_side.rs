@@ -3,26 +3,60 @@
 
 use super::*;
 
-/// The torch of `--python`, and whether it carries gfx101x code: by its
-/// libtorch_hip.so's code objects, else by its layout (`route::chip`), as
-/// the route row says; `None` when neither tells.
-pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<bool> {
-    let torch = req.torch.as_ref().map(torch::locate);
-    match &torch {
-        None => {}
-        Some(Ok(t)) if crate::version::major_minor(t.rocm()) == req.profile.rocm.torch_hip => r
-            .push(
-                "torch",
-                Status::Ok,
-                format!(
-                    "{} ({}) at {}; {}",
-                    t.version,
-                    t.rocm_label(),
-                    t.dir.display(),
-                    crate::inspect::verify::layout_detail(t)
-                ),
+/// Which rows doctor shows beyond the torch's: the route's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// No ROCm torch: a torch first, then a route for it.
+    TorchFirst,
+    /// torch's own MIOpen fixed in place: no build.
+    InPlace,
+    /// A build (or a pull) is the way.
+    Build,
+    /// Nothing to do: every fix is inert for this torch.
+    Inert,
+}
+
+/// What the torch side found: the route, and whether torch carries
+/// gfx101x code (`None` when that cannot be told).
+pub(super) struct TorchSide {
+    pub route: Route,
+    pub gfx101x: Option<bool>,
+}
+
+/// The torch found (`req.found`, the command's one look) and its route:
+/// no ROCm torch is a torch problem, said first with the torch for the
+/// card; then whether it carries gfx101x code, by its libtorch_hip.so's
+/// code objects, else by its layout (`route::chip`), as the route row says.
+pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSide {
+    let t = match &req.found {
+        Ok(t) => t,
+        Err(e) => {
+            r.push_error("torch", Status::Fail, e);
+            r.push(
+                "route",
+                Status::Skip,
+                "a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix",
+            );
+            return TorchSide {
+                route: Route::TorchFirst,
+                gfx101x: None,
+            };
+        }
+    };
+    if crate::version::major_minor(t.rocm()) == req.profile.rocm.torch_hip {
+        r.push(
+            "torch",
+            Status::Ok,
+            format!(
+                "{} ({}) at {}; {}",
+                t.version,
+                t.rocm_label(),
+                t.dir.display(),
+                crate::inspect::verify::layout_detail(t)
             ),
-        Some(Ok(t)) => r.push_fix(
+        );
+    } else {
+        r.push_fix(
             "torch",
             Status::Warn,
             format!(
@@ -35,34 +69,28 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<b
                 crate::inspect::verify::layout_detail(t)
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
-        ),
-        Some(Err(e)) => r.push_error("torch", Status::Warn, e),
+        );
     }
-    if let Some(Ok(t)) = &torch
-        && let Some(sys) = t.system()
-    {
+    if let Some(sys) = t.system() {
         system_route(t, sys, r);
     }
-    if let Some(Ok(t)) = &torch
-        && let torch::Layout::RocmSdk(_) = t.layout
-        && let Some(torch::Locator::Python(python)) = &req.torch
+    let route = route(req, t, r);
+    if route == Route::InPlace {
+        kernels(req, t, r);
+    }
+    if let (torch::Layout::RocmSdk(_), Some(torch::Locator::Python(python)), true) =
+        (&t.layout, &req.torch, req.all || route == Route::Build)
     {
         devel_sdk(python, r);
     }
-    if let Some(Ok(t)) = &torch
-        && route(req, t, r)
-    {
-        kernels(req, t, r);
-        needs_no_sdk(r);
-    }
-    let t = torch.as_ref().and_then(|t| t.as_ref().ok())?;
     use crate::swap::route::Chip;
-    match (torch_code(t, r), crate::swap::route::chip(t)) {
+    let gfx101x = match (torch_code(t, r), crate::swap::route::chip(t)) {
         (Some(code), _) => Some(code.has_gfx101x()),
         (None, Chip::Native(_)) => Some(true),
         (None, Chip::Override(_)) => Some(false),
         (None, Chip::Unknown(_)) => None,
-    }
+    };
+    TorchSide { route, gfx101x }
 }
 
 /// The system route: torch loads the system's MIOpen (or our copy of it),
@@ -286,7 +314,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
 
 /// On the in-place route no ROCm SDK is needed: what a build would need
 /// is shown, never failed.
-fn needs_no_sdk(r: &mut CheckReport) {
+pub(super) fn needs_no_sdk(r: &mut CheckReport) {
     for c in &mut r.checks {
         if matches!(c.name, "rocm" | "compiler" | "hipcc" | "compat") && c.status == Status::Fail {
             c.status = Status::Skip;
@@ -299,11 +327,14 @@ fn needs_no_sdk(r: &mut CheckReport) {
     }
 }
 
-/// The route for this torch, as build and install take it (`select::plan`);
-/// true when it is the in-place fix.
-fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> bool {
+/// The route for this torch, as build and install take it (`select::plan`).
+fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
     let plan = crate::select::plan(&req.profile, t);
-    let in_place = matches!(plan, crate::select::Plan::InPlace(_));
+    let route = match &plan {
+        crate::select::Plan::InPlace(_) => Route::InPlace,
+        crate::select::Plan::Build(_) => Route::Build,
+        crate::select::Plan::Inert(_) => Route::Inert,
+    };
     match plan {
         crate::select::Plan::Inert(why) => r.push_fix(
             "route",
@@ -311,7 +342,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> bool {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::swap::torch::NATIVE_TORCH
+                crate::swap::torch::native_torch(&crate::diagnosis::target(&req.sysfs).0)
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the
@@ -329,5 +360,5 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> bool {
             _ => r.push("route", Status::Ok, other.detail()),
         },
     }
-    in_place
+    route
 }

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::elf;
+use crate::fsutil::At;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::swap::torch::{self, Locator, Torch};
 use crate::swap::txn::{Journal, State, StateDir};
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 mod battery;
 mod cases;
@@ -150,8 +151,7 @@ fn installed(
     r: &mut CheckReport,
 ) -> Result<(Option<Torch>, Option<Journal>)> {
     // Read once: the library can be hundreds of MB.
-    let bytes =
-        std::fs::read(library).with_context(|| format!("cannot read {}", library.display()));
+    let bytes = std::fs::read(library).at("read", library);
     check_markers(prov, library, &bytes, r);
     check_targets(prov, &req.sysfs, r);
     let built = bytes.ok().and_then(|b| elf::parse(&b).ok());

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::fsutil;
+use crate::fsutil::At;
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
@@ -63,11 +64,9 @@ impl Layout {
         }
         let dir = to.parent().expect("a blob has a dir");
         let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::copy(file, tmp.path())
-            .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+        std::fs::copy(file, tmp.path()).at("write", tmp.path())?;
         tmp.as_file().sync_all()?;
-        tmp.persist(&to)
-            .with_context(|| format!("cannot write {}", to.display()))?;
+        tmp.persist(&to).map_err(|e| e.error).at("write", &to)?;
         Ok(true)
     }
 

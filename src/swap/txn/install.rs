@@ -15,6 +15,7 @@ use crate::swap::torch::Torch;
 use super::journal::{BuildRec, FileRec, Journal, Journals, SdkRec, State, TorchRec, now};
 use super::recover::supersede;
 use super::state::Locked;
+use crate::fsutil::At;
 
 /// Everything a swap needs, checked by the caller.
 pub struct Swap<'a> {
@@ -309,7 +310,7 @@ pub(super) fn write_backup(
             }
         }
         crash_point!("install-backup-written");
-        std::fs::rename(&tmp, backup).with_context(|| format!("cannot create {}", backup.display()))
+        std::fs::rename(&tmp, backup).at("create", backup)
     })();
     if let Err(e) = made {
         let _ = fsutil::remove_own_file(&tmp);
@@ -340,8 +341,7 @@ pub fn ensure_root_may_change(target: &Path) -> Result<()> {
     if !owner::is_root() {
         return Ok(());
     }
-    let writers = owner::Writers::of(target)
-        .with_context(|| format!("cannot inspect {}", target.display()))?;
+    let writers = owner::Writers::of(target).at("inspect", target)?;
     let others = writers.others_than(owner::invoking_user());
     if others.is_empty() {
         return Ok(());
@@ -357,13 +357,16 @@ pub fn ensure_root_may_change(target: &Path) -> Result<()> {
     ))
 }
 
-pub(super) fn ensure_writable(dir: &Path) -> Result<()> {
+pub(crate) fn ensure_writable(dir: &Path) -> Result<()> {
     fsutil::probe_writable(dir).map_err(|e| {
-            hint(
-                format!("cannot write to {}: {e}; nothing was changed", dir.display()),
-                "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own",
-            )
-        })
+        let help = fsutil::fitted_help(dir, &e).unwrap_or_else(|| {
+            "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own".to_owned()
+        });
+        hint(
+            format!("cannot write to {}: {}; nothing was changed", dir.display(), crate::error::words(&e.to_string())),
+            help,
+        )
+    })
 }
 
 /// The next transaction's number. A set-aside journal numbered u32::MAX

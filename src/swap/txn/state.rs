@@ -11,6 +11,7 @@ use crate::error::hint;
 use crate::fsutil;
 
 use super::journal::{Damaged, Journal, Journals, State, now};
+use crate::fsutil::At;
 
 /// Where transactions and backups live.
 #[derive(Debug, Clone)]
@@ -105,16 +106,62 @@ impl StateDir {
                 ));
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+                return Err(e).at("lock", &path);
             }
         }
-        file.set_len(0)?;
-        write!(file, "pid {}", std::process::id())?;
+        file.set_len(0)
+            .and_then(|()| write!(file, "pid {}", std::process::id()))
+            .at("write", &path)?;
         self.remove_leftovers();
         Ok(Locked {
             state: self,
             _file: file,
         })
+    }
+
+    /// What [`State::lock`] needs, checked without making or taking
+    /// anything (a dry run's): the state dir can be made or written, and
+    /// no other run holds its lock.
+    pub fn can_lock(&self) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut existing = self.root.as_path();
+        while std::fs::symlink_metadata(existing).is_err() {
+            match existing.parent() {
+                Some(p) => existing = p,
+                None => break,
+            }
+        }
+        fsutil::probe_writable(existing).map_err(|e| {
+            hint(
+                format!(
+                    "the state dir {} cannot be written: {} is not writable ({})",
+                    self.root.display(),
+                    existing.display(),
+                    crate::error::words(&e.to_string())
+                ),
+                fsutil::fitted_help(existing, &e).map(|h| format!("{h} with --state-dir DIR")).unwrap_or_else(|| {
+                    "run as the user whose torch this is (their state dir is their own), or pass --state-dir DIR you can write".to_owned()
+                }),
+            )
+        })?;
+        let path = self.root.join("lock");
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        else {
+            return Ok(());
+        };
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) => Err(hint(
+                format!(
+                    "another rdna1-patch run is changing torch right now; its lock is {}",
+                    path.display()
+                ),
+                "wait for it to finish and run this again (the lock is released when that process exits, even if it is killed)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Partial files of a killed run: only names this tool gives its own
@@ -169,7 +216,7 @@ impl StateDir {
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+            Err(e) => return Err(e).at("read", &dir),
         };
         for e in rd {
             let path = e?.path();

@@ -260,6 +260,8 @@ pub enum TorchKind {
     Rocm,
     /// A CPU wheel: no hip, no libMIOpen.so.
     Cpu,
+    /// PyPI's default Linux wheel: a CUDA build (`cuda` set), no hip.
+    Cuda,
 }
 
 /// A fake torch package in `site/torch`, importable with `PYTHONPATH=site`.
@@ -280,15 +282,16 @@ impl FakeTorch {
     ) -> FakeTorch {
         let dir = site.join("torch");
         copy_dir(&fixtures().join("fake-torch/torch"), &dir);
-        let hip = match kind {
-            TorchKind::Rocm => format!("'{hip}'"),
-            TorchKind::Cpu => "None".to_owned(),
+        let (hip, cuda) = match kind {
+            TorchKind::Rocm => (format!("'{hip}'"), "None"),
+            TorchKind::Cpu => ("None".to_owned(), "None"),
+            TorchKind::Cuda => ("None".to_owned(), "'13.2'"),
         };
         // The shape of the version.py that torch's setup.py writes.
         std::fs::write(
             dir.join("version.py"),
             format!(
-                "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = None\ngit_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\nhip: Optional[str] = {hip}\n"
+                "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = {cuda}\ngit_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\nhip: Optional[str] = {hip}\n"
             ),
         )
         .unwrap();

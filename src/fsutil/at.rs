@@ -1,0 +1,141 @@
+//! A file-system error said once, in words, with what to do about its
+//! cause: a read-only file system, a directory another user owns, a full
+//! disk. Worked out when the error happens, from the path's nearest
+//! existing directory, so the help names the real owner and free space.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::{FsError, words};
+
+/// `.at("create", path)`: the error of an I/O call on `path`, as an
+/// [`FsError`].
+pub trait At<T> {
+    fn at(self, op: &str, path: &Path) -> anyhow::Result<T>;
+}
+
+impl<T> At<T> for std::io::Result<T> {
+    fn at(self, op: &str, path: &Path) -> anyhow::Result<T> {
+        self.map_err(|e| fs_error(op, path, &e))
+    }
+}
+
+/// "cannot {op} {path}: {what is wrong}", with a help fitted to the cause.
+pub fn fs_error(op: &str, path: &Path, e: &std::io::Error) -> anyhow::Error {
+    let e = os_error(e);
+    anyhow::Error::new(FsError {
+        message: format!("cannot {op} {}: {}", path.display(), words(&e.to_string())),
+        help: fitted_help(path, &e),
+        io: e,
+    })
+}
+
+/// The OS's own error under one that wraps it (tempfile names its random
+/// file in its errors: the user needs the cause, not that name).
+fn os_error(e: &std::io::Error) -> std::io::Error {
+    if let Some(code) = e.raw_os_error() {
+        return std::io::Error::from_raw_os_error(code);
+    }
+    let inner = e
+        .get_ref()
+        .and_then(|i| i.source())
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error);
+    match inner.or_else(|| code_of(e.kind())) {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// What to do about `e` on `path`, for the causes a user can act on.
+pub fn fitted_help(path: &Path, e: &std::io::Error) -> Option<String> {
+    // An error made from its kind alone (a probe's) has no OS code.
+    let code = e.raw_os_error().or_else(|| code_of(e.kind()))?;
+    let dir = nearest_existing(path);
+    let shown = dir.display();
+    match code {
+        libc::EROFS => Some(format!(
+            "{shown} is on a read-only file system: choose a place on a writable one (the command's --prefix, --state-dir, --work-dir or directory argument), or remount it read-write"
+        )),
+        libc::ENOSPC | libc::EDQUOT => {
+            let free = free_bytes(dir).map_or_else(
+                || "no room".to_owned(),
+                |b| format!("{} free", super::human_bytes(b)),
+            );
+            Some(format!(
+                "the file system of {shown} is full ({free}): free space there, or choose a place on another disk"
+            ))
+        }
+        libc::EACCES | libc::EPERM => {
+            let meta = std::fs::metadata(dir).ok()?;
+            let me = crate::owner::euid();
+            let owner = meta.uid();
+            if owner == me {
+                return Some(format!(
+                    "you own {shown}, but its mode ({:o}) does not let you write there: `chmod u+w {shown}`, or choose another place",
+                    meta.mode() & 0o7777
+                ));
+            }
+            let name = crate::owner::name_of(owner);
+            let (mine, home) = crate::owner::passwd(me)
+                .map_or_else(|| (format!("uid {me}"), None), |(n, h)| (n, Some(h)));
+            let in_home = home.is_some_and(|h| h != Path::new("/") && dir.starts_with(h));
+            Some(match owner {
+                // A run with sudo leaves root's files in a user's own tree.
+                0 if in_home => format!(
+                    "{shown} belongs to root, in your home (a run with sudo makes its files root's): take it back (`sudo chown -R {mine} {shown}`), or choose a place you own"
+                ),
+                0 => format!(
+                    "{shown} belongs to root: choose a place you own, or run this with sudo for a system-wide one"
+                ),
+                _ => format!(
+                    "{shown} belongs to {name}, not you ({mine}): run this as {name}, or choose a place you own"
+                ),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The OS code of the kinds a help is fitted to.
+fn code_of(kind: std::io::ErrorKind) -> Option<i32> {
+    use std::io::ErrorKind as K;
+    match kind {
+        K::ReadOnlyFilesystem => Some(libc::EROFS),
+        K::StorageFull => Some(libc::ENOSPC),
+        K::QuotaExceeded => Some(libc::EDQUOT),
+        K::PermissionDenied => Some(libc::EACCES),
+        K::NotFound => Some(libc::ENOENT),
+        _ => None,
+    }
+}
+
+/// `path`, or the nearest directory above it that exists: where the
+/// error's cause lies.
+fn nearest_existing(path: &Path) -> &Path {
+    let mut p = path;
+    // The path itself may be a file that exists: its directory decides
+    // whether it can be replaced.
+    if std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()) {
+        p = p.parent().unwrap_or(Path::new("/"));
+    }
+    while std::fs::symlink_metadata(p).is_err() {
+        match p.parent() {
+            Some(up) => p = up,
+            None => break,
+        }
+    }
+    p
+}
+
+/// The bytes free to this user on the file system of `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a zeroed struct for the kernel to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail * s.f_frsize)
+}

@@ -1,0 +1,58 @@
+//! First contact's rough edges: each said plainly, in a whole message.
+
+use crate::support::Sandbox;
+
+#[test]
+fn install_says_it_has_no_json_instead_of_a_parser_riddle() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["install", "--into-torch", "--json"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    // A --json run that fails still prints its error as JSON.
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        doc["error"]["message"],
+        "install has no JSON report: it says what it does as it goes"
+    );
+    assert_eq!(
+        doc["error"]["help"],
+        "run it without --json; then `rdna1-patch status --json` reports what was installed, and `rdna1-patch verify --json` checks it"
+    );
+}
+
+#[test]
+fn every_argument_of_export_and_completions_is_described() {
+    let sb = Sandbox::new();
+    let export = sb.run(&["profiles", "export", "--help"]).ok();
+    for line in [
+        "  <NAME>  The built-in profile to export (`profiles list` names them)",
+        "  <DIR>   The directory to write NAME.toml and its series into (made if missing)",
+    ] {
+        assert!(export.stdout.contains(line), "{line}\n{}", export.stdout);
+    }
+    let completions = sb.run(&["completions", "--help"]).ok();
+    assert!(
+        completions
+            .stdout
+            .contains("  <SHELL>  The shell to complete for"),
+        "{}",
+        completions.stdout
+    );
+}
+
+#[test]
+fn publish_names_the_missing_build_before_any_key() {
+    let sb = Sandbox::new();
+    let prefix = sb.root.join("nothing-here");
+    let dir = sb.root.join("layout");
+    sb.run(&[
+        "publish",
+        &dir.display().to_string(),
+        "--prefix",
+        &prefix.display().to_string(),
+    ])
+    .fails_with(&format!(
+        "error: no build to publish: [..]{}[..]
+help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
+        prefix.display()
+    ));
+}

@@ -1,0 +1,280 @@
+//! The route starts from the torch: with no ROCm torch (none, a CPU or a
+//! CUDA build, a python that cannot say), doctor and install say so first
+//! and name the torch for the card in the machine; doctor shows the rows
+//! of the user's route, the build's only where the route is a build or
+//! `--all` asks.
+
+use std::path::Path;
+
+use rdna1_testkit::{FakeTorch, TorchKind, gpus};
+
+use crate::support::{Run, Sandbox, line_matches, runtime};
+
+const PIP: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/";
+
+/// stdout, line by line, is `expected` (`[..]` matches any text).
+#[track_caller]
+fn stdout_is(run: &Run, expected: &str) {
+    let got: Vec<&str> = run.stdout.lines().collect();
+    let want: Vec<&str> = expected.lines().collect();
+    assert!(
+        got.len() == want.len() && got.iter().zip(&want).all(|(g, w)| line_matches(w, g)),
+        "stdout differs\nexpected:\n{expected}\ngot:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+}
+
+/// The names of the rows of a text report, in order.
+fn rows(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .filter(|l| {
+            ["ok ", "warn ", "FAIL ", "skip "]
+                .iter()
+                .any(|s| l.starts_with(s))
+        })
+        .filter_map(|l| l.get(6..)?.split_whitespace().next())
+        .collect()
+}
+
+/// The torch row and its fix for what doctor found, on `card`'s machine.
+fn torch_rows(found: &str, target: &str, which: &str, or: &str) -> String {
+    format!(
+        "FAIL  torch     {found}
+                fix: install the torch built for {target} ({which}): `{PIP} \"torch[device-{target}]\"`, then run this again{or}
+skip  route     a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix"
+    )
+}
+
+const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
+const REPLACES: &str = " (it replaces this one in this environment)";
+
+#[test]
+fn doctor_with_no_rocm_torch_names_the_torch_for_the_card_first() {
+    let cards = [
+        (
+            "rx5600xt-gfx1010",
+            "gfx1010",
+            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+        ),
+        (
+            "rx5500xt-gfx1012",
+            "gfx1012",
+            "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
+        ),
+    ];
+    for (tree, target, gpu_row) in cards {
+        let sb = Sandbox::new();
+        sb.set_gpus(gpus(tree));
+        let tail = format!(
+            "{gpu_row}
+[..] amdgpu    [..]
+ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
+        );
+        // No torch in the python on PATH.
+        let run = sb.run(&["doctor"]).check_fails();
+        stdout_is(
+            &run,
+            &format!(
+                "verdict: 1 problem to fix: torch\n{}\n{tail}",
+                torch_rows(
+                    "python3 ([..]) has no torch installed",
+                    target,
+                    "the card in this machine",
+                    OR_PYTHON
+                )
+            ),
+        );
+        // PyPI's default torch: a CUDA build.
+        let t = FakeTorch::create(
+            &sb.root.join("site"),
+            runtime(),
+            TorchKind::Cuda,
+            "2.15.0+cu132",
+            "",
+        );
+        let run = sb.run(&["doctor"]).check_fails();
+        stdout_is(
+            &run,
+            &format!(
+                "verdict: 1 problem to fix: torch\n{}\n{tail}",
+                torch_rows(
+                    &format!(
+                        "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
+                        t.dir.display()
+                    ),
+                    target,
+                    "the card in this machine",
+                    REPLACES
+                )
+            ),
+        );
+        // --all adds what a build would need.
+        let all = sb.run(&["doctor", "--all"]).check_fails();
+        let names = rows(&all.stdout);
+        for build_row in ["cmake", "git", "compiler", "rocm", "disk", "shared"] {
+            assert!(names.contains(&build_row), "{build_row}: {}", all.stdout);
+        }
+        assert_eq!(&names[..2], ["torch", "route"], "{}", all.stdout);
+    }
+}
+
+#[test]
+fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5500xt-gfx1012"));
+    let help = |or: &str| {
+        format!(
+            "help: install the torch built for gfx1012 (the card in this machine): `{PIP} \"torch[device-gfx1012]\"`, then run this again{or}"
+        )
+    };
+    let install = |extra: &[&str]| {
+        let mut args = vec!["install", "--into-torch", "--dry-run"];
+        args.extend(extra);
+        sb.run_with_state(&args, &[])
+    };
+    install(&[]).fails_with(&format!(
+        "error: python3 ([..]) has no torch installed\n{}",
+        help(OR_PYTHON)
+    ));
+    install(&["--python", "/usr/bin/false"]).fails_with(&format!(
+        "error: /usr/bin/false could not look for torch: it exited with status 1 and printed nothing\n{}",
+        help(OR_PYTHON)
+    ));
+    let t = FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Cuda,
+        "2.15.0+cu132",
+        "",
+    );
+    install(&[]).fails_with(&format!(
+        "error: torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so\n{}",
+        t.dir.display(),
+        help(REPLACES)
+    ));
+    // With no card seen, gfx1010's, and the RX 5500's named.
+    sb.set_gpus(gpus("no-gpu"));
+    install(&[]).fails_with(&format!(
+        "error: torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so
+help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `{PIP} \"torch[device-gfx1010]\"`, then run this again{REPLACES}",
+        t.dir.display(),
+    ));
+    assert!(!sb.root.join("state").exists(), "nothing was written");
+}
+
+#[test]
+fn doctor_shows_the_rows_of_the_in_place_route_and_not_the_builds() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    let run = sb.run(&["doctor"]);
+    assert_eq!(
+        rows(&run.stdout),
+        [
+            "torch",
+            "route",
+            "kernels",
+            "torch-gpu",
+            "gpu",
+            "amdgpu",
+            "override"
+        ],
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let all = sb.run(&["doctor", "--all"]);
+    let names = rows(&all.stdout);
+    assert!(
+        names.contains(&"cmake") && names.contains(&"rocm"),
+        "{}",
+        all.stdout
+    );
+    // Where the route needs no SDK, a missing ROCm is shown, never failed.
+    assert!(
+        all.stdout.lines().any(|l| l.starts_with("skip  rocm ")),
+        "{}",
+        all.stdout
+    );
+}
+
+/// The dry run checks what the real run will need, refuses what it would
+/// refuse, and says its answer on stdout, under `-q` too.
+#[test]
+fn a_dry_run_refuses_what_the_real_run_would_and_answers_on_stdout() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, "6.2.41133-dd7f95766");
+    let state = sb.state();
+    let dir = torch.dir.display().to_string();
+    let prefix = sb.prefix.display().to_string();
+    let args = [
+        "install",
+        "--into-torch",
+        "--dry-run",
+        "--torch-dir",
+        &dir,
+        "--prefix",
+        &prefix,
+        "--state-dir",
+        &state,
+    ];
+    let quiet: Vec<&str> = std::iter::once("-q").chain(args).collect();
+    let run = sb.run_unprivileged(&quiet).ok();
+    stdout_is(
+        &run,
+        &format!(
+            "     Route would install the build in {prefix} into torch 2.5.1+rocm6.2 at {dir}, as the prefix holds a build of profile [..] for ROCm 6.2, torch's line (dry run: nothing was changed)"
+        ),
+    );
+    assert_eq!(run.stderr, "", "-q: the answer alone");
+    std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let run = sb.run_unprivileged(&args);
+    std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+    run.fails_with(&format!(
+        "error: cannot write to {0}: permission denied; nothing was changed
+help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose another place",
+        torch.lib.display()
+    ));
+    // A state dir under a directory this user cannot write.
+    let locked = sb.root.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let elsewhere = locked.join("state").display().to_string();
+    let mut other = args.to_vec();
+    *other.last_mut().unwrap() = &elsewhere;
+    let run = sb.run_unprivileged(&other);
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    run.fails_with(&format!(
+        "error: the state dir {elsewhere} cannot be written: {0} is not writable (permission denied)
+help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose another place with --state-dir DIR",
+        locked.display()
+    ));
+    assert!(!locked.join("state").exists() && !Path::new(&state).exists());
+}
+
+/// A torch whose MIOpen needs a library this machine lacks (Debian's
+/// libMIOpen needs its Boost) is told so before anything is fixed, and
+/// nothing is left behind: no prefix, no transaction.
+#[test]
+fn a_library_torch_cannot_load_is_refused_before_the_fix() {
+    let sb = Sandbox::new();
+    let torch =
+        crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    let out = std::process::Command::new("patchelf")
+        .args(["--add-needed", "libboost_filesystem.so.1.90.0"])
+        .arg(torch.miopen())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lib = torch.dir.canonicalize().unwrap().join("lib");
+    sb.install(&["--profile", "rocm-6.4.3"]).fails_with(&format!(
+        "error: {0}/libMIOpen.so needs libboost_filesystem.so.1.90.0, which the dynamic loader cannot find from {0}: torch's MIOpen cannot load as it is, fixed or not; nothing was changed
+help: install what provides them (the same versions this MIOpen was built against, with their directory on the system library path), then run this again",
+        lib.display()
+    ));
+    assert!(!sb.prefix.exists(), "no prefix was made");
+    assert!(!Path::new(&sb.state()).join("transactions").exists());
+}

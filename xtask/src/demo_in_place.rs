@@ -1,0 +1,123 @@
+//! `cargo xtask demo --in-place`: README's main promise, watched without
+//! the card. A fake ROCm 6.4 torch whose libtorch_hip.so carries real
+//! gfx1010 code objects and whose libMIOpen.so embeds the fixture's
+//! batch-norm kernel texts (our own, to MIOpen's shape); Debian's real
+//! comgr beside it, as torch bundles its own; the KFD topology recorded
+//! from an RX 5600 XT. doctor judges the kernels by compiling them, the
+//! in-place fix is proven and swapped in, verify compiles it again, and
+//! rollback puts torch's file back.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Result, bail};
+
+use crate::demo::step;
+
+/// Debian's comgr (libamd-comgr2), the compiler MIOpen loads.
+const COMGR: &str = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2";
+
+pub fn run(root: &Path, keep: bool) -> Result<()> {
+    if !Path::new(COMGR).is_file() {
+        bail!(
+            "the in-place demo compiles kernels with Debian's comgr, which is not at {COMGR}: `sudo apt-get install libamd-comgr2 libclang-common-15-dev`, then run this again"
+        );
+    }
+    eprintln!("demo: building rdna1-patch (cargo shows its progress)");
+    crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
+    let bin = root.join("target/debug/rdna1-patch");
+    let dir = tempfile::Builder::new()
+        .prefix("rdna1-patch-demo-")
+        .tempdir()?;
+    let sb = dir.path();
+    println!(
+        "THIS IS A DEMO: no GPU runs. The torch is a fake one (real ELF files), its MIOpen's batch-norm kernels are the fixture's own texts, the card is an RX 5600 XT's recorded KFD topology; the compiles are real, through Debian's comgr."
+    );
+    println!("demo sandbox: {}", sb.display());
+    println!("building the fake ROCm and torch runtime libraries (a small CMake project)");
+    let runtime = rdna1_testkit::build_runtime(&sb.join("fake-runtime"));
+    let torch = rdna1_testkit::FakeTorch::create(
+        &sb.join("site"),
+        &runtime,
+        rdna1_testkit::TorchKind::Rocm,
+        "2.6.0+rocm6.4",
+        "6.4.43484-123eb5128",
+    );
+    std::os::unix::fs::symlink(COMGR, torch.lib.join("libamd_comgr.so.2"))?;
+    let lib = torch.lib.display().to_string();
+    let built = rdna1_testkit::fat_library_linking(
+        sb,
+        &["gfx1010"],
+        &["-L", &lib, "-lMIOpen", "-lamdhip64", "-Wl,-rpath,$ORIGIN"],
+    );
+    std::fs::copy(built, torch.lib.join("libtorch_hip.so"))?;
+    let verb = |args: &[&str]| {
+        let mut c = Command::new(&bin);
+        c.current_dir(sb)
+            .args(args)
+            .env("PYTHONPATH", sb.join("site"))
+            .env("HOME", sb.join("home"))
+            .env("XDG_CACHE_HOME", sb.join("cache"))
+            .env(
+                rdna1_testkit::SYSFS_ENV,
+                rdna1_testkit::gpus("rx5600xt-gfx1010"),
+            );
+        c
+    };
+    let state = sb.join("state").display().to_string();
+    let prefix = sb.join("prefix").display().to_string();
+    let with_state = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--state-dir", &state]);
+        verb(&all)
+    };
+    let start = std::time::Instant::now();
+    println!("\n== doctor: the torch, its kernels compiled for the card, its route");
+    step(sb, &mut verb(&["doctor", "--profile", "rocm-6.4.3"]))?;
+    println!("\n== the dry run: the diagnosis, the proven fix it would make, nothing written");
+    step(
+        sb,
+        &mut with_state(&[
+            "install",
+            "--into-torch",
+            "--in-place",
+            "--profile",
+            "rocm-6.4.3",
+            "--prefix",
+            &prefix,
+            "--dry-run",
+        ]),
+    )?;
+    println!("\n== the in-place fix, proven by compiling, swapped in (journaled)");
+    step(
+        sb,
+        &mut with_state(&[
+            "install",
+            "--into-torch",
+            "--in-place",
+            "--profile",
+            "rocm-6.4.3",
+            "--prefix",
+            &prefix,
+        ]),
+    )?;
+    println!("\n== verify --compile: torch's kernels compiled again, through torch's comgr");
+    step(
+        sb,
+        &mut with_state(&["verify", "--prefix", &prefix, "--compile"]),
+    )?;
+    println!("\n== rollback: torch's own library, byte for byte");
+    step(sb, &mut with_state(&["rollback"]))?;
+    println!(
+        "\ndemo done in {:.0} s (the compiles above are real; nothing ran on a GPU)",
+        start.elapsed().as_secs_f64()
+    );
+    if keep {
+        let kept = dir.keep();
+        println!(
+            "kept {0}; its fake torch is on PYTHONPATH={0}/site",
+            kept.display()
+        );
+    }
+    Ok(())
+}
