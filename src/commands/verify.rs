@@ -81,8 +81,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let text = report.text(super::term::stdout_width(), home.as_deref());
         crate::outln!("{}", super::painted(&text));
     }
+    // Interrupted, the report above is the one document: the signal's
+    // status says the rest (cli.rs prints no second, error, document).
+    if let Some(sig) = report.interrupted() {
+        return Ok(ExitCode::from(crate::error::signal_status(sig)));
+    }
     Ok(if report.failed() {
         ExitCode::FAILURE
+    } else if report.nothing_checked() {
+        ExitCode::from(crate::error::NOTHING_CHECKED)
     } else {
         ExitCode::SUCCESS
     })
