@@ -62,6 +62,57 @@ pub struct Where {
     pub kfd: Vec<KfdNode>,
     pub env: BTreeMap<String, String>,
     pub miopen: Option<Library>,
+    /// The kernel driver, as sysfs shows it.
+    pub driver: Driver,
+    /// The GPU libraries the process mapped after `import torch`.
+    pub libraries: Vec<Mapped>,
+}
+
+/// amdgpu: its version when built out of tree (DKMS), and the module
+/// parameters that matter on RDNA1.
+#[derive(Debug, Serialize)]
+pub struct Driver {
+    pub version: Option<String>,
+    pub params: BTreeMap<String, Option<String>>,
+}
+
+impl Driver {
+    pub fn read(sysfs: &std::path::Path) -> Driver {
+        Driver {
+            version: crate::fsutil::read_small(&sysfs.join("module/amdgpu/version"), 4096)
+                .ok()
+                .map(|v| v.trim().to_owned()),
+            params: crate::gpu::amdgpu_params(sysfs)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+
+    /// "amdgpu 6.8.5 (noretry=0 ...)", "not loaded" when sysfs has none.
+    pub fn text(&self) -> String {
+        if self.version.is_none() && self.params.values().all(Option::is_none) {
+            return "amdgpu not loaded (no module parameters in sysfs)".to_owned();
+        }
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("?")))
+            .collect();
+        format!(
+            "amdgpu {} ({})",
+            self.version.as_deref().unwrap_or("in the kernel's tree"),
+            params.join(" ")
+        )
+    }
+}
+
+/// A GPU library the battery's process mapped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mapped {
+    /// The file's name: libMIOpen.so, librocblas.so.4.
+    pub name: String,
+    pub path: String,
 }
 
 /// An AMD GPU of the KFD topology: the chip the kernel driver names,
@@ -300,6 +351,7 @@ impl Where {
                 kfd.join(", ")
             }
         )];
+        out.push(format!("driver: {}", self.driver.text()));
         out.push(if self.env.is_empty() {
             "environment: HSA_OVERRIDE_GFX_VERSION is not set, nor any MIOPEN_ variable".to_owned()
         } else {

@@ -14,6 +14,7 @@ mod cases;
 mod installed;
 mod judge;
 mod prefix;
+mod report;
 mod runtime;
 mod smoke;
 mod summary;
@@ -22,6 +23,7 @@ mod system;
 pub use battery::{Battery, BatteryStatus};
 use installed::{check_links, check_torch};
 use prefix::{check_markers, check_prefix, check_targets};
+pub use report::LibraryRow;
 use runtime::check_runtime;
 
 /// Where `--smoke` runs its battery: the GPU, or under the tests' hook the
@@ -101,6 +103,18 @@ impl VerifyReport {
             text.push_str(&b.text_wrapped(width, home));
         }
         text
+    }
+
+    /// The Markdown report to paste into an issue (`--report FILE`), its
+    /// "Libraries" section from the battery's maps.
+    pub fn markdown(&self, home: Option<&str>) -> String {
+        let libraries: Vec<LibraryRow> = self
+            .smoke
+            .iter()
+            .filter_map(|b| b.place.as_ref())
+            .flat_map(|w| w.libraries.iter().map(LibraryRow::from))
+            .collect();
+        report::markdown(self, &libraries, home)
     }
 
     /// The JSON document: the checks' object, with `smoke` when asked for;

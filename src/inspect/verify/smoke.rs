@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::battery::{
-    BATTERY_VERSION, Battery, BatteryStatus, CaseResult, Library, Limits, Outcome, Tolerance, Where,
+    BATTERY_VERSION, Battery, BatteryStatus, CaseResult, Driver, Library, Limits, Mapped, Outcome,
+    Tolerance, Where,
 };
 use super::cases::{Case, TOLERANCES, cases};
 use super::judge::{Answer, blank, died, hang, judged};
@@ -226,6 +227,17 @@ fn place(s: &Subject, info: &Info, kfd: Vec<gpu::Gpu>) -> Where {
         kfd: kfd.iter().map(Into::into).collect(),
         env: s.req.env.iter().cloned().collect::<BTreeMap<_, _>>(),
         miopen,
+        driver: Driver::read(&s.req.sysfs),
+        libraries: info
+            .maps
+            .iter()
+            .map(|p| Mapped {
+                name: p
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+                path: p.display().to_string(),
+            })
+            .collect(),
     }
 }
 
