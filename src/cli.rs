@@ -203,7 +203,13 @@ pub fn main() -> ExitCode {
     // stdout holds one JSON document.
     let result = match (result, crate::interrupt::interrupted()) {
         (Ok(code), Some(sig)) if code == ExitCode::from(crate::error::signal_status(sig)) => {
-            crate::output::error(&crate::interrupt::stopped("rdna1-patch", sig));
+            crate::output::error(&crate::error::hint(
+                format!(
+                    "{} stopped rdna1-patch; the report says how far it got",
+                    crate::error::signal_name(sig)
+                ),
+                "run the same command again to finish",
+            ));
             Ok(code)
         }
         (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),

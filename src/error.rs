@@ -67,6 +67,16 @@ pub const INTERRUPTED: u8 = 130;
 /// GPU, no torch). Never a pass (docs/rows.md).
 pub const NOTHING_CHECKED: u8 = 3;
 
+/// What stopped the run, in words: "Ctrl-C" for SIGINT.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "Ctrl-C".to_owned(),
+        libc::SIGTERM => "SIGTERM".to_owned(),
+        libc::SIGHUP => "SIGHUP".to_owned(),
+        n => format!("signal {n}"),
+    }
+}
+
 /// The status for signal `sig`, as a shell reports it: 128 + `sig`.
 pub fn signal_status(sig: i32) -> u8 {
     u8::try_from(128 + sig).unwrap_or(INTERRUPTED)

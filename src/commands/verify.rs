@@ -60,7 +60,18 @@ fn rocm_env() -> Vec<(String, String)> {
 pub fn run(args: Args) -> Result<ExitCode> {
     // Refused before the battery runs, not after: a battery's minutes are
     // not lost to a report that cannot be written.
-    if let Some(file) = &args.report_file {
+    // Absolute: a bare `smoke.md` has an empty parent, where no temp file
+    // can be made.
+    let report_file = match &args.report_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            crate::error::hint(
+                format!("cannot name the report {}: {e}", f.display()),
+                "name a file in a directory you can write to, e.g. --report ~/smoke.md",
+            )
+        })?),
+        None => None,
+    };
+    if let Some(file) = &report_file {
         writable(file)?;
     }
     let state = args.state.open()?;
@@ -86,7 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let report = verify::run(&req)?;
     // The battery's report is made to be shared: home is written ~.
     let home = std::env::var("HOME").ok().filter(|_| args.smoke);
-    if let Some(file) = &args.report_file {
+    if let Some(file) = &report_file {
         crate::fsutil::write_atomic(file, report.markdown(home.as_deref()).as_bytes(), None)
             .map_err(|e| cannot_write(file, &e))?;
     }

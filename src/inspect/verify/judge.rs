@@ -87,7 +87,7 @@ pub fn blank(case: &Case, outcome: Outcome, detail: String) -> CaseResult {
 }
 
 /// The case's outputs against its tolerance (an exact output against 0):
-/// the first output over its tolerance decides, else the worst.
+/// the worst output over its tolerance decides, else the worst.
 pub fn judged(case: &Case, a: Answer) -> CaseResult {
     let tol = tolerance(case.dtype);
     let outputs: Vec<OutputError> = a
@@ -104,9 +104,14 @@ pub fn judged(case: &Case, a: Answer) -> CaseResult {
         .collect();
     let allowed = |o: &OutputError| if o.exact { 0.0 } else { tol };
     let broken = outputs.iter().find(|o| o.max_abs.is_none());
+    // The worst of those over their tolerance (the first of equals).
     let over = outputs
         .iter()
-        .find(|o| o.max_rel.is_some_and(|r| r > allowed(o)));
+        .filter(|o| o.max_rel.is_some_and(|r| r > allowed(o)))
+        .fold(None::<&OutputError>, |w, o| match w {
+            Some(w) if w.max_rel >= o.max_rel => Some(w),
+            _ => Some(o),
+        });
     // The first of the worst: the outputs come in the order the case made them.
     let worst = over.or_else(|| {
         outputs

@@ -5,6 +5,7 @@
 
 use super::VerifyReport;
 use super::battery::{Battery, BatteryStatus, Mapped, Where, tilde};
+use crate::inspect::checks::Status;
 
 /// A row of the report's "Libraries" section: a GPU library the battery's
 /// process mapped. The code-object targets each carries, and whether the
@@ -120,10 +121,20 @@ fn battery(b: &Battery, libraries: &[LibraryRow], md: &mut Vec<String>) {
             tolerances.join(", ")
         ),
         String::new(),
+        "Failed cases first, then those not run, then those within tolerance.".to_owned(),
+        String::new(),
         "| case | library | class | error |".to_owned(),
         "|---|---|---|---|".to_owned(),
     ]);
-    for c in &b.cases {
+    // What failed first, then what did not run, then what passed: the
+    // reader of an issue looks for the first.
+    let mut cases: Vec<_> = b.cases.iter().collect();
+    cases.sort_by_key(|c| match c.status {
+        Status::Fail => 0,
+        Status::Warn | Status::Skip => 1,
+        Status::Ok => 2,
+    });
+    for c in cases {
         md.push(format!(
             "| {} | {} | {} | {} |",
             c.name,

@@ -4,15 +4,7 @@
 use super::battery::{Battery, BatteryStatus, CaseResult, Outcome};
 use crate::inspect::checks::{CheckReport, Status};
 
-/// What stopped the battery, in words: "Ctrl-C" for SIGINT.
-pub fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGINT => "Ctrl-C".to_owned(),
-        libc::SIGTERM => "SIGTERM".to_owned(),
-        libc::SIGHUP => "SIGHUP".to_owned(),
-        n => format!("signal {n}"),
-    }
-}
+pub use crate::error::signal_name;
 
 /// Push the `smoke` check for `b`, and when the battery is no pass though
 /// nothing failed (nothing run, interrupted), say so in the verdict.
