@@ -298,3 +298,66 @@ pub fn last_words(stderr: &str) -> &str {
         .find(|l| !l.is_empty() && !l.starts_with("MIOpen(") && !l.starts_with(MAPS_LINE))
         .unwrap_or("(nothing on stderr)")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn case(library: &'static str) -> Case {
+        super::super::cases::cases()
+            .into_iter()
+            .find(|c| c.library == library)
+            .unwrap()
+    }
+
+    /// HIP's words for a missing code object, as torch and the runtime
+    /// print them: no-code, the library from the error when it names one,
+    /// else the case's own from the maps, else none.
+    #[test]
+    fn no_code_names_the_library_from_the_error_or_the_maps() {
+        let exit1 = std::process::ExitStatus::from_raw(1 << 8);
+        let rocblas = "rocBLAS error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n";
+        let c = died(&case("rocBLAS"), &exit1, rocblas);
+        assert_eq!(c.outcome, Outcome::NoCode);
+        assert_eq!(
+            c.detail,
+            "no code for the chip: rocBLAS error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices! (raised by rocBLAS, as the error says)"
+        );
+        let maps = format!(
+            "Traceback (most recent call last):\nRuntimeError: HIP error: no kernel image is available for execution on the device\n{MAPS_LINE}[\"/t/lib/libamdhip64.so\", \"/t/lib/librocblas.so.4\"]\n"
+        );
+        let c = died(&case("rocBLAS"), &exit1, &maps);
+        assert_eq!(
+            c.raised_by,
+            Some(RaisedBy {
+                library: "rocBLAS".to_owned(),
+                path: Some("/t/lib/librocblas.so.4".to_owned()),
+                from: "maps",
+            })
+        );
+        // The case's library is not mapped: no-code, the library unnamed.
+        let c = died(&case("MIOpen"), &exit1, &maps);
+        assert_eq!(
+            (c.outcome, c.raised_by, c.detail.as_str()),
+            (
+                Outcome::NoCode,
+                None,
+                "no code for the chip: HIP error: no kernel image is available for execution on the device"
+            )
+        );
+        // Any other death is a crash, with its last words (not the maps).
+        let c = died(
+            &case("MIOpen"),
+            &exit1,
+            &format!("RuntimeError: miopenStatusUnknownError\n{MAPS_LINE}[]\n"),
+        );
+        assert_eq!(
+            (c.outcome, c.detail.as_str()),
+            (
+                Outcome::Crash,
+                "crash (exit status 1): RuntimeError: miopenStatusUnknownError"
+            )
+        );
+    }
+}
