@@ -18,9 +18,11 @@ pub struct Args {
     /// Also import torch in a subprocess and check what it maps
     #[arg(long)]
     runtime: bool,
-    /// Also run the battery on the GPU, if there is one: convolutions and
-    /// batch norm (and a matmul, nonzero/unique) checked against the CPU,
-    /// each case in a process of its own; home is written ~ in the report
+    /// Also run the battery on the GPU, if there is one: convolutions, batch
+    /// norm, LSTM/GRU and the ops that break on gfx101x (matmul, nonzero,
+    /// unique, sort, attention...) checked against the CPU, each case in a
+    /// process of its own; with no GPU nothing is checked (exit 3); home is
+    /// written ~ in the report
     #[arg(long)]
     smoke: bool,
     /// Also compile torch's batch-norm kernels for the card through the comgr
