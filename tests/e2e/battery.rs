@@ -219,11 +219,9 @@ fn each_misbehaviour_of_an_op_is_its_own_class() {
     );
 }
 
-/// Start `verify --smoke --json` in a process group of its own, wait until
-/// its second case hangs, then Ctrl-C the group as a terminal would.
-#[test]
-fn ctrl_c_ends_the_battery_with_one_json_report_that_says_so() {
-    let sb = installed_on_rdna1();
+/// Start `verify --smoke` with `extra` in a process group of its own, wait
+/// until its second case hangs, then Ctrl-C the group as a terminal would.
+fn ctrl_c_in_the_second_case(sb: &Sandbox, extra: &[&str]) -> Run {
     // A token only this run's processes carry, to find its hanging case.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -233,13 +231,14 @@ fn ctrl_c_ends_the_battery_with_one_json_report_that_says_so() {
     let misbehave = format!("conv3x3-fp32-nhwc=hang,{token}=hang");
     let state = sb.state();
     let mut c = sb.cmd();
-    c.args(["verify", "--smoke", "--json", "--timeout", "60"])
+    c.args(["verify", "--smoke", "--timeout", "60"])
         .args([
             "--prefix",
             sb.prefix.to_str().unwrap(),
             "--state-dir",
             &state,
         ])
+        .args(extra)
         .env("FAKE_TORCH_SMOKE", &misbehave)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -262,6 +261,17 @@ fn ctrl_c_ends_the_battery_with_one_json_report_that_says_so() {
     let run = Run::from(child.wait_with_output().unwrap());
     assert_eq!(run.code, Some(130), "{}\n{}", run.stdout, run.stderr);
     assert!(started.elapsed().as_secs() < 50, "the hang was not stopped");
+    assert_eq!(
+        run.stderr,
+        "error: Ctrl-C stopped rdna1-patch; the report says how far it got\nhelp: run the same command again to finish\n"
+    );
+    run
+}
+
+#[test]
+fn ctrl_c_ends_the_battery_with_one_json_report_that_says_so() {
+    let sb = installed_on_rdna1();
+    let run = ctrl_c_in_the_second_case(&sb, &["--json"]);
     // One document: serde_json refuses trailing data ("Extra data").
     let doc: serde_json::Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: not one JSON document:\n{}", run.stdout));
@@ -300,10 +310,41 @@ fn ctrl_c_ends_the_battery_with_one_json_report_that_says_so() {
         cases[46]["detail"],
         "not run: the battery was interrupted (Ctrl-C) before it"
     );
+}
+
+#[test]
+fn ctrl_c_ends_the_text_report_saying_so() {
+    let sb = installed_on_rdna1();
+    let run = ctrl_c_in_the_second_case(&sb, &[]);
+    let out = &run.stdout;
     assert_eq!(
-        run.stderr,
-        "error: Ctrl-C stopped rdna1-patch; the report says how far it got\nhelp: run the same command again to finish\n"
+        out.lines().next(),
+        Some("verdict: the battery was interrupted (Ctrl-C) after 1 of 47 cases; 1 warning"),
+        "{out}"
     );
+    assert_lines(
+        out,
+        &[
+            "warn  smoke     1 of 35 MIOpen cases within tolerance on AMD Radeon RX 5600 XT (gfx1010), 34 not run (Ctrl-C stopped the battery); outside MIOpen 0 of 12 ok",
+            &row(
+                "skip",
+                "conv3x3-fp32-nhwc",
+                "interrupted: Ctrl-C stopped the battery while this case ran",
+            ),
+            &row(
+                "skip",
+                "conv3x3-fp16-nchw",
+                "not run: the battery was interrupted (Ctrl-C) before it",
+            ),
+            &row(
+                "skip",
+                "sdpa-causal",
+                "not run: the battery was interrupted (Ctrl-C) before it",
+            ),
+        ],
+    );
+    let skipped = out.lines().filter(|l| l.starts_with("skip ")).count();
+    assert_eq!(skipped, 46, "{out}");
 }
 
 /// Whether a process of this test (its environment holds `token`) is
@@ -321,7 +362,7 @@ fn hanging(token: &str, name: &str) -> bool {
 
 /// A sandbox with a ROCm torch in `site/torch`, no prefix and no install,
 /// and an RX 5600 XT.
-fn torch_not_fixed() -> Sandbox {
+pub(crate) fn torch_not_fixed() -> Sandbox {
     let sb = Sandbox::new();
     sb.torch(TorchKind::Rocm, HIP);
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
@@ -330,7 +371,7 @@ fn torch_not_fixed() -> Sandbox {
 
 /// `verify` with `args`, the sandbox's torch dir, state dir and prefix
 /// (which does not exist).
-fn verify_torch(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
+pub(crate) fn verify_torch(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
     let torch = sb.root.join("site/torch");
     let mut all = vec!["--torch-dir", torch.to_str().unwrap()];
     all.extend(args);
@@ -459,138 +500,5 @@ fn runtime_names_the_torch_it_was_given_without_a_prefix() {
             "FAIL  torch     torch 2.5.1+cu124 at [..]/cuda-venv/lib/python3.[..]/site-packages/torch is a CUDA 12.4 build: torch.version.hip is None and torch/lib has no libMIOpen.so",
             "                fix: [..]",
         ],
-    );
-}
-
-/// What differs between two runs of one report: the build's commit and
-/// date, hashes, times.
-fn steady_text(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let mut line = line.to_owned();
-        if let Some(at) = line.find("rdna1-patch 0.1.0 (")
-            && let Some(end) = line[at..].find(')')
-        {
-            line.replace_range(at + "rdna1-patch 0.1.0 (".len()..at + end, "..");
-        }
-        let mut masked = String::new();
-        let mut run = String::new();
-        let flush = |run: &mut String, masked: &mut String| {
-            // Hashes (12 hex digits or more), and the digits of times.
-            if run.len() >= 12 && run.chars().all(|c| c.is_ascii_hexdigit()) {
-                masked.push_str("<hex>");
-            } else {
-                masked.push_str(run);
-            }
-            run.clear();
-        };
-        for c in line.chars() {
-            if c.is_ascii_alphanumeric() {
-                run.push(c);
-            } else {
-                flush(&mut run, &mut masked);
-                masked.push(c);
-            }
-        }
-        flush(&mut run, &mut masked);
-        // "first run 0.004 s, second 0.000 s": the times.
-        let mut words: Vec<String> = masked.split(' ').map(str::to_owned).collect();
-        for i in 1..words.len() {
-            if (words[i] == "s" || words[i].starts_with("s,") || words[i].starts_with("s;"))
-                && words[i - 1].contains('.')
-                && words[i - 1].chars().all(|c| c.is_ascii_digit() || c == '.')
-            {
-                words[i - 1] = "T".to_owned();
-            }
-        }
-        out.push_str(&words.join(" "));
-        out.push('\n');
-    }
-    out
-}
-
-/// The report example of docs/verify.md: the ````markdown block after
-/// the line that names this test.
-fn documented_report() -> String {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/verify.md"))
-        .unwrap();
-    let at = doc
-        .find("the_markdown_report_is_the_one_docs_verify_md_shows")
-        .expect("docs/verify.md names the test that checks its example");
-    let rest = &doc[at..];
-    let start = rest.find("````markdown\n").expect("a ````markdown block") + "````markdown\n".len();
-    let end = rest[start..].find("\n````").unwrap();
-    rest[start..start + end + 1].to_owned()
-}
-
-#[test]
-fn the_markdown_report_is_the_one_docs_verify_md_shows() {
-    let sb = installed_on_rdna1();
-    let root = sb.root.display().to_string();
-    let report = sb.root.join("smoke.md");
-    // A file of that name is replaced, as cargo and pip would.
-    std::fs::write(&report, "an old report").unwrap();
-    let misbehave =
-        "lstm-fp32=nocode,scatter-add=crash,repr=wrong,bn-eval-16x16-fp16-nchw=times=1.02";
-    let run = smoke(
-        &sb,
-        &["--timeout", "20", "--report", "smoke.md"],
-        &[("FAKE_TORCH_SMOKE", misbehave), ("HOME", root.as_str())],
-    )
-    .check_fails();
-    let text = std::fs::read_to_string(&report).unwrap();
-    assert!(
-        !text.contains(&root),
-        "the sandbox (home) is named:\n{text}"
-    );
-    assert_eq!(
-        steady_text(&text),
-        steady_text(&documented_report()),
-        "docs/verify.md's example is not what the binary writes; it wrote:\n{text}\nstdout:\n{}",
-        run.stdout
-    );
-    // Nothing else is left beside it: the temp file was renamed.
-    let names: Vec<String> = std::fs::read_dir(&sb.root)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".rdna1-patch-"))
-        .collect();
-    assert_eq!(names, Vec::<String>::new());
-}
-
-#[test]
-fn a_report_that_cannot_be_written_is_refused_before_the_battery() {
-    let sb = torch_not_fixed();
-    let dir = sb.root.join("reports");
-    std::fs::create_dir_all(&dir).unwrap();
-    verify_torch(&sb, &["--report", dir.to_str().unwrap()], &[]).fails_with(
-        "error: --report [..]/reports is a directory
-help: name a file, e.g. --report [..]/reports/smoke.md",
-    );
-    let missing = sb.root.join("no-such-dir/smoke.md");
-    verify_torch(&sb, &["--report", missing.to_str().unwrap()], &[]).fails_with(
-        "error: cannot write the report [..]/no-such-dir/smoke.md: [..]/no-such-dir is not a directory
-help: create it first (mkdir -p [..]/no-such-dir), or name a file in a directory you can write to, e.g. --report ~/smoke.md",
-    );
-    let ro = sb.root.join("read-only");
-    let Some(_mount) = crate::support::Tmpfs::mount(&ro, "1M") else {
-        return;
-    };
-    let remounted = std::process::Command::new("mount")
-        .args(["-o", "remount,ro"])
-        .arg(&ro)
-        .status()
-        .unwrap();
-    assert!(remounted.success());
-    let file = ro.join("smoke.md");
-    let run = verify_torch(&sb, &["--report", file.to_str().unwrap()], &[]);
-    assert!(
-        !run.stdout.contains("smoke battery"),
-        "the battery ran:\n{}",
-        run.stdout
-    );
-    run.fails_with(
-        "error: cannot write the report [..]/read-only/smoke.md: [..]/read-only is on a read-only file system
-help: name a file in a directory you can write to, e.g. --report ~/smoke.md",
     );
 }

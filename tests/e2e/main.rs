@@ -35,6 +35,7 @@ mod select;
 mod shared;
 mod signed;
 mod smoke;
+mod smoke_report;
 mod support;
 mod system_route;
 mod targets;
