@@ -407,9 +407,25 @@ fn a_battery_that_ran_nothing_checked_nothing_and_exits_3() {
             "skip  prefix    [..]/prefix does not exist: no prefix of rdna1-patch to check; --smoke judges the torch as it is",
             "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
             "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes), so no case of the battery ran",
+            "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
         ],
     );
-    assert_eq!(run.stdout.lines().count(), 4, "{}", run.stdout);
+
+    // With a GPU but no torch named and none installed: nothing either.
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let run = smoke(&sb, &[], &[]);
+    assert_eq!(run.code, Some(3), "{}\n{}", run.stdout, run.stderr);
+    assert_checks(
+        &run.stdout,
+        &[
+            "verdict: nothing was checked: none of the battery's 47 cases ran",
+            "skip  prefix    [..]/prefix does not exist: no prefix of rdna1-patch to check; --smoke judges the torch as it is",
+            "skip  torch     no --python/--torch-dir given and no install recorded",
+            "skip  smoke     nothing was checked: no torch to run the battery with",
+            "                fix: name the torch with --python (e.g. --python ~/venv/bin/python) or --torch-dir",
+        ],
+    );
+    sb.set_gpus(gpus("no-gpu"));
 
     let run = verify_torch(&sb, &["--json"], &[]);
     assert_eq!(run.code, Some(3));

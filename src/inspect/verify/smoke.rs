@@ -79,10 +79,20 @@ pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
             "no AMD GPU in the KFD topology ({}), so no case of the battery ran",
             gpu::topology(&req.sysfs).display()
         );
-        return nothing_run(req, why, r);
+        return nothing_run(
+            req,
+            why,
+            "the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
+            r,
+        );
     }
     let Some(dir) = s.torch_dir else {
-        return nothing_run(req, "no torch to run the battery with".to_owned(), r);
+        return nothing_run(
+            req,
+            "no torch to run the battery with".to_owned(),
+            "name the torch with --python (e.g. --python ~/venv/bin/python) or --torch-dir",
+            r,
+        );
     };
     let _hold = crate::interrupt::Hold::start();
     let mut battery = empty_battery(req, None);
@@ -131,8 +141,9 @@ pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
     battery
 }
 
-/// Every case `not-run`, for `why`: nothing was checked.
-fn nothing_run(req: &VerifyRequest, why: String, r: &mut CheckReport) -> Battery {
+/// Every case `not-run`, for `why`: nothing was checked; `fix` says
+/// what would let the battery run.
+fn nothing_run(req: &VerifyRequest, why: String, fix: &str, r: &mut CheckReport) -> Battery {
     let mut battery = empty_battery(req, Some(why.clone()));
     battery.status = BatteryStatus::NothingRun;
     battery.cases = cases()
@@ -140,6 +151,9 @@ fn nothing_run(req: &VerifyRequest, why: String, r: &mut CheckReport) -> Battery
         .map(|c| blank(c, Outcome::NotRun, format!("not run: {why}")))
         .collect();
     summarize(&battery, r);
+    if let Some(row) = r.checks.last_mut().filter(|c| c.name == "smoke") {
+        row.fix = Some(fix.to_owned());
+    }
     battery
 }
 
