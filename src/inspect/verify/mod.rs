@@ -138,6 +138,10 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
     if let Some(Locator::Dir(dir)) = &req.torch {
         check_torch_dir(dir)?;
     }
+    // With --smoke a signal does not end the run where it lands: the
+    // battery sees it and ends as `interrupted`, so that the report, the
+    // one JSON document of --json, is still printed whole.
+    let _hold = req.smoke.then(crate::interrupt::Hold::start);
     let mut r = CheckReport::default();
     // The battery runs without a prefix too: on a torch never fixed, it
     // says what the fix is for.
