@@ -31,12 +31,16 @@ pub const MAPS_LINE: &str = "rdna1-patch smoke maps: ";
 
 /// What the runtime and torch say when a library has no code object for
 /// the chip (HIP's hipErrorInvalidDeviceFunction and
-/// hipErrorNoBinaryForGpu, in torch's and the runtime's words).
-const NO_CODE: [&str; 4] = [
+/// hipErrorNoBinaryForGpu, in torch's and the runtime's words), and
+/// rocBLAS when its Tensile library has no file for the chip (`rocBLAS
+/// error: Cannot read …/TensileLibrary.dat: No such file or directory`,
+/// ROCm/rocBLAS#1339, before it aborts).
+const NO_CODE: [&str; 5] = [
     "invalid device function",
     "no kernel image is available",
     "hipErrorNoBinaryForGpu",
     "Unable to find code object",
+    "/TensileLibrary",
 ];
 
 /// The libraries an error may name, and the file each maps as.
@@ -345,6 +349,17 @@ mod tests {
                 None,
                 "no code for the chip: HIP error: no kernel image is available for execution on the device"
             )
+        );
+        // rocBLAS without a Tensile library for the chip aborts: no code.
+        let tensile = "rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: No such file or directory\n";
+        let c = died(
+            &case("rocBLAS"),
+            &std::process::ExitStatus::from_raw(libc::SIGABRT),
+            tensile,
+        );
+        assert_eq!(
+            (c.outcome, c.raised_by.map(|r| r.library)),
+            (Outcome::NoCode, Some("rocBLAS".to_owned()))
         );
         // Any other death is a crash, with its last words (not the maps).
         let c = died(
