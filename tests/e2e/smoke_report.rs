@@ -116,6 +116,28 @@ help: name a file, e.g. --report [..]/reports/smoke.md",
         "error: cannot write the report [..]/no-such-dir/smoke.md: [..]/no-such-dir is not a directory
 help: create it first (mkdir -p [..]/no-such-dir), or name a file in a directory you can write to, e.g. --report ~/smoke.md",
     );
+    // A directory the user may not write to (root without the
+    // capabilities that let it ignore permission bits, as run_unprivileged
+    // runs it).
+    let closed = sb.root.join("closed");
+    std::fs::create_dir_all(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let torch = sb.root.join("site/torch");
+    let file = closed.join("smoke.md");
+    sb.run_unprivileged(&[
+        "verify",
+        "--smoke",
+        "--torch-dir",
+        torch.to_str().unwrap(),
+        "--prefix",
+        sb.prefix.to_str().unwrap(),
+        "--report",
+        file.to_str().unwrap(),
+    ])
+    .fails_with(
+        "error: cannot write the report [..]/closed/smoke.md: you may not create files in [..]/closed
+help: name a file in a directory you can write to, e.g. --report ~/smoke.md",
+    );
     let ro = sb.root.join("read-only");
     let Some(_mount) = crate::support::Tmpfs::mount(&ro, "1M") else {
         return;
