@@ -205,7 +205,20 @@ pub fn main() -> ExitCode {
     };
     // A command that reports errors as data (doctor, verify) still ends
     // with the signal's status when a signal stopped one of its programs.
+    // One that has said so in its own report (verify's interrupted battery)
+    // returns the signal's status: the error goes to stderr only, so that
+    // stdout holds one JSON document.
     let result = match (result, crate::interrupt::interrupted()) {
+        (Ok(code), Some(sig)) if code == ExitCode::from(crate::error::signal_status(sig)) => {
+            crate::output::error(&crate::error::hint(
+                format!(
+                    "{} stopped rdna1-patch; the report says how far it got",
+                    crate::error::signal_name(sig)
+                ),
+                "run the same command again to finish",
+            ));
+            Ok(code)
+        }
         (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),
         (result, _) => result,
     };

@@ -126,12 +126,31 @@ pub const FAILED: u8 = 2;
 /// Interrupted by Ctrl-C; SIGTERM gives 143, SIGHUP 129.
 pub const INTERRUPTED: u8 = 130;
 
+/// `verify` checked nothing: a `--smoke` whose every case was not run (no
+/// GPU, no torch). Never a pass (docs/rows.md).
+pub const NOTHING_CHECKED: u8 = 3;
+
+/// What stopped the run, in words: "Ctrl-C" for SIGINT.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "Ctrl-C".to_owned(),
+        libc::SIGTERM => "SIGTERM".to_owned(),
+        libc::SIGHUP => "SIGHUP".to_owned(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The status for signal `sig`, as a shell reports it: 128 + `sig`.
+pub fn signal_status(sig: i32) -> u8 {
+    u8::try_from(128 + sig).unwrap_or(INTERRUPTED)
+}
+
 /// The documented exit statuses, for `--help`.
-pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).";
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 3 verify checked nothing (a --smoke whose every case was not run: no GPU, no torch), never a pass; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).";
 
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match err.chain().find_map(|e| e.downcast_ref::<Interrupted>()) {
-        Some(Interrupted(sig)) => u8::try_from(128 + sig).unwrap_or(INTERRUPTED),
+        Some(Interrupted(sig)) => signal_status(*sig),
         None => FAILED,
     }
 }

@@ -12,7 +12,7 @@
 //! state in the crate, kept behind this module.
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
@@ -20,6 +20,8 @@ static CHILD_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new
 /// The signal that arrived, 0 if none.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Once = Once::new();
+/// How many [`Hold`]s live.
+static HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// Watch for the signals; called once, first thing in `main`.
 pub fn install() {
@@ -41,7 +43,7 @@ pub fn install() {
                     // them all.
                     signal_session(group, sig);
                 }
-                if groups.is_empty() {
+                if groups.is_empty() && HELD.load(Ordering::SeqCst) == 0 {
                     let err = stopped("rdna1-patch", sig);
                     crate::output::error(&err);
                     std::process::exit(i32::from(crate::error::exit_code(&err)));
@@ -49,6 +51,26 @@ pub fn install() {
             }
         });
     });
+}
+
+/// While a `Hold` lives, a signal that arrives with no child running does
+/// not end the run at once: the holder reads [`interrupted`] between its
+/// steps and ends its work itself, reporting what it did (verify's battery:
+/// one report, its status `interrupted`).
+pub struct Hold(());
+
+impl Hold {
+    pub fn start() -> Hold {
+        install();
+        HELD.fetch_add(1, Ordering::SeqCst);
+        Hold(())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// While this guard lives, a signal is passed on to process group `pgid`.

@@ -1,3 +1,4 @@
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,9 +18,11 @@ pub struct Args {
     /// Also import torch in a subprocess and check what it maps
     #[arg(long)]
     runtime: bool,
-    /// Also run the battery on the GPU, if there is one: convolutions and
-    /// batch norm (and a matmul, nonzero/unique) checked against the CPU,
-    /// each case in a process of its own; home is written ~ in the report
+    /// Also run the battery on the GPU, if there is one: convolutions, batch
+    /// norm, LSTM/GRU and the ops that break on gfx101x (matmul, nonzero,
+    /// unique, sort, attention...) checked against the CPU, each case in a
+    /// process of its own; with no GPU nothing is checked (exit 3); home is
+    /// written ~ in the report
     #[arg(long)]
     smoke: bool,
     /// Also compile torch's batch-norm kernels for the card through the comgr
@@ -35,6 +38,11 @@ pub struct Args {
     /// stops at 10 times this
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     timeout: u64,
+    /// With --smoke: also write the battery as Markdown to FILE, a report
+    /// to paste into an issue (card, driver, torch, libraries, each case's
+    /// class); a file of that name is replaced whole
+    #[arg(long = "report", value_name = "FILE", requires = "smoke")]
+    report_file: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) report: ReportArgs,
 }
@@ -52,6 +60,22 @@ fn rocm_env() -> Vec<(String, String)> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    // Refused before the battery runs, not after: a battery's minutes are
+    // not lost to a report that cannot be written.
+    // Absolute: a bare `smoke.md` has an empty parent, where no temp file
+    // can be made.
+    let report_file = match &args.report_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            crate::error::hint(
+                format!("cannot name the report {}: {e}", f.display()),
+                "name a file in a directory you can write to, e.g. --report ~/smoke.md",
+            )
+        })?),
+        None => None,
+    };
+    if let Some(file) = &report_file {
+        writable(file)?;
+    }
     let state = args.state.open()?;
     let req = VerifyRequest {
         prefix: args.prefix.resolve_installed(&state)?,
@@ -75,15 +99,100 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let report = verify::run(&req)?;
     // The battery's report is made to be shared: home is written ~.
     let home = std::env::var("HOME").ok().filter(|_| args.smoke);
+    if let Some(file) = &report_file {
+        crate::fsutil::write_atomic(file, report.markdown(home.as_deref()).as_bytes(), None)
+            .map_err(|e| cannot_write(file, &e))?;
+    }
     if args.report.json {
         crate::outln!("{}", report.json(home.as_deref()));
     } else {
         let text = report.text(super::term::stdout_width(), home.as_deref());
         crate::outln!("{}", super::painted(&text));
     }
+    // Interrupted, the report above is the one document: the signal's
+    // status says the rest (cli.rs prints no second, error, document).
+    if let Some(sig) = report.interrupted() {
+        return Ok(ExitCode::from(crate::error::signal_status(sig)));
+    }
     Ok(if report.failed() {
         ExitCode::FAILURE
+    } else if report.nothing_checked() {
+        ExitCode::from(crate::error::NOTHING_CHECKED)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Where `--report FILE` goes can take a file: FILE is no directory, and
+/// the directory it is in exists and takes a new file.
+fn writable(file: &Path) -> Result<()> {
+    const NAME_A_FILE: &str =
+        "name a file in a directory you can write to, e.g. --report ~/smoke.md";
+    if file.is_dir() {
+        return Err(crate::error::hint(
+            format!("--report {} is a directory", file.display()),
+            format!(
+                "name a file, e.g. --report {}",
+                file.join("smoke.md").display()
+            ),
+        ));
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(crate::error::hint(
+            format!(
+                "cannot write the report {}: {} is not a directory",
+                file.display(),
+                dir.display()
+            ),
+            format!(
+                "create it first (mkdir -p {}), or {NAME_A_FILE}",
+                dir.display()
+            ),
+        ));
+    }
+    crate::fsutil::probe_writable(dir).map_err(|e| {
+        crate::error::hint(
+            format!(
+                "cannot write the report {}: {}",
+                file.display(),
+                why_not(e.kind(), dir)
+            ),
+            NAME_A_FILE,
+        )
+    })
+}
+
+/// The report could not be written after all: said in words.
+fn cannot_write(file: &Path, err: &anyhow::Error) -> anyhow::Error {
+    let kind = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .map_or(std::io::ErrorKind::Other, std::io::Error::kind);
+    let dir = file.parent().unwrap_or(Path::new("."));
+    crate::error::hint(
+        format!(
+            "cannot write the report {}: {}",
+            file.display(),
+            why_not(kind, dir)
+        ),
+        "name a file in a directory you can write to, e.g. --report ~/smoke.md",
+    )
+}
+
+fn why_not(kind: std::io::ErrorKind, dir: &Path) -> String {
+    use std::io::ErrorKind;
+    match kind {
+        ErrorKind::ReadOnlyFilesystem => format!("{} is on a read-only file system", dir.display()),
+        ErrorKind::PermissionDenied => {
+            format!("you may not create files in {}", dir.display())
+        }
+        ErrorKind::StorageFull => format!("no space left in {}", dir.display()),
+        ErrorKind::QuotaExceeded => format!("your disk quota is used up in {}", dir.display()),
+        ErrorKind::NotFound => format!("{} takes no new files", dir.display()),
+        other => format!("{other} in {}", dir.display()),
+    }
 }

@@ -41,6 +41,10 @@ pub struct Check {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct CheckReport {
     pub checks: Vec<Check>,
+    /// Why the run is no pass though no check failed (a battery that ran
+    /// nothing, or was interrupted): the verdict leads with it.
+    #[serde(skip)]
+    pub unfinished: Option<String>,
 }
 
 impl CheckReport {
@@ -120,11 +124,19 @@ impl CheckReport {
             n => format!("; {n} warnings"),
         };
         if causes.is_empty() {
-            format!("no problem found{warnings}")
+            match &self.unfinished {
+                Some(why) => format!("{why}{warnings}"),
+                None => format!("no problem found{warnings}"),
+            }
         } else {
+            let lead = self
+                .unfinished
+                .as_deref()
+                .map(|w| format!("{w}; "))
+                .unwrap_or_default();
             let follow = count(Status::Fail) - causes.len();
             format!(
-                "{} to fix: {}{}{warnings}",
+                "{lead}{} to fix: {}{}{warnings}",
                 if causes.len() == 1 {
                     "1 problem"
                 } else {
@@ -202,7 +214,7 @@ impl CheckReport {
     pub fn json_value(&self) -> serde_json::Value {
         serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
-            "ok": !self.failed(),
+            "ok": !self.failed() && self.unfinished.is_none(),
             "verdict": self.verdict(),
             "checks": self.checks,
         })

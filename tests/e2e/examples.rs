@@ -298,6 +298,9 @@ fn check(env: &Env, reg: &Registry, examples: &[String], failures: &mut Vec<Stri
             _ if usage || crashed => false,
             (Some(0), None) => true,
             (Some(1), None) => check_verb,
+            // The sandbox has no GPU: the battery checks nothing, and says
+            // so with its own status (docs/rows.md).
+            (Some(3), None) => line.contains("verify") && line.contains("--smoke"),
             (Some(2), Some((_, why))) => {
                 stderr.contains(why)
                     && stderr
@@ -326,12 +329,12 @@ const DOCUMENTS: &[&str] = &[
     "docs/build.md",
     "docs/install.md",
     "docs/verify.md",
-    "docs/rows.md",
     "docs/patches.md",
     "docs/shared.md",
     "docs/commands.md",
     "docs/uninstall.md",
     "docs/hardware.md",
+    "docs/rows.md",
 ];
 
 #[test]
@@ -352,7 +355,8 @@ fn every_readme_and_help_example_runs() {
         let text = std::fs::read_to_string(root.join(doc)).unwrap();
         let examples = document_examples(&text);
         assert!(
-            !examples.is_empty() || *doc == "docs/hardware.md",
+            // Measurements, and the vocabulary of doctor's and verify's rows.
+            !examples.is_empty() || ["docs/hardware.md"].contains(doc),
             "{doc} has no examples"
         );
         from_docs.extend(examples);

@@ -2,6 +2,7 @@
 //! md5sum, on the miopen-mini fixture. One test binary, so the fixtures and
 //! the binary are built once.
 
+mod battery;
 mod build;
 mod comgr;
 mod compat;
@@ -36,6 +37,7 @@ mod select;
 mod shared;
 mod signed;
 mod smoke;
+mod smoke_report;
 mod support;
 mod system_route;
 mod targets;

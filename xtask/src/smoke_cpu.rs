@@ -13,6 +13,10 @@ use anyhow::{Context, Result, bail};
 /// The torch the proof ran with (docs/hardware.md records its numbers).
 const TORCH: &str = "2.15.0";
 
+/// The battery's cases (src/inspect/verify/cases.rs), battery 2: a report
+/// with fewer ran less than the whole battery.
+const CASES: usize = 47;
+
 pub fn smoke_cpu(root: &Path, args: &[String]) -> Result<()> {
     let torch = match args {
         [] => TORCH.to_owned(),
@@ -118,6 +122,15 @@ fn summary(doc: &serde_json::Value, dir: &Path) -> Result<()> {
     let cases = smoke["cases"]
         .as_array()
         .context("no cases in the report")?;
+    if smoke["status"] != "complete" {
+        bail!("the battery's status is {}, not complete", smoke["status"]);
+    }
+    if cases.len() != CASES {
+        bail!(
+            "the report has {} cases, the battery {CASES}: update CASES in xtask/src/smoke_cpu.rs with the battery",
+            cases.len()
+        );
+    }
     let mut worst: Vec<(String, f64, String)> = Vec::new();
     let mut bad = Vec::new();
     for c in cases {
@@ -158,7 +171,7 @@ fn summary(doc: &serde_json::Value, dir: &Path) -> Result<()> {
                 .unwrap_or("-"),
             secs.unwrap_or_default()
         );
-        if c["status"] != "ok" {
+        if c["outcome"] != "ok" {
             bad.push(format!("{name}: {}", c["detail"].as_str().unwrap_or("?")));
         }
         let dtype = c["dtype"].as_str().unwrap_or("?").to_owned();

@@ -6,20 +6,26 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::checks::Status;
 
 /// Raised when a case or a tolerance changes, so that two reports are never
 /// compared as if they had run the same battery.
-pub const BATTERY_VERSION: u32 = 1;
+pub const BATTERY_VERSION: u32 = 2;
 
 #[derive(Debug, Serialize)]
 pub struct Battery {
     pub battery: u32,
     /// "gpu", or "cpu" under the tests' hook: then nothing ran on a GPU.
     pub device: &'static str,
+    /// Whether every case had its chance: `complete`, `interrupted`
+    /// (Ctrl-C, SIGTERM), or `nothing-run` (no GPU, no torch).
+    pub status: BatteryStatus,
     /// Why no case ran (no AMD GPU, no torch, torch sees no GPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// The signal that interrupted the battery.
+    #[serde(skip)]
+    pub interrupted_by: Option<i32>,
     pub limits: Limits,
     pub tolerances: Vec<Tolerance>,
     #[serde(rename = "where", skip_serializing_if = "Option::is_none")]
@@ -56,6 +62,57 @@ pub struct Where {
     pub kfd: Vec<KfdNode>,
     pub env: BTreeMap<String, String>,
     pub miopen: Option<Library>,
+    /// The kernel driver, as sysfs shows it.
+    pub driver: Driver,
+    /// The GPU libraries the process mapped after `import torch`.
+    pub libraries: Vec<Mapped>,
+}
+
+/// amdgpu: its version when built out of tree (DKMS), and the module
+/// parameters that matter on RDNA1.
+#[derive(Debug, Serialize)]
+pub struct Driver {
+    pub version: Option<String>,
+    pub params: BTreeMap<String, Option<String>>,
+}
+
+impl Driver {
+    pub fn read(sysfs: &std::path::Path) -> Driver {
+        Driver {
+            version: crate::fsutil::read_small(&sysfs.join("module/amdgpu/version"), 4096)
+                .ok()
+                .map(|v| v.trim().to_owned()),
+            params: crate::gpu::amdgpu_params(sysfs)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+
+    /// "amdgpu 6.8.5 (noretry=0 ...)", "not loaded" when sysfs has none.
+    pub fn text(&self) -> String {
+        if self.version.is_none() && self.params.values().all(Option::is_none) {
+            return "amdgpu not loaded (no module parameters in sysfs)".to_owned();
+        }
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("?")))
+            .collect();
+        format!(
+            "amdgpu {} ({})",
+            self.version.as_deref().unwrap_or("in the kernel's tree"),
+            params.join(" ")
+        )
+    }
+}
+
+/// A GPU library the battery's process mapped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mapped {
+    /// The file's name: libMIOpen.so, librocblas.so.4.
+    pub name: String,
+    pub path: String,
 }
 
 /// An AMD GPU of the KFD topology: the chip the kernel driver names,
@@ -89,12 +146,63 @@ pub struct Library {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
+pub enum BatteryStatus {
+    Complete,
+    Interrupted,
+    NothingRun,
+}
+
+/// Each case's class (docs/rows.md, "The battery's classes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Outcome {
+    /// Within the tolerance of its dtype.
     Ok,
-    Timeout,
+    /// No code for the chip: `invalid device function`, `no kernel image`.
+    NoCode,
+    /// The child died: a signal, or an error that is not `NoCode`.
     Crash,
-    OverTolerance,
+    /// The child passed its time limit and was stopped.
+    Hang,
+    /// The numbers are off by more than the tolerance.
+    Wrong,
+    /// Never started: interrupted before it, or nothing could run.
     NotRun,
+    /// Running when the battery was interrupted.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::NoCode => "no-code",
+            Outcome::Crash => "crash",
+            Outcome::Hang => "hang",
+            Outcome::Wrong => "wrong",
+            Outcome::NotRun => "not-run",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+
+    /// The row a class is shown as.
+    pub fn status(self) -> Status {
+        match self {
+            Outcome::Ok => Status::Ok,
+            Outcome::NoCode | Outcome::Crash | Outcome::Hang | Outcome::Wrong => Status::Fail,
+            Outcome::NotRun | Outcome::Interrupted => Status::Skip,
+        }
+    }
+}
+
+/// The library a `no-code` error came from, and what said so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RaisedBy {
+    pub library: String,
+    /// The file the process mapped, when the maps named it.
+    pub path: Option<String>,
+    /// `error` (its text names the library) or `maps`.
+    pub from: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +219,8 @@ pub struct CaseResult {
     pub outcome: Outcome,
     pub detail: String,
     pub tolerance: f64,
+    /// With `no-code`: the library that raised it, when known.
+    pub raised_by: Option<RaisedBy>,
     pub max_abs: Option<f64>,
     pub max_rel: Option<f64>,
     pub outputs: Vec<OutputError>,
@@ -134,6 +244,9 @@ pub struct OutputError {
     pub max_rel: Option<f64>,
     /// The largest magnitude of the CPU result.
     pub scale: f64,
+    /// Compared exactly (integers, indices, text), whatever the dtype's
+    /// tolerance.
+    pub exact: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -238,6 +351,7 @@ impl Where {
                 kfd.join(", ")
             }
         )];
+        out.push(format!("driver: {}", self.driver.text()));
         out.push(if self.env.is_empty() {
             "environment: HSA_OVERRIDE_GFX_VERSION is not set, nor any MIOPEN_ variable".to_owned()
         } else {
@@ -286,87 +400,6 @@ pub fn tilde_json(v: &mut serde_json::Value, home: &str) {
         serde_json::Value::Array(a) => a.iter_mut().for_each(|x| tilde_json(x, home)),
         serde_json::Value::Object(o) => o.values_mut().for_each(|x| tilde_json(x, home)),
         _ => {}
-    }
-}
-
-pub fn summarize(b: &Battery, r: &mut CheckReport) {
-    let on = match (b.device, b.place.as_ref()) {
-        ("cpu", _) => "the CPU (RDNA1_PATCH_SMOKE_DEVICE=cpu: no GPU ran)".to_owned(),
-        (_, Some(w)) => format!(
-            "{} ({})",
-            w.device,
-            w.kfd.first().map_or("no KFD node", |g| g.gfx.as_str())
-        ),
-        _ => "the GPU".to_owned(),
-    };
-    let (mine, other): (Vec<&CaseResult>, Vec<&CaseResult>) =
-        b.cases.iter().partition(|c| c.is_miopen());
-    let failed = |list: &[&CaseResult]| -> Vec<String> {
-        list.iter()
-            .filter(|c| c.status == Status::Fail)
-            .map(|c| format!("{} ({})", c.name, outcome_word(c.outcome)))
-            .collect()
-    };
-    let not_run = mine.iter().filter(|c| c.outcome == Outcome::NotRun).count();
-    let (mine_failed, other_failed) = (failed(&mine), failed(&other));
-    let others = if other_failed.is_empty() {
-        let ok = other.iter().filter(|c| c.status == Status::Ok).count();
-        format!("outside MIOpen {ok} of {} ok", other.len())
-    } else {
-        format!("outside MIOpen, not MIOpen's: {}", other_failed.join(", "))
-    };
-    let skipped = match not_run {
-        0 => String::new(),
-        n => format!(
-            ", {n} not run (the battery's limit of {} s)",
-            b.limits.battery_seconds
-        ),
-    };
-    if !mine_failed.is_empty() {
-        let hang = mine.iter().any(|c| c.outcome == Outcome::Timeout);
-        r.push_fix(
-            "smoke",
-            Status::Fail,
-            format!(
-                "{} of {} MIOpen cases failed on {on}: {}{skipped}; {others}",
-                mine_failed.len(),
-                mine.len(),
-                mine_failed.join(", ")
-            ),
-            format!(
-                "{}the battery below names each case; `rdna1-patch verify --smoke --json > smoke.json` is the report to share (docs/verify.md)",
-                if hang {
-                    "a hang is MIOpen's Find on unpatched RDNA1: check that `verify --runtime` is all ok, and try MIOPEN_FIND_MODE=FAST; "
-                } else {
-                    ""
-                }
-            ),
-        );
-    } else {
-        let ok = mine.len() - not_run;
-        let status = if other_failed.is_empty() && not_run == 0 {
-            Status::Ok
-        } else {
-            Status::Warn
-        };
-        r.push(
-            "smoke",
-            status,
-            format!(
-                "{ok} of {} MIOpen cases within tolerance on {on}{skipped}; {others}",
-                mine.len()
-            ),
-        );
-    }
-}
-
-fn outcome_word(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Ok => "ok",
-        Outcome::Timeout => "timeout",
-        Outcome::Crash => "crash",
-        Outcome::OverTolerance => "over tolerance",
-        Outcome::NotRun => "not run",
     }
 }
 

@@ -12,8 +12,10 @@ pub struct Case {
     pub op: &'static str,
     pub dtype: &'static str,
     pub layout: &'static str,
-    /// NCHW for convolution and batch norm, (m, k, n) for matmul, (len,)
-    /// for nonzero/unique.
+    /// NCHW for convolution and batch norm, (m, k, n) for matmul and
+    /// linear, (batch, sequence, input, hidden) for the RNNs, (batch, heads,
+    /// sequence, dim) for attention, the input's shape for the rest (with
+    /// the bins of scatter-add and the k of topk last).
     pub shape: Vec<usize>,
     pub out: usize,
     pub kernel: usize,
@@ -97,27 +99,82 @@ pub fn cases() -> Vec<Case> {
             }
         }
     }
-    for (name, library, op, dtype, shape) in [
-        ("matmul-fp32", "rocBLAS", "matmul", "fp32", vec![64, 96, 80]),
-        ("matmul-fp16", "rocBLAS", "matmul", "fp16", vec![64, 96, 80]),
+    out.extend(rnns_and_transposed(&base));
+    out.extend(outside_miopen(&base));
+    out
+}
+
+/// MIOpen's RNNs (torch's LSTM and GRU on ROCm) and a transposed
+// convolution, forward and backward: (batch, sequence, input, hidden)
+/// and NCHW with out channels, kernel, stride, padding.
+fn rnns_and_transposed(base: &Case) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (name, op, shape, [o, k, st, p]) in [
+        ("lstm-fp32", "lstm", [4, 12, 16, 32], [0, 1, 1, 0]),
+        ("gru-fp32", "gru", [4, 12, 16, 32], [0, 1, 1, 0]),
         (
-            "nonzero-unique",
-            "hipcub",
-            "nonzero-unique",
-            "int64",
-            vec![4096],
+            "conv-transpose2d-fp32",
+            "conv-transpose2d",
+            [2, 8, 16, 16],
+            [4, 3, 2, 1],
         ),
     ] {
         out.push(Case {
             name: name.to_owned(),
-            library,
             op,
-            dtype,
-            shape,
+            shape: shape.to_vec(),
+            out: o,
+            kernel: k,
+            stride: st,
+            padding: p,
             ..base.clone()
         });
     }
     out
+}
+
+/// Outside MIOpen: rocBLAS's GEMMs, then the ops that fail on gfx101x
+/// (issue 52): torch's own kernels (hipcub's scans and sorts), and
+/// attention without aotriton's kernels (the math path).
+fn outside_miopen(base: &Case) -> Vec<Case> {
+    type Other = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [usize],
+    );
+    let others: [Other; 12] = [
+        ("matmul-fp32", "rocBLAS", "matmul", "fp32", &[64, 96, 80]),
+        ("matmul-fp16", "rocBLAS", "matmul", "fp16", &[64, 96, 80]),
+        ("linear-fp16", "rocBLAS", "linear", "fp16", &[64, 96, 80]),
+        ("nonzero", "hipcub", "nonzero", "int64", &[4096]),
+        ("masked-select", "hipcub", "masked-select", "fp32", &[4096]),
+        ("bool-index", "hipcub", "bool-index", "fp32", &[64, 16]),
+        ("unique", "hipcub", "unique", "int64", &[4096]),
+        ("sort-topk", "hipcub", "sort-topk", "fp32", &[4096, 10]),
+        ("scatter-add", "torch", "scatter-add", "fp32", &[4096, 64]),
+        ("repr", "torch", "repr", "fp32", &[4, 5]),
+        ("sdpa", "torch", "sdpa", "fp32", &[2, 4, 64, 32]),
+        (
+            "sdpa-causal",
+            "torch",
+            "sdpa-causal",
+            "fp32",
+            &[2, 4, 64, 32],
+        ),
+    ];
+    others
+        .into_iter()
+        .map(|(name, library, op, dtype, shape)| Case {
+            name: name.to_owned(),
+            library,
+            op,
+            dtype,
+            shape: shape.to_vec(),
+            ..base.clone()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -127,11 +184,11 @@ mod tests {
     #[test]
     fn the_battery_has_every_kind_once() {
         let all = cases();
-        assert_eq!(all.len(), 35);
+        assert_eq!(all.len(), 47);
         let mut names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 35, "names are unique");
-        assert_eq!(all.iter().filter(|c| c.library == "MIOpen").count(), 32);
+        assert_eq!(names.len(), 47, "names are unique");
+        assert_eq!(all.iter().filter(|c| c.library == "MIOpen").count(), 35);
     }
 }

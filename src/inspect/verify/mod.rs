@@ -13,14 +13,18 @@ use anyhow::Result;
 mod battery;
 mod cases;
 mod installed;
+mod judge;
 mod prefix;
+mod report;
 mod runtime;
 mod smoke;
+mod summary;
 mod system;
 
-pub use battery::Battery;
+pub use battery::{Battery, BatteryStatus};
 use installed::{check_links, check_torch};
 use prefix::{check_markers, check_prefix, check_targets};
+pub use report::LibraryRow;
 use runtime::check_runtime;
 
 /// Where `--smoke` runs its battery: the GPU, or under the tests' hook the
@@ -64,6 +68,21 @@ impl VerifyReport {
         self.checks.failed()
     }
 
+    /// A battery whose every case was not run: nothing was checked.
+    pub fn nothing_checked(&self) -> bool {
+        self.smoke
+            .as_ref()
+            .is_some_and(|b| b.status == BatteryStatus::NothingRun)
+    }
+
+    /// The signal that interrupted the battery, if one did.
+    pub fn interrupted(&self) -> Option<i32> {
+        self.smoke
+            .as_ref()
+            .filter(|b| b.status == BatteryStatus::Interrupted)
+            .and_then(|b| b.interrupted_by)
+    }
+
     /// The report for a person, each row wrapped to `width`; with `home`,
     /// that directory written `~` (a report made to be shared).
     pub fn text(&self, width: Option<usize>, home: Option<&str>) -> String {
@@ -76,11 +95,27 @@ impl VerifyReport {
         }
         let mut text = checks.text_wrapped(width);
         // A battery that ran no case has said why in its check.
-        if let Some(b) = self.smoke.as_ref().filter(|b| !b.cases.is_empty()) {
+        if let Some(b) = self
+            .smoke
+            .as_ref()
+            .filter(|b| b.status != BatteryStatus::NothingRun)
+        {
             text.push_str("\n\n");
             text.push_str(&b.text_wrapped(width, home));
         }
         text
+    }
+
+    /// The Markdown report to paste into an issue (`--report FILE`), its
+    /// "Libraries" section from the battery's maps.
+    pub fn markdown(&self, home: Option<&str>) -> String {
+        let libraries: Vec<LibraryRow> = self
+            .smoke
+            .iter()
+            .filter_map(|b| b.place.as_ref())
+            .flat_map(|w| w.libraries.iter().map(LibraryRow::from))
+            .collect();
+        report::markdown(self, &libraries, home)
     }
 
     /// The JSON document: the checks' object, with `smoke` when asked for;
@@ -101,6 +136,13 @@ impl VerifyReport {
 }
 
 pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
+    if let Some(Locator::Dir(dir)) = &req.torch {
+        check_torch_dir(dir)?;
+    }
+    // With --smoke a signal does not end the run where it lands: the
+    // battery sees it and ends as `interrupted`, so that the report, the
+    // one JSON document of --json, is still printed whole.
+    let _hold = req.smoke.then(crate::interrupt::Hold::start);
     let mut r = CheckReport::default();
     // The battery runs without a prefix too: on a torch never fixed, it
     // says what the fix is for.
@@ -118,6 +160,14 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             (torch, install)
         }
         None => {
+            // The torch named is still said, with what it is (a CUDA torch
+            // is no ROCm torch), and imported under --runtime.
+            if req.torch.is_some()
+                && let Some(t) = find_torch(req, &[], &mut r)
+                && req.runtime
+            {
+                check_runtime(req, &t, None, &mut r);
+            }
             return Ok(VerifyReport {
                 checks: r,
                 smoke: None,
@@ -140,6 +190,25 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
         smoke::run(&subject, &mut r)
     });
     Ok(VerifyReport { checks: r, smoke })
+}
+
+/// `--torch-dir` names a torch package, or verify has nothing to check:
+/// an error (exit 2), never a path silently ignored.
+fn check_torch_dir(dir: &std::path::Path) -> Result<()> {
+    const WHICH: &str = "pass the torch package directory, the one `python -c 'import torch; print(torch.__path__[0])'` prints, or the python with --python";
+    if !dir.exists() {
+        return Err(crate::error::hint(
+            format!("--torch-dir {} does not exist", dir.display()),
+            WHICH,
+        ));
+    }
+    if !dir.is_dir() {
+        return Err(crate::error::hint(
+            format!("--torch-dir {} is not a directory", dir.display()),
+            WHICH,
+        ));
+    }
+    torch::find_dir(&Locator::Dir(dir.to_path_buf())).map(drop)
 }
 
 /// The checks of a prefix and the torch it went into: the torch, and the

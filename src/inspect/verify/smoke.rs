@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::battery::{
-    BATTERY_VERSION, Battery, CaseResult, Library, Limits, Outcome, OutputError, Tolerance, Where,
-    summarize,
+    BATTERY_VERSION, Battery, BatteryStatus, CaseResult, Driver, Library, Limits, Mapped, Outcome,
+    Tolerance, Where,
 };
-use super::cases::{Case, TOLERANCES, cases, tolerance};
+use super::cases::{Case, TOLERANCES, cases};
+use super::judge::{Answer, blank, died, hang, judged};
 use super::runtime::{failed_run, python};
+use super::summary::{signal_name, summarize};
 use super::{Device, VerifyRequest};
 use crate::checksum;
 use crate::gpu;
@@ -47,7 +49,9 @@ fn empty_battery(req: &VerifyRequest, skipped: Option<String>) -> Battery {
             Device::Gpu => "gpu",
             Device::Cpu => "cpu",
         },
+        status: BatteryStatus::Complete,
         skipped,
+        interrupted_by: None,
         limits: Limits {
             case_seconds: req.timeout.as_secs(),
             battery_seconds: req.timeout.as_secs() * u64::from(BATTERY_FACTOR),
@@ -62,28 +66,45 @@ fn empty_battery(req: &VerifyRequest, skipped: Option<String>) -> Battery {
 }
 
 /// Run the battery, push its summary as the `smoke` check, and return it.
+/// A signal (Ctrl-C) ends the running case as `interrupted` and leaves the
+/// rest `not-run`: the report is still whole, its status `interrupted`.
 pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
     let req = s.req;
+    // verify::run holds signals off from its start: one that came before
+    // the battery leaves every case not run, and the report whole.
+    if let Some(sig) = crate::interrupt::interrupted() {
+        return stopped(empty_battery(req, None), sig, r);
+    }
     let kfd: Vec<gpu::Gpu> = gpu::scan(&req.sysfs)
         .into_iter()
         .filter(|g| g.is_amd())
         .collect();
     if kfd.is_empty() && req.smoke_device == Device::Gpu {
         let why = format!(
-            "no AMD GPU in the KFD topology ({}), so there is nothing to run the battery on",
+            "no AMD GPU in the KFD topology ({}), so no case of the battery ran",
             gpu::topology(&req.sysfs).display()
         );
-        r.push("smoke", Status::Skip, why.clone());
-        return empty_battery(req, Some(why));
+        return nothing_run(
+            req,
+            why,
+            "the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
+            r,
+        );
     }
     let Some(dir) = s.torch_dir else {
-        let why = "no torch to run it with".to_owned();
-        r.push("smoke", Status::Skip, why.clone());
-        return empty_battery(req, Some(why));
+        return nothing_run(
+            req,
+            "no torch to run the battery with".to_owned(),
+            "name the torch with --python (e.g. --python ~/venv/bin/python) or --torch-dir",
+            r,
+        );
     };
     let mut battery = empty_battery(req, None);
     let deadline = Instant::now() + req.timeout * BATTERY_FACTOR;
     let out = child(req, dir, &["info"], req.timeout);
+    if let Some(sig) = crate::interrupt::interrupted() {
+        return stopped(battery, sig, r);
+    }
     let info = match out
         .as_ref()
         .map(|o| (o, serde_json::from_str::<Info>(o.stdout.trim())))
@@ -95,12 +116,63 @@ pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
     battery.place = Some(place(s, &info, kfd));
     for case in cases() {
         let left = deadline.saturating_duration_since(Instant::now());
-        battery.cases.push(if left.is_zero() {
-            not_run(&case, battery.limits.battery_seconds)
+        let result = if let Some(sig) = crate::interrupt::interrupted() {
+            battery.status = BatteryStatus::Interrupted;
+            battery.interrupted_by = Some(sig);
+            blank(
+                &case,
+                Outcome::NotRun,
+                format!(
+                    "not run: the battery was interrupted ({}) before it",
+                    signal_name(sig)
+                ),
+            )
+        } else if left.is_zero() {
+            blank(
+                &case,
+                Outcome::NotRun,
+                format!(
+                    "not run: the battery's limit of {} s was reached",
+                    battery.limits.battery_seconds
+                ),
+            )
         } else {
             run_case(req, dir, &case, req.timeout.min(left))
-        });
+        };
+        battery.cases.push(result);
     }
+    summarize(&battery, r);
+    battery
+}
+
+/// Every case `not-run`, for `why`: nothing was checked; `fix` says
+/// what would let the battery run.
+fn nothing_run(req: &VerifyRequest, why: String, fix: &str, r: &mut CheckReport) -> Battery {
+    let mut battery = empty_battery(req, Some(why.clone()));
+    battery.status = BatteryStatus::NothingRun;
+    battery.cases = cases()
+        .iter()
+        .map(|c| blank(c, Outcome::NotRun, format!("not run: {why}")))
+        .collect();
+    summarize(&battery, r);
+    if let Some(row) = r.checks.last_mut().filter(|c| c.name == "smoke") {
+        row.fix = Some(fix.to_owned());
+    }
+    battery
+}
+
+/// Interrupted before the first case: every case `not-run`.
+fn stopped(mut battery: Battery, sig: i32, r: &mut CheckReport) -> Battery {
+    battery.status = BatteryStatus::Interrupted;
+    battery.interrupted_by = Some(sig);
+    let why = format!(
+        "not run: the battery was interrupted ({}) before it",
+        signal_name(sig)
+    );
+    battery.cases = cases()
+        .iter()
+        .map(|c| blank(c, Outcome::NotRun, why.clone()))
+        .collect();
     summarize(&battery, r);
     battery
 }
@@ -113,6 +185,17 @@ fn cannot_start(mut battery: Battery, why: &str, r: &mut CheckReport) -> Battery
         "run `rdna1-patch verify --runtime` to see what torch loads; if torch sees no GPU, add your user to the render and video groups and log in again",
     );
     battery.skipped = Some(why.to_owned());
+    battery.status = BatteryStatus::NothingRun;
+    battery.cases = cases()
+        .iter()
+        .map(|c| {
+            blank(
+                c,
+                Outcome::NotRun,
+                "not run: the battery could not start".to_owned(),
+            )
+        })
+        .collect();
     battery
 }
 
@@ -162,6 +245,17 @@ fn place(s: &Subject, info: &Info, kfd: Vec<gpu::Gpu>) -> Where {
         kfd: kfd.iter().map(Into::into).collect(),
         env: s.req.env.iter().cloned().collect::<BTreeMap<_, _>>(),
         miopen,
+        driver: Driver::read(&s.req.sysfs),
+        libraries: info
+            .maps
+            .iter()
+            .map(|p| Mapped {
+                name: p
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+                path: p.display().to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -217,77 +311,33 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(checksum::hex(&h.finalize()))
 }
 
-#[derive(Deserialize)]
-struct Answer {
-    outputs: Vec<Measured>,
-    seconds: [f64; 2],
-}
-
-#[derive(Deserialize)]
-struct Measured {
-    name: String,
-    abs: Option<f64>,
-    scale: f64,
-    note: Option<String>,
-}
-
-fn blank(case: &Case, outcome: Outcome, status: Status, detail: String) -> CaseResult {
-    CaseResult {
-        name: case.name.clone(),
-        library: case.library,
-        op: case.op,
-        dtype: case.dtype,
-        layout: case.layout,
-        shape: case.shape.clone(),
-        status,
-        outcome,
-        detail,
-        tolerance: tolerance(case.dtype),
-        max_abs: None,
-        max_rel: None,
-        outputs: Vec::new(),
-        seconds: None,
-        elapsed: 0.0,
-        solvers: Vec::new(),
-        commands: Vec::new(),
-    }
-}
-
-fn not_run(case: &Case, battery_seconds: u64) -> CaseResult {
-    blank(
-        case,
-        Outcome::NotRun,
-        Status::Skip,
-        format!("not run: the battery's limit of {battery_seconds} s was reached"),
-    )
-}
-
 fn run_case(req: &VerifyRequest, dir: &Path, case: &Case, limit: Duration) -> CaseResult {
     let spec = serde_json::to_string(case).unwrap_or_default();
-    let out = match child(req, dir, &["case", &case.name, &spec], limit) {
+    let out = child(req, dir, &["case", &case.name, &spec], limit);
+    if let Some(sig) = crate::interrupt::interrupted() {
+        let mut c = blank(
+            case,
+            Outcome::Interrupted,
+            format!(
+                "interrupted: {} stopped the battery while this case ran",
+                signal_name(sig)
+            ),
+        );
+        if let Ok(o) = &out {
+            c.elapsed = o.elapsed.as_secs_f64();
+        }
+        return c;
+    }
+    let out = match out {
         Ok(o) => o,
-        Err(e) => return blank(case, Outcome::Crash, Status::Fail, format!("crash: {e:#}")),
+        Err(e) => return blank(case, Outcome::Crash, format!("crash: {e:#}")),
     };
     let (solvers, commands) = miopen_log(&out.stderr);
     let answer = serde_json::from_str::<Answer>(out.stdout.trim());
     let mut c = match (&out.status, answer) {
         (Some(s), Ok(a)) if s.success() => judged(case, a),
-        (None, _) => blank(
-            case,
-            Outcome::Timeout,
-            Status::Fail,
-            format!(
-                "timeout: killed after {:.1} s (limit {} s)",
-                out.elapsed.as_secs_f64(),
-                seconds(limit)
-            ),
-        ),
-        (Some(s), _) => blank(
-            case,
-            Outcome::Crash,
-            Status::Fail,
-            format!("crash ({}): {}", how_it_ended(s), last_words(&out.stderr)),
-        ),
+        (None, _) => hang(case, out.elapsed, limit),
+        (Some(s), _) => died(case, s, &out.stderr),
     };
     c.elapsed = out.elapsed.as_secs_f64();
     if case.library == "MIOpen" {
@@ -305,110 +355,6 @@ fn run_case(req: &VerifyRequest, dir: &Path, case: &Case, limit: Duration) -> Ca
     c.solvers = solvers;
     c.commands = commands;
     c
-}
-
-/// The case's outputs against its tolerance: the worst decides.
-fn judged(case: &Case, a: Answer) -> CaseResult {
-    let tol = tolerance(case.dtype);
-    let outputs: Vec<OutputError> = a
-        .outputs
-        .into_iter()
-        .map(|m| OutputError {
-            max_rel: m.abs.map(|e| if m.scale > 0.0 { e / m.scale } else { e }),
-            max_abs: m.abs,
-            scale: m.scale,
-            note: m.note,
-            name: m.name,
-        })
-        .collect();
-    let broken = outputs.iter().find(|o| o.max_abs.is_none());
-    // The first of the worst: the outputs come in the order the case made them.
-    let worst = outputs
-        .iter()
-        .fold(None::<&OutputError>, |w, o| match (w, o.max_rel) {
-            (Some(w), Some(r)) if w.max_rel.is_some_and(|m| m >= r) => Some(w),
-            (w, None) => w,
-            (_, Some(_)) => Some(o),
-        });
-    let over = worst.is_some_and(|w| w.max_rel.unwrap_or(0.0) > tol);
-    let measured = worst.map_or("no output".to_owned(), |w| {
-        format!(
-            "max rel {:.1e}, abs {:.1e} ({})",
-            w.max_rel.unwrap_or(0.0),
-            w.max_abs.unwrap_or(0.0),
-            w.name
-        )
-    });
-    let (outcome, status, detail) = match broken {
-        Some(b) => (
-            Outcome::OverTolerance,
-            Status::Fail,
-            format!(
-                "over tolerance: {} in {}",
-                b.note.as_deref().unwrap_or("no value"),
-                b.name
-            ),
-        ),
-        None if over => (
-            Outcome::OverTolerance,
-            Status::Fail,
-            format!("over tolerance: {measured}, over {tol:e}"),
-        ),
-        None => (
-            Outcome::Ok,
-            Status::Ok,
-            match tol {
-                0.0 => format!("{measured}, exact"),
-                t => format!("{measured}, within {t:e}"),
-            },
-        ),
-    };
-    let mut c = blank(case, outcome, status, detail);
-    c.max_abs = worst.and_then(|w| w.max_abs);
-    c.max_rel = worst.and_then(|w| w.max_rel);
-    c.seconds = Some(a.seconds);
-    c.outputs = outputs;
-    c
-}
-
-/// "5", or "0.4" for a limit the battery's deadline cut short.
-fn seconds(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        d.as_secs().to_string()
-    } else {
-        format!("{:.1}", d.as_secs_f64())
-    }
-}
-
-fn how_it_ended(s: &std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.signal(), s.code()) {
-        (Some(sig), _) => {
-            let name = match sig {
-                libc::SIGABRT => " SIGABRT",
-                libc::SIGSEGV => " SIGSEGV",
-                libc::SIGBUS => " SIGBUS",
-                libc::SIGILL => " SIGILL",
-                libc::SIGFPE => " SIGFPE",
-                libc::SIGKILL => " SIGKILL",
-                _ => "",
-            };
-            format!("signal {sig}{name}")
-        }
-        (None, Some(code)) => format!("exit status {code}"),
-        (None, None) => "ended".to_owned(),
-    }
-}
-
-/// The last line the child said on stderr that is not MIOpen's logging
-/// (which we turned on): the runtime's fault, or python's exception.
-fn last_words(stderr: &str) -> &str {
-    stderr
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with("MIOpen("))
-        .unwrap_or("(nothing on stderr)")
 }
 
 /// What MIOpen chose, from its log, and the MIOpenDriver commands it logged.
@@ -507,7 +453,7 @@ MIOpen(HIP): Info2 [BatchNormForwardTraining] MIOpenBatchNormFwdTrainSpatial:: m
             ]
         );
         assert_eq!(
-            last_words(&format!("{log}\nMIOpen(HIP): Info x\n\n")),
+            super::super::judge::last_words(&format!("{log}\nMIOpen(HIP): Info x\n\n")),
             "RuntimeError: miopenStatusUnknownError"
         );
     }
