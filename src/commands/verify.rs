@@ -79,6 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let state = args.state.open()?;
     let req = VerifyRequest {
         prefix: args.prefix.resolve_installed(&state)?,
+        prefix_named: args.prefix.prefix.is_some(),
         torch: args.torch.given().then(|| args.torch.locator()),
         python: args
             .torch

@@ -278,3 +278,39 @@ help: install what provides them (the same versions this MIOpen was built agains
     assert!(!sb.prefix.exists(), "no prefix was made");
     assert!(!Path::new(&sb.state()).join("transactions").exists());
 }
+
+/// After "Nothing to fix" there is no prefix, and none is needed: verify
+/// and verify --compile judge the torch as it is, and pass.
+#[test]
+fn verify_after_nothing_to_fix_judges_the_torch_as_it_is() {
+    let sb = Sandbox::new();
+    let torch =
+        crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    std::fs::copy(crate::diagnosis::variant("portable"), torch.miopen()).unwrap();
+    sb.install(&["--profile", "rocm-6.4.3"])
+        .ok()
+        .says("Nothing to fix");
+    let dir = torch.dir.display().to_string();
+    // verify with no --prefix: the profile's default, which does not exist.
+    let verify = |extra: &[&str]| {
+        let mut args = vec!["verify", "--torch-dir", &dir];
+        args.extend(extra);
+        sb.run_with_state(&args, &[])
+    };
+    let plain = verify(&[]).ok();
+    let row = crate::support::check_row(&plain.stdout, "prefix");
+    assert!(
+        line_matches(
+            "skip  prefix    [..]: no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
+            row
+        ),
+        "{}",
+        plain.stdout
+    );
+    let compiled = verify(&["--compile"]).ok();
+    assert!(
+        crate::support::check_row(&compiled.stdout, "kernels").starts_with("ok    kernels"),
+        "{}",
+        compiled.stdout
+    );
+}

@@ -37,6 +37,8 @@ pub enum Device {
 
 pub struct VerifyRequest {
     pub prefix: PathBuf,
+    /// --prefix was given: one that holds no build is then a FAIL.
+    pub prefix_named: bool,
     /// Given with --python/--torch-dir; otherwise the last install's torch.
     pub torch: Option<Locator>,
     pub python: PathBuf,
@@ -162,11 +164,18 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
         None => {
             // The torch named is still said, with what it is (a CUDA torch
             // is no ROCm torch), and imported under --runtime.
+            // With nothing of ours installed, --compile judges its own
+            // kernels as they are.
             if req.torch.is_some()
                 && let Some(t) = find_torch(req, &[], &mut r)
-                && req.runtime
             {
-                check_runtime(req, &t, None, &mut r);
+                if req.compile {
+                    let k = &req.compile_for;
+                    crate::inspect::kernels::check(&t, &[], &req.sysfs, k, req.timeout, &mut r);
+                }
+                if req.runtime {
+                    check_runtime(req, &t, None, &mut r);
+                }
             }
             return Ok(VerifyReport {
                 checks: r,

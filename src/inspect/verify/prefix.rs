@@ -46,7 +46,30 @@ pub(super) fn check_prefix(
                 "prefix",
                 Status::Skip,
                 format!(
-                    "{e:#}: no prefix of rdna1-patch to check; --smoke judges the torch as it is"
+                    "{}: no prefix of rdna1-patch to check; --smoke judges the torch as it is",
+                    crate::error::chain(&e)
+                ),
+            );
+            return None;
+        }
+        // Nothing of ours installed (the diagnosis found nothing to fix, or
+        // no install yet): no prefix is no problem; --compile judges the
+        // torch's own kernels.
+        Err(OpenError::Provenance(e))
+            if !req.prefix_named && req.state.installed_prefix().is_none() =>
+        {
+            r.push(
+                "prefix",
+                Status::Skip,
+                format!(
+                    "{}: no rdna1-patch install in {} to check; {}",
+                    crate::error::chain(&e),
+                    req.state.root().display(),
+                    if req.compile {
+                        "--compile judges the torch's own kernels as they are"
+                    } else {
+                        "`verify --compile` judges the torch's own kernels as they are"
+                    }
                 ),
             );
             return None;
