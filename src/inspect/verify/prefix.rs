@@ -39,41 +39,7 @@ pub(super) fn check_prefix(
             }
             opened.provenance
         }
-        // The battery is for a torch not yet fixed too: no prefix is no
-        // problem of the torch it judges.
-        Err(OpenError::Provenance(e)) if req.smoke => {
-            r.push(
-                "prefix",
-                Status::Skip,
-                format!(
-                    "{}: no prefix of rdna1-patch to check; --smoke judges the torch as it is",
-                    crate::error::chain(&e)
-                ),
-            );
-            return None;
-        }
-        // Nothing of ours installed (the diagnosis found nothing to fix, or
-        // no install yet): no prefix is no problem; --compile judges the
-        // torch's own kernels.
-        Err(OpenError::Provenance(e))
-            if !req.prefix_named && req.state.installed_prefix().is_none() =>
-        {
-            r.push(
-                "prefix",
-                Status::Skip,
-                format!(
-                    "{}: no rdna1-patch install in {} to check; {}",
-                    crate::error::chain(&e),
-                    req.state.root().display(),
-                    if req.compile {
-                        "--compile judges the torch's own kernels as they are"
-                    } else {
-                        "`verify --compile` judges the torch's own kernels as they are"
-                    }
-                ),
-            );
-            return None;
-        }
+        Err(OpenError::Provenance(e)) if no_prefix_needed(req, &e, r) => return None,
         Err(OpenError::Provenance(e)) => {
             r.push_fix(
                 "prefix",
@@ -183,4 +149,32 @@ pub(super) fn check_markers(
             }
         }
     }
+}
+
+/// No prefix where none is needed: the battery judges a torch not yet
+/// fixed too, and with nothing of ours installed (the diagnosis found
+/// nothing to fix, or no install yet) --compile judges the torch's own
+/// kernels. Said as a skip; true when so.
+fn no_prefix_needed(req: &VerifyRequest, e: &anyhow::Error, r: &mut CheckReport) -> bool {
+    let why = if req.smoke {
+        "no prefix of rdna1-patch to check; --smoke judges the torch as it is".to_owned()
+    } else if !req.prefix_named && req.state.installed_prefix().is_none() {
+        format!(
+            "no rdna1-patch install in {} to check; {}",
+            req.state.root().display(),
+            if req.compile {
+                "--compile judges the torch's own kernels as they are"
+            } else {
+                "`verify --compile` judges the torch's own kernels as they are"
+            }
+        )
+    } else {
+        return false;
+    };
+    r.push(
+        "prefix",
+        Status::Skip,
+        format!("{}: {why}", crate::error::chain(e)),
+    );
+    true
 }
