@@ -36,7 +36,7 @@ pub struct Args {
     /// Time limit for --runtime's import, for each --smoke case and for
     /// each compile of --compile, in seconds; the smoke battery as a whole
     /// stops at 10 times this
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    #[arg(long, default_value_t = 120, value_name = "SECS", value_parser = seconds)]
     timeout: u64,
     /// With --smoke: also write the battery as Markdown to FILE, a report
     /// to paste into an issue (card, driver, torch, libraries, each case's
@@ -195,5 +195,14 @@ fn why_not(kind: std::io::ErrorKind, dir: &Path) -> String {
         ErrorKind::QuotaExceeded => format!("your disk quota is used up in {}", dir.display()),
         ErrorKind::NotFound => format!("{} takes no new files", dir.display()),
         other => format!("{other} in {}", dir.display()),
+    }
+}
+
+/// A time limit: 0 would stop every case before it starts.
+fn seconds(text: &str) -> std::result::Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("0 seconds would stop every check before it starts: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a whole number of seconds")),
     }
 }

@@ -56,3 +56,49 @@ help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it i
         prefix.display()
     ));
 }
+
+#[test]
+fn a_zero_time_limit_is_refused_by_the_parser() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["verify", "--smoke", "--timeout", "0"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(
+            "error: invalid value '0' for '--timeout <SECS>': 0 seconds would stop every check before it starts: give 1 or more"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_dry_run_from_a_registry_shows_the_pull_not_a_compile() {
+    let sb = Sandbox::new();
+    let run = sb.run(&[
+        "build",
+        "--from",
+        "oci://127.0.0.1:1/you/miopen-rdna1",
+        "--dry-run",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let want = [
+        "profile:   rocm-6.2.4 (built-in), chosen the default: no ROCm torch to match ([..]); --profile chooses",
+        "compile:   never: --from pulls the build or stops (leave out --from for the local build's plan)",
+        "install:   [..]/rdna1-patch/rocm-6.2.4",
+        "key:       [..] (tag rocm-6.2.4-[..])",
+        "shared:    would stop: see the error below",
+        "stop after: Install",
+        "preflight: would stop: see the error below",
+        "(dry run: nothing was changed)",
+    ];
+    assert!(
+        lines.len() == want.len()
+            && lines
+                .iter()
+                .zip(want)
+                .all(|(l, w)| crate::support::line_matches(w, l)),
+        "{}",
+        run.stdout
+    );
+}

@@ -7,9 +7,6 @@ impl BuildPlan<'_> {
     /// What `--dry-run` shows: every stage as it would run.
     pub(super) fn describe(&self) -> Result<(String, Option<anyhow::Error>)> {
         let mut lines = Vec::new();
-        let c = self.component;
-        let commit = source::planned_commit(&self.source_request())?
-            .unwrap_or_else(|| "(resolved on first fetch)".into());
         lines.push(format!(
             "profile:   {} ({}){}",
             self.opts.profile.name,
@@ -23,6 +20,41 @@ impl BuildPlan<'_> {
         if let Some(route) = self.opts.route.take() {
             lines.push(format!("route:     {route}"));
         }
+        // --from pulls that build or stops: it never compiles here, so the
+        // compile's plan is not its plan.
+        if self.opts.shared.from.is_some() {
+            lines.push(
+                "compile:   never: --from pulls the build or stops (leave out --from for the local build's plan)"
+                    .to_owned(),
+            );
+        } else {
+            lines.extend(self.compile_lines()?);
+        }
+        lines.push(format!("install:   {}", self.prefix.display()));
+        let (shared, pulls) = self.describe_shared()?;
+        lines.extend(shared);
+        let stop = match pulls {
+            Ok(pulls) => self.preflight_stop(pulls),
+            Err(e) => Some(e.context("the build would stop before fetching")),
+        };
+        lines.extend([
+            format!("stop after: {:?}", self.opts.stop_after),
+            match stop {
+                Some(_) => "preflight: would stop: see the error below",
+                None => "preflight: the tools the build needs are here",
+            }
+            .to_owned(),
+            "(dry run: nothing was changed)".to_owned(),
+        ]);
+        Ok((lines.join("\n"), stop))
+    }
+
+    /// The local build's plan: source, patches, compiler, configure, build.
+    fn compile_lines(&self) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        let c = self.component;
+        let commit = source::planned_commit(&self.source_request())?
+            .unwrap_or_else(|| "(resolved on first fetch)".into());
         lines.push(format!(
             "source:    {} {} commit {}{}",
             c.url,
@@ -67,23 +99,7 @@ impl BuildPlan<'_> {
             self.dirs.build.display(),
             self.jobs
         ));
-        lines.push(format!("install:   {}", self.prefix.display()));
-        let (shared, pulls) = self.describe_shared()?;
-        lines.extend(shared);
-        let stop = match pulls {
-            Ok(pulls) => self.preflight_stop(pulls),
-            Err(e) => Some(e.context("the build would stop before fetching")),
-        };
-        lines.extend([
-            format!("stop after: {:?}", self.opts.stop_after),
-            match stop {
-                Some(_) => "preflight: would stop: see the error below",
-                None => "preflight: the tools the build needs are here",
-            }
-            .to_owned(),
-            "(dry run: nothing was changed)".to_owned(),
-        ]);
-        Ok((lines.join("\n"), stop))
+        Ok(lines)
     }
 
     /// The real run checks its tools before the fetch, unless it pulls a

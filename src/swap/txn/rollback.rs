@@ -126,30 +126,29 @@ fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result
             .into_iter()
             .collect());
     };
-    let Some(j) = journals.iter().find(|j| j.id == id) else {
+    // "ID and later", as uninstall's first line uses it: with nothing
+    // there, or all of it undone already, there is nothing to do (exit 0,
+    // said), as `rollback` alone says; only an ID past every transaction
+    // is an error (a typo).
+    let newest = journals.iter().map(|j| j.id).max();
+    if newest.is_some_and(|n| id > n) {
         return Err(hint(
-            format!("there is no transaction {id}"),
+            format!(
+                "there is no transaction {id}: the newest is {}",
+                newest.unwrap_or_default()
+            ),
             "`rdna1-patch rollback --list` shows them",
         ));
-    };
-    if !mine(j, torch) {
+    }
+    if let Some(j) = journals.iter().find(|j| j.id == id)
+        && !mine(j, torch)
+    {
         return Err(hint(
             format!(
                 "transaction {id} is of the torch at {}, not of the one you named",
                 j.torch.dir.display()
             ),
             "`rdna1-patch rollback --list` shows which torch each transaction is of; name that torch, or leave out --python and --torch-dir",
-        ));
-    }
-    // "ID and later": an ID undone already, with later ones still in,
-    // undoes those; only when none is left is there nothing to do.
-    if !live(j, torch) && !journals.iter().any(|k| k.id > id && live(k, torch)) {
-        return Err(hint(
-            format!(
-                "transaction {id} is {} already; there is nothing of it to undo",
-                j.state.name()
-            ),
-            "`rdna1-patch rollback --list` shows every transaction and its state",
         ));
     }
     Ok(journals
