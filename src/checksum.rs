@@ -48,6 +48,33 @@ pub fn md5_file(path: &Path) -> Result<String> {
     Ok(scan_file(path, b"")?.md5)
 }
 
+/// [`md5_file`], remembered under the file's stamp (`cache::stamp_key`:
+/// device, inode, size, mtime and ctime), as git's index remembers a file
+/// unchanged: a file whose stamp has not moved is not read again. Kept
+/// only when the stamp did not move while the file was read.
+pub fn md5_by_stamp(path: &Path) -> Result<String> {
+    let stamp = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| format!("md5-{}", crate::cache::stamp_key(&m)))
+            .at("read", p)
+    };
+    let before = stamp(path)?;
+    let cache = crate::cache::Cache::open("stamps");
+    if let Some(md5) = cache.as_ref().and_then(|c| c.get(&before, 64))
+        && md5.len() == 32
+        && md5.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Ok(md5);
+    }
+    let md5 = md5_file(path)?;
+    if let Some(c) = &cache
+        && stamp(path).is_ok_and(|after| after == before)
+    {
+        c.put(&before, &md5);
+    }
+    Ok(md5)
+}
+
 /// What one read of a file established: its MD5, whether it holds the
 /// needle looked for, and the stamp it had then. True of the file while the
 /// stamp still matches it.

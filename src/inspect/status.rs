@@ -48,7 +48,7 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     let replaced = journals
         .iter()
         .filter(|j| j.state == State::Installed)
-        .filter_map(|j| match crate::checksum::md5_file(&j.torch.target) {
+        .filter_map(|j| match crate::checksum::md5_by_stamp(&j.torch.target) {
             Ok(m) if m == j.new.md5 => None,
             Ok(m) => Some((j.id, format!("MD5 {m}"))),
             Err(e) => Some((j.id, format!("{e:#}"))),

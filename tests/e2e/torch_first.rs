@@ -314,3 +314,54 @@ fn verify_after_nothing_to_fix_judges_the_torch_as_it_is() {
         compiled.stdout
     );
 }
+
+/// How often `path` was opened while `f` ran: inotify's IN_OPEN events.
+fn opens_of(path: &Path, f: impl FnOnce()) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: plain inotify calls on a descriptor this function owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0);
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN) };
+    assert!(wd >= 0, "cannot watch {}", path.display());
+    f();
+    let mut events = 0;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        // Each event here names no file (the watch is on the file itself).
+        events += n as usize / std::mem::size_of::<libc::inotify_event>();
+    }
+    unsafe { libc::close(fd) };
+    events
+}
+
+/// status sees the installed library by its stamp: unchanged, it is not
+/// read again; rewritten in place, it is, and the change is said.
+#[test]
+fn status_reads_an_unchanged_library_no_more() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, "6.2.41133-dd7f95766");
+    sb.install(&[]).ok();
+    let lib = torch.miopen().canonicalize().unwrap();
+    let first = opens_of(&lib, || {
+        sb.status().prints("installed:");
+    });
+    assert!(first >= 1, "the first status hashes the library");
+    let again = opens_of(&lib, || {
+        sb.status().prints("installed:");
+    });
+    assert_eq!(again, 0, "an unchanged library is not read again");
+    // The same size, a byte changed: the stamp (ctime) moves, it is read.
+    let mut bytes = std::fs::read(&lib).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&lib, &bytes).unwrap();
+    let changed = opens_of(&lib, || {
+        sb.status().prints("replaced");
+    });
+    assert!(changed >= 1);
+}
