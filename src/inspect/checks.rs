@@ -41,6 +41,9 @@ pub struct Check {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct CheckReport {
     pub checks: Vec<Check>,
+    /// doctor's reading of the GPU libraries torch loads (`libraries` in
+    /// its JSON), when it read them.
+    pub libraries: Option<Vec<crate::gpucode::Finding>>,
 }
 
 impl CheckReport {
@@ -200,11 +203,15 @@ impl CheckReport {
 
     /// The document `json` prints, for a report that adds to it.
     pub fn json_value(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut doc = serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
             "ok": !self.failed(),
             "verdict": self.verdict(),
             "checks": self.checks,
-        })
+        });
+        if let (Some(libs), Some(map)) = (&self.libraries, doc.as_object_mut()) {
+            map.insert("libraries".into(), serde_json::json!(libs));
+        }
+        doc
     }
 }

@@ -11,6 +11,7 @@ use crate::inspect::checks::{CheckReport, Status};
 use crate::swap::advice;
 use crate::swap::torch::{self, Locator};
 
+mod libraries;
 mod toolchain;
 mod torch_side;
 
@@ -37,7 +38,7 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     rocm(req, &mut r);
     let cards = gpus(req, &mut r);
     disk(req, &mut r);
-    let gfx101x = torch_checks(req, &mut r);
+    let gfx101x = torch_checks(req, &cards, &mut r);
     gfx_override(req, &cards, gfx101x, &mut r);
     shared(&mut r);
     // No ROCm: no compiler in it, no hipcc; one cause, one fix.

@@ -6,7 +6,11 @@ use super::*;
 /// The torch of `--python`, and whether it carries gfx101x code: by its
 /// libtorch_hip.so's code objects, else by its layout (`route::chip`), as
 /// the route row says; `None` when neither tells.
-pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<bool> {
+pub(super) fn torch_checks(
+    req: &DoctorRequest,
+    cards: &[String],
+    r: &mut CheckReport,
+) -> Option<bool> {
     let torch = req.torch.as_ref().map(torch::locate);
     match &torch {
         None => {}
@@ -56,6 +60,10 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> Option<b
         needs_no_sdk(r);
     }
     let t = torch.as_ref().and_then(|t| t.as_ref().ok())?;
+    let (target, judged) = super::libraries::judged_target(req, cards);
+    let findings = super::libraries::survey(t, &target);
+    super::libraries::rows(&findings, &judged, r);
+    r.libraries = Some(findings);
     use crate::swap::route::Chip;
     match (torch_code(t, r), crate::swap::route::chip(t)) {
         (Some(code), _) => Some(code.has_gfx101x()),
