@@ -186,3 +186,198 @@ fn a_library_without_the_cards_code_fails_and_names_the_ops() {
     );
     assert_eq!(code, 0, "{out}");
 }
+
+/// torch/lib/rocblas/library laid out as rocBLAS does, each file a copy of
+/// one of the fixture's code objects: (file name, code object).
+fn tensile(lib: &Path, files: &[(&str, &str)]) -> PathBuf {
+    let dir = lib.join("rocblas/library");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, from) in files {
+        match *from {
+            "catalogue" => std::fs::write(dir.join(name), b"\x82\xa4msgpack").unwrap(),
+            co => {
+                std::fs::copy(gpu_code().join("co").join(co), dir.join(name)).unwrap();
+            }
+        }
+    }
+    dir
+}
+
+#[test]
+fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
+    let (sb, lib) = torch_with("gfx1010", "rx5600xt-gfx1010");
+    // With the card's catalogue, a plain code object and a HIP bundle.
+    let dir = tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1010.dat", "catalogue"),
+            ("TensileLibrary_lazy_gfx1030.dat", "catalogue"),
+            (
+                "TensileLibrary_Type_SS_Contraction_gfx1010.co",
+                "gfx1010.co",
+            ),
+            ("Kernels.so-000-gfx1010.hsaco", "gfx1010.hsaco"),
+            (
+                "TensileLibrary_Type_SS_Contraction_gfx1030.co",
+                "gfx1030.co",
+            ),
+        ],
+    );
+    let (out, code) = doctor(&sb);
+    assert_eq!(
+        row_with_fix(&out, "tensile"),
+        format!(
+            "ok    tensile   rocBLAS's Tensile directory {}: 2 catalogue(s), 3 code-object file(s); for gfx1010: 2 code-object file(s), catalogue(s) TensileLibrary_lazy_gfx1010.dat: kernels for gfx1010 (the card's)",
+            dir.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+
+    // None for the card: rocBLAS has nothing to run a matmul with.
+    let dir = tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1030.dat", "catalogue"),
+            (
+                "TensileLibrary_Type_SS_Contraction_gfx1030.co",
+                "gfx1030.co",
+            ),
+        ],
+    );
+    let (out, code) = doctor(&sb);
+    assert_eq!(
+        row_with_fix(&out, "tensile"),
+        format!(
+            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 1 code-object file(s); for gfx1010: 0 code-object file(s), no catalogue: no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            dir.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+
+    // Files named for the card that hold gfx1030's code: named, and FAIL.
+    let dir = tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1010.dat", "catalogue"),
+            (
+                "TensileLibrary_Type_SS_Contraction_gfx1010.co",
+                "gfx1030.co",
+            ),
+            ("Kernels.so-000-gfx1010.hsaco", "gfx1012.co"),
+        ],
+    );
+    let (out, code) = doctor(&sb);
+    assert_eq!(
+        row_with_fix(&out, "tensile"),
+        format!(
+            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 2 code-object file(s); for gfx1010: 0 code-object file(s), catalogue(s) TensileLibrary_lazy_gfx1010.dat; named for gfx1010 but holding other code: Kernels.so-000-gfx1010.hsaco holds gfx1012; TensileLibrary_Type_SS_Contraction_gfx1010.co holds gfx1030: no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            dir.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+}
+
+const THEROCK_ROCBLAS: &str = "TheRock's torch for the card builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (device-gfx1010 for this card)";
+
+/// An RX 5500 XT (gfx1012) with a rocBLAS and Tensile files built for
+/// gfx1010 (and gfx1030): what an RX 5700 runs has nothing for it.
+#[test]
+fn an_rx_5500_xt_gets_nothing_from_a_rocblas_built_for_gfx1010() {
+    let (sb, lib) = torch_with("gfx1010", "rx5500xt-gfx1012");
+    let dir = tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1010.dat", "catalogue"),
+            ("Kernels.so-000-gfx1010.hsaco", "gfx1010.hsaco"),
+        ],
+    );
+    let (out, code) = doctor(&sb);
+    let fix = THEROCK_ROCBLAS.replace("device-gfx1010 for", "device-gfx1012 for");
+    assert_eq!(
+        row_with_fix(&out, "library"),
+        format!(
+            "FAIL  library   librocblas.so at {} has code for gfx1010, gfx1030, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {fix}",
+            lib.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        row_with_fix(&out, "tensile"),
+        format!(
+            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 1 code-object file(s); for gfx1012: 0 code-object file(s), no catalogue: no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {fix}",
+            dir.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+    // The JSON has the same findings, as plain data.
+    let json = sb
+        .cmd()
+        .args([
+            "doctor",
+            "--need-space",
+            "0",
+            "--python",
+            "python3",
+            "--json",
+        ])
+        .args(["--rocm", &sb.rocm.display().to_string()])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        doc["libraries"][0],
+        serde_json::json!({
+            "kind": "library",
+            "name": "librocblas.so",
+            "path": lib.join("librocblas.so"),
+            "targets": ["gfx1010", "gfx1030"],
+            "card": "gfx1012",
+            "card_covered": false,
+            "notes": [],
+        }),
+        "{doc:#}"
+    );
+    assert_eq!(doc["schema_version"], 1);
+}
+
+/// A torch on the system route: libtorch_hip.so loads the system's
+/// rocBLAS through its RUNPATH, and that is the file read.
+#[test]
+fn a_library_found_through_the_system_route_is_read() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let st = crate::system_route::SystemTorch::new(&sb, false);
+    std::fs::copy(
+        gpu_code().join("gfx1030/librocblas.so"),
+        st.sys.join("librocblas.so"),
+    )
+    .unwrap();
+    let s = st.sys.display().to_string();
+    let built = fat_library_linking(
+        &sb.root,
+        &["gfx1010"],
+        &[
+            "-L",
+            &s,
+            "-lMIOpen",
+            "-lamdhip64",
+            "-lrocblas",
+            &format!("-Wl,-rpath,{s}"),
+        ],
+    );
+    std::fs::copy(built, st.hip()).unwrap();
+    let (out, code) = doctor(&sb);
+    assert_eq!(
+        row_with_fix(&out, "library"),
+        format!(
+            "FAIL  library   librocblas.so at {s} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+}
