@@ -34,8 +34,11 @@ pub struct Code {
     /// Bundle entries named for one target whose code object declares
     /// another (or is no code object): "gfx1010 holds gfx1030".
     pub mislabelled: Vec<String>,
-    /// Compressed bundles, whose targets are not read.
+    /// Compressed bundles.
     pub compressed: usize,
+    /// The targets compressed bundles' entry IDs name, sorted (their code
+    /// objects are not decompressed: these are as named, not as declared).
+    pub compressed_targets: Vec<String>,
 }
 
 impl Code {
@@ -60,12 +63,27 @@ impl Code {
             code_objects: w.entries.len(),
             mislabelled: mislabelled.into_iter().collect(),
             compressed: w.compressed,
+            compressed_targets: w.compressed_named.iter().cloned().collect(),
         }
     }
 
-    /// Whether code for `card` is among the declared targets.
+    /// Whether code for `card` is among the declared targets (or those
+    /// compressed bundles name).
     pub fn covers(&self, card: &str) -> bool {
-        self.targets.iter().any(|t| runs_on(t, card))
+        self.targets
+            .iter()
+            .chain(&self.compressed_targets)
+            .any(|t| runs_on(t, card))
+    }
+
+    /// Every target, declared or named by a compressed bundle, sorted.
+    pub fn all_targets(&self) -> Vec<String> {
+        let all: BTreeSet<&String> = self
+            .targets
+            .iter()
+            .chain(&self.compressed_targets)
+            .collect();
+        all.into_iter().cloned().collect()
     }
 }
 
@@ -145,7 +163,7 @@ fn cached(
     let meta = file
         .metadata()
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let key = format!("{kind}-v1-{}", stamp_key(&meta));
+    let key = format!("{kind}-v2-{}", stamp_key(&meta));
     let cache = Cache::open("gpucode");
     if let Some(text) = cache.as_ref().and_then(|c| c.get(&key, 1 << 20))
         && let Ok(code) = serde_json::from_str::<Option<Code>>(&text)
@@ -201,10 +219,10 @@ pub fn survey(libs: &[PathBuf], card: &str) -> Vec<Finding> {
                 name: name.clone(),
                 path: lib.clone(),
                 card: card.to_owned(),
-                card_covered: (code.compressed == 0 || !code.targets.is_empty())
+                card_covered: (code.compressed == 0 || !code.all_targets().is_empty())
                     .then(|| code.covers(card)),
                 notes: library_notes(&code),
-                targets: code.targets,
+                targets: code.all_targets(),
             }),
             Ok(None) => {}
             Err(e) => out.push(Finding {
@@ -244,8 +262,13 @@ fn library_notes(code: &Code) -> Vec<String> {
     }
     if code.compressed > 0 {
         notes.push(format!(
-            "{} compressed offload bundle(s), whose targets are not read",
-            code.compressed
+            "{} compressed offload bundle(s): their targets as their entry IDs name them ({}), their code objects not decompressed",
+            code.compressed,
+            if code.compressed_targets.is_empty() {
+                "none read".to_owned()
+            } else {
+                code.compressed_targets.join(", ")
+            }
         ));
     }
     notes
