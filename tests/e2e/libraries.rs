@@ -381,3 +381,67 @@ fn a_library_found_through_the_system_route_is_read() {
     );
     assert_eq!(code, 1, "{out}");
 }
+
+/// hipBLASLt without the card's code is a warning (torch falls back to
+/// hipBLAS), TheRock's own build the same; MIOpen's databases for the card
+/// are information.
+#[test]
+fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
+    let (sb, lib) = torch_with("gfx1010", "rx5600xt-gfx1010");
+    let blaslt = sb.root.join("blaslt");
+    std::fs::create_dir_all(&blaslt).unwrap();
+    let built = rdna1_testkit::fat_library(&blaslt, &["gfx1030"]);
+    std::fs::rename(built, lib.join("libhipblaslt.so")).unwrap();
+    let l = lib.display().to_string();
+    let hip = fat_library_linking(
+        &blaslt,
+        &["gfx1010"],
+        &[
+            "-L",
+            &l,
+            "-lrocblas",
+            "-lhipblaslt",
+            "-lMIOpen",
+            "-lamdhip64",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    );
+    std::fs::copy(hip, lib.join("libtorch_hip.so")).unwrap();
+    let db = lib.parent().unwrap().join("share/miopen/db");
+    std::fs::create_dir_all(&db).unwrap();
+    for f in ["gfx1010_40.kdb", "gfx1010_40.db", "gfx1030_36.kdb"] {
+        std::fs::write(db.join(f), "").unwrap();
+    }
+    let (out, code) = doctor(&sb);
+    assert_eq!(
+        row_with_fix(&out, "library").lines().next().unwrap(),
+        format!(
+            "ok    library   librocblas.so at {l} has code for gfx1010, gfx1030: gfx1010 (the card's) among them"
+        ),
+        "{out}"
+    );
+    let blaslt_row = out
+        .lines()
+        .find(|r| r.contains("libhipblaslt.so at"))
+        .unwrap_or_else(|| panic!("no hipBLASLt row in:\n{out}"));
+    assert_eq!(
+        blaslt_row,
+        format!(
+            "warn  library   libhipblaslt.so at {l} has code for gfx1030, none for gfx1010 (the card's): torch falls back to hipBLAS for its GEMMs (\"Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas\")"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("fix: TheRock builds no hipBLASLt for gfx101x either (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce): its torch goes the same way; nothing to install"),
+        "{out}"
+    );
+    assert_eq!(
+        check_row(&out, "miopen-db"),
+        format!(
+            "ok    miopen-db {}: 2 of its 3 database file(s) for gfx1010: gfx1010_40.db, gfx1010_40.kdb",
+            db.display()
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 0, "a warning and information only:\n{out}");
+}
