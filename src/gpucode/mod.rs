@@ -236,9 +236,12 @@ pub fn survey(libs: &[PathBuf], card: &str) -> Vec<Finding> {
             }),
         }
         if let Some(project) = tensile::project_of(&name) {
+            let dirs = tensile::dirs_beside(lib, project);
+            if dirs.is_empty() {
+                out.push(tensile::no_dir(lib, project, card));
+            }
             out.extend(
-                tensile::dirs_beside(lib, project)
-                    .into_iter()
+                dirs.into_iter()
                     .map(|dir| Tensile::read(&dir).finding(project, card)),
             );
         }

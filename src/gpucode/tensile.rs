@@ -67,6 +67,29 @@ pub(super) fn dirs_beside(lib: &Path, project: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The finding for a library with no Tensile directory beside it: rocBLAS
+/// then aborts at its first GEMM ("Cannot read .../TensileLibrary.dat").
+pub(super) fn no_dir(lib: &Path, project: &str, card: &str) -> Finding {
+    let dir = lib
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(project.to_lowercase())
+        .join("library");
+    Finding {
+        kind: "tensile",
+        name: project.to_owned(),
+        path: dir,
+        targets: Vec::new(),
+        card: card.to_owned(),
+        card_covered: Some(false),
+        notes: vec![format!(
+            "not there (no {}/library nor {0}/VERSION/library beside {})",
+            project.to_lowercase(),
+            lib.display()
+        )],
+    }
+}
+
 fn is_code_file(name: &str) -> bool {
     name.ends_with(".co") || name.ends_with(".hsaco")
 }

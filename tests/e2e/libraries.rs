@@ -169,12 +169,29 @@ fn a_library_without_the_cards_code_fails_and_names_the_ops() {
         ),
         "{out}"
     );
-    // The same library with gfx1010's code: ok, and doctor passes.
+    // No Tensile directory beside it: rocBLAS aborts at its first GEMM.
+    assert_eq!(
+        row_with_fix(&out, "tensile"),
+        format!(
+            "FAIL  tensile   rocBLAS's Tensile directory {0}/rocblas/library: not there (no rocblas/library nor rocblas/VERSION/library beside {0}/librocblas.so): no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            lib.display()
+        ),
+        "{out}"
+    );
+    // The same library with gfx1010's code and its Tensile files: ok, and
+    // doctor passes.
     std::fs::copy(
         gpu_code().join("gfx1010/librocblas.so"),
         lib.join("librocblas.so"),
     )
     .unwrap();
+    tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1010.dat", "catalogue"),
+            ("Kernels.so-000-gfx1010.hsaco", "gfx1010.hsaco"),
+        ],
+    );
     let (out, code) = doctor(&sb);
     assert_eq!(
         check_row(&out, "library"),
@@ -407,6 +424,13 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
         ],
     );
     std::fs::copy(hip, lib.join("libtorch_hip.so")).unwrap();
+    tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1010.dat", "catalogue"),
+            ("Kernels.so-000-gfx1010.hsaco", "gfx1010.hsaco"),
+        ],
+    );
     let db = lib.parent().unwrap().join("share/miopen/db");
     std::fs::create_dir_all(&db).unwrap();
     for f in ["gfx1010_40.kdb", "gfx1010_40.db", "gfx1030_36.kdb"] {
@@ -433,6 +457,17 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
     );
     assert!(
         out.contains("fix: TheRock builds no hipBLASLt for gfx101x either (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce): its torch goes the same way; nothing to install"),
+        "{out}"
+    );
+    let no_dir = out
+        .lines()
+        .find(|r| r.contains("hipBLASLt's Tensile directory"))
+        .unwrap_or_else(|| panic!("no hipBLASLt tensile row in:\n{out}"));
+    assert_eq!(
+        no_dir,
+        format!(
+            "warn  tensile   hipBLASLt's Tensile directory {l}/hipblaslt/library: not there (no hipblaslt/library nor hipblaslt/VERSION/library beside {l}/libhipblaslt.so): no kernels for gfx1010 (the card's): torch falls back to hipBLAS for its GEMMs (\"Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas\")"
+        ),
         "{out}"
     );
     assert_eq!(
