@@ -138,9 +138,14 @@ fn compressed_ids(read_at: ReadAt, from: u64, end: u64) -> Vec<String> {
         pos: from,
         end,
     };
-    let Ok(dec) = zstd::stream::read::Decoder::new(src) else {
+    // A frame may ask for a window of up to 2^31 bytes: one over 16 MiB
+    // is refused rather than allocated (clang's use 2^21 to 2^23).
+    let Ok(mut dec) = zstd::stream::read::Decoder::new(src) else {
         return Vec::new();
     };
+    if dec.window_log_max(24).is_err() {
+        return Vec::new();
+    }
     let mut head = Vec::new();
     let _ = dec.take(TABLE_START * 16).read_to_end(&mut head);
     let (table, _, _) = table_of(&head);
