@@ -86,6 +86,16 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
         doctor,
     )?;
     let ours = time(cx.runs, doctor)?;
+    // The warm runs read the cache: it must hold the library's entry.
+    let kept = std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("lib-"))
+        })
+        .unwrap_or(false);
+    if !kept {
+        anyhow::bail!("doctor kept nothing in {}", cache.display());
+    }
     Ok(vec![Row {
         name: "warm `doctor` with a 1 GB librocblas.so",
         why: "",
