@@ -201,6 +201,17 @@ pub struct Finding {
     pub notes: Vec<String>,
 }
 
+/// What `library` (torch's libtorch_hip.so) loads, as the loader would
+/// resolve it (`search`: the directories a preload put in the process, for
+/// the rocm-sdk layout), in the loader's order: the input of [`survey`].
+/// Nothing is run; every file is only read.
+pub fn closure(library: &Path, search: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    Ok(crate::loader::resolve(library, search)?
+        .into_iter()
+        .filter_map(|d| d.path)
+        .collect())
+}
+
 /// The GPU libraries of torch's load closure (`libs`, in the loader's
 /// order) read for `card`: one `library` finding per library that carries
 /// code, one `tensile` per Tensile directory beside rocBLAS or hipBLASLt,

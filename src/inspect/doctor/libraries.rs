@@ -29,15 +29,21 @@ pub(super) fn judged_target(req: &DoctorRequest, cards: &[String]) -> (String, S
     }
 }
 
-/// The findings for torch's load closure, from libtorch_hip.so; empty when
-/// the closure cannot be had (the links row of `verify` says why).
-pub(super) fn survey(t: &torch::Torch, target: &str) -> Vec<Finding> {
+/// The findings for torch's load closure, from libtorch_hip.so; when the
+/// closure cannot be had, a `library` skip row says why and there are none.
+pub(super) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec<Finding> {
     let hip = t.dir.join("lib/libtorch_hip.so");
-    let Ok(deps) = crate::loader::resolve(&hip, &t.preloaded_dirs()) else {
-        return Vec::new();
-    };
-    let libs: Vec<PathBuf> = deps.into_iter().filter_map(|d| d.path).collect();
-    gpucode::survey(&libs, target)
+    match gpucode::closure(&hip, &t.preloaded_dirs()) {
+        Ok(libs) => gpucode::survey(&libs, target),
+        Err(e) => {
+            r.push(
+                "library",
+                Status::Skip,
+                format!("the GPU libraries torch loads were not read: {e:#}"),
+            );
+            Vec::new()
+        }
+    }
 }
 
 pub(super) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {

@@ -61,7 +61,7 @@ pub(super) fn torch_checks(
     }
     let t = torch.as_ref().and_then(|t| t.as_ref().ok())?;
     let (target, judged) = super::libraries::judged_target(req, cards);
-    let findings = super::libraries::survey(t, &target);
+    let findings = super::libraries::survey(t, &target, r);
     super::libraries::rows(&findings, &judged, r);
     r.libraries = Some(findings);
     use crate::swap::route::Chip;
