@@ -105,6 +105,11 @@ fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
 /// doctor with a ROCm that blocks no build (hipcc, and a hipconfig that
 /// names a clang++), so that its exit status is the libraries' to give.
 fn doctor(sb: &Sandbox) -> (String, i32) {
+    doctor_with(sb, None)
+}
+
+/// [`doctor`] with HSA_OVERRIDE_GFX_VERSION set to `gfx_override`.
+fn doctor_with(sb: &Sandbox, gfx_override: Option<&str>) -> (String, i32) {
     let bin = sb.rocm.join("bin");
     if !bin.join("hipconfig").exists() {
         std::fs::create_dir_all(&bin).unwrap();
@@ -123,20 +128,21 @@ fn doctor(sb: &Sandbox) -> (String, i32) {
         }
     }
     let rocm = sb.rocm.display().to_string();
-    let out = sb
-        .cmd()
-        .args([
-            "doctor",
-            "--need-space",
-            "0",
-            "--python",
-            "python3",
-            "--rocm",
-            &rocm,
-        ])
-        .env_remove("HSA_OVERRIDE_GFX_VERSION")
-        .output()
-        .unwrap();
+    let mut c = sb.cmd();
+    c.args([
+        "doctor",
+        "--need-space",
+        "0",
+        "--python",
+        "python3",
+        "--rocm",
+        &rocm,
+    ]);
+    match gfx_override {
+        Some(v) => c.env("HSA_OVERRIDE_GFX_VERSION", v),
+        None => c.env_remove("HSA_OVERRIDE_GFX_VERSION"),
+    };
+    let out = c.output().unwrap();
     (
         String::from_utf8(out.stdout).unwrap(),
         out.status.code().unwrap(),
@@ -479,4 +485,43 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
         "{out}"
     );
     assert_eq!(code, 0, "a warning and information only:\n{out}");
+}
+
+/// With HSA_OVERRIDE_GFX_VERSION=10.3.0 ROCm reports gfx1030 and loads
+/// gfx1030's code: a rocBLAS built for gfx1030 only is then judged for
+/// gfx1030. With no card seen, gfx1010 is judged.
+#[test]
+fn the_target_judged_is_the_one_rocm_reports() {
+    let (sb, lib) = torch_with("gfx1030", "rx5600xt-gfx1010");
+    tensile(
+        &lib,
+        &[
+            ("TensileLibrary_lazy_gfx1030.dat", "catalogue"),
+            (
+                "TensileLibrary_Type_SS_Contraction_gfx1030.co",
+                "gfx1030.co",
+            ),
+        ],
+    );
+    let (out, _) = doctor_with(&sb, Some("10.3.0"));
+    assert_eq!(
+        check_row(&out, "library"),
+        format!(
+            "ok    library   librocblas.so at {} has code for gfx1030: gfx1030 (what HSA_OVERRIDE_GFX_VERSION makes ROCm report) among them",
+            lib.display()
+        ),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "tensile").starts_with("ok    tensile"),
+        "{out}"
+    );
+    sb.set_gpus(gpus("no-gpu"));
+    let (out, _) = doctor(&sb);
+    assert!(
+        check_row(&out, "library").ends_with(
+            "has code for gfx1030, none for gfx1010 (no card seen: the RX 5700's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail"
+        ),
+        "{out}"
+    );
 }
