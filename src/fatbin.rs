@@ -13,6 +13,9 @@ use anyhow::{Context, Result, bail};
 use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::SectionHeader;
 
+mod walk;
+pub use walk::{Entry, ReadAt, Walked, code_object_target, walk};
+
 const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
 /// A compressed bundle (clang --offload-compress).
 const COMPRESSED_MAGIC: &[u8] = b"CCOB";
@@ -50,6 +53,36 @@ pub fn read_from(
     read_at: &dyn Fn(&mut [u8], u64) -> std::io::Result<()>,
     len: u64,
 ) -> Result<Option<CodeObjects>> {
+    let Some((offset, size)) = section(read_at, len)? else {
+        return Ok(None);
+    };
+    let mut bytes = vec![0u8; usize::try_from(size)?];
+    read_at(&mut bytes, offset).context("cannot read its .hip_fatbin section")?;
+    Ok(Some(parse(&bytes)))
+}
+
+/// Where an ELF file's `.hip_fatbin` section lies (offset, size), read from
+/// its ELF header and section headers alone; `None` when it has none. The
+/// section is checked to lie inside the file's `len` bytes.
+pub fn section(
+    read_at: &dyn Fn(&mut [u8], u64) -> std::io::Result<()>,
+    len: u64,
+) -> Result<Option<(u64, u64)>> {
+    let found = section_unchecked(read_at, len)?;
+    if let Some((offset, size)) = found
+        && offset.checked_add(size).is_none_or(|end| end > len)
+    {
+        bail!(
+            "its .hip_fatbin section ({size} bytes at offset {offset}) lies past the end of the file ({len} bytes)"
+        );
+    }
+    Ok(found)
+}
+
+fn section_unchecked(
+    read_at: &dyn Fn(&mut [u8], u64) -> std::io::Result<()>,
+    len: u64,
+) -> Result<Option<(u64, u64)>> {
     let at = |what: &str, offset: u64, size: u64| -> Result<Vec<u8>> {
         if offset.checked_add(size).is_none_or(|end| end > len) {
             bail!(
@@ -99,11 +132,10 @@ pub fn read_from(
             .and_then(|n| n.split(|b| *b == 0).next())
             .unwrap_or_default()
     };
-    let Some(fatbin) = sections.iter().find(|s| name_of(s) == b".hip_fatbin") else {
-        return Ok(None);
-    };
-    let bytes = at(".hip_fatbin section", fatbin.sh_offset, fatbin.sh_size)?;
-    Ok(Some(parse(&bytes)))
+    Ok(sections
+        .iter()
+        .find(|s| name_of(s) == b".hip_fatbin")
+        .map(|s| (s.sh_offset, s.sh_size)))
 }
 
 /// Every bundle in a `.hip_fatbin` section: one per translation unit, each

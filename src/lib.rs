@@ -24,6 +24,7 @@ pub(crate) mod error;
 pub mod fatbin;
 pub(crate) mod fsutil;
 pub(crate) mod gpu;
+pub mod gpucode;
 pub mod inplace;
 pub(crate) mod inspect;
 pub(crate) mod interrupt;

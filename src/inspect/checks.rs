@@ -45,6 +45,9 @@ pub struct CheckReport {
     /// nothing, or was interrupted): the verdict leads with it.
     #[serde(skip)]
     pub unfinished: Option<String>,
+    /// doctor's reading of the GPU libraries torch loads (`libraries` in
+    /// its JSON), when it read them.
+    pub libraries: Option<Vec<crate::gpucode::Finding>>,
 }
 
 impl CheckReport {
@@ -212,11 +215,15 @@ impl CheckReport {
 
     /// The document `json` prints, for a report that adds to it.
     pub fn json_value(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut doc = serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
             "ok": !self.failed() && self.unfinished.is_none(),
             "verdict": self.verdict(),
             "checks": self.checks,
-        })
+        });
+        if let (Some(libs), Some(map)) = (&self.libraries, doc.as_object_mut()) {
+            map.insert("libraries".into(), serde_json::json!(libs));
+        }
+        doc
     }
 }

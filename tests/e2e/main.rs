@@ -18,6 +18,7 @@ mod hostile;
 mod house;
 mod in_place;
 mod launcher;
+mod libraries;
 mod linker;
 mod miopen;
 mod monorepo;

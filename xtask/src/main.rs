@@ -13,6 +13,7 @@ mod fidelity_harness;
 mod fidelity_more;
 mod fidelity_render;
 mod fuzz;
+mod gpucode;
 mod killtest;
 mod killtest_system;
 mod needs;
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Some("fidelity") => fidelity::fidelity(&root(), &args[1..]),
         Some("rocm-env") => rocm_env::rocm_env(&root(), &args[1..]),
         Some("smoke-cpu") => smoke_cpu::smoke_cpu(&root(), &args[1..]),
+        Some("gpucode") => gpucode::gpucode(&args[1..]),
         _ => {
             eprintln!("{}", usage());
             return ExitCode::from(2);
@@ -98,7 +100,10 @@ tasks:
              --system (the system route on Debian's libmiopen1)
   smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB
              venv under target/)
-             [--torch VERSION]",
+             [--torch VERSION]
+  gpucode    doctor's reading of GPU code over unpacked packages (dpkg-deb -x):
+             each library's targets, gfx101x's Tensile files
+             DIR...",
         bench::groups_help("               ")
     )
 }

@@ -13,6 +13,7 @@ use crate::inspect::checks::{CheckReport, Status};
 use crate::swap::advice;
 use crate::swap::torch::{self, Locator};
 
+mod libraries;
 mod toolchain;
 mod torch_side;
 
@@ -40,6 +41,13 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     let side = torch_checks(req, &mut r);
     let cards = gpus(req, &mut r);
     gfx_override(req, &cards, side.gfx101x, &mut r);
+    // Every GPU library torch loads, read for the card.
+    if let Ok(t) = &req.found {
+        let (target, judged) = libraries::judged_target(req, &cards);
+        let findings = libraries::survey(t, &target, &mut r);
+        libraries::rows(&findings, &judged, &mut r);
+        r.libraries = Some(findings);
+    }
     if side.route == Route::Build || req.all {
         build_tools(&mut r);
         compiler(req, &mut r);

@@ -16,6 +16,7 @@ mod build;
 mod diagnosis;
 mod fetch;
 mod inplace;
+mod libraries;
 mod md5;
 pub(crate) mod measure;
 mod miopen;
@@ -94,6 +95,11 @@ const GROUPS: &[Group] = &[
         name: "diagnosis",
         what: "the diagnosis by compile of Debian's libMIOpen 6.4.3 (--miopen-lib PATH)",
         rows: diagnosis::rows,
+    },
+    Group {
+        name: "libraries",
+        what: "a warm doctor with a 1 GB librocblas.so (its GPU code read from headers)",
+        rows: libraries::rows,
     },
     Group {
         name: "help",

@@ -1,0 +1,236 @@
+//! rocBLAS's and hipBLASLt's kernels in data files: a Tensile directory
+//! (`rocblas/library/`, `hipblaslt/library/` beside the library) holds
+//! catalogues (`TensileLibrary*.dat`, `.yaml`) and code objects (`*.co`,
+//! `Kernels.so-000-gfxNNNN.hsaco`). A file is judged by the target its
+//! code objects declare; its name only says what it claims to be.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Code, Finding, named_target, runs_on};
+use crate::cache::{Cache, stamp_key};
+
+/// One code-object file of a Tensile directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensileFile {
+    pub name: String,
+    /// The target its name is for, if it names one.
+    pub named: Option<String>,
+    /// The targets its code objects declare (none: no code object in it).
+    pub declared: Vec<String>,
+}
+
+/// What a Tensile directory holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Tensile {
+    pub dir: PathBuf,
+    /// The catalogues' file names.
+    pub catalogues: Vec<String>,
+    pub files: Vec<TensileFile>,
+    /// Why the directory could not be read, if it could not.
+    pub error: Option<String>,
+}
+
+/// The project a library's file name belongs to, when it keeps kernels
+/// in a Tensile directory.
+pub(super) fn project_of(file_name: &str) -> Option<&'static str> {
+    if file_name.starts_with("librocblas.so") {
+        Some("rocBLAS")
+    } else if file_name.starts_with("libhipblaslt.so") {
+        Some("hipBLASLt")
+    } else {
+        None
+    }
+}
+
+/// The Tensile directories beside `lib`: `rocblas/library` or
+/// `rocblas/VERSION/library` (Debian's layout) in its directory.
+pub(super) fn dirs_beside(lib: &Path, project: &str) -> Vec<PathBuf> {
+    let Some(base) = lib.parent().map(|d| d.join(project.to_lowercase())) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if base.join("library").is_dir() {
+        out.push(base.join("library"));
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir(&base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("library"))
+        .filter(|p| p.is_dir())
+        .collect();
+    versions.sort();
+    out.extend(versions);
+    out
+}
+
+/// The finding for a library with no Tensile directory beside it: rocBLAS
+/// then aborts at its first GEMM ("Cannot read .../TensileLibrary.dat").
+pub(super) fn no_dir(lib: &Path, project: &str, card: &str) -> Finding {
+    let dir = lib
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(project.to_lowercase())
+        .join("library");
+    Finding {
+        kind: "tensile",
+        name: project.to_owned(),
+        path: dir,
+        targets: Vec::new(),
+        card: card.to_owned(),
+        card_covered: Some(false),
+        notes: vec![format!(
+            "not there (no {}/library nor {0}/VERSION/library beside {})",
+            project.to_lowercase(),
+            lib.display()
+        )],
+    }
+}
+
+fn is_code_file(name: &str) -> bool {
+    name.ends_with(".co") || name.ends_with(".hsaco")
+}
+
+fn is_catalogue(name: &str) -> bool {
+    name.starts_with("TensileLibrary")
+        && [".dat", ".yaml", ".yml"].iter().any(|x| name.ends_with(x))
+}
+
+/// What the cache keeps per directory: each code file's stamp and what it held.
+type Remembered = BTreeMap<String, (String, TensileFile)>;
+
+impl Tensile {
+    /// Read `dir`: every catalogue's name and every code file's ELF or
+    /// bundle headers, a file whose stamp the cache knows not read again.
+    pub fn read(dir: &Path) -> Tensile {
+        let mut out = Tensile {
+            dir: dir.to_owned(),
+            ..Tensile::default()
+        };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) => {
+                out.error = Some(format!("cannot read {}: {e}", dir.display()));
+                return out;
+            }
+        };
+        let cache = Cache::open("gpucode");
+        let key = format!(
+            "tensile-v1-{}",
+            crate::checksum::hex(&<sha2::Sha256 as sha2::Digest>::digest(
+                dir.as_os_str().as_encoded_bytes()
+            ))
+        );
+        let known: Remembered = cache
+            .as_ref()
+            .and_then(|c| c.get(&key, 64 << 20))
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let mut now = Remembered::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Only regular files, never followed through a symlink.
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            if is_catalogue(&name) {
+                out.catalogues.push(name);
+                continue;
+            }
+            if !is_code_file(&name) {
+                continue;
+            }
+            let stamp = stamp_key(&meta);
+            let file = match known.get(&name) {
+                Some((s, f)) if *s == stamp => f.clone(),
+                _ => TensileFile {
+                    named: named_target(&name),
+                    declared: super::read_code_file(&e.path())
+                        .ok()
+                        .flatten()
+                        .map(|c: Code| c.targets)
+                        .unwrap_or_default(),
+                    name: name.clone(),
+                },
+            };
+            now.insert(name, (stamp, file.clone()));
+            out.files.push(file);
+        }
+        if now != known
+            && let (Some(c), Ok(text)) = (cache, serde_json::to_string(&now))
+        {
+            c.put(&key, &text);
+        }
+        out.catalogues.sort();
+        out.files.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The code files whose code objects run on `card`.
+    pub fn files_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a TensileFile> {
+        self.files
+            .iter()
+            .filter(move |f| f.declared.iter().any(|t| runs_on(t, card)))
+    }
+
+    /// Files named for `card` that hold another target's code (or none).
+    pub fn misnamed_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a TensileFile> {
+        self.files.iter().filter(move |f| {
+            f.named.as_deref() == Some(card) && !f.declared.iter().any(|t| runs_on(t, card))
+        })
+    }
+
+    /// The catalogues rocBLAS reads for `card`: those named for it, and
+    /// those named for no target (`TensileLibrary.dat`, for all).
+    pub fn catalogues_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a String> {
+        self.catalogues.iter().filter(move |c| {
+            let named = named_target(c);
+            named.is_none() || named.as_deref() == Some(card)
+        })
+    }
+
+    pub(super) fn finding(&self, project: &str, card: &str) -> Finding {
+        let targets: BTreeSet<&String> = self.files.iter().flat_map(|f| &f.declared).collect();
+        let code = self.files_for(card).count();
+        let catalogues: Vec<&str> = self.catalogues_for(card).map(String::as_str).collect();
+        let mut notes = vec![format!(
+            "{} catalogue(s), {} code-object file(s); for {card}: {code} code-object file(s){}",
+            self.catalogues.len(),
+            self.files.len(),
+            if catalogues.is_empty() {
+                ", no catalogue".to_owned()
+            } else {
+                format!(", catalogue(s) {}", catalogues.join(", "))
+            }
+        )];
+        let misnamed: Vec<String> = self
+            .misnamed_for(card)
+            .map(|f| match f.declared.as_slice() {
+                [] => format!("{} holds no code object", f.name),
+                d => format!("{} holds {}", f.name, d.join(", ")),
+            })
+            .collect();
+        if !misnamed.is_empty() {
+            notes.push(format!(
+                "named for {card} but holding other code: {}",
+                misnamed.join("; ")
+            ));
+        }
+        notes.extend(self.error.clone());
+        Finding {
+            kind: "tensile",
+            name: project.to_owned(),
+            path: self.dir.clone(),
+            targets: targets.into_iter().cloned().collect(),
+            card: card.to_owned(),
+            card_covered: Some(self.error.is_none() && code > 0 && !catalogues.is_empty()),
+            notes,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! doctor's `library`, `tensile` and `miopen-db` rows: every GPU library
+//! torch loads, read for the card (`gpucode`), each finding said with the
+//! ops that fail and, where TheRock's gfx101x torch would not have the
+//! problem, that torch.
+
+use super::*;
+use crate::gpucode::{self, Finding, therock};
+
+/// The target the libraries are judged for: what ROCm reports for the
+/// card (HSA_OVERRIDE_GFX_VERSION's target when it is set), the machine's
+/// first RDNA1 card, else its first card, else gfx1010; and how it was had.
+pub(super) fn judged_target(req: &DoctorRequest, cards: &[String]) -> (String, String) {
+    if let Some(t) = req.gfx_override.as_deref().and_then(gpu::override_gfx) {
+        return (
+            t.clone(),
+            format!("{t} (what HSA_OVERRIDE_GFX_VERSION makes ROCm report)"),
+        );
+    }
+    let card = cards
+        .iter()
+        .find(|c| gpu::is_rdna1_arch(c))
+        .or(cards.first());
+    match card {
+        Some(c) => (c.clone(), format!("{c} (the card's)")),
+        None => (
+            "gfx1010".to_owned(),
+            "gfx1010 (no card seen: the RX 5700's)".to_owned(),
+        ),
+    }
+}
+
+/// The findings for torch's load closure, from libtorch_hip.so; when the
+/// closure cannot be had, a `library` skip row says why and there are none.
+pub(super) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec<Finding> {
+    let hip = t.dir.join("lib/libtorch_hip.so");
+    match gpucode::closure(&hip, &t.preloaded_dirs()) {
+        Ok(libs) => gpucode::survey(&libs, target),
+        Err(e) => {
+            r.push(
+                "library",
+                Status::Skip,
+                format!("the GPU libraries torch loads were not read: {e:#}"),
+            );
+            Vec::new()
+        }
+    }
+}
+
+pub(super) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {
+    for f in findings {
+        match f.kind {
+            "miopen-db" => r.push(
+                "miopen-db",
+                Status::Ok,
+                format!("{}: {}", f.path.display(), f.notes.join("; ")),
+            ),
+            "tensile" => tensile_row(f, judged, r),
+            _ => library_row(f, judged, r),
+        }
+    }
+}
+
+fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
+    let notes = if f.notes.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", f.notes.join("; "))
+    };
+    let head = format!(
+        "{} at {} has code for {}",
+        f.name,
+        f.path.parent().unwrap_or(Path::new("")).display(),
+        if f.targets.is_empty() {
+            "no target it names".to_owned()
+        } else {
+            f.targets.join(", ")
+        }
+    );
+    match f.card_covered {
+        None => r.push(
+            "library",
+            Status::Skip,
+            format!("{head}; whether {judged} is among them cannot be told{notes}"),
+        ),
+        Some(true) => r.push(
+            "library",
+            Status::Ok,
+            format!("{head}: {judged} among them{notes}"),
+        ),
+        Some(false) => missing(
+            "library",
+            f,
+            format!("{head}, none for {judged}"),
+            &notes,
+            r,
+        ),
+    }
+}
+
+fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
+    let head = format!(
+        "{}'s Tensile directory {}: {}",
+        f.name,
+        f.path.display(),
+        f.notes.join("; ")
+    );
+    match f.card_covered {
+        Some(true) => r.push(
+            "tensile",
+            Status::Ok,
+            format!("{head}: kernels for {judged}"),
+        ),
+        _ => missing(
+            "tensile",
+            f,
+            format!("{head}: no kernels for {judged}"),
+            "",
+            r,
+        ),
+    }
+}
+
+/// A library or Tensile directory with no code for the card: what fails,
+/// FAIL or (where torch falls back) warn, and TheRock's torch where it
+/// builds the library for gfx101x.
+fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut CheckReport) {
+    let lib = f.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let (project, ops) = therock::project(lib.as_deref().unwrap_or(""))
+        .or_else(|| {
+            let file = if f.name == "hipBLASLt" {
+                "libhipblaslt.so"
+            } else {
+                "librocblas.so"
+            };
+            (name == "tensile")
+                .then(|| therock::project(file))
+                .flatten()
+        })
+        .unwrap_or((
+            "",
+            "the ops that call into it fail with `HIP error: invalid device function`",
+        ));
+    let status = if therock::torch_falls_back(project) {
+        Status::Warn
+    } else {
+        Status::Fail
+    };
+    let card = &f.card;
+    let fix = if project.is_empty() {
+        format!(
+            "a torch whose libraries are built for {card}: TheRock's (`{}`, device-{card} for this card)",
+            crate::swap::torch::NATIVE_TORCH
+        )
+    } else if therock::builds_for_gfx101x(project) {
+        format!(
+            "TheRock's torch for the card builds {project} for gfx1010, gfx1011 and gfx1012 ({}): `{}` (device-{card} for this card)",
+            therock::SOURCE,
+            crate::swap::torch::NATIVE_TORCH
+        )
+    } else {
+        format!(
+            "TheRock builds no {project} for gfx101x either ({}): its torch goes the same way; nothing to install",
+            therock::SOURCE
+        )
+    };
+    r.push_fix(name, status, format!("{head}: {ops}{notes}"), fix);
+}
