@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rdna1_testkit::{FakeTorch, TorchKind, fat_library_linking};
+use rdna1_testkit::FakeTorch;
 
 use crate::support::{Run, Sandbox, contains_bytes, md5sum_c, runtime};
 
@@ -33,27 +33,14 @@ pub(crate) fn torch_in(
     hip: &str,
     archs: &[&str],
 ) -> FakeTorch {
-    let torch = FakeTorch::create(
+    FakeTorch::native(
         &sb.root.join(site),
         runtime(),
-        TorchKind::Rocm,
+        &sb.root,
         version,
         hip,
-    );
-    // torch bundles the comgr its MIOpen compiles with: here Debian 12's.
-    std::os::unix::fs::symlink(
-        crate::diagnosis::DEBIAN_COMGR,
-        torch.lib.join("libamd_comgr.so.2"),
-    )
-    .unwrap();
-    let lib = torch.lib.display().to_string();
-    let built = fat_library_linking(
-        &sb.root,
         archs,
-        &["-L", &lib, "-lMIOpen", "-lamdhip64", "-Wl,-rpath,$ORIGIN"],
-    );
-    std::fs::copy(built, torch.lib.join("libtorch_hip.so")).unwrap();
-    torch
+    )
 }
 
 fn install(sb: &Sandbox, extra: &[&str]) -> Run {

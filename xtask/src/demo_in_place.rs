@@ -15,7 +15,7 @@ use anyhow::{Result, bail};
 use crate::demo::step;
 
 /// Debian's comgr (libamd-comgr2), the compiler MIOpen loads.
-const COMGR: &str = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2";
+const COMGR: &str = rdna1_testkit::DEBIAN_COMGR;
 
 pub fn run(root: &Path, keep: bool) -> Result<()> {
     if !Path::new(COMGR).is_file() {
@@ -36,21 +36,14 @@ pub fn run(root: &Path, keep: bool) -> Result<()> {
     println!("demo sandbox: {}", sb.display());
     println!("building the fake ROCm and torch runtime libraries (a small CMake project)");
     let runtime = rdna1_testkit::build_runtime(&sb.join("fake-runtime"));
-    let torch = rdna1_testkit::FakeTorch::create(
+    rdna1_testkit::FakeTorch::native(
         &sb.join("site"),
         &runtime,
-        rdna1_testkit::TorchKind::Rocm,
+        sb,
         "2.6.0+rocm6.4",
         "6.4.43484-123eb5128",
-    );
-    std::os::unix::fs::symlink(COMGR, torch.lib.join("libamd_comgr.so.2"))?;
-    let lib = torch.lib.display().to_string();
-    let built = rdna1_testkit::fat_library_linking(
-        sb,
         &["gfx1010"],
-        &["-L", &lib, "-lMIOpen", "-lamdhip64", "-Wl,-rpath,$ORIGIN"],
     );
-    std::fs::copy(built, torch.lib.join("libtorch_hip.so"))?;
     let verb = |args: &[&str]| {
         let mut c = Command::new(&bin);
         c.current_dir(sb)
@@ -74,33 +67,22 @@ pub fn run(root: &Path, keep: bool) -> Result<()> {
     let start = std::time::Instant::now();
     println!("\n== doctor: the torch, its kernels compiled for the card, its route");
     step(sb, &mut verb(&["doctor", "--profile", "rocm-6.4.3"]))?;
+    let install = |extra: &[&str]| {
+        let mut args = vec![
+            "install",
+            "--into-torch",
+            "--in-place",
+            "--profile",
+            "rocm-6.4.3",
+        ];
+        args.extend(["--prefix", &prefix]);
+        args.extend(extra);
+        with_state(&args)
+    };
     println!("\n== the dry run: the diagnosis, the proven fix it would make, nothing written");
-    step(
-        sb,
-        &mut with_state(&[
-            "install",
-            "--into-torch",
-            "--in-place",
-            "--profile",
-            "rocm-6.4.3",
-            "--prefix",
-            &prefix,
-            "--dry-run",
-        ]),
-    )?;
+    step(sb, &mut install(&["--dry-run"]))?;
     println!("\n== the in-place fix, proven by compiling, swapped in (journaled)");
-    step(
-        sb,
-        &mut with_state(&[
-            "install",
-            "--into-torch",
-            "--in-place",
-            "--profile",
-            "rocm-6.4.3",
-            "--prefix",
-            &prefix,
-        ]),
-    )?;
+    step(sb, &mut install(&[]))?;
     println!("\n== verify --compile: torch's kernels compiled again, through torch's comgr");
     step(
         sb,

@@ -312,6 +312,35 @@ impl FakeTorch {
     }
 }
 
+/// Debian's comgr (libamd-comgr2): the compiler a fake torch bundles.
+pub const DEBIAN_COMGR: &str = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2";
+
+impl FakeTorch {
+    /// A bundled ROCm torch in `site` whose libtorch_hip.so carries real
+    /// GPU code for `archs` and loads torch/lib/libMIOpen.so, beside
+    /// Debian's comgr as the comgr torch bundles (a link). `scratch`: where
+    /// clang builds the library.
+    pub fn native(
+        site: &Path,
+        runtime: &Path,
+        scratch: &Path,
+        version: &str,
+        hip: &str,
+        archs: &[&str],
+    ) -> FakeTorch {
+        let torch = FakeTorch::create(site, runtime, TorchKind::Rocm, version, hip);
+        std::os::unix::fs::symlink(DEBIAN_COMGR, torch.lib.join("libamd_comgr.so.2")).unwrap();
+        let lib = torch.lib.display().to_string();
+        let built = fat_library_linking(
+            scratch,
+            archs,
+            &["-L", &lib, "-lMIOpen", "-lamdhip64", "-Wl,-rpath,$ORIGIN"],
+        );
+        std::fs::copy(built, torch.lib.join("libtorch_hip.so")).unwrap();
+        torch
+    }
+}
+
 /// How TheRock lays out the ROCm libraries for torch.
 #[derive(Clone, Copy, Debug)]
 pub enum SdkShape<'a> {
