@@ -5,5 +5,6 @@
 pub(crate) mod checks;
 pub(crate) mod doctor;
 pub(crate) mod kernels;
+pub(crate) mod libraries;
 pub(crate) mod status;
 pub(crate) mod verify;

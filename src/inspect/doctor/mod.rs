@@ -10,10 +10,10 @@ use crate::builder::tools;
 use crate::fatbin;
 use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::libraries;
 use crate::swap::advice;
 use crate::swap::torch::{self, Locator};
 
-mod libraries;
 mod toolchain;
 mod torch_side;
 
@@ -43,10 +43,7 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     gfx_override(req, &cards, side.gfx101x, &mut r);
     // Every GPU library torch loads, read for the card.
     if let Ok(t) = &req.found {
-        let (target, judged) = libraries::judged_target(req, &cards);
-        let findings = libraries::survey(t, &target, &mut r);
-        libraries::rows(&findings, &judged, &mut r);
-        r.libraries = Some(findings);
+        libraries::check(t, req.gfx_override.as_deref(), &req.sysfs, &mut r);
     }
     if side.route == Route::Build || req.all {
         build_tools(&mut r);

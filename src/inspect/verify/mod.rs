@@ -111,11 +111,27 @@ impl VerifyReport {
     /// The Markdown report to paste into an issue (`--report FILE`), its
     /// "Libraries" section from the battery's maps.
     pub fn markdown(&self, home: Option<&str>) -> String {
+        // The targets are this tool's own reading of torch's load closure
+        // (never of a path the battery's process printed), matched to the
+        // mapped library by its real path.
+        let read = self.checks.libraries.as_deref().unwrap_or_default();
         let libraries: Vec<LibraryRow> = self
             .smoke
             .iter()
             .filter_map(|b| b.place.as_ref())
             .flat_map(|w| w.libraries.iter().map(LibraryRow::from))
+            .map(|mut row| {
+                if let Some(f) = read.iter().find(|f| {
+                    f.kind == "library"
+                        && f.path
+                            .canonicalize()
+                            .is_ok_and(|p| p.as_os_str() == row.path.as_str())
+                }) {
+                    row.targets = Some(f.targets.clone());
+                    row.has_card = f.card_covered;
+                }
+                row
+            })
             .collect();
         report::markdown(self, &libraries, home)
     }
@@ -169,6 +185,7 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             if req.torch.is_some()
                 && let Some(t) = find_torch(req, &[], &mut r)
             {
+                libraries(req, &t, &mut r);
                 if req.compile {
                     let k = &req.compile_for;
                     crate::inspect::kernels::check(&t, &[], &req.sysfs, k, req.timeout, &mut r);
@@ -252,6 +269,9 @@ fn installed(
         torch.as_ref(),
         r,
     );
+    if let Some(t) = &torch {
+        libraries(req, t, r);
+    }
     if req.compile {
         match &torch {
             Some(t) => crate::inspect::kernels::check(
@@ -276,6 +296,16 @@ fn installed(
         }
     }
     Ok((torch, install))
+}
+
+/// Every GPU library torch loads, read for the card, as doctor reads them.
+fn libraries(req: &VerifyRequest, t: &Torch, r: &mut CheckReport) {
+    let over = req
+        .env
+        .iter()
+        .find(|(k, _)| k == "HSA_OVERRIDE_GFX_VERSION")
+        .map(|(_, v)| v.as_str());
+    crate::inspect::libraries::check(t, over, &req.sysfs, r);
 }
 
 fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) -> Option<Torch> {

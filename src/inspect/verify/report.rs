@@ -200,7 +200,7 @@ fn libraries_section(libraries: &[LibraryRow], ran: bool, md: &mut Vec<String>) 
         return;
     }
     md.extend([
-        "The GPU libraries the battery's process mapped after `import torch`. Their code objects' targets are not read by the battery (`rdna1-patch doctor` reads them).".to_owned(),
+        "The GPU libraries the battery's process mapped after `import torch`, with the targets their code objects declare where rdna1-patch read them in torch's load closure (\"not read\": outside it, or no GPU code).".to_owned(),
         String::new(),
         "| library | path | targets |".to_owned(),
         "|---|---|---|".to_owned(),

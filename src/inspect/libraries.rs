@@ -1,16 +1,20 @@
-//! doctor's `library`, `tensile` and `miopen-db` rows: every GPU library
-//! torch loads, read for the card (`gpucode`), each finding said with the
-//! ops that fail and, where TheRock's gfx101x torch would not have the
-//! problem, that torch.
+//! doctor's and verify's `library`, `tensile` and `miopen-db` rows: every
+//! GPU library torch loads, read for the card (`gpucode`), each finding
+//! said with the ops that fail and, where TheRock's gfx101x torch would not
+//! have the problem, that torch.
 
-use super::*;
+use std::path::Path;
+
+use crate::gpu;
 use crate::gpucode::{self, Finding, therock};
+use crate::inspect::checks::{CheckReport, Status};
+use crate::swap::torch;
 
 /// The target the libraries are judged for: what ROCm reports for the
 /// card (HSA_OVERRIDE_GFX_VERSION's target when it is set), the machine's
 /// first RDNA1 card, else its first card, else gfx1010; and how it was had.
-pub(super) fn judged_target(req: &DoctorRequest, cards: &[String]) -> (String, String) {
-    if let Some(t) = req.gfx_override.as_deref().and_then(gpu::override_gfx) {
+pub(crate) fn judged_target(gfx_override: Option<&str>, cards: &[String]) -> (String, String) {
+    if let Some(t) = gfx_override.and_then(gpu::override_gfx) {
         return (
             t.clone(),
             format!("{t} (what HSA_OVERRIDE_GFX_VERSION makes ROCm report)"),
@@ -31,7 +35,7 @@ pub(super) fn judged_target(req: &DoctorRequest, cards: &[String]) -> (String, S
 
 /// The findings for torch's load closure, from libtorch_hip.so; when the
 /// closure cannot be had, a `library` skip row says why and there are none.
-pub(super) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec<Finding> {
+pub(crate) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec<Finding> {
     let hip = t.dir.join("lib/libtorch_hip.so");
     match gpucode::closure(&hip, &t.preloaded_dirs()) {
         Ok(libs) => gpucode::survey(&libs, target),
@@ -46,7 +50,7 @@ pub(super) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec
     }
 }
 
-pub(super) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {
+pub(crate) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {
     for f in findings {
         match f.kind {
             "miopen-db" => r.push(
@@ -164,4 +168,23 @@ fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut C
         )
     };
     r.push_fix(name, status, format!("{head}: {ops}{notes}"), fix);
+}
+
+/// The rows for `t`, judged for the card the topology at `sysfs` shows
+/// (or the override's), with the findings kept for the JSON.
+pub(crate) fn check(
+    t: &torch::Torch,
+    gfx_override: Option<&str>,
+    sysfs: &std::path::Path,
+    r: &mut CheckReport,
+) {
+    let cards: Vec<String> = gpu::scan_all(sysfs)
+        .gpus
+        .iter()
+        .map(gpu::Gpu::gfx)
+        .collect();
+    let (target, judged) = judged_target(gfx_override, &cards);
+    let findings = survey(t, &target, r);
+    rows(&findings, &judged, r);
+    r.libraries = Some(findings);
 }
