@@ -24,7 +24,7 @@ pub use cases::{Case, Type, cases, defines, variants};
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_kernels;
 pub use proof::{Proof, Reached, Unproven, prove};
-pub use source::{Lang, Source, Unit, kernels, kernels_in, unplain};
+pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.

@@ -1,5 +1,6 @@
 //! The proof of a fix, by the same compiler as the diagnosis: every case
-//! of every kernel compiles for each RDNA1 target after the edit, and the
+//! of every kernel compiles for each target asked (the card in the
+//! machine, else every RDNA1 target) after the edit, and the
 //! code the control compiles to is unchanged wherever it compiled before.
 //! A kernel that compiled nowhere before and was not edited is said, not
 //! taken for proven; one still failing is named with the line of the DPP
@@ -86,7 +87,7 @@ pub struct Proof {
 }
 
 /// Prove `fixed` (the same library after the same-length edit): every case
-/// of every batch-norm kernel compiles for each RDNA1 target, and every
+/// of every batch-norm kernel compiles for each of `targets`, and every
 /// kernel whose text (or a header it includes) the edit changed compiles,
 /// in each case that compiled before for the control, to the very code
 /// object the pristine text compiles to.
@@ -94,11 +95,13 @@ pub fn prove(
     compiler: &dyn Compiler,
     pristine: &[u8],
     fixed: &[u8],
+    targets: &[&str],
 ) -> anyhow::Result<std::result::Result<Proof, Unproven>> {
+    anyhow::ensure!(!targets.is_empty(), "a proof for no target");
     let mut compiles = 0;
     let sources = super::kernels(fixed)?;
     let mut not_judged: Vec<String> = Vec::new();
-    for arch in RDNA1 {
+    for &arch in targets {
         for s in &sources {
             let unit = Unit::of(s, fixed);
             let k = judge_text(compiler, &unit, arch, &mut compiles)?;

@@ -62,6 +62,31 @@ pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
     Ok(out)
 }
 
+/// What every verdict on `library` depends on of it, as a SHA-256: each
+/// batch-norm kernel text (its name, its language, its bytes) with the
+/// headers it includes, by name and content. Nothing else of the library
+/// reaches a compiler, so a library that differs only elsewhere is judged
+/// alike, and its fix (made in these texts alone) proven alike.
+pub fn digest(library: &[u8]) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    for s in kernels(library)? {
+        field(s.name.as_bytes());
+        field(format!("{:?}", s.lang).as_bytes());
+        field(&library[s.range.clone()]);
+        for (name, r) in &s.headers {
+            field(name.as_bytes());
+            field(&library[r.clone()]);
+        }
+        field(b"end");
+    }
+    Ok(crate::checksum::hex(&h.finalize()))
+}
+
 /// [`kernels`] among `texts`, located in `library` (each range inside it).
 pub fn kernels_in(texts: &[Text], library: &[u8]) -> Vec<Source> {
     // The headers by symbol, the first of a name: one look-up per include.

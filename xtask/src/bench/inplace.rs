@@ -120,7 +120,13 @@ pub(super) fn install_in_place(
     .arg(prefix)
     .arg("--state-dir")
     .arg(state)
-    .env("HOME", home);
+    .env("HOME", home)
+    // The RX 5600 XT's recorded KFD topology: one card, gfx1010, so the
+    // fix is proven for the card in the machine, as a user's would be.
+    .env(
+        rdna1_testkit::SYSFS_ENV,
+        rdna1_testkit::gpus("rx5600xt-gfx1010"),
+    );
     c
 }
 
