@@ -11,6 +11,7 @@ mod conventions;
 mod detection;
 mod diagnosis;
 mod examples;
+mod fast;
 mod first_contact;
 mod hostile;
 mod house;
