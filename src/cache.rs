@@ -27,8 +27,8 @@ impl Cache {
         })
     }
 
-    /// A cache in `dir` exactly, for tests of the rule.
-    #[cfg(test)]
+    /// A cache in `dir` exactly: for tests of the rule, and of what is
+    /// kept in it (the compile cache's).
     pub fn at(dir: PathBuf) -> Cache {
         Cache { dir }
     }

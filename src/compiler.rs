@@ -1,11 +1,18 @@
 //! The compiler MIOpen loads, as the diagnosis asks it (`verdict::Compiler`):
 //! comgr for OpenCL texts and hipRTC for HIP ones, loaded in a child
 //! process of this binary (`comgr::child`) and held to a time limit per
-//! compile, every job of a round sent in one batch.
+//! compile, every job of a round sent in one batch. Each distinct compile
+//! runs once: identical jobs share one answer within a run, and answers
+//! are kept across runs by the compile's whole input (`job_key`).
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
+use crate::cache::Cache;
 use crate::comgr::child::{self, Answer, Answers, Batch, Job};
 
 /// Where a batch is compiled.
@@ -25,6 +32,16 @@ pub struct Child {
     pub version: std::cell::Cell<Option<(usize, usize)>>,
     /// The hipRTC's, likewise.
     pub hiprtc_version: std::cell::Cell<Option<(usize, usize)>>,
+    /// Answers already had, by [`job_key`]: this run's, and with a cache
+    /// the earlier runs' (`remember`).
+    known: RefCell<HashMap<String, crate::verdict::Compiled>>,
+    /// The compile cache and the compilers' identity (their SHA-256s),
+    /// which every key holds; None: this run's answers only.
+    kept: Option<(Cache, String)>,
+    /// Compiles run in a child, and answers had without one (an identical
+    /// job of this run or a cached one), since the start.
+    pub ran: Cell<usize>,
+    pub reused: Cell<usize>,
 }
 
 impl Child {
@@ -37,9 +54,99 @@ impl Child {
             limit,
             version: std::cell::Cell::new(None),
             hiprtc_version: std::cell::Cell::new(None),
+            known: RefCell::new(HashMap::new()),
+            kept: None,
+            ran: Cell::new(0),
+            reused: Cell::new(0),
         })
     }
+
+    /// Keep answers in `cache` across runs, for the compilers whose
+    /// identity (the SHA-256s of comgr and hipRTC) is `compilers`: an
+    /// answer is a function of the compilers and the compile's input.
+    /// The versions the compilers said are kept too, so that a run whose
+    /// every answer is known still names them.
+    pub fn remember(&mut self, cache: Cache, compilers: String) {
+        let versions = cache.get(&format!("versions-{compilers}"), 64);
+        if let Some((comgr, rtc)) = versions.as_deref().and_then(|v| v.split_once(' ')) {
+            self.version.set(parse_version(comgr));
+            self.hiprtc_version.set(parse_version(rtc));
+        }
+        self.kept = Some((cache, compilers));
+    }
 }
+
+fn parse_version(v: &str) -> Option<(usize, usize)> {
+    let (a, b) = v.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+fn show_version(v: Option<(usize, usize)>) -> String {
+    v.map_or("-".into(), |(a, b)| format!("{a}.{b}"))
+}
+
+/// The key of a compile: its whole input as the compiler is handed it
+/// (the language, the target, every option in order, the text and each
+/// header by name and content), and the compilers' identity. Two jobs of
+/// one key are one compile. The preprocessed text would key more jobs
+/// together, but costs a compile-sized call per job to make; the exact
+/// input costs a hash. The text's own name is left out: comgr's code does
+/// not depend on it, and its errors name it only as a position, which a
+/// verdict drops (`verdict::first_error`).
+pub fn job_key(compilers: &str, job: &crate::verdict::Job) -> String {
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(compilers.as_bytes());
+    field(format!("{:?}", job.lang).as_bytes());
+    field(job.arch.as_bytes());
+    for o in options_of(job) {
+        field(o.as_bytes());
+    }
+    field(b"text");
+    field(job.text);
+    for (name, text) in job.headers {
+        field(name.as_bytes());
+        field(text);
+    }
+    crate::checksum::hex(&h.finalize())
+}
+
+/// Every option a job is compiled with, as the child is handed them.
+fn options_of(job: &crate::verdict::Job) -> Vec<String> {
+    match job.lang {
+        crate::verdict::Lang::OpenCl => crate::comgr::MIOPEN_OPTIONS
+            .iter()
+            .map(|o| (*o).to_owned())
+            .chain(job.defines.iter().cloned())
+            .collect(),
+        crate::verdict::Lang::Hip => job.defines.to_vec(),
+    }
+}
+
+/// An answer as kept: "o DIGEST" or "f LOG".
+fn kept_text(c: &crate::verdict::Compiled) -> String {
+    match c {
+        crate::verdict::Compiled::Object(d) => format!("o {}", String::from_utf8_lossy(d)),
+        crate::verdict::Compiled::Failed(log) => format!("f {log}"),
+    }
+}
+
+fn from_kept(text: &str) -> Option<crate::verdict::Compiled> {
+    use crate::verdict::Compiled;
+    match text.split_at_checked(2)? {
+        ("o ", d) if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(Compiled::Object(d.as_bytes().to_vec()))
+        }
+        ("f ", log) => Some(Compiled::Failed(log.to_owned())),
+        _ => None,
+    }
+}
+
+/// The most a kept answer may be: a compile's log is a few KiB.
+const KEPT_LIMIT: u64 = 1 << 20;
 
 /// This very program, to start again as the compile child: through
 /// /proc/self/exe, which still runs it when its file was replaced while it
@@ -107,16 +214,6 @@ fn children_for(jobs: usize) -> usize {
     cores.min(jobs / JOBS_PER_CHILD).max(1)
 }
 
-/// Whether two jobs are the same compile: the same text and headers, the
-/// same defines, for the same target.
-fn same_job(a: &crate::verdict::Job, b: &crate::verdict::Job) -> bool {
-    a.arch == b.arch
-        && a.lang == b.lang
-        && a.defines == b.defines
-        && (std::ptr::eq(a.text, b.text) || a.text == b.text)
-        && a.headers == b.headers
-}
-
 /// One compile at a time through the child, for the diagnosis, which
 /// decides each next compile from the last answer. A child that cannot be
 /// run, hangs past the limit or dies is an error, never a verdict.
@@ -138,25 +235,71 @@ impl crate::verdict::Compiler for Child {
         Ok(one.remove(0))
     }
 
-    /// Every job, each distinct compile once (identical jobs share one
-    /// answer), in as many children as the machine has cores, each child
-    /// a batch in which a text is sent once however many define sets it
-    /// is compiled with.
+    /// Every job, each distinct compile once (jobs of one [`job_key`]
+    /// share one answer, within this run and, with a cache, across runs),
+    /// in as many children as the machine has cores, each child a batch in
+    /// which a text is sent once however many define sets it is compiled
+    /// with.
     fn compile_all(
         &self,
         jobs: &[crate::verdict::Job],
     ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        let mut distinct: Vec<&crate::verdict::Job> = Vec::new();
-        let mut of: Vec<usize> = Vec::with_capacity(jobs.len());
-        for j in jobs {
-            match distinct.iter().position(|d| same_job(d, j)) {
-                Some(p) => of.push(p),
-                None => {
-                    of.push(distinct.len());
-                    distinct.push(j);
+        let compilers = self.kept.as_ref().map_or("", |(_, c)| c.as_str());
+        let keys: Vec<String> = jobs.iter().map(|j| job_key(compilers, j)).collect();
+        // The jobs to run: one per key no answer is known for.
+        let mut todo: Vec<usize> = Vec::new();
+        {
+            let mut known = self.known.borrow_mut();
+            for (i, key) in keys.iter().enumerate() {
+                if known.contains_key(key) || todo.iter().any(|&t| keys[t] == *key) {
+                    continue;
+                }
+                let kept = self.kept.as_ref().and_then(|(cache, _)| {
+                    cache
+                        .get(&format!("compile-{key}"), KEPT_LIMIT)
+                        .and_then(|t| from_kept(&t))
+                });
+                match kept {
+                    Some(c) => {
+                        known.insert(key.clone(), c);
+                    }
+                    None => todo.push(i),
                 }
             }
         }
+        self.ran.set(self.ran.get() + todo.len());
+        self.reused.set(self.reused.get() + jobs.len() - todo.len());
+        if !todo.is_empty() {
+            let run: Vec<&crate::verdict::Job> = todo.iter().map(|&i| &jobs[i]).collect();
+            let answers = self.run(&run)?;
+            let mut known = self.known.borrow_mut();
+            for (&i, answer) in todo.iter().zip(answers) {
+                if let Some((cache, _)) = &self.kept {
+                    cache.put(&format!("compile-{}", keys[i]), &kept_text(&answer));
+                }
+                known.insert(keys[i].clone(), answer);
+            }
+            if let Some((cache, compilers)) = &self.kept {
+                let versions = format!(
+                    "{} {}",
+                    show_version(self.version.get()),
+                    show_version(self.hiprtc_version.get())
+                );
+                cache.put(&format!("versions-{compilers}"), &versions);
+            }
+        }
+        let known = self.known.borrow();
+        Ok(keys.iter().map(|k| known[k].clone()).collect())
+    }
+}
+
+impl Child {
+    /// `distinct` (no two of one key), in as many children as the machine
+    /// has cores.
+    fn run(
+        &self,
+        distinct: &[&crate::verdict::Job],
+    ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
         let per = distinct.len().div_ceil(children_for(distinct.len())).max(1);
         let batches: Vec<Batch> = distinct
             .chunks(per)
@@ -180,7 +323,7 @@ impl crate::verdict::Compiler for Child {
         for (batch, answers) in batches.iter().zip(answered) {
             compiled.extend(self.answered(batch, answers?)?);
         }
-        Ok(of.into_iter().map(|p| compiled[p].clone()).collect())
+        Ok(compiled)
     }
 }
 
@@ -216,18 +359,10 @@ impl Child {
                     s
                 }
             };
-            let options = match job.lang {
-                Lang::OpenCl => crate::comgr::MIOPEN_OPTIONS
-                    .iter()
-                    .map(|o| (*o).to_owned())
-                    .chain(job.defines.iter().cloned())
-                    .collect(),
-                Lang::Hip => job.defines.to_vec(),
-            };
             batch.add_job(Job {
                 source,
                 target: job.arch.to_owned(),
-                options,
+                options: options_of(job),
                 after: None,
             });
         }

@@ -5,6 +5,7 @@
 //! (`verdict`). Established once per command and handed to what decides.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::Result;
 
@@ -25,6 +26,9 @@ pub struct Diagnosis {
     /// The target judged for, and why that one.
     pub target: String,
     pub target_from: String,
+    /// Whether that is the card in this machine: a fix is then proven for
+    /// it alone, else for every RDNA1 target.
+    pub card: bool,
     /// The compiler MIOpen loads; None when torch has none beside it.
     pub compiler_path: Option<PathBuf>,
     /// The hipRTC it compiles its HIP kernels with, when there is one.
@@ -40,20 +44,32 @@ pub struct Diagnosis {
     /// How long the verdicts took: compiling, or reading them back.
     pub took: std::time::Duration,
     /// The cache of verdicts and proofs (`cache`), and the key the
-    /// verdicts on these very files are kept under (the proof beside it);
-    /// None without a cache dir.
+    /// verdicts on these very texts and compilers are kept under (the
+    /// proof beside it); None without a cache dir.
     cache: Option<(Cache, String)>,
+    /// The compilers' identity (their SHA-256s), which compile outcomes
+    /// are kept under; None without a cache dir.
+    compilers: Option<String>,
+    /// The library's bytes, with its stamp before they were read, when
+    /// this run read them (a cold diagnosis): read once, judged, and
+    /// handed to the fix.
+    bytes: std::cell::RefCell<Option<(crate::fsutil::Stamp, Rc<Vec<u8>>)>>,
 }
 
 /// The target to judge for: the RDNA1 card of this machine, else gfx1010.
 pub fn target(sysfs: &Path) -> (String, String) {
-    match crate::gpu::rdna1_targets(sysfs).into_iter().next() {
+    match card(sysfs) {
         Some(t) => (t, "the card in this machine".into()),
         None => (
             "gfx1010".into(),
             "no RDNA1 card in the KFD topology: judged for gfx1010".into(),
         ),
     }
+}
+
+/// The RDNA1 card in this machine's KFD topology, if there is one.
+pub fn card(sysfs: &Path) -> Option<String> {
+    crate::gpu::rdna1_targets(sysfs).into_iter().next()
 }
 
 /// Judge `library` (torch's original MIOpen) for this machine's card,
@@ -63,6 +79,7 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
     let looked_in = torch.runtime_dirs();
     let mut d = Diagnosis {
         library: library.to_owned(),
+        card: card(sysfs).is_some(),
         target,
         target_from,
         compiler_path: crate::comgr::find(&looked_in),
@@ -72,6 +89,8 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
         judgement: None,
         took: std::time::Duration::ZERO,
         cache: None,
+        compilers: None,
+        bytes: std::cell::RefCell::new(None),
     };
     if d.compiler_path.is_some() {
         let start = std::time::Instant::now();
@@ -83,21 +102,26 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
 }
 
 impl Diagnosis {
-    /// The verdicts are kept keyed by the SHA-256 of the library and of the
-    /// compiler, the target and this version's rules: any change to either
-    /// file judges anew.
-    fn cache_key(&self) -> Option<(Cache, String)> {
+    /// The verdicts are kept keyed by all they depend on: the batch-norm
+    /// kernel texts with the headers they include (`verdict::digest`),
+    /// the SHA-256 of each compiler, the target, this version and its
+    /// rules. A library that differs only outside its kernel texts reuses
+    /// them; a change to a text or a compiler judges anew. The texts'
+    /// digest is remembered under the library's stamp, as a compiler's
+    /// SHA-256 is: a second diagnosis reads no byte of either.
+    fn cache_key(&mut self) -> Option<(Cache, String)> {
         let comgr = self.compiler_path.as_deref()?;
         let cache = Cache::open("diagnosis")?;
-        let lib = file_sha256(&cache, &self.library).ok()?;
         let comgr = file_sha256(&cache, comgr).ok()?;
         let hiprtc = match &self.hiprtc_path {
             Some(p) => file_sha256(&cache, p).ok()?,
             None => "-".into(),
         };
+        self.compilers = Some(format!("{comgr}-{hiprtc}"));
+        let texts = self.texts_digest(&cache).ok()?;
         let key = crate::prefix::sha256_hex(
             format!(
-                "{lib} {comgr} {hiprtc} {} {} {}",
+                "{texts} {comgr} {hiprtc} {} {} {}",
                 self.target,
                 crate::version::VERSION,
                 verdict::RULES
@@ -105,6 +129,46 @@ impl Diagnosis {
             .as_bytes(),
         );
         Some((cache, key))
+    }
+
+    /// The digest of the library's batch-norm texts: remembered under its
+    /// stamp, else read from the library (whose bytes are kept for the
+    /// verdicts and the fix).
+    fn texts_digest(&self, cache: &Cache) -> Result<String> {
+        let m = std::fs::metadata(&self.library)?;
+        let memo = format!("texts{}-{}", verdict::RULES, crate::cache::stamp_key(&m));
+        if let Some(hex) = cache
+            .get(&memo, 128)
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Ok(hex);
+        }
+        let bytes = self.read()?;
+        let hex = verdict::digest(&bytes)?;
+        cache.put(&memo, &hex);
+        Ok(hex)
+    }
+
+    /// The library's bytes: read once, then shared by the verdicts and
+    /// the fix.
+    fn read(&self) -> Result<Rc<Vec<u8>>> {
+        if let Some((_, b)) = self.bytes.borrow().as_ref() {
+            return Ok(b.clone());
+        }
+        let stamp = crate::fsutil::Stamp::of(&std::fs::metadata(&self.library)?);
+        let bytes = Rc::new(crate::elf::read_file(&self.library)?);
+        *self.bytes.borrow_mut() = Some((stamp, bytes.clone()));
+        Ok(bytes)
+    }
+
+    /// The bytes this run read, for the fix, with their stamp; the fix
+    /// reads the library itself when there are none or it changed since.
+    fn take_bytes(&self) -> Option<(crate::fsutil::Stamp, Vec<u8>)> {
+        let (stamp, bytes) = self.bytes.borrow_mut().take()?;
+        Some((
+            stamp,
+            Rc::try_unwrap(bytes).unwrap_or_else(|b| (*b).clone()),
+        ))
     }
 
     /// What is kept under the key with `ext`, if anything.
@@ -130,7 +194,7 @@ impl Diagnosis {
             j.cached = true;
             return Ok(j);
         }
-        let bytes = crate::elf::read_file(&self.library)?;
+        let bytes = self.read()?;
         // A library that cannot be read is said as such, before any
         // compile; a compiler that gives no answer, as itself.
         verdict::kernels(&bytes).map_err(|e| {
@@ -148,15 +212,31 @@ impl Diagnosis {
         Ok(judged)
     }
 
+    /// The targets a fix is proven for: the card in this machine, else
+    /// every RDNA1 target.
+    pub fn proven_for(&self) -> Vec<String> {
+        match self.card {
+            true => vec![self.target.clone()],
+            false => verdict::RDNA1.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+
     /// Prove the edit of this library by compiling it (`verdict::prove`),
-    /// or know it proven by an earlier run on these very files: the edit
-    /// is a function of the library's bytes, so its proof is too.
+    /// or know it proven by an earlier run on these very texts and
+    /// compilers for these very targets: the edit is a function of the
+    /// texts, so its proof is too. What the diagnosis compiled (the card's
+    /// cases, the control's) is not compiled again.
     fn proof(&self, original: &[u8], fixed: &[u8]) -> Result<String> {
-        if let Some(line) = self.cached("proof", 4096) {
-            return Ok(format!("{line} (proven before for these very files)"));
+        let targets = self.proven_for();
+        let ext = format!("proof-{}", targets.join("-"));
+        if let Some(line) = self.cached(&ext, 4096) {
+            return Ok(format!("{line} (proven before for these very texts)"));
         }
         let c = self.compiler()?.expect("a proof with a compiler");
-        let line = match verdict::prove(c, original, fixed)? {
+        let child = self.loaded.get().expect("loaded by compiler()");
+        let ran = child.ran.get();
+        let names: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let line = match verdict::prove(c, original, fixed, &names)? {
             Ok(p) => {
                 let now = match p.control_now_compiles {
                     0 => String::new(),
@@ -178,13 +258,18 @@ impl Diagnosis {
                         p.not_judged.join(", ")
                     ),
                 };
+                let which = match self.card {
+                    true => "the card in this machine",
+                    false => "no RDNA1 card in the KFD topology: every RDNA1 target",
+                };
                 format!(
-                    "{} batch-norm kernels compile for {} in every case and compile to unchanged {} code{now}, through {} ({} compiles){not}",
+                    "{} batch-norm kernels compile for {} ({which}) in every case and compile to unchanged {} code{now}, through {} ({} compiles, {} of them run){not}",
                     p.kernels,
-                    verdict::RDNA1.join(", "),
+                    targets.join(", "),
                     verdict::CONTROL,
                     c.describe(),
-                    p.compiles
+                    p.compiles,
+                    child.ran.get() - ran
                 )
             }
             Err(why) => {
@@ -197,7 +282,7 @@ impl Diagnosis {
                 ));
             }
         };
-        self.keep("proof", &line);
+        self.keep(&ext, &line);
         Ok(line)
     }
 
@@ -209,7 +294,10 @@ impl Diagnosis {
             return Ok(None);
         };
         if self.loaded.get().is_none() {
-            let child = compiler(path, self.hiprtc_path.as_deref(), COMPILE_LIMIT)?;
+            let mut child = compiler(path, self.hiprtc_path.as_deref(), COMPILE_LIMIT)?;
+            if let (Some(cache), Some(id)) = (Cache::open("compiles"), &self.compilers) {
+                child.remember(cache, id.clone());
+            }
             let _ = self.loaded.set(child);
         }
         Ok(self.loaded.get().map(|c| c as &dyn Compiler))
@@ -288,9 +376,10 @@ impl Diagnosis {
             return "not compiled: no compiler library beside torch's MIOpen".into();
         };
         let failing = j.failing().count();
-        let how = match j.cached {
-            true => "known from an earlier diagnosis of these very files".to_owned(),
-            false => format!("{} compiles", j.compiles),
+        let how = match (j.cached, self.loaded.get()) {
+            (true, _) => "known from an earlier diagnosis of these very texts".to_owned(),
+            (false, Some(c)) => format!("{} compiles, {} of them run", j.compiles, c.ran.get()),
+            (false, None) => format!("{} compiles", j.compiles),
         };
         let how = format!("{how}, {:.2} s", self.took.as_secs_f64());
         format!(
@@ -371,11 +460,9 @@ impl Diagnosis {
             Some(_) => Some(&prove),
             None => None,
         };
-        // The SHA-256 the cache key took is not computed twice.
-        let memo = self.cache.as_ref().map(|(c, _)| c);
-        let known = |m: &std::fs::Metadata| memo.and_then(|c| memoised_sha256(c, m));
+        // The bytes the diagnosis read are not read twice.
         let planned =
-            crate::inplace::plan(&self.library, prover, Some(&known), &self.not_judged())?;
+            crate::inplace::plan(&self.library, prover, self.take_bytes(), &self.not_judged())?;
         ui.stage("Proven", &planned.proof);
         if self.compiler_path.is_none() {
             ui.warn("--unproven: the fix is installed without a compile to prove it");

@@ -70,8 +70,6 @@ pub struct Planned {
     pub mode: u32,
     /// How the fix was proven (or that it was not).
     pub proof: String,
-    /// The original's SHA-256 when already known for this stamp.
-    pub sha256: Option<String>,
 }
 
 /// The library's bytes with every batch-norm text fixed, and what was done;
@@ -82,20 +80,21 @@ pub struct Planned {
 /// then written).
 pub type Prover<'a> = &'a dyn Fn(&[u8], &[u8]) -> Result<String>;
 
-/// What is already known of a file's SHA-256 for its metadata (the
-/// diagnosis hashed it for its cache key), so that it is not hashed twice.
-pub type KnownSha256<'a> = &'a dyn Fn(&std::fs::Metadata) -> Option<String>;
-
-/// `skip`: the texts not to edit (kernels the diagnosis could not judge).
+/// `read`: the library's bytes as the diagnosis read them, with its stamp
+/// before that read, so that a 400 MB library is read once; used only
+/// while the file still has that stamp. `skip`: the texts not to edit
+/// (kernels the diagnosis could not judge).
 pub fn plan(
     library: &Path,
     prover: Option<Prover>,
-    known: Option<KnownSha256>,
+    read: Option<(Stamp, Vec<u8>)>,
     skip: &[String],
 ) -> Result<Planned> {
     let meta = std::fs::metadata(library).at("read", library)?;
-    let sha256 = known.and_then(|k| k(&meta));
-    let original = crate::elf::read_file(library)?;
+    let original = match read {
+        Some((stamp, bytes)) if stamp == Stamp::of(&meta) => bytes,
+        _ => crate::elf::read_file(library)?,
+    };
     let fix = embedded::fix_except(&original, skip).with_context(|| {
         format!(
             "{} is not a library whose kernel texts can be read",
@@ -133,7 +132,6 @@ pub fn plan(
         stamp: Stamp::of(&meta),
         mode: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
         proof,
-        sha256,
     })
 }
 
@@ -147,7 +145,6 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         stamp,
         mode,
         proof,
-        sha256,
     } = planned;
     let elf = crate::elf::parse(&fixed)?;
     let soname = elf.soname.clone().ok_or_else(|| {
@@ -172,8 +169,7 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
         let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
-        let (sha256, source, md5) =
-            hash_and_write(&original, &fixed, stamp, &staged_lib, mode, sha256)?;
+        let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
         let mut prov = provenance(req, sha256, found_by, texts);
         if let Some(p) = prov.in_place.as_mut() {
             p.proof = Some(proof.clone());
@@ -232,11 +228,10 @@ fn hash_and_write(
     stamp: Stamp,
     to: &Path,
     mode: u32,
-    sha256: Option<String>,
 ) -> Result<(String, checksum::Known, String)> {
     let (source, written) = std::thread::scope(|s| {
         let source = s.spawn(|| -> Result<_> {
-            let sha256 = sha256.unwrap_or_else(|| prefix::sha256_hex(original));
+            let sha256 = prefix::sha256_hex(original);
             let needle = kernel_text::MARKER_PREFIX.as_bytes();
             Ok((sha256, checksum::Known::of_bytes(original, needle, stamp)?))
         });

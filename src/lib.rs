@@ -10,7 +10,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod builder;
-pub(crate) mod cache;
+pub mod cache;
 pub mod checksum;
 pub(crate) mod clean;
 pub mod cli;

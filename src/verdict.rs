@@ -18,13 +18,16 @@ use serde::{Deserialize, Serialize};
 mod cases;
 #[cfg(fuzzing)]
 mod fuzz;
+mod judge;
 mod proof;
 mod source;
 pub use cases::{Case, Type, cases, defines, variants};
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_kernels;
+pub(crate) use judge::compile_all;
+pub use judge::{judge, judge_text, judge_units};
 pub use proof::{Proof, Reached, Unproven, prove};
-pub use source::{Lang, Source, Unit, kernels, kernels_in, unplain};
+pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
@@ -212,140 +215,6 @@ impl Judgement {
     pub fn failing(&self) -> impl Iterator<Item = &Kernel> {
         self.kernels.iter().filter(|k| k.verdict.fails())
     }
-}
-
-/// Judge every batch-norm kernel of `library` for `arch`.
-pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Result<Judgement> {
-    let mut compiles = 0;
-    let mut out = Vec::new();
-    for s in kernels(library)? {
-        out.push(judge_text(
-            compiler,
-            &Unit::of(&s, library),
-            arch,
-            &mut compiles,
-        )?);
-    }
-    Ok(Judgement {
-        arch: arch.to_owned(),
-        compiler: compiler.describe(),
-        kernels: out,
-        compiles,
-        cached: false,
-    })
-}
-
-/// One text for `arch`, in three rounds, each one batch for the compiler:
-/// every case for `arch`; those that failed once more with their
-/// `row_bcast` instructions blanked, where the log does not say why, to
-/// tell the DPP reduction from another cause; and the control for them, to
-/// tell a gfx101x failure from one of every card.
-pub fn judge_text(
-    compiler: &dyn Compiler,
-    unit: &Unit,
-    arch: &str,
-    compiles: &mut usize,
-) -> anyhow::Result<Kernel> {
-    // A name that would lead a compiler out of its directory: nothing is
-    // compiled, and the kernel is said not judged, with the name.
-    if let Some(error) = unit.refused() {
-        return Ok(Kernel {
-            name: unit.name.clone(),
-            cases: 0,
-            failing: 0,
-            control_too: 0,
-            verdict: Verdict::Refused { error },
-        });
-    }
-    let cases = unit.cases();
-    let asked: Vec<Vec<String>> = unit.defines_all(arch, &cases);
-    let failed: Vec<(usize, String)> = compile_all(compiler, unit, arch, &asked, compiles)?
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, c)| match c {
-            Compiled::Failed(log) => Some((i, log)),
-            Compiled::Object(_) => None,
-        })
-        .collect();
-    let ask: Vec<usize> = failed
-        .iter()
-        .filter(|(_, log)| !at_dpp(log))
-        .map(|(i, _)| *i)
-        .collect();
-    let again = match unit.without_row_bcast() {
-        Some(b) => {
-            let defines: Vec<Vec<String>> = ask.iter().map(|i| asked[*i].clone()).collect();
-            compile_all(compiler, &b, arch, &defines, compiles)?
-        }
-        None => Vec::new(),
-    };
-    let failed_cases: Vec<Case> = failed.iter().map(|(i, _)| cases[*i]).collect();
-    let controls: Vec<Vec<String>> = unit.defines_all(CONTROL, &failed_cases);
-    let control = compile_all(compiler, unit, CONTROL, &controls, compiles)?;
-    let (mut control_too, mut every_card) = (0, 0);
-    let mut verdict = Verdict::Compiles;
-    for ((i, log), c) in failed.iter().zip(control) {
-        let dpp = at_dpp(log)
-            || ask
-                .iter()
-                .position(|a| a == i)
-                .and_then(|k| again.get(k))
-                .is_some_and(|c| matches!(c, Compiled::Object(_)));
-        let control_fails = matches!(c, Compiled::Failed(_));
-        control_too += usize::from(control_fails);
-        every_card += usize::from(control_fails && !dpp);
-        let (case, error) = (cases[*i].to_string(), first_error(log));
-        if !verdict.fails() {
-            verdict = match dpp {
-                true => Verdict::FailsAtDpp { case, error },
-                false => Verdict::FailsOtherwise { case, error },
-            };
-        } else if !dpp && matches!(verdict, Verdict::FailsAtDpp { .. }) {
-            // A failure the fix cannot reach outweighs one it can.
-            verdict = Verdict::FailsOtherwise { case, error };
-        }
-    }
-    // A text no case of which compiles anywhere, DPP aside, was never
-    // judged: that is said, never taken for "compiles" or for a failure
-    // of gfx101x.
-    if !cases.is_empty() && every_card == cases.len() {
-        let (i, log) = &failed[0];
-        verdict = Verdict::NotJudged {
-            case: cases[*i].to_string(),
-            error: first_error(log),
-        };
-    }
-    Ok(Kernel {
-        name: unit.name.clone(),
-        cases: cases.len(),
-        failing: failed.len(),
-        control_too,
-        verdict,
-    })
-}
-
-/// `unit` compiled for `arch` with each define set, in one batch.
-pub(crate) fn compile_all(
-    compiler: &dyn Compiler,
-    unit: &Unit,
-    arch: &str,
-    defines: &[Vec<String>],
-    compiles: &mut usize,
-) -> anyhow::Result<Vec<Compiled>> {
-    if defines.is_empty() {
-        return Ok(Vec::new());
-    }
-    *compiles += defines.len();
-    let jobs: Vec<Job> = defines.iter().map(|d| unit.job(arch, d)).collect();
-    let answers = compiler.compile_all(&jobs)?;
-    anyhow::ensure!(
-        answers.len() == jobs.len(),
-        "{} gave {} answers to {} compiles",
-        compiler.describe(),
-        answers.len(),
-        jobs.len()
-    );
-    Ok(answers)
 }
 
 /// Blank every instruction with a `row_bcast` operand in `text`; whether

@@ -1,11 +1,12 @@
 //! The proof of a fix, by the same compiler as the diagnosis: every case
-//! of every kernel compiles for each RDNA1 target after the edit, and the
+//! of every kernel compiles for each target asked (the card in the
+//! machine, else every RDNA1 target) after the edit, and the
 //! code the control compiles to is unchanged wherever it compiled before.
 //! A kernel that compiled nowhere before and was not edited is said, not
 //! taken for proven; one still failing is named with the line of the DPP
 //! reduction it still reaches.
 
-use super::{CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, judge_text};
+use super::{CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, judge_units};
 
 /// Why a fix is not proven: nothing of it may be installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub struct Proof {
 }
 
 /// Prove `fixed` (the same library after the same-length edit): every case
-/// of every batch-norm kernel compiles for each RDNA1 target, and every
+/// of every batch-norm kernel compiles for each of `targets`, and every
 /// kernel whose text (or a header it includes) the edit changed compiles,
 /// in each case that compiled before for the control, to the very code
 /// object the pristine text compiles to.
@@ -94,14 +95,17 @@ pub fn prove(
     compiler: &dyn Compiler,
     pristine: &[u8],
     fixed: &[u8],
+    targets: &[&str],
 ) -> anyhow::Result<std::result::Result<Proof, Unproven>> {
+    anyhow::ensure!(!targets.is_empty(), "a proof for no target");
     let mut compiles = 0;
     let sources = super::kernels(fixed)?;
     let mut not_judged: Vec<String> = Vec::new();
-    for arch in RDNA1 {
-        for s in &sources {
-            let unit = Unit::of(s, fixed);
-            let k = judge_text(compiler, &unit, arch, &mut compiles)?;
+    let units: Vec<Unit> = sources.iter().map(|s| Unit::of(s, fixed)).collect();
+    for &arch in targets {
+        // Every kernel for this target in one round, on every core.
+        let judged = judge_units(compiler, &units, arch, &mut compiles)?;
+        for ((s, unit), k) in sources.iter().zip(&units).zip(judged) {
             let (case, error) = match k.verdict {
                 Verdict::Compiles => continue,
                 // Never compiled, so never edited: said as not judged (an
@@ -143,7 +147,7 @@ pub fn prove(
                 kernel: s.name.clone(),
                 arch: arch.to_owned(),
                 error: format!("{case}: {error}"),
-                reached: reached(compiler, &unit, arch, &defines, &mut compiles)?,
+                reached: reached(compiler, unit, arch, &defines, &mut compiles)?,
             }));
         }
     }
@@ -171,7 +175,12 @@ fn control_unchanged(
     compiles: &mut usize,
 ) -> anyhow::Result<std::result::Result<usize, Unproven>> {
     let mut control_now_compiles = 0;
-    for s in sources.iter().filter(|s| s.differs(pristine, fixed)) {
+    let changed: Vec<&super::Source> = sources
+        .iter()
+        .filter(|s| s.differs(pristine, fixed))
+        .collect();
+    let mut pairs = Vec::new();
+    for s in &changed {
         let (before, after) = (Unit::of(s, pristine), Unit::of(s, fixed));
         if let Some(error) = before.refused().or_else(|| after.refused()) {
             return Ok(Err(Unproven::Refused {
@@ -181,16 +190,40 @@ fn control_unchanged(
         }
         let cases = before.cases();
         let defines: Vec<Vec<String>> = before.defines_all(CONTROL, &cases);
-        let objects = |u: &Unit, compiles: &mut usize| -> anyhow::Result<Vec<Option<Vec<u8>>>> {
-            Ok(compile_all(compiler, u, CONTROL, &defines, compiles)?
-                .into_iter()
-                .map(|c| match c {
-                    Compiled::Object(o) => Some(o),
-                    Compiled::Failed(_) => None,
-                })
-                .collect())
-        };
-        let (was, is) = (objects(&before, compiles)?, objects(&after, compiles)?);
+        pairs.push((before, after, cases, defines));
+    }
+    // Every changed kernel before and after, in one round: the "before"
+    // code is what the diagnosis compiled for the control, where it did.
+    let jobs: Vec<Job> = pairs
+        .iter()
+        .flat_map(|(b, a, _, d)| {
+            d.iter()
+                .map(|d| b.job(CONTROL, d))
+                .chain(d.iter().map(|d| a.job(CONTROL, d)))
+        })
+        .collect();
+    *compiles += jobs.len();
+    let answers = match jobs.is_empty() {
+        true => Vec::new(),
+        false => compiler.compile_all(&jobs)?,
+    };
+    anyhow::ensure!(
+        answers.len() == jobs.len(),
+        "{} gave {} answers to {} compiles",
+        compiler.describe(),
+        answers.len(),
+        jobs.len()
+    );
+    let object = |c: &Compiled| match c {
+        Compiled::Object(o) => Some(o.clone()),
+        Compiled::Failed(_) => None,
+    };
+    let mut at = 0;
+    for (s, (_, _, cases, d)) in changed.iter().zip(&pairs) {
+        let n = d.len();
+        let was: Vec<Option<Vec<u8>>> = answers[at..at + n].iter().map(object).collect();
+        let is: Vec<Option<Vec<u8>>> = answers[at + n..at + 2 * n].iter().map(object).collect();
+        at += 2 * n;
         for i in 0..cases.len() {
             match (&was[i], &is[i]) {
                 // A case that failed for the control before may compile

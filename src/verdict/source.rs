@@ -62,6 +62,31 @@ pub fn kernels(library: &[u8]) -> anyhow::Result<Vec<Source>> {
     Ok(out)
 }
 
+/// What every verdict on `library` depends on of it, as a SHA-256: each
+/// batch-norm kernel text (its name, its language, its bytes) with the
+/// headers it includes, by name and content. Nothing else of the library
+/// reaches a compiler, so a library that differs only elsewhere is judged
+/// alike, and its fix (made in these texts alone) proven alike.
+pub fn digest(library: &[u8]) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    for s in kernels(library)? {
+        field(s.name.as_bytes());
+        field(format!("{:?}", s.lang).as_bytes());
+        field(&library[s.range.clone()]);
+        for (name, r) in &s.headers {
+            field(name.as_bytes());
+            field(&library[r.clone()]);
+        }
+        field(b"end");
+    }
+    Ok(crate::checksum::hex(&h.finalize()))
+}
+
 /// [`kernels`] among `texts`, located in `library` (each range inside it).
 pub fn kernels_in(texts: &[Text], library: &[u8]) -> Vec<Source> {
     // The headers by symbol, the first of a name: one look-up per include.
@@ -130,15 +155,66 @@ fn includes(
                 })
                 .collect();
             let symbol = format!("MIOPEN_KERNEL_{symbol}_INCLUDE");
-            if let Some(h) = by_symbol.get(symbol.as_str())
+            // A library whose symbols are hidden names no header: it is
+            // found by its include guard instead (`by_guard`).
+            let found = match by_symbol.is_empty() {
+                false => by_symbol.get(symbol.as_str()).map(|h| (*h).clone()),
+                true => by_guard(library, &name),
+            };
+            if let Some(h) = found
                 && symbols.insert(symbol)
             {
-                out.push((name, (*h).clone()));
-                todo.push((*h).clone());
+                out.push((name, h.clone()));
+                todo.push(h);
             }
         }
     }
     out
+}
+
+/// The text of the header `name` in a library whose symbols are hidden:
+/// the NUL-delimited string that opens with its include guard, `#ifndef
+/// X` then `#define X`, where X ends in the name's file name spelled as a
+/// guard (`bn_reduction.hpp`: `..._BN_REDUCTION_HPP`), as MIOpen's
+/// headers and the tests' are guarded. The first such string; none when
+/// no string has it (hipRTC then says the header is missing, as it would
+/// at run time).
+fn by_guard(library: &[u8], name: &str) -> Option<std::ops::Range<usize>> {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    let guard: Vec<u8> = file
+        .bytes()
+        .map(|b| match b.is_ascii_alphanumeric() {
+            true => b.to_ascii_uppercase(),
+            false => b'_',
+        })
+        .collect();
+    for at in memchr::memmem::find_iter(library, b"#ifndef ") {
+        let line = &library[at + 8..];
+        let end = line
+            .iter()
+            .position(|&b| b == b'\n' || b == 0)
+            .unwrap_or(line.len());
+        let x = line[..end].trim_ascii();
+        let named =
+            x.ends_with(&guard) && (x.len() == guard.len() || x[x.len() - guard.len() - 1] == b'_');
+        if !named {
+            continue;
+        }
+        let next = line[end..]
+            .strip_prefix(b"\n")
+            .unwrap_or(&[])
+            .trim_ascii_start();
+        let defined = next
+            .strip_prefix(b"#define ")
+            .is_some_and(|d| d.trim_ascii_start().starts_with(x));
+        if !defined {
+            continue;
+        }
+        let start = memchr::memrchr(0, &library[..at]).map_or(0, |n| n + 1);
+        let stop = memchr::memchr(0, &library[at..]).map_or(library.len(), |n| at + n);
+        return Some(start..stop);
+    }
+    None
 }
 
 /// The names a text includes in quotes (`#include "name"`), as written:

@@ -82,14 +82,20 @@ fn a_fix_is_proven_only_where_it_makes_every_kernel_compile() {
         }
     };
     let (pristine, ours) = fixed("stock");
-    let proof = verdict::prove(&c, &pristine, &ours).unwrap().unwrap();
+    let proof = verdict::prove(&c, &pristine, &ours, &verdict::RDNA1)
+        .unwrap()
+        .unwrap();
     assert_eq!(proof.kernels, 2);
     let (pristine, ours) = fixed("names-gfx1010");
-    verdict::prove(&c, &pristine, &ours).unwrap().unwrap();
+    verdict::prove(&c, &pristine, &ours, &verdict::RDNA1)
+        .unwrap()
+        .unwrap();
     // DPP written under a decision no rule knows: the fix does not reach
     // it, and the proof names the line it still reaches.
     let (pristine, ours) = fixed("unknown-macro");
-    let unproven = verdict::prove(&c, &pristine, &ours).unwrap().unwrap_err();
+    let unproven = verdict::prove(&c, &pristine, &ours, &verdict::RDNA1)
+        .unwrap()
+        .unwrap_err();
     assert_eq!(unproven.to_string(), UNKNOWN_MACRO_UNPROVEN);
 }
 
@@ -141,11 +147,11 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
         run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)")
             .says(&format!("Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {comgr} (", torch.miopen().display()));
     }
-    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {comgr}"));
+    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {comgr}"));
     real.ok().says("Installed");
     let prov =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
-    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
+    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
 
     // (b) A portable reduction, as upstream after April 2026: nothing to
     // fix, exit 0, nothing written.
@@ -296,7 +302,7 @@ fn a_second_diagnosis_of_the_same_files_compiles_nothing() {
     let second = doctor();
     assert!(
         line_matches(
-            "[..] (known from an earlier diagnosis of these very files, [..] s)",
+            "[..] (known from an earlier diagnosis of these very texts, [..] s)",
             &second
         ),
         "{second}"
@@ -329,8 +335,8 @@ fn installing_the_same_library_again_needs_no_second_proof() {
     sb.rollback(&[]).ok();
     sb.install(&["--profile", "rocm-6.4.3"])
         .ok()
-        .says("(known from an earlier diagnosis of these very files, ")
-        .says("compiles) (proven before for these very files)")
+        .says("(known from an earlier diagnosis of these very texts, ")
+        .says("of them run) (proven before for these very texts)")
         .says("Installed");
 }
 
@@ -378,7 +384,7 @@ fn hip_kernels_are_judged_through_hiprtc() {
             ))
             .says(&through);
     }
-    dry.ok().says(&format!("3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code, {through}"));
+    dry.ok().says(&format!("3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {through}"));
     real.ok().says("Installed");
     // The edit is in the header hipRTC is handed, not in the kernel text.
     let installed = std::fs::read(torch.miopen()).unwrap();
@@ -457,7 +463,9 @@ fn a_decision_true_for_gfx1030_too_is_failing_then_fixed_and_proven() {
     );
     // The library as it is, unfixed, is no proof: its failing case is
     // found, with the line of the DPP reduction it reaches.
-    let unproven = verdict::prove(&c, &lib, &lib).unwrap().unwrap_err();
+    let unproven = verdict::prove(&c, &lib, &lib, &verdict::RDNA1)
+        .unwrap()
+        .unwrap_err();
     assert_eq!(
         unproven.to_string(),
         format!(
@@ -477,7 +485,7 @@ fn a_decision_true_for_gfx1030_too_is_failing_then_fixed_and_proven() {
                 "Diagnosis 1 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {through} (",
                 torch.miopen().display()
             ))
-            .says(&format!("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 in every case and compile to unchanged gfx1030 code (1 gfx1030 case that failed before the fix compiles after it), {through} ("));
+            .says(&format!("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code (1 gfx1030 case that failed before the fix compiles after it), {through} ("));
         assert!(!run.stderr.contains("Nothing"), "{}", run.stderr);
     }
     dry.ok();

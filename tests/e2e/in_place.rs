@@ -345,14 +345,10 @@ fn debian_comgr() -> rdna1_patch::compiler::Child {
         comgr.exists(),
         "apt-get install libamd-comgr2 libclang-common-15-dev"
     );
-    rdna1_patch::compiler::Child {
-        exe: crate::support::BIN.into(),
-        comgr,
-        hiprtc: None,
-        limit: std::time::Duration::from_secs(600),
-        version: Default::default(),
-        hiprtc_version: Default::default(),
-    }
+    let mut c =
+        rdna1_patch::compiler::Child::new(comgr, std::time::Duration::from_secs(600)).unwrap();
+    c.exe = crate::support::BIN.into();
+    c
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod conventions;
 mod detection;
 mod diagnosis;
 mod examples;
+mod fast;
 mod first_contact;
 mod fs_errors;
 mod hostile;

@@ -77,9 +77,9 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             target: "<= 2x cp + md5sum".into(),
             met: ratio <= 2.0,
             note: format!(
-                "{ratio:.2}x; a {mb:.0} MB library: its SHA-256 first, for the diagnosis's cache key (a new file each run: nothing is remembered), then its MD5 on one core while the fixed library is hashed and written to the prefix on the other; torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's"
+                "{ratio:.2}x; a {mb:.0} MB library, a new file each run: read once, its kernel texts' digest keys the verdicts and the proof (known from the first run: the texts are the same), the fix made in memory from those bytes, then the library's SHA-256 (the provenance's) and MD5 on one core while the fixed library is hashed and written to the prefix on the other; torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's"
             ),
-            why: "the cold diagnosis hashes the whole library (SHA-256, its cache key) before the fix starts, on one core, and the fix then hashes it again (MD5, the backup's name) beside the fixed library's MD5 (MD5SUMS), where md5sum does one hash; keying the verdicts on the batch-norm texts alone, all they depend on, would take the first hash off",
+            why: "the whole-library SHA-256 before the fix is gone (the verdicts are keyed on the kernel texts), but the fix still hashes the original twice (SHA-256 for the provenance, MD5 for the backup's name) beside the fixed library's MD5 and its write, and copies it in memory to edit it, where cp + md5sum writes once and hashes once: about 2.5 passes over 400 MB on 2 cores against 1; the provenance's SHA-256 computed while the diagnosis reads the library would take one pass off the path",
         },
         Row {
             name: "The same where nothing can be linked (across filesystems, or a library others could write)",
@@ -120,7 +120,13 @@ pub(super) fn install_in_place(
     .arg(prefix)
     .arg("--state-dir")
     .arg(state)
-    .env("HOME", home);
+    .env("HOME", home)
+    // The RX 5600 XT's recorded KFD topology: one card, gfx1010, so the
+    // fix is proven for the card in the machine, as a user's would be.
+    .env(
+        rdna1_testkit::SYSFS_ENV,
+        rdna1_testkit::gpus("rx5600xt-gfx1010"),
+    );
     c
 }
 

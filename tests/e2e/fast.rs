@@ -1,0 +1,318 @@
+//! Issue 51, the fast part: a kernel found by content is judged, and
+//! every way a compile is saved (one compile for identical inputs, the
+//! compile cache, the verdicts keyed on the kernel texts, the proof
+//! reusing the diagnosis) gives the very verdicts and proof of compiling
+//! each case. Through Debian 12's real comgr and hipRTC.
+
+use crate::diagnosis::{DEBIAN_HIPRTC, variant};
+use crate::in_place::{HIP64, torch_of};
+use crate::support::{Run, Sandbox};
+
+/// A native torch whose libMIOpen is `lib`'s bytes, with Debian's hipRTC
+/// linked beside its comgr.
+fn torch_with(sb: &Sandbox, lib: &std::path::Path) -> rdna1_testkit::FakeTorch {
+    let torch = torch_of(sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    std::fs::copy(lib, torch.miopen()).unwrap();
+    std::os::unix::fs::symlink(DEBIAN_HIPRTC, torch.lib.join("libamdhip64.so.5")).expect(
+        "this test compiles HIP kernels with Debian's hipRTC: apt-get install libamdhip64-5",
+    );
+    torch
+}
+
+/// The lines of a run's report that say what was judged and proven,
+/// times and temp dirs as `[..]`.
+fn said(run: &Run, torch: &rdna1_testkit::FakeTorch) -> Vec<String> {
+    let dir = torch.dir.display().to_string();
+    run.stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            ["Kernel ", "Diagnosis ", "Proven ", "Nothing "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .map(|l| {
+            let l = l.replace(&dir, "TORCH");
+            match l.rfind(", ") {
+                Some(i) if l.ends_with(" s)") => format!("{}, [..] s)", &l[..i]),
+                _ => l,
+            }
+        })
+        .collect()
+}
+
+/// 7.x's HIP batch-norm kernel in a library whose symbols are hidden:
+/// found by content (the text by a search of the read-only data, its
+/// headers by their include guards), judged failing at the DPP
+/// reduction through hipRTC, fixed and proven with the OpenCL ones. On
+/// the code before (issue 51) it was "not judged" (its headers never
+/// handed over) while its header was edited.
+#[test]
+fn a_hip_kernel_whose_names_are_hidden_is_judged_and_proven() {
+    use rdna1_patch::verdict::{self, Lang};
+    let lib = std::fs::read(variant("hip-hidden")).unwrap();
+    let hip: Vec<_> = verdict::kernels(&lib)
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.lang == Lang::Hip)
+        .map(|k| {
+            let headers: Vec<String> = k.headers.iter().map(|(n, _)| n.clone()).collect();
+            (k.name, headers)
+        })
+        .collect();
+    assert_eq!(hip.len(), 1, "{hip:?}");
+    assert!(hip[0].0.starts_with("text at 0x"), "{hip:?}");
+    assert_eq!(hip[0].1, ["configuration.hpp", "bn_reduction.hpp"]);
+    let hip_name = hip[0].0.clone();
+
+    let sb = Sandbox::new();
+    let torch = torch_with(&sb, &variant("hip-hidden"));
+    let through =
+        "through comgr 2.4 (TORCH/lib/libamd_comgr.so.2), hipRTC 5.2 (TORCH/lib/libamdhip64.so.5)";
+    for dry in [true, false] {
+        let mut args = vec!["--profile", "rocm-6.4.3"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let run = sb.install(&args).ok();
+        let lines = said(&run, &torch);
+        let expected = [
+            "Kernel text at 0x[..]: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in [..] for gfx1010".to_owned(),
+            "Kernel text at 0x[..]: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010".to_owned(),
+            "Kernel text at 0x[..]: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010".to_owned(),
+            format!("Diagnosis 3 of 3 batch-norm kernels of TORCH/lib/libMIOpen.so fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {through} ([..] s)"),
+            format!("Proven 3 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {through} ([..])"),
+        ];
+        assert_eq!(lines.len(), expected.len(), "{lines:#?}");
+        for (line, want) in lines.iter().zip(&expected) {
+            assert!(crate::support::line_matches(want, line), "{line}\n{want}");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("Kernel {hip_name}: fails at the DPP"))),
+            "the HIP kernel judged: {lines:#?}"
+        );
+    }
+    // Installed: the header hipRTC is handed was fixed, and proven with
+    // the kernel that includes it.
+    let installed = std::fs::read(torch.miopen()).unwrap();
+    let guard = b"#if defined(__AMDGCN__) && !__has_builtin(__builtin_amdgcn_permlanex16)";
+    assert!(memchr::memmem::find(&installed, guard).is_some());
+}
+
+/// Debian's comgr in a child of the binary, its answers kept in `cache`
+/// (`compiler::Child::remember`), as the diagnosis keeps them.
+fn cached_child(cache: &std::path::Path) -> rdna1_patch::compiler::Child {
+    use crate::diagnosis::DEBIAN_COMGR;
+    let mut c =
+        rdna1_patch::compiler::Child::new(DEBIAN_COMGR.into(), std::time::Duration::from_secs(300))
+            .unwrap();
+    c.exe = crate::support::BIN.into();
+    c.remember(
+        rdna1_patch::cache::Cache::at(cache.to_owned()),
+        "debian-comgr".into(),
+    );
+    c
+}
+
+/// A library of two kernels: the stock forward kernel's text, and a
+/// second whose text is `second` of it.
+fn two_kernels(dir: &std::path::Path, second: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    let stock = std::fs::read(variant("stock")).unwrap();
+    let fwd = rdna1_patch::verdict::kernels(&stock)
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL")
+        .unwrap();
+    let text = stock[fwd.range.clone()].to_vec();
+    let texts = [
+        (fwd.name.clone(), text.clone()),
+        (format!("{}TWIN", fwd.name), second(&text)),
+    ];
+    std::fs::create_dir_all(dir).unwrap();
+    let lib = dir.join("libMIOpen.so");
+    crate::texts::miopen_embedding(dir, &lib, &texts);
+    std::fs::read(lib).unwrap()
+}
+
+/// `text` with `from` replaced by `to` (same length) once.
+fn edited(text: &[u8], from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let at = memchr::memmem::find(text, from.as_bytes()).unwrap_or_else(|| panic!("no {from}"));
+    let mut t = text.to_vec();
+    t[at..at + to.len()].copy_from_slice(to.as_bytes());
+    t
+}
+
+/// One compile for identical inputs, and the compile cache, give the very
+/// verdicts and proof of compiling each case in process: for a library
+/// whose two kernels key to one input (one text twice), one whose
+/// kernels differ only by a comment (two inputs), and the stock one. The
+/// children compile each distinct input once; run again with the same
+/// cache, they compile nothing and answer alike.
+#[test]
+fn a_deduplicated_or_cached_compile_gives_the_verdicts_and_proof_of_each_case() {
+    use rdna1_patch::embedded;
+    use rdna1_patch::verdict::{self, RDNA1};
+    let in_process =
+        rdna1_patch::comgr::Comgr::open(std::path::Path::new(crate::diagnosis::DEBIAN_COMGR))
+            .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    let dir = tempfile::tempdir().unwrap();
+    let same = two_kernels(&dir.path().join("same"), |t| t.to_vec());
+    let differ = two_kernels(&dir.path().join("differ"), |t| {
+        let mut t = t.to_vec();
+        t.extend_from_slice(b"\n// another input, the same kernel\n");
+        t
+    });
+    let stock = std::fs::read(variant("stock")).unwrap();
+    for (name, lib, distinct_of) in [
+        ("same", &same, 2),
+        ("differ", &differ, 1),
+        ("stock", &stock, 1),
+    ] {
+        let mut one = verdict::judge(&in_process, lib, "gfx1010").unwrap();
+        one.compiler.clear();
+        let fixed = match embedded::fix(lib).unwrap() {
+            embedded::Fix::Fixed { bytes, .. } => bytes,
+            embedded::Fix::Refused(r) => panic!("{name}: {r}"),
+        };
+        let proof = verdict::prove(&in_process, lib, &fixed, &RDNA1)
+            .unwrap()
+            .unwrap();
+        let cache = dir.path().join(format!("cache-{name}"));
+        for round in 0..2 {
+            let c = cached_child(&cache);
+            let mut many = verdict::judge(&c, lib, "gfx1010").unwrap();
+            many.compiler.clear();
+            assert_eq!(one, many, "{name}, round {round}");
+            let ran = c.ran.get();
+            match round {
+                0 => assert_eq!(ran * distinct_of, many.compiles, "{name}"),
+                _ => assert_eq!(ran, 0, "{name}: every answer kept"),
+            }
+            // The proof after the diagnosis, as install makes it: the same
+            // proof, the diagnosis's compiles not run again.
+            let again = verdict::prove(&c, lib, &fixed, &RDNA1).unwrap().unwrap();
+            assert_eq!(proof, again, "{name}, round {round}");
+            if round == 1 {
+                assert_eq!(c.ran.get(), 0, "{name}: the proof kept too");
+            }
+        }
+    }
+}
+
+/// The proof reusing the diagnosis's compiles still refuses a fix that
+/// breaks a case, and one that changes gfx1030's code, with the kernel
+/// and the case named.
+#[test]
+fn the_proof_after_a_cached_diagnosis_still_refuses_a_broken_fix() {
+    use rdna1_patch::embedded;
+    use rdna1_patch::verdict::{self, RDNA1};
+    const TWIN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALTWIN";
+    let dir = tempfile::tempdir().unwrap();
+    let lib = two_kernels(dir.path(), |t| t.to_vec());
+    let fixed = match embedded::fix(&lib).unwrap() {
+        embedded::Fix::Fixed { bytes, .. } => bytes,
+        embedded::Fix::Refused(r) => panic!("{r}"),
+    };
+    let twin = verdict::kernels(&fixed)
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == TWIN)
+        .unwrap()
+        .range;
+    let spoilt = |from: &str, to: &str| {
+        let mut f = fixed.clone();
+        let text = edited(&f[twin.clone()], from, to);
+        f[twin.clone()].copy_from_slice(&text);
+        f
+    };
+    let c = cached_child(&dir.path().join("cache"));
+    verdict::judge(&c, &lib, "gfx1010").unwrap();
+    verdict::prove(&c, &lib, &fixed, &RDNA1).unwrap().unwrap();
+    // A case broken by the "fix": an undeclared function.
+    let broken = verdict::prove(&c, &lib, &spoilt("rsqrt(eps", "rsqrX(eps"), &RDNA1)
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        crate::support::line_matches(
+            &format!("{TWIN} still fails for gfx1010 after the fix: fp32 NCHW: [..]rsqrX[..]"),
+            &broken.to_string()
+        ),
+        "{broken}"
+    );
+    // gfx1030's code changed by the "fix": another constant.
+    let changed = verdict::prove(&c, &lib, &spoilt("eps + 1.0f", "eps + 2.0f"), &RDNA1)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        changed.to_string(),
+        format!(
+            "the fix changes the code {TWIN} compiles to for gfx1030 (fp32 NCHW), where it must change nothing"
+        )
+    );
+}
+
+/// The warm path reads no byte of the library for its verdicts: the
+/// digest of its kernel texts is believed from the memo of its stamp. A
+/// memo of the stock library's stamp that names the portable library's
+/// texts gives the portable library's verdicts, known from the cache,
+/// though the bytes are stock's (which fail).
+#[test]
+fn the_warm_diagnosis_reads_no_byte_of_the_library() {
+    use std::os::unix::fs::MetadataExt;
+    let sb = Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let doctor = || {
+        let run = sb.run(&["doctor", "--profile", "rocm-6.4.3", "--python", "python3"]);
+        crate::support::check_row(&run.stdout, "kernels").to_owned()
+    };
+    let memo = |m: &std::fs::Metadata| {
+        sb.root
+            .join("xdg-cache/rdna1-patch/diagnosis")
+            .join(format!(
+                "texts2-{}-{}-{}-{}.{}-{}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec()
+            ))
+    };
+    std::fs::remove_file(torch.miopen()).unwrap();
+    std::fs::copy(variant("portable"), torch.miopen()).unwrap();
+    let portable = doctor();
+    assert!(
+        crate::support::line_matches(
+            "ok    kernels   0 of 2 [..] (2 compiles, 2 of them run, [..] s)",
+            &portable
+        ),
+        "{portable}"
+    );
+    let portable_texts =
+        std::fs::read_to_string(memo(&std::fs::metadata(torch.miopen()).unwrap())).unwrap();
+    std::fs::remove_file(torch.miopen()).unwrap();
+    std::fs::copy(variant("stock"), torch.miopen()).unwrap();
+    let stock = doctor();
+    assert!(
+        crate::support::line_matches(
+            "warn  kernels   2 of 2 [..] (6 compiles, 6 of them run, [..] s)",
+            &stock
+        ),
+        "{stock}"
+    );
+    let m = std::fs::metadata(torch.miopen()).unwrap();
+    assert_ne!(std::fs::read_to_string(memo(&m)).unwrap(), portable_texts);
+    std::fs::write(memo(&m), &portable_texts).unwrap();
+    let warm = doctor();
+    assert!(
+        crate::support::line_matches(
+            "ok    kernels   0 of 2 [..] (known from an earlier diagnosis of these very texts, [..] s)",
+            &warm
+        ),
+        "{warm}"
+    );
+}
