@@ -525,3 +525,34 @@ fn the_target_judged_is_the_one_rocm_reports() {
         "{out}"
     );
 }
+
+/// verify reads the same libraries as doctor, for the torch it checks: a
+/// rocBLAS without the card's code fails verify too, and its JSON has the
+/// reading.
+#[test]
+fn verify_reads_torchs_gpu_libraries_as_doctor_does() {
+    let (sb, lib) = torch_with("gfx1030", "rx5600xt-gfx1010");
+    let dir = lib.parent().unwrap().display().to_string();
+    let run = sb.run_with_state(&["verify", "--torch-dir", &dir], &[]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        check_row(&run.stdout, "library"),
+        format!(
+            "FAIL  library   librocblas.so at {} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail",
+            lib.display()
+        ),
+        "{}",
+        run.stdout
+    );
+    let json = sb.run_with_state(&["verify", "--torch-dir", &dir, "--json"], &[]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let rocblas = v["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "library" && f["name"] == "librocblas.so")
+        .unwrap_or_else(|| panic!("{}", json.stdout));
+    assert_eq!(rocblas["targets"], serde_json::json!(["gfx1030"]));
+    assert_eq!(rocblas["card"], "gfx1010");
+    assert_eq!(rocblas["card_covered"], false);
+}
