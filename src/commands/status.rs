@@ -18,6 +18,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let state = args.state.open()?;
+    if args.state.state_dir.is_some() && state.is_foreign() {
+        return Err(crate::error::hint(
+            format!(
+                "{} is not an rdna1-patch state dir: it holds files, and no transactions, backups or lock",
+                state.root().display()
+            ),
+            "pass the --state-dir that install used, or leave it out for the default ($XDG_STATE_HOME/rdna1-patch)",
+        ));
+    }
     let report = status::report(&args.prefix.resolve_installed(&state)?, &state)?;
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report.json())?);

@@ -102,3 +102,39 @@ fn a_dry_run_from_a_registry_shows_the_pull_not_a_compile() {
         run.stdout
     );
 }
+
+/// The binary's size README quotes is the one `cargo xtask bench` measured
+/// and wrote into BENCHMARKS.md, never a figure typed by hand.
+#[test]
+fn readme_quotes_the_binary_size_the_bench_measured() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bench = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+    let size = bench
+        .lines()
+        .find_map(|l| l.strip_prefix("Release binary size: "))
+        .and_then(|l| l.split(" MiB").next())
+        .expect("BENCHMARKS.md says the release binary's size");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!(
+            "one {size} MiB binary, as BENCHMARKS.md measures it"
+        )),
+        "README quotes another binary size than BENCHMARKS.md's {size} MiB"
+    );
+}
+
+#[test]
+fn status_refuses_a_state_dir_that_is_not_one() {
+    let sb = Sandbox::new();
+    let dir = sb.root.join("not-a-state-dir");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let d = dir.display().to_string();
+    sb.run(&["status", "--state-dir", &d]).fails_with(&format!(
+        "error: {d} is not an rdna1-patch state dir: it holds files, and no transactions, backups or lock
+help: pass the --state-dir that install used, or leave it out for the default ($XDG_STATE_HOME/rdna1-patch)"
+    ));
+    // An empty or missing one is a state dir with nothing in it yet.
+    std::fs::remove_file(dir.join("notes.txt")).unwrap();
+    sb.run(&["status", "--state-dir", &d]).ok();
+}

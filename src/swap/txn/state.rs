@@ -119,6 +119,22 @@ impl StateDir {
         })
     }
 
+    /// A directory that holds files but none of a state dir's own
+    /// (`transactions`, `backups`, `staging`, `lock`): not a state dir, most
+    /// likely a wrong --state-dir.
+    pub fn is_foreign(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return false;
+        };
+        let names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
+        !names.is_empty()
+            && !names.iter().any(|n| {
+                ["transactions", "backups", "staging", "lock"]
+                    .iter()
+                    .any(|o| n == *o)
+            })
+    }
+
     /// What [`State::lock`] needs, checked without making or taking
     /// anything (a dry run's): the state dir can be made or written, and
     /// no other run holds its lock.
