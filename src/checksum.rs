@@ -51,14 +51,17 @@ pub fn md5_file(path: &Path) -> Result<String> {
 /// [`md5_file`], remembered under the file's stamp (`cache::stamp_key`:
 /// device, inode, size, mtime and ctime), as git's index remembers a file
 /// unchanged: a file whose stamp has not moved is not read again. Kept
-/// only when the stamp did not move while the file was read.
+/// only when the stamp did not move while the file was read, and, as git
+/// does, not for a file changed in the last two seconds: a change within
+/// one tick of the clock the stamp is taken from would not move it.
 pub fn md5_by_stamp(path: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
     let stamp = |p: &Path| {
         std::fs::metadata(p)
-            .map(|m| format!("md5-{}", crate::cache::stamp_key(&m)))
+            .map(|m| (format!("md5-{}", crate::cache::stamp_key(&m)), m.ctime()))
             .at("read", p)
     };
-    let before = stamp(path)?;
+    let (before, ctime) = stamp(path)?;
     let cache = crate::cache::Cache::open("stamps");
     if let Some(md5) = cache.as_ref().and_then(|c| c.get(&before, 64))
         && md5.len() == 32
@@ -67,8 +70,12 @@ pub fn md5_by_stamp(path: &Path) -> Result<String> {
         return Ok(md5);
     }
     let md5 = md5_file(path)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     if let Some(c) = &cache
-        && stamp(path).is_ok_and(|after| after == before)
+        && now - ctime >= 2
+        && stamp(path).is_ok_and(|(after, _)| after == before)
     {
         c.put(&before, &md5);
     }

@@ -186,7 +186,10 @@ pub fn step_failed(what: &str, run: &Run, log: &Log, place: &Path) -> anyhow::Er
     .find(|(text, _)| lines.iter().any(|l| l.contains(text)));
     let log_line = format!("the full log is {}", log.path.display());
     let help = said
-        .and_then(|(_, c)| fsutil::fitted_help(place, &std::io::Error::from_raw_os_error(c)))
+        .and_then(|(_, c)| {
+            let e = std::io::Error::from_raw_os_error(c);
+            fsutil::fitted_help(place, &e, "write", fsutil::ANOTHER_PLACE)
+        })
         .map_or(log_line.clone(), |h| format!("{h}; {log_line}"));
     hint(format!("{what} failed (exit code {code}); {shown}"), help)
 }

@@ -169,18 +169,22 @@ fn writable(file: &Path) -> Result<()> {
 
 /// The report could not be written after all: said in words.
 fn cannot_write(file: &Path, err: &anyhow::Error) -> anyhow::Error {
-    let kind = err
-        .chain()
-        .find_map(|e| e.downcast_ref::<std::io::Error>())
+    let kind = crate::error::io_errors(err)
+        .next()
         .map_or(std::io::ErrorKind::Other, std::io::Error::kind);
     let dir = file.parent().unwrap_or(Path::new("."));
+    // The cause's own help (a full disk's free space, the owner) first.
+    let help = crate::error::help(err).map_or_else(
+        || "name a file in a directory you can write to, e.g. --report ~/smoke.md".to_owned(),
+        |h| format!("{h} (--report FILE)"),
+    );
     crate::error::hint(
         format!(
             "cannot write the report {}: {}",
             file.display(),
             why_not(kind, dir)
         ),
-        "name a file in a directory you can write to, e.g. --report ~/smoke.md",
+        help,
     )
 }
 

@@ -25,7 +25,7 @@ pub fn fs_error(op: &str, path: &Path, e: &std::io::Error) -> anyhow::Error {
     let e = os_error(e);
     anyhow::Error::new(FsError {
         message: format!("cannot {op} {}: {}", path.display(), words(&e.to_string())),
-        help: fitted_help(path, &e),
+        help: fitted_help(path, &e, op, ANOTHER_PLACE),
         io: e,
     })
 }
@@ -47,54 +47,93 @@ fn os_error(e: &std::io::Error) -> std::io::Error {
     }
 }
 
-/// What to do about `e` on `path`, for the causes a user can act on.
-pub fn fitted_help(path: &Path, e: &std::io::Error) -> Option<String> {
+/// Where a user can choose to go instead: "another place", or the option
+/// that names it ("another --prefix DIR").
+pub const ANOTHER_PLACE: &str = "another place";
+
+/// What to do about `e`, met doing `op` ("create", "read", ...) on `path`,
+/// for the causes a user can act on; `place`: what to choose instead
+/// ([`ANOTHER_PLACE`], or "another --prefix DIR").
+pub fn fitted_help(path: &Path, e: &std::io::Error, op: &str, place: &str) -> Option<String> {
     // An error made from its kind alone (a probe's) has no OS code.
     let code = e.raw_os_error().or_else(|| code_of(e.kind()))?;
-    let dir = nearest_existing(path);
-    let shown = dir.display();
+    // A read is refused by the file itself; a write, by where it goes.
+    let reads = ["read", "open", "inspect"]
+        .iter()
+        .any(|r| op.starts_with(r));
+    let at = match reads && std::fs::symlink_metadata(path).is_ok() {
+        true => path,
+        false => nearest_existing(path),
+    };
+    let shown = at.display();
     match code {
         libc::EROFS => Some(format!(
-            "{shown} is on a read-only file system: choose a place on a writable one (the command's --prefix, --state-dir, --work-dir or directory argument), or remount it read-write"
+            "{shown} is on a read-only file system: choose {place} on a writable one, or remount it read-write"
         )),
         libc::ENOSPC | libc::EDQUOT => {
-            let free = free_bytes(dir).map_or_else(
+            let free = free_bytes(at).map_or_else(
                 || "no room".to_owned(),
                 |b| format!("{} free", super::human_bytes(b)),
             );
             Some(format!(
-                "the file system of {shown} is full ({free}): free space there, or choose a place on another disk"
+                "the file system of {shown} is full ({free}): free space there, or choose {place} on another disk"
             ))
         }
-        libc::EACCES | libc::EPERM => {
-            let meta = std::fs::metadata(dir).ok()?;
-            let me = crate::owner::euid();
-            let owner = meta.uid();
-            if owner == me {
-                return Some(format!(
-                    "you own {shown}, but its mode ({:o}) does not let you write there: `chmod u+w {shown}`, or choose another place",
-                    meta.mode() & 0o7777
-                ));
-            }
-            let name = crate::owner::name_of(owner);
-            let (mine, home) = crate::owner::passwd(me)
-                .map_or_else(|| (format!("uid {me}"), None), |(n, h)| (n, Some(h)));
-            let in_home = home.is_some_and(|h| h != Path::new("/") && dir.starts_with(h));
-            Some(match owner {
-                // A run with sudo leaves root's files in a user's own tree.
-                0 if in_home => format!(
-                    "{shown} belongs to root, in your home (a run with sudo makes its files root's): take it back (`sudo chown -R {mine} {shown}`), or choose a place you own"
-                ),
-                0 => format!(
-                    "{shown} belongs to root: choose a place you own, or run this with sudo for a system-wide one"
-                ),
-                _ => format!(
-                    "{shown} belongs to {name}, not you ({mine}): run this as {name}, or choose a place you own"
-                ),
-            })
-        }
+        // Not the mode bits: an immutable file, or one the kernel protects.
+        libc::EPERM => Some(format!(
+            "the system does not permit this on {shown} whatever its mode (an immutable file shows an `i` in `lsattr`): choose {place}"
+        )),
+        libc::EACCES => denied(at, reads, place),
         _ => None,
     }
+}
+
+/// Permission denied at `at`: whose it is, and the mode bit missing.
+fn denied(at: &Path, reads: bool, place: &str) -> Option<String> {
+    let shown = at.display();
+    let meta = std::fs::metadata(at).ok()?;
+    let me = crate::owner::euid();
+    let owner = meta.uid();
+    if owner == me {
+        let mode = meta.mode() & 0o7777;
+        // Writing in a directory takes w and x; reading, r (and x for one).
+        let (need, verb) = match (reads, meta.is_dir()) {
+            (true, true) => (0o500, "read"),
+            (true, false) => (0o400, "read"),
+            (false, _) => (0o300, "write there"),
+        };
+        let missing = need & !mode;
+        let bits: String = [(0o400, 'r'), (0o200, 'w'), (0o100, 'x')]
+            .iter()
+            .filter(|(b, _)| missing & b != 0)
+            .map(|(_, c)| *c)
+            .collect();
+        let bits = format!("u+{bits}");
+        return Some(match missing == 0 {
+            true => format!(
+                "you own {shown} and its mode ({mode:o}) allows it, so something else refuses (an ACL, a security module): `ls -ld {shown}` and `getfacl {shown}` say more; or choose {place}"
+            ),
+            false => format!(
+                "you own {shown}, but its mode ({mode:o}) does not let you {verb}: `chmod {bits} {shown}`, or choose {place}"
+            ),
+        });
+    }
+    let name = crate::owner::name_of(owner);
+    let (mine, home) =
+        crate::owner::passwd(me).map_or_else(|| (format!("uid {me}"), None), |(n, h)| (n, Some(h)));
+    let in_home = home.is_some_and(|h| h != Path::new("/") && at.starts_with(h));
+    Some(match owner {
+        // A run with sudo leaves root's files in a user's own tree.
+        0 if in_home => format!(
+            "{shown} belongs to root, in your home (a run with sudo makes its files root's): take it back (`sudo chown -R {mine} {shown}`), or choose {place} you own"
+        ),
+        0 => format!(
+            "{shown} belongs to root: choose {place} you own, or run this with sudo for a system-wide one"
+        ),
+        _ => format!(
+            "{shown} belongs to {name}, not you ({mine}): run this as {name}, or choose {place} you own"
+        ),
+    })
 }
 
 /// The OS code of the kinds a help is fitted to.

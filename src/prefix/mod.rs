@@ -109,7 +109,7 @@ pub fn ensure_writable(prefix: &Path) -> Result<()> {
                 prefix.display(),
                 crate::error::words(&e.to_string())
             ),
-            fsutil::fitted_help(prefix, e).map(|h| format!("{h} with --prefix DIR")).unwrap_or_else(|| format!(
+            fsutil::fitted_help(prefix, e, "write", "another --prefix DIR").unwrap_or_else(|| format!(
                 "choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was installed into {}",
                 prefix.display()
             )),
@@ -152,7 +152,7 @@ pub fn preflight(prefix: &Path) -> Result<()> {
                 existing.display(),
                 crate::error::words(&e.to_string())
             ),
-            fsutil::fitted_help(existing, &e).map(|h| format!("{h} with --prefix DIR")).unwrap_or_else(|| format!(
+            fsutil::fitted_help(existing, &e, "write", "another --prefix DIR").unwrap_or_else(|| format!(
                 "choose a prefix you own with --prefix (e.g. --prefix ~/.local/rocm-miopen-rdna1); nothing was fetched, built or installed into {}",
                 prefix.display()
             )),

@@ -304,11 +304,11 @@ fn an_unwritable_prefix_is_a_clear_error() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = sb.run_unprivileged(&args).fails_with(
         r#"error: cannot write to the install prefix [..]/locked/rocm-miopen-rdna1: [..]/locked is not writable (permission denied)
-help: you own [..]/locked, but its mode (555) does not let you write there: `chmod u+w [..]/locked`, or choose another place with --prefix DIR"#,
+help: you own [..]/locked, but its mode (555) does not let you write there: `chmod u+w [..]/locked`, or choose another --prefix DIR"#,
     );
     run.error_is(&format!(
         "error: cannot write to the install prefix {0}: {1} is not writable (permission denied)
-help: you own {1}, but its mode (555) does not let you write there: `chmod u+w {1}`, or choose another place with --prefix DIR",
+help: you own {1}, but its mode (555) does not let you write there: `chmod u+w {1}`, or choose another --prefix DIR",
         prefix.display(),
         locked.display()
     ));

@@ -89,20 +89,20 @@ fn expected(verb: &str, d: &str, cause: Cause) -> String {
         Cause::ReadOnly => (
             "read-only file system",
             format!(
-                "{d} is on a read-only file system: choose a place on a writable one (the command's --prefix, --state-dir, --work-dir or directory argument), or remount it read-write"
+                "{d} is on a read-only file system: choose another place on a writable one, or remount it read-write"
             ),
         ),
         Cause::Foreign => (
             "permission denied",
             format!(
-                "{d} belongs to nobody, not you (root): run this as nobody, or choose a place you own"
+                "{d} belongs to nobody, not you (root): run this as nobody, or choose another place you own"
             ),
         ),
         Cause::Full => ("no space left on device", String::new()),
     };
     let full = |at: &str| {
         format!(
-            "help: the file system of {d}/{at} is full (0 B free): free space there, or choose a place on another disk"
+            "help: the file system of {d}/{at} is full (0 B free): free space there, or choose another place on another disk"
         )
     };
     match (verb, cause) {
@@ -130,10 +130,11 @@ fn expected(verb: &str, d: &str, cause: Cause) -> String {
         }
         // cmake --install's own words, then the help fitted to them.
         ("build", Cause::Full) => format!(
-            "help: the file system of {d}/prefix/.rdna1-patch-staging is full (0 B free): free space there, or choose a place on another disk; the full log is [..]"
+            "help: the file system of {d}/prefix/.rdna1-patch-staging is full (0 B free): free space there, or choose another place on another disk; the full log is [..]"
         ),
         ("build", _) => format!(
-            "error: cannot write to the install prefix {d}/prefix: {d} is not writable ({words})\nhelp: {help} with --prefix DIR"
+            "error: cannot write to the install prefix {d}/prefix: {d} is not writable ({words})\nhelp: {}",
+            help.replace("another place", "another --prefix DIR")
         ),
         _ => unreachable!("{verb}"),
     }

@@ -611,7 +611,7 @@ fn a_full_disk_during_a_pull_leaves_nothing_in_the_prefix() {
         return;
     };
     let _run = user.build(&["--from", &tagged]).fails_with("error: cannot write [..]/prefix/.rdna1-patch-staging/include/miopen/miopen.h: no space left on device
-help: the file system of [..]/prefix/.rdna1-patch-staging/include/miopen is full (0 B free): free space there, or choose a place on another disk");
+help: the file system of [..]/prefix/.rdna1-patch-staging/include/miopen is full (0 B free): free space there, or choose another place on another disk");
     user.nothing_installed();
     drop(mount);
     user.build(&["--from", &tagged]).ok();

@@ -159,4 +159,16 @@ help: name a file in a directory you can write to, e.g. --report ~/smoke.md",
         "error: cannot write the report [..]/read-only/smoke.md: [..]/read-only is on a read-only file system
 help: name a file in a directory you can write to, e.g. --report ~/smoke.md",
     );
+    // A disk that fills while the battery runs (full already: the check
+    // before it makes an empty file, which takes no room): the write after
+    // it says so, in words, with the free space.
+    let full = sb.root.join("full");
+    let Some(_full) = crate::support::Tmpfs::full(&full, "64k") else {
+        return;
+    };
+    let file = full.join("smoke.md");
+    verify_torch(&sb, &["--report", file.to_str().unwrap()], &[]).fails_with(
+        "error: cannot write the report [..]/full/smoke.md: no space left in [..]/full
+help: the file system of [..]/full is full (0 B free): free space there, or choose another place on another disk (--report FILE)",
+    );
 }

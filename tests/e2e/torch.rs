@@ -207,7 +207,7 @@ fn a_read_only_torch_lib_is_a_clear_error_and_changes_nothing() {
         ])
         .fails_with(
             r#"error: cannot write to [..]/site/torch/lib: permission denied; nothing was changed
-help: you own [..]/site/torch/lib, but its mode (555) does not let you write there: `chmod u+w [..]/site/torch/lib`, or choose another place"#,
+help: you own [..]/site/torch/lib, but its mode (555) does not let you write there: `chmod u+w [..]/site/torch/lib`, or choose a torch in a virtualenv you own"#,
         );
     std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(

@@ -235,7 +235,7 @@ fn a_dry_run_refuses_what_the_real_run_would_and_answers_on_stdout() {
     std::fs::set_permissions(&torch.lib, std::fs::Permissions::from_mode(0o755)).unwrap();
     run.fails_with(&format!(
         "error: cannot write to {0}: permission denied; nothing was changed
-help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose another place",
+help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose a torch in a virtualenv you own",
         torch.lib.display()
     ));
     // A state dir under a directory this user cannot write.
@@ -249,7 +249,7 @@ help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
     run.fails_with(&format!(
         "error: the state dir {elsewhere} cannot be written: {0} is not writable (permission denied)
-help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose another place with --state-dir DIR",
+help: you own {0}, but its mode (555) does not let you write there: `chmod u+w {0}`, or choose another --state-dir DIR",
         locked.display()
     ));
     assert!(!locked.join("state").exists() && !Path::new(&state).exists());
@@ -313,6 +313,13 @@ fn verify_after_nothing_to_fix_judges_the_torch_as_it_is() {
         "{}",
         compiled.stdout
     );
+    // No torch named: the one install would use, python3's.
+    let bare = sb.run_with_state(&["verify", "--compile"], &[]).ok();
+    assert!(
+        crate::support::check_row(&bare.stdout, "kernels").starts_with("ok    kernels"),
+        "{}",
+        bare.stdout
+    );
 }
 
 /// How often `path` was opened while `f` ran: inotify's IN_OPEN events.
@@ -346,6 +353,9 @@ fn status_reads_an_unchanged_library_no_more() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Rocm, "6.2.41133-dd7f95766");
     sb.install(&[]).ok();
+    // A file changed in the last two seconds is hashed each time (a change
+    // within a clock tick would not move its stamp): let that pass.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
     let lib = torch.miopen().canonicalize().unwrap();
     let first = opens_of(&lib, || {
         sb.status().prints("installed:");

@@ -182,8 +182,14 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             // is no ROCm torch), and imported under --runtime.
             // With nothing of ours installed, --compile judges its own
             // kernels as they are.
-            if req.torch.is_some()
-                && let Some(t) = find_torch(req, &[], &mut r)
+            // --compile with no torch named judges the one install would
+            // use: python3's (or --python's).
+            let named = req
+                .torch
+                .clone()
+                .or_else(|| req.compile.then(|| Locator::Python(req.python.clone())));
+            if let Some(loc) = named
+                && let Some(t) = torch_at(&loc, &mut r)
             {
                 libraries(req, &t, &mut r);
                 if req.compile {
@@ -323,7 +329,13 @@ fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) ->
             }
         },
     };
-    match torch::locate(&loc) {
+    torch_at(&loc, r)
+}
+
+/// The torch `loc` finds, its layout said; a torch that cannot be had is
+/// a FAIL saying why.
+fn torch_at(loc: &Locator, r: &mut CheckReport) -> Option<Torch> {
+    match torch::locate(loc) {
         Ok(t) => {
             r.push("layout", Status::Ok, layout_detail(&t));
             Some(t)

@@ -359,7 +359,7 @@ pub fn ensure_root_may_change(target: &Path) -> Result<()> {
 
 pub(crate) fn ensure_writable(dir: &Path) -> Result<()> {
     fsutil::probe_writable(dir).map_err(|e| {
-        let help = fsutil::fitted_help(dir, &e).unwrap_or_else(|| {
+        let help = fsutil::fitted_help(dir, &e, "write", "a torch in a virtualenv you own").unwrap_or_else(|| {
             "run as the user that installed torch (or with sudo for a system-wide torch), or install into a virtualenv you own".to_owned()
         });
         hint(

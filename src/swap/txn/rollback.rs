@@ -128,15 +128,14 @@ fn choose(journals: &[Journal], to: Option<u32>, torch: Option<&Path>) -> Result
     };
     // "ID and later", as uninstall's first line uses it: with nothing
     // there, or all of it undone already, there is nothing to do (exit 0,
-    // said), as `rollback` alone says; only an ID past every transaction
-    // is an error (a typo).
+    // said), as `rollback` alone says; an ID no transaction has is an
+    // error (a typo would undo more than meant).
     let newest = journals.iter().map(|j| j.id).max();
-    if newest.is_some_and(|n| id > n) {
+    if let Some(n) = newest
+        && !journals.iter().any(|j| j.id == id)
+    {
         return Err(hint(
-            format!(
-                "there is no transaction {id}: the newest is {}",
-                newest.unwrap_or_default()
-            ),
+            format!("there is no transaction {id}: the newest is {n}"),
             "`rdna1-patch rollback --list` shows them",
         ));
     }

@@ -91,7 +91,18 @@ impl StateDir {
                 path.display()
             );
         }
-        match file.try_lock() {
+        // A dry run's check holds the lock for an instant: wait that out.
+        let mut tries = 0;
+        let taken = loop {
+            match file.try_lock() {
+                Err(std::fs::TryLockError::WouldBlock) if tries < 4 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => break other,
+            }
+        };
+        match taken {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
@@ -147,26 +158,41 @@ impl StateDir {
                 None => break,
             }
         }
-        fsutil::probe_writable(existing).map_err(|e| {
-            hint(
+        // The real run writes in the dir, in each of its own dirs a sudo
+        // run may have left root's, and the lock file.
+        let dirs = [
+            self.journal_dir(),
+            self.root.join("backups"),
+            self.staging(),
+        ];
+        let shut = std::iter::once(existing.to_owned())
+            .chain(dirs.into_iter().filter(|d| d.is_dir()))
+            .find_map(|d| fsutil::probe_writable(&d).err().map(|e| (d, e)));
+        if let Some((dir, e)) = shut {
+            return Err(hint(
                 format!(
                     "the state dir {} cannot be written: {} is not writable ({})",
                     self.root.display(),
-                    existing.display(),
+                    dir.display(),
                     crate::error::words(&e.to_string())
                 ),
-                fsutil::fitted_help(existing, &e).map(|h| format!("{h} with --state-dir DIR")).unwrap_or_else(|| {
-                    "run as the user whose torch this is (their state dir is their own), or pass --state-dir DIR you can write".to_owned()
-                }),
-            )
-        })?;
+                fsutil::fitted_help(&dir, &e, "write", "another --state-dir DIR").unwrap_or_else(
+                    || {
+                        "run as the user whose torch this is (their state dir is their own), or pass --state-dir DIR you can write".to_owned()
+                    },
+                ),
+            ));
+        }
         let path = self.root.join("lock");
-        let Ok(file) = std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .read(true)
+            .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-        else {
-            return Ok(());
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(crate::fsutil::fs_error("open the lock file", &path, &e)),
         };
         match file.try_lock() {
             Err(std::fs::TryLockError::WouldBlock) => Err(hint(
