@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use crate::owner;
 
 mod at;
-pub use at::{ANOTHER_PLACE, At, fitted_help, free_bytes, fs_error};
+pub use at::{ANOTHER_PLACE, At, existing_ancestor, fitted_help, free_bytes, fs_error};
 
 /// Write `data` to a temp file beside `path`, fsync it, give it `mode` (or
 /// the replaced file's mode; never a setuid, setgid or sticky bit) and, run

@@ -152,12 +152,18 @@ fn code_of(kind: std::io::ErrorKind) -> Option<i32> {
 /// `path`, or the nearest directory above it that exists: where the
 /// error's cause lies.
 fn nearest_existing(path: &Path) -> &Path {
-    let mut p = path;
     // The path itself may be a file that exists: its directory decides
     // whether it can be replaced.
-    if std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()) {
-        p = p.parent().unwrap_or(Path::new("/"));
+    match std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
+        true => path.parent().unwrap_or(Path::new("/")),
+        false => existing_ancestor(path),
     }
+}
+
+/// `path` if it exists (a symlink counts), else the nearest directory
+/// above it that does: what a path to be made would be made in.
+pub fn existing_ancestor(path: &Path) -> &Path {
+    let mut p = path;
     while std::fs::symlink_metadata(p).is_err() {
         match p.parent() {
             Some(up) => p = up,

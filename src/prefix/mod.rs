@@ -122,13 +122,7 @@ pub fn ensure_writable(prefix: &Path) -> Result<()> {
 /// Before any long work: the prefix is a directory, or can be created as
 /// one, by this user. Nothing is created here.
 pub fn preflight(prefix: &Path) -> Result<()> {
-    let mut existing = prefix;
-    while std::fs::symlink_metadata(existing).is_err() {
-        match existing.parent() {
-            Some(p) => existing = p,
-            None => break,
-        }
-    }
+    let existing = fsutil::existing_ancestor(prefix);
     let meta = std::fs::metadata(existing);
     if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
         return Err(hint(

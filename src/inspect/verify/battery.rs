@@ -258,6 +258,19 @@ impl CaseResult {
 }
 
 impl Battery {
+    /// Each dtype's tolerance: "fp32 1e-3, fp16 1e-2, int64 exact".
+    pub fn tolerances_text(&self) -> String {
+        let each: Vec<String> = self
+            .tolerances
+            .iter()
+            .map(|t| match t.max_rel {
+                0.0 => format!("{} exact", t.dtype),
+                r => format!("{} {r:e}", t.dtype),
+            })
+            .collect();
+        each.join(", ")
+    }
+
     /// The block printed under the checks: where it ran, the tolerances,
     /// then one row per case, MIOpen's first, the others after a line that
     /// says they are not MIOpen's.
@@ -278,17 +291,9 @@ impl Battery {
         if let Some(w) = &self.place {
             lines.extend(w.text());
         }
-        let tolerances: Vec<String> = self
-            .tolerances
-            .iter()
-            .map(|t| match t.max_rel {
-                0.0 => format!("{} exact", t.dtype),
-                r => format!("{} {r:e}", t.dtype),
-            })
-            .collect();
         lines.push(format!(
             "tolerance: the largest error over the largest |value| of the float64 CPU result: {}",
-            tolerances.join(", ")
+            self.tolerances_text()
         ));
         let width = self.cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
         let row =

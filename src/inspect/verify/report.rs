@@ -104,21 +104,13 @@ fn battery(b: &Battery, libraries: &[LibraryRow], md: &mut Vec<String>) {
         place(w, md);
     }
     libraries_section(libraries, b.place.is_some(), md);
-    let tolerances: Vec<String> = b
-        .tolerances
-        .iter()
-        .map(|t| match t.max_rel {
-            0.0 => format!("{} exact", t.dtype),
-            r => format!("{} {r:e}", t.dtype),
-        })
-        .collect();
     md.extend([
         String::new(),
         "## Cases".to_owned(),
         String::new(),
         format!(
             "Tolerances, the largest error over the largest |value| of the float64 CPU result: {}; integer, index and text results exact.",
-            tolerances.join(", ")
+            b.tolerances_text()
         ),
         String::new(),
         "Failed cases first, then those not run, then those within tolerance.".to_owned(),

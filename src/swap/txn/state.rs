@@ -151,13 +151,7 @@ impl StateDir {
     /// no other run holds its lock.
     pub fn can_lock(&self) -> Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut existing = self.root.as_path();
-        while std::fs::symlink_metadata(existing).is_err() {
-            match existing.parent() {
-                Some(p) => existing = p,
-                None => break,
-            }
-        }
+        let existing = fsutil::existing_ancestor(&self.root);
         // The real run writes in the dir, in each of its own dirs a sudo
         // run may have left root's, and the lock file.
         let dirs = [
