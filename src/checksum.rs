@@ -107,6 +107,7 @@ impl Known {
 /// can be a gigabyte; reading it twice is what this avoids), with the stamp
 /// the file had when it was opened.
 pub fn scan_file(path: &Path, needle: &[u8]) -> Result<Known> {
+    crate::tally::read(path);
     let mut f: File = crate::fsutil::open_regular(path)?;
     let stamp = crate::fsutil::Stamp::of(&f.metadata().at("read", path)?);
     let mut hasher = Hasher::new(MessageDigest::md5())?;

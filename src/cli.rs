@@ -222,6 +222,7 @@ pub fn main() -> ExitCode {
         (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),
         (result, _) => result,
     };
+    crate::tally::write();
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -188,6 +188,7 @@ impl Diagnosis {
     /// The verdicts: from the cache when these very files were judged
     /// before, else by compiling.
     fn judged(&self) -> Result<Judgement> {
+        crate::tally::count(crate::tally::What::Diagnosis);
         if let Some(text) = self.cached("json", 4 << 20)
             && let Ok(mut j) = serde_json::from_str::<Judgement>(&text)
         {

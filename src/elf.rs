@@ -41,6 +41,7 @@ pub fn read(path: &Path) -> Result<Library> {
 pub fn read_file(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
+    crate::tally::read(path);
     crate::fsutil::open_regular(path)?
         .read_to_end(&mut bytes)
         .at("read", path)?;

@@ -46,6 +46,7 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
     let mode = owner::plain_mode(mode);
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    crate::tally::read(from);
     let mut src = std::fs::File::open(from).at("read", from)?;
     let _ = std::fs::remove_file(to);
     let mut dst = std::fs::OpenOptions::new()

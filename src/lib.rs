@@ -41,6 +41,7 @@ pub(crate) mod rocm_sdk;
 pub(crate) mod select;
 pub(crate) mod share;
 pub mod swap;
+pub(crate) mod tally;
 pub(crate) mod ui;
 pub mod verdict;
 pub(crate) mod version;

@@ -73,6 +73,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // nothing to install into, whatever a prefix holds.
     let found = Ok(crate::swap::torch::locate(&args.torch.locator())?);
     let (prefix, profile, why) = args.prefix.resolve_with_profile(&found)?;
+    let found = found?;
     if let Some(why) = why {
         ui.stage("Profile", why);
     }
@@ -84,6 +85,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let req = InstallRequest {
         prefix,
         torch: args.torch.locator(),
+        found,
         state: args.state.open()?,
         force: args.force,
         relink: !args.no_relink,

@@ -20,6 +20,9 @@ use crate::ui::Ui;
 pub struct InstallRequest {
     pub prefix: PathBuf,
     pub torch: Locator,
+    /// The torch `torch` found, located once by the command and handed
+    /// down: every step reads this one.
+    pub found: Torch,
     pub state: StateDir,
     /// Install over a ROCm major.minor mismatch.
     pub force: bool,
@@ -163,13 +166,13 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let Some((build, target_known)) = prepare(req, &mut locked, ui)? else {
         return Ok(());
     };
-    let torch = torch::locate(&req.torch)?;
-    announce(&build, &torch, ui);
+    let torch = &req.found;
+    announce(&build, torch, ui);
     // A library fixed in place is torch's own: its ROCm is torch's.
     if build.provenance.in_place.is_none() {
-        check_versions(&build, &torch, req.force, ui)?;
+        check_versions(&build, torch, req.force, ui)?;
     }
-    warn_about_override(&torch, ui);
+    warn_about_override(torch, ui);
     if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
         && let Some((detail, fix)) = crate::gpu::targets_warning(targets, &req.sysfs)
     {
@@ -180,7 +183,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         Some(l) => l,
         None => req.state.lock()?,
     };
-    settle(&locked, &torch, ui)?;
+    settle(&locked, torch, ui)?;
     if torch.system().is_some() {
         let fix = crate::swap::into_system::Fix {
             rec: build_rec(&build, String::new()),
@@ -191,7 +194,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
                 .as_ref()
                 .map(|p| p.source_sha256.as_str()),
         };
-        return crate::swap::into_system::install(&req.torch, &locked, fix, torch, ui);
+        return crate::swap::into_system::install(&req.torch, &locked, fix, torch.clone(), ui);
     }
     let _torch_lock = locked.lock_target(&torch.target)?;
     let name = torch
@@ -200,7 +203,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         .context("torch's library has no file name")?
         .to_string_lossy();
     let staging = locked.state.staged_path(&name);
-    let relink = match stage(req, &locked, &build, &torch, &staging, ui) {
+    let relink = match stage(req, &locked, &build, torch, &staging, ui) {
         Ok(r) => r,
         Err(e) => {
             let _ = fsutil::remove_own_file(&staging);
@@ -212,9 +215,9 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         }
     };
     let (staged, staged_md5) = source_of(&build, relink.as_ref(), &staging);
-    let check = |temp: &Path| crate::swap::links::check_links(temp, &torch, relink.as_ref(), ui);
+    let check = |temp: &Path| crate::swap::links::check_links(temp, torch, relink.as_ref(), ui);
     let swap = Swap {
-        torch: &torch,
+        torch,
         build: build_rec(
             &build,
             relink.as_ref().map(Relink::describe).unwrap_or_default(),
@@ -231,7 +234,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     };
     let outcome = txn::swap(&locked, &swap);
     let _ = fsutil::remove_own_file(&staging);
-    report(&outcome?, &torch, &req.torch, ui);
+    report(&outcome?, torch, &req.torch, ui);
     Ok(())
 }
 
@@ -296,9 +299,9 @@ fn prepare<'a>(
     if req.dry_run {
         // What the real run refuses first, the dry run refuses too: a
         // python with no torch has nothing to install into.
-        let torch = torch::locate(&req.torch)?;
-        check_versions(&build, &torch, req.force, ui)?;
-        crate::swap::dry_run::check(&req.state, &torch, None)?;
+        let torch = &req.found;
+        check_versions(&build, torch, req.force, ui)?;
+        crate::swap::dry_run::check(&req.state, torch, None)?;
         // Why this route: the prefix holds a build (not an in-place fix)
         // for torch's ROCm line, which `check_versions` has just checked.
         let why = format!(
@@ -363,14 +366,12 @@ fn in_place<'a>(
     if built && req.route.is_none() {
         return Ok(InPlace::NotTaken);
     }
-    let Some(torch) = torch_for_in_place(req)? else {
-        return Ok(InPlace::NotTaken);
-    };
-    let route = route::choose(req.route, built, &req.prefix, &torch, profile)?;
+    let torch = &req.found;
+    let route = route::choose(req.route, built, &req.prefix, torch, profile)?;
     if route.choice != Choice::InPlace {
         return Ok(InPlace::NotTaken);
     }
-    route::check_in_place_prefix(&req.prefix, &torch, profile)?;
+    route::check_in_place_prefix(&req.prefix, torch, profile)?;
     // Another user's torch is refused before its comgr is even looked at.
     txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     ui.stage("Route", &route.why);
@@ -383,13 +384,13 @@ fn in_place<'a>(
     };
     // The fixed library loads what torch's own does: what cannot be found
     // for it is said before anything is fixed or written.
-    crate::swap::links::needs_found(&source, &torch)?;
-    let diagnosis = crate::diagnosis::diagnose(&torch, &source, &req.sysfs)?;
+    crate::swap::links::needs_found(&source, torch)?;
+    let diagnosis = crate::diagnosis::diagnose(torch, &source, &req.sysfs)?;
     let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
         return Ok(InPlace::Done);
     };
     if req.dry_run {
-        crate::swap::dry_run::check(&req.state, &torch, Some(&req.prefix))?;
+        crate::swap::dry_run::check(&req.state, torch, Some(&req.prefix))?;
         ui.answer(
             "Route",
             format!(
@@ -402,7 +403,7 @@ fn in_place<'a>(
         return Ok(InPlace::Done);
     }
     let locked = locked.insert(req.state.lock()?);
-    settle(locked, &torch, ui)?;
+    settle(locked, torch, ui)?;
     if torch.system().is_none() && txn::original_of(&locked.journals()?, &torch.target) != source {
         return Err(hint(
             format!(
@@ -441,26 +442,6 @@ fn in_place<'a>(
         }),
         known,
     ))
-}
-
-/// The torch the in-place route would fix; None when it cannot be found
-/// and the build's own error (no build here) says more.
-fn torch_for_in_place(req: &InstallRequest) -> Result<Option<Torch>> {
-    Ok(match (torch::locate(&req.torch), req.route) {
-        (Ok(t), _) => Some(t),
-        (Err(e), Some(Choice::InPlace)) => return Err(e),
-        // A package's torch, or one whose lib dir lies outside it, is
-        // refused whatever the prefix holds.
-        (Err(e), _)
-            if crate::error::help(&e).is_some_and(|h| {
-                h.starts_with(torch::PACKAGED_HELP) || h.starts_with(torch::OUTSIDE_HELP)
-            }) =>
-        {
-            return Err(e);
-        }
-        // The build's own error (no build here) says more.
-        (Err(_), _) => None,
-    })
 }
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.

@@ -298,6 +298,7 @@ fn refuse_lib_outside(lib_dir: &Path, dir: &Path) -> Result<()> {
 /// Find torch and its MIOpen; anything but a ROCm build is an error that
 /// names what was found.
 pub fn locate(loc: &Locator) -> Result<Torch> {
+    crate::tally::count(crate::tally::What::TorchLocated);
     let found = find_dir(loc)?;
     // Canonical, so that "inside torch" below compares like with like.
     let dir = found.canonicalize().unwrap_or(found);

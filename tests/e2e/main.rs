@@ -42,6 +42,7 @@ mod smoke;
 mod smoke_report;
 mod support;
 mod system_route;
+mod tally;
 mod targets;
 mod texts;
 mod torch;

@@ -252,6 +252,7 @@ fn installed(
     r: &mut CheckReport,
 ) -> Result<(Option<Torch>, Option<Journal>)> {
     // Read once: the library can be hundreds of MB.
+    crate::tally::read(library);
     let bytes = std::fs::read(library).at("read", library);
     check_markers(prov, library, &bytes, r);
     check_targets(prov, &req.sysfs, r);

@@ -299,6 +299,7 @@ fn library(s: &Subject, mapped: &Path) -> Library {
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
+    crate::tally::read(path);
     let mut f = std::fs::File::open(path)?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
