@@ -101,6 +101,19 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
     Ok(d)
 }
 
+/// What a diagnosis says of the user's stack.
+pub enum Standing {
+    /// No compiler beside torch's MIOpen: whether it fails cannot be told.
+    NoCompiler,
+    /// Every case of every kernel judged compiles for the card (the line
+    /// says so, with the kernels that could not be judged).
+    NothingToFix(String),
+    /// It fails at the DPP reduction the in-place fix removes.
+    Fixable,
+    /// The fix cannot help, and the error says why.
+    Refused(anyhow::Error),
+}
+
 impl Diagnosis {
     /// The verdicts are kept keyed by all they depend on: the batch-norm
     /// kernel texts with the headers they include (`verdict::digest`),
@@ -393,8 +406,23 @@ impl Diagnosis {
         )
     }
 
+    /// What the diagnosis says of the stack, decided here once: doctor's
+    /// kernels row and install's fix both take it.
+    pub fn standing(&self) -> Standing {
+        if self.compiler_path.is_none() {
+            return Standing::NoCompiler;
+        }
+        if let Some(e) = self.refusal() {
+            return Standing::Refused(e);
+        }
+        match self.judgement.as_ref().map(|j| j.outcome()) {
+            Some(Outcome::NothingToFix) => Standing::NothingToFix(self.nothing_to_fix_line()),
+            _ => Standing::Fixable,
+        }
+    }
+
     /// The error for a stack the fix cannot help, or none.
-    pub fn refusal(&self) -> Option<anyhow::Error> {
+    fn refusal(&self) -> Option<anyhow::Error> {
         let j = self.judgement.as_ref()?;
         match j.outcome() {
             Outcome::NotFixable { kernel, error } => Some(hint(
@@ -430,12 +458,6 @@ impl Diagnosis {
         }
     }
 
-    pub fn nothing_to_fix(&self) -> bool {
-        self.judgement
-            .as_ref()
-            .is_some_and(|j| j.outcome() == Outcome::NothingToFix)
-    }
-
     /// Say the diagnosis, and make the fix it calls for in memory, proven
     /// by compiling: None when there is nothing to fix (said, exit 0).
     pub fn plan_fix(&self, unproven: bool, ui: &Ui) -> Result<Option<crate::inplace::Planned>> {
@@ -443,18 +465,14 @@ impl Diagnosis {
             ui.stage("Kernel", line);
         }
         ui.stage("Diagnosis", self.summary());
-        if self.compiler_path.is_none() && !unproven {
-            return Err(self.no_compiler());
-        }
-        if let Some(e) = self.refusal() {
-            return Err(e);
-        }
-        if self.nothing_to_fix() {
-            ui.stage(
-                "Nothing",
-                format!("{}; torch was left as it is", self.nothing_to_fix_line()),
-            );
-            return Ok(None);
+        match self.standing() {
+            Standing::NoCompiler if !unproven => return Err(self.no_compiler()),
+            Standing::Refused(e) => return Err(e),
+            Standing::NothingToFix(line) => {
+                ui.stage("Nothing", format!("{line}; torch was left as it is"));
+                return Ok(None);
+            }
+            Standing::NoCompiler | Standing::Fixable => {}
         }
         let prove = |a: &[u8], b: &[u8]| self.proof(a, b);
         let prover: Option<crate::inplace::Prover> = match self.compiler_path {
@@ -491,7 +509,7 @@ impl Diagnosis {
     /// "to fix: ..." as the diagnosis found it: every case of every kernel
     /// judged compiles; those that could not be judged are said, never
     /// counted as compiling.
-    pub fn nothing_to_fix_line(&self) -> String {
+    fn nothing_to_fix_line(&self) -> String {
         let lib = self.library.display();
         let kernels = || self.judgement.iter().flat_map(|j| &j.kernels);
         let names = |v: &[&verdict::Kernel]| {

@@ -33,20 +33,17 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     // The torch `install` would use: --python, --torch-dir, else python3;
     // looked for once.
-    let torch = args.torch.locator();
-    let found = crate::swap::torch::locate(&torch);
+    let stack = crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root());
     let asked_rocm = args.rocm.is_some();
     let req = DoctorRequest {
         // The profile build and install would take for this torch.
-        profile: match args.profile.for_torch(&found) {
+        profile: match args.profile.for_torch(&stack.torch) {
             Ok((p, _)) => p,
             Err(_) => args.profile.load()?,
         },
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
-        sysfs: super::sysfs_root(),
-        torch: Some(torch),
-        found,
+        stack,
         // Naming a ROCm is asking about a build.
         all: args.all || asked_rocm,
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),

@@ -71,9 +71,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let ui = Ui::new(&term);
     // The route starts from the torch: with no ROCm torch there is
     // nothing to install into, whatever a prefix holds.
-    let found = Ok(crate::swap::torch::locate(&args.torch.locator())?);
-    let (prefix, profile, why) = args.prefix.resolve_with_profile(&found)?;
-    let found = found?;
+    let stack =
+        crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root()).with_torch()?;
+    let (prefix, profile, why) = args.prefix.resolve_with_profile(&stack.torch)?;
     if let Some(why) = why {
         ui.stage("Profile", why);
     }
@@ -84,13 +84,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let req = InstallRequest {
         prefix,
-        torch: args.torch.locator(),
-        found,
+        stack,
         state: args.state.open()?,
         force: args.force,
         relink: !args.no_relink,
         jobs: crate::checksum::default_jobs(),
-        sysfs: super::sysfs_root(),
         profile,
         route,
         dry_run: args.dry_run,

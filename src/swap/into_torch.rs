@@ -13,24 +13,21 @@ use crate::fsutil;
 use crate::prefix::{OpenError, Prefix, Provenance};
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
-use crate::swap::torch::{self, Locator, Torch};
+use crate::swap::torch::{self, Torch};
 use crate::swap::txn::{self, BuildRec, StateDir, Swap, SwapOutcome};
 use crate::ui::Ui;
 
 pub struct InstallRequest {
     pub prefix: PathBuf,
-    pub torch: Locator,
-    /// The torch `torch` found, located once by the command and handed
-    /// down: every step reads this one.
-    pub found: Torch,
+    /// The user's stack, established once by the command (with a torch
+    /// found) and handed down: every step reads this one.
+    pub stack: crate::stack::Stack,
     pub state: StateDir,
     /// Install over a ROCm major.minor mismatch.
     pub force: bool,
     /// Rewrite NEEDED/RUNPATH for torch's bundled libraries.
     pub relink: bool,
     pub jobs: usize,
-    /// Where the KFD topology is read from (`/sys`; tests give a recorded tree).
-    pub sysfs: PathBuf,
     /// The profile the prefix is for (the in-place route records it).
     pub profile: Option<crate::builder::profile::Profile>,
     /// The route the user forced (`--in-place`, `--built`), if any.
@@ -166,7 +163,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     let Some((build, target_known)) = prepare(req, &mut locked, ui)? else {
         return Ok(());
     };
-    let torch = &req.found;
+    let torch = req.stack.found()?;
     announce(&build, torch, ui);
     // A library fixed in place is torch's own: its ROCm is torch's.
     if build.provenance.in_place.is_none() {
@@ -174,7 +171,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     }
     warn_about_override(torch, ui);
     if let Some(targets) = build.provenance.cmake.defines.get("GPU_TARGETS")
-        && let Some((detail, fix)) = crate::gpu::targets_warning(targets, &req.sysfs)
+        && let Some((detail, fix)) = crate::gpu::targets_warning(targets, &req.stack.sysfs)
     {
         ui.warn(format!("{detail}; {fix}"));
     }
@@ -194,7 +191,13 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
                 .as_ref()
                 .map(|p| p.source_sha256.as_str()),
         };
-        return crate::swap::into_system::install(&req.torch, &locked, fix, torch.clone(), ui);
+        return crate::swap::into_system::install(
+            &req.stack.locator,
+            &locked,
+            fix,
+            torch.clone(),
+            ui,
+        );
     }
     let _torch_lock = locked.lock_target(&torch.target)?;
     let name = torch
@@ -234,7 +237,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
     };
     let outcome = txn::swap(&locked, &swap);
     let _ = fsutil::remove_own_file(&staging);
-    report(&outcome?, torch, &req.torch, ui);
+    report(&outcome?, torch, &req.stack.locator, ui);
     Ok(())
 }
 
@@ -299,7 +302,7 @@ fn prepare<'a>(
     if req.dry_run {
         // What the real run refuses first, the dry run refuses too: a
         // python with no torch has nothing to install into.
-        let torch = &req.found;
+        let torch = req.stack.found()?;
         check_versions(&build, torch, req.force, ui)?;
         crate::swap::dry_run::check(&req.state, torch, None)?;
         // Why this route: the prefix holds a build (not an in-place fix)
@@ -366,7 +369,7 @@ fn in_place<'a>(
     if built && req.route.is_none() {
         return Ok(InPlace::NotTaken);
     }
-    let torch = &req.found;
+    let torch = req.stack.found()?;
     let route = route::choose(req.route, built, &req.prefix, torch, profile)?;
     if route.choice != Choice::InPlace {
         return Ok(InPlace::NotTaken);
@@ -385,7 +388,7 @@ fn in_place<'a>(
     // The fixed library loads what torch's own does: what cannot be found
     // for it is said before anything is fixed or written.
     crate::swap::links::needs_found(&source, torch)?;
-    let diagnosis = crate::diagnosis::diagnose(torch, &source, &req.sysfs)?;
+    let diagnosis = req.stack.diagnosis(torch, &source)?;
     let Some(planned) = diagnosis.plan_fix(req.unproven, ui)? else {
         return Ok(InPlace::Done);
     };

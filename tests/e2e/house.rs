@@ -16,7 +16,7 @@ fn layer(module: &str) -> usize {
         "share" => 2,
         "builder" | "inplace" => 3,
         // What fails in the user's stack: read by install, verify, doctor.
-        "swap" | "diagnosis" => 4,
+        "swap" | "diagnosis" | "stack" => 4,
         "inspect" | "select" | "clean" => 5,
         "commands" => 6,
         "cli" | "main" | "lib" => 7,

@@ -38,8 +38,12 @@ fn tallied(sb: &Sandbox, args: &[&str]) -> (Run, Tally) {
         cmd.args(["--state-dir", &state]);
     }
     let run = Run::from(cmd.output().unwrap());
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("the binary wrote no tally ({e}): {}", run.stderr));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "{args:?} wrote no tally ({e}); exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            run.code, run.stdout, run.stderr
+        )
+    });
     let mut t = Tally {
         located: 0,
         diagnoses: 0,

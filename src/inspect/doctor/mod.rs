@@ -12,7 +12,7 @@ use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::libraries;
 use crate::swap::advice;
-use crate::swap::torch::{self, Locator};
+use crate::swap::torch;
 
 mod toolchain;
 mod torch_side;
@@ -24,10 +24,9 @@ pub struct DoctorRequest {
     pub profile: Profile,
     pub rocm: Option<PathBuf>,
     pub work_dir: PathBuf,
-    pub sysfs: PathBuf,
-    pub torch: Option<Locator>,
-    /// The torch it found: the command's one look for it.
-    pub found: anyhow::Result<torch::Torch>,
+    /// The user's stack: the command's one look for torch, and the
+    /// diagnosis made once.
+    pub stack: crate::stack::Stack,
     /// Every row, the build's too, whatever the route.
     pub all: bool,
     /// HSA_OVERRIDE_GFX_VERSION, if set.
@@ -42,8 +41,8 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     let cards = gpus(req, &mut r);
     gfx_override(req, &cards, side.gfx101x, &mut r);
     // Every GPU library torch loads, read for the card.
-    if let Ok(t) = &req.found {
-        libraries::check(t, req.gfx_override.as_deref(), &req.sysfs, &mut r);
+    if let Ok(t) = &req.stack.torch {
+        libraries::check(t, req.gfx_override.as_deref(), &req.stack.sysfs, &mut r);
     }
     if side.route == Route::Build || req.all {
         build_tools(&mut r);

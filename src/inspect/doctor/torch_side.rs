@@ -2,6 +2,7 @@
 //! python runs and the code it carries, and the route for it.
 
 use super::*;
+use crate::diagnosis::Standing;
 
 /// Which rows doctor shows beyond the torch's: the route's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,12 +24,12 @@ pub(super) struct TorchSide {
     pub gfx101x: Option<bool>,
 }
 
-/// The torch found (`req.found`, the command's one look) and its route:
+/// The torch found (`req.stack`, the command's one look) and its route:
 /// no ROCm torch is a torch problem, said first with the torch for the
 /// card; then whether it carries gfx101x code, by its libtorch_hip.so's
 /// code objects, else by its layout (`route::chip`), as the route row says.
 pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSide {
-    let t = match &req.found {
+    let t = match &req.stack.torch {
         Ok(t) => t,
         Err(e) => {
             r.push_error("torch", Status::Fail, e);
@@ -78,9 +79,11 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
     if route == Route::InPlace {
         kernels(req, t, r);
     }
-    if let (torch::Layout::RocmSdk(_), Some(torch::Locator::Python(python)), true) =
-        (&t.layout, &req.torch, req.all || route == Route::Build)
-    {
+    if let (torch::Layout::RocmSdk(_), torch::Locator::Python(python), true) = (
+        &t.layout,
+        &req.stack.locator,
+        req.all || route == Route::Build,
+    ) {
         devel_sdk(python, r);
     }
     use crate::swap::route::Chip;
@@ -189,7 +192,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjec
 }
 
 pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
-    let scan = gpu::scan_all(&req.sysfs);
+    let scan = gpu::scan_all(&req.stack.sysfs);
     for p in &scan.problems {
         r.push_fix(
             "gpu",
@@ -205,7 +208,7 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
             Status::Warn,
             format!(
                 "no AMD GPU in the KFD topology ({}): a build works, running needs the card and the amdgpu driver",
-                gpu::topology(&req.sysfs).display()
+                gpu::topology(&req.stack.sysfs).display()
             ),
             "on the GPU machine: check `lsmod | grep amdgpu` and that your user is in the render and video groups",
         );
@@ -233,7 +236,7 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
             );
         }
     }
-    let params = gpu::amdgpu_params(&req.sysfs);
+    let params = gpu::amdgpu_params(&req.stack.sysfs);
     if params.iter().all(|(_, v)| v.is_none()) {
         r.push(
             "amdgpu",
@@ -256,12 +259,7 @@ pub(super) fn gfx_override(
     gfx101x: Option<bool>,
     r: &mut CheckReport,
 ) {
-    let a = advice::override_for(
-        gfx101x,
-        req.gfx_override.as_deref(),
-        cards,
-        req.torch.is_some(),
-    );
+    let a = advice::override_for(gfx101x, req.gfx_override.as_deref(), cards, true);
     let status = if a.fine { Status::Ok } else { Status::Warn };
     match a.fix {
         Some(fix) => r.push_fix("override", status, a.detail, fix),
@@ -272,43 +270,30 @@ pub(super) fn gfx_override(
 /// The batch-norm kernels of the MIOpen torch loads, judged by compiling
 /// them for this machine's card through the comgr beside it.
 fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
-    let d = match crate::diagnosis::diagnose(t, &t.target, &req.sysfs) {
+    let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
         Err(e) => return r.push_error("kernels", Status::Warn, &e),
     };
-    let Some(j) = &d.judgement else {
-        return r.push_fix(
+    let detail = || format!("{}\n{}", d.summary(), d.lines().join("\n"));
+    match d.standing() {
+        Standing::NoCompiler => r.push_fix(
             "kernels",
             Status::Warn,
             "no compiler library (libamd_comgr.so*) beside torch's MIOpen: whether its batch norm fails cannot be told",
             "torch bundles comgr with its MIOpen; reinstall torch if it is missing",
-        );
-    };
-    let detail = format!(
-        "{}
-{}",
-        d.summary(),
-        d.lines().join(
-            "
-"
-        )
-    );
-    match j.outcome() {
-        crate::verdict::Outcome::NothingToFix => r.push(
+        ),
+        Standing::NothingToFix(line) => r.push(
             "kernels",
             Status::Ok,
-            format!("{detail}\nnothing {}", d.nothing_to_fix_line()),
+            format!("{}\nnothing {line}", detail()),
         ),
-        crate::verdict::Outcome::Fixable => r.push_fix(
+        Standing::Fixable => r.push_fix(
             "kernels",
             Status::Warn,
-            detail,
+            detail(),
             "`rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
         ),
-        _ => {
-            let e = d.refusal().expect("a refusal for every other outcome");
-            r.push_error("kernels", Status::Fail, &e);
-        }
+        Standing::Refused(e) => r.push_error("kernels", Status::Fail, &e),
     }
 }
 
@@ -342,7 +327,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::swap::torch::native_torch(&crate::diagnosis::target(&req.sysfs).0)
+                crate::swap::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the
