@@ -123,6 +123,44 @@ fn readme_quotes_the_binary_size_the_bench_measured() {
     );
 }
 
+/// The figures the docs quote beyond the bench (install and demo times,
+/// disk use) are the ones `cargo xtask figures` measured and wrote into
+/// FIGURES.md: each quote equals its row, and each row is quoted.
+#[test]
+fn the_docs_quote_the_figures_xtask_measured() {
+    use rdna1_testkit::figures;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let md = std::fs::read_to_string(root.join("FIGURES.md")).expect("FIGURES.md");
+    let table = figures::table(&md);
+    for key in [
+        "install-time",
+        "install-target",
+        "demo-time",
+        "demo-in-place-time",
+        "demo-in-place-steps",
+        "clone-target",
+    ] {
+        assert!(table.contains_key(key), "FIGURES.md has no {key} row");
+    }
+    let mut quoted = std::collections::BTreeSet::new();
+    for doc in figures::docs(root) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for q in figures::quotes(&text) {
+            assert_eq!(
+                Some(&q.value),
+                table.get(&q.key),
+                "{} quotes {} as {:?}: run `cargo xtask figures`, or quote FIGURES.md's value",
+                doc.display(),
+                q.key,
+                q.value
+            );
+            quoted.insert(q.key);
+        }
+    }
+    let rows: std::collections::BTreeSet<String> = table.keys().cloned().collect();
+    assert_eq!(quoted, rows, "every figure is quoted where the docs say it");
+}
+
 #[test]
 fn status_refuses_a_state_dir_that_is_not_one() {
     let sb = Sandbox::new();

@@ -17,7 +17,8 @@ use crate::demo::step;
 /// Debian's comgr (libamd-comgr2), the compiler MIOpen loads.
 const COMGR: &str = rdna1_testkit::DEBIAN_COMGR;
 
-pub fn run(root: &Path, keep: bool) -> Result<()> {
+/// Runs the demo; the time its steps took (after the fake torch is built).
+pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
     if !Path::new(COMGR).is_file() {
         bail!(
             "the in-place demo compiles kernels with Debian's comgr, which is not at {COMGR}: `sudo apt-get install libamd-comgr2 libclang-common-15-dev`, then run this again"
@@ -90,9 +91,10 @@ pub fn run(root: &Path, keep: bool) -> Result<()> {
     )?;
     println!("\n== rollback: torch's own library, byte for byte");
     step(sb, &mut with_state(&["rollback"]))?;
+    let took = start.elapsed();
     println!(
         "\ndemo done in {:.0} s (the compiles above are real; nothing ran on a GPU)",
-        start.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     if keep {
         let kept = dir.keep();
@@ -101,5 +103,5 @@ pub fn run(root: &Path, keep: bool) -> Result<()> {
             kept.display()
         );
     }
-    Ok(())
+    Ok(took)
 }

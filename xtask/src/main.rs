@@ -12,6 +12,7 @@ mod fidelity;
 mod fidelity_harness;
 mod fidelity_more;
 mod fidelity_render;
+mod figures;
 mod fuzz;
 mod gpucode;
 mod killtest;
@@ -40,9 +41,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("demo") if args.iter().any(|a| a == "--in-place") => demo::check_args(&args[1..])
-            .and_then(|()| demo_in_place::run(&root(), args.iter().any(|a| a == "--keep"))),
+            .and_then(|()| demo_in_place::run(&root(), args.iter().any(|a| a == "--keep")))
+            .map(drop),
         Some("demo") => demo::run_demo(&root(), &args[1..]),
         Some("bench") => bench::bench(&root(), &args[1..]),
+        Some("figures") => figures::figures(&root(), &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root(), &args[1..]),
         Some("killtest") => killtest::killtest(&root(), &args[1..]),
         Some("fidelity") => fidelity::fidelity(&root(), &args[1..]),
@@ -79,6 +82,10 @@ tasks:
              [--miopen-src DIR] [--miopen-lib PATH] [--quick] [--only GROUP],
              GROUP one of:
 {}
+  figures    measure what the docs quote beyond the bench (the install's and
+             the demos' times, target/'s size), write FIGURES.md and set
+             the docs' quotes of it
+             [--only install|demos|clone]
   fuzz       libFuzzer on the ELF and offload-bundle readers, the pull's, or
              the readers of a libMIOpen's kernel texts and include names;
              fails on any crash, abort, broken property or slow input

@@ -205,7 +205,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {

@@ -1,0 +1,264 @@
+//! `cargo xtask figures`: the figures the docs quote that no bench row
+//! measures (how long the install and the demos take, how much disk a
+//! build takes), measured here and written to FIGURES.md; every quote of
+//! one in the docs (`VALUE<!-- figure:KEY -->`) is set to what was
+//! measured, and a test holds the docs to the table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rdna1_testkit::figures;
+
+/// A group `--only` can name, and the keys it measures.
+const GROUPS: &[(&str, &[&str])] = &[
+    ("install", &["install-time", "install-target"]),
+    (
+        "demos",
+        &["demo-time", "demo-in-place-time", "demo-in-place-steps"],
+    ),
+    ("clone", &["clone-target"]),
+];
+
+/// One row of FIGURES.md.
+struct Figure {
+    key: &'static str,
+    value: String,
+    how: String,
+}
+
+pub fn figures(root: &Path, args: &[String]) -> Result<()> {
+    let only = match args {
+        [] => None,
+        [flag, group] if flag == "--only" => match GROUPS.iter().find(|(g, _)| g == group) {
+            Some(g) => Some(g.0),
+            None => bail!("figures --only takes one of {}, not {group}", group_names()),
+        },
+        _ => bail!(
+            "figures takes nothing, or --only GROUP (one of {})",
+            group_names()
+        ),
+    };
+    let path = root.join("FIGURES.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut rows = old_rows(&old);
+    let machine = format!(
+        "{}; load average {} at the start",
+        crate::bench::machine(),
+        load_average()
+    );
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let run = |g: &str| only.is_none_or(|o| o == g);
+    let mut new = Vec::new();
+    if run("install") {
+        new.extend(install(root)?);
+    }
+    if run("demos") {
+        new.extend(demos(root)?);
+    }
+    if run("clone") {
+        new.extend(clone_target(root)?);
+    }
+    for f in new {
+        anyhow::ensure!(
+            figures::is_value(&f.value),
+            "{} measured as {:?}, which the docs cannot quote",
+            f.key,
+            f.value
+        );
+        rows.insert(
+            f.key.to_owned(),
+            format!(
+                "| `{}` | {} | {date} | {machine} | {} |",
+                f.key, f.value, f.how
+            ),
+        );
+    }
+    let md = render(&rows);
+    std::fs::write(&path, &md).with_context(|| format!("cannot write {}", path.display()))?;
+    let values = figures::table(&md);
+    for doc in figures::docs(root) {
+        let text = std::fs::read_to_string(&doc)?;
+        let new = figures::rewrite(&text, &values);
+        if new != text {
+            std::fs::write(&doc, new)?;
+            println!("figures: updated the quotes in {}", doc.display());
+        }
+    }
+    print!("{md}");
+    Ok(())
+}
+
+fn group_names() -> String {
+    GROUPS.iter().map(|g| g.0).collect::<Vec<_>>().join(", ")
+}
+
+/// The rows of an earlier FIGURES.md, by key, kept when `--only` measures
+/// another group.
+fn old_rows(md: &str) -> BTreeMap<String, String> {
+    md.lines()
+        .filter_map(|l| {
+            let key = l.strip_prefix("| `")?.split('`').next()?;
+            GROUPS
+                .iter()
+                .any(|(_, keys)| keys.contains(&key))
+                .then(|| (key.to_owned(), l.to_owned()))
+        })
+        .collect()
+}
+
+fn render(rows: &BTreeMap<String, String>) -> String {
+    let mut md = String::from(
+        "# Figures the docs quote\n\nWritten by `cargo xtask figures` (do not edit by hand), which also sets every quote of a figure in README.md, DEVELOPING.md and docs/ (the value followed by an HTML comment `figure:KEY`) to the value below; the test `rough_edges::the_docs_quote_the_figures_xtask_measured` fails when a quote differs. `cargo xtask figures --only GROUP` measures one group (install, demos, clone) and keeps the other rows. Speed targets are BENCHMARKS.md's (`cargo xtask bench`), not these.\n\n| figure | value | measured | machine | how |\n|---|---|---|---|---|\n",
+    );
+    for (_, keys) in GROUPS {
+        for k in *keys {
+            if let Some(r) = rows.get(*k) {
+                md.push_str(r);
+                md.push('\n');
+            }
+        }
+    }
+    md
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `cargo install --locked --path .` as README gives it, into an empty
+/// root, with an empty target dir and an empty cargo home (so the crates
+/// are downloaded, as on a newcomer's machine).
+fn install(root: &Path) -> Result<Vec<Figure>> {
+    let tmp = tempfile::Builder::new()
+        .prefix("rdna1-patch-figures-")
+        .tempdir()?;
+    let target = tmp.path().join("target");
+    let mut cmd = crate::cargo();
+    cmd.args(["install", "--locked", "--path"])
+        .arg(root)
+        .arg("--root")
+        .arg(tmp.path().join("root"))
+        .arg("--target-dir")
+        .arg(&target)
+        .env("CARGO_HOME", tmp.path().join("cargo-home"));
+    let start = Instant::now();
+    crate::run(&mut cmd)?;
+    let took = start.elapsed();
+    let size = du(&target)?;
+    Ok(vec![
+        Figure {
+            key: "install-time",
+            value: minutes(took),
+            how: "`cargo install --locked --path .` of this checkout with an empty target dir and an empty CARGO_HOME (every crate downloaded from crates.io and compiled), wall time".into(),
+        },
+        Figure {
+            key: "install-target",
+            value: format!("{:.0} MB", size as f64 / 1e6),
+            how: "the size of that install's target dir afterwards (`du`), what `cargo clean` in the clone would free".into(),
+        },
+    ])
+}
+
+/// The two demos as README gives them, the tool already built (the
+/// demo's own `cargo build` then does nothing).
+fn demos(root: &Path) -> Result<Vec<Figure>> {
+    crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
+    let start = Instant::now();
+    crate::demo::run_demo(root, &[])?;
+    let demo = start.elapsed();
+    let start = Instant::now();
+    let steps = crate::demo_in_place::run(root, false)?;
+    let in_place = start.elapsed();
+    Ok(vec![
+        Figure {
+            key: "demo-time",
+            value: seconds(demo),
+            how: "`cargo xtask demo`, whole, in a clone whose tool is built (its `cargo build` does nothing)".into(),
+        },
+        Figure {
+            key: "demo-in-place-time",
+            value: seconds(in_place),
+            how: "`cargo xtask demo --in-place`, whole (the fake torch's CMake build, then its steps), the tool built".into(),
+        },
+        Figure {
+            key: "demo-in-place-steps",
+            value: seconds(steps),
+            how: "the steps of that demo alone (doctor, the dry run, the fix, verify --compile, rollback), each diagnosis compiling on a cold cache of the demo's own".into(),
+        },
+    ])
+}
+
+/// The clone's target/ once the suite, the demos and a release build have
+/// run, without the opt-in trees (rocm-env, smoke-cpu, fuzz), which the
+/// docs give apart.
+fn clone_target(root: &Path) -> Result<Vec<Figure>> {
+    let target = root.join("target");
+    let ran_tests = std::fs::read_dir(target.join("debug/deps"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().starts_with("e2e-"))
+        })
+        .unwrap_or(false);
+    if !ran_tests || !target.join("release/rdna1-patch").is_file() {
+        bail!(
+            "the clone figure is target/ after the tests, the demos and a release build: run `cargo xtask ci` and `cargo build --release` first"
+        );
+    }
+    let mut size = 0;
+    for e in std::fs::read_dir(&target)? {
+        let e = e?;
+        let name = e.file_name();
+        if ["rocm-env", "smoke-cpu", "fuzz"].contains(&&*name.to_string_lossy()) {
+            continue;
+        }
+        size += du(&e.path())?;
+    }
+    Ok(vec![Figure {
+        key: "clone-target",
+        value: format!("{:.1} GB", size as f64 / 1e9),
+        how: "`du` of the clone's target/ after `cargo xtask ci`, the demos and `cargo build --release`, without the opt-in rocm-env, smoke-cpu and fuzz trees".into(),
+    }])
+}
+
+/// Disk use of `path` in bytes, as `du` counts it.
+fn du(path: &Path) -> Result<u64> {
+    let out = Command::new("du").arg("-sk").arg(path).output()?;
+    anyhow::ensure!(out.status.success(), "du {} failed", path.display());
+    let kb: u64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .context("du said no size")?;
+    Ok(kb * 1024)
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.0} s", d.as_secs_f64())
+}
+
+fn minutes(d: Duration) -> String {
+    let s = d.as_secs_f64().round() as u64;
+    match s / 60 {
+        0 => format!("{s} s"),
+        m => format!("{m} min {} s", s % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_the_docs_quote_them() {
+        assert_eq!(minutes(Duration::from_secs(520)), "8 min 40 s");
+        assert_eq!(minutes(Duration::from_millis(44_600)), "45 s");
+        assert!(figures::is_value(&minutes(Duration::from_secs(600))));
+        assert_eq!(seconds(Duration::from_millis(36_600)), "37 s");
+    }
+}
