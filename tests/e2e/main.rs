@@ -41,6 +41,7 @@ mod signed;
 mod smoke;
 mod smoke_report;
 mod support;
+mod support_run;
 mod system_route;
 mod targets;
 mod texts;
