@@ -37,6 +37,8 @@ mod routes;
 mod routes_said;
 mod select;
 mod shared;
+mod shared_key;
+mod shared_pull;
 mod signed;
 mod smoke;
 mod smoke_report;
