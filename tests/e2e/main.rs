@@ -29,6 +29,8 @@ mod patches;
 mod prefix_guard;
 mod privilege;
 mod reliability;
+mod reliability_integrity;
+mod reliability_misleading;
 mod rocm_sdk;
 mod rollback;
 mod root_cache;
