@@ -24,6 +24,7 @@ mod linker;
 mod miopen;
 mod monorepo;
 mod newcomer;
+mod newcomer_said;
 mod other_user;
 mod patches;
 mod prefix_guard;
