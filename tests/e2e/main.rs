@@ -4,6 +4,8 @@
 
 mod battery;
 mod build;
+mod build_signals;
+mod build_sources;
 mod comgr;
 mod compat;
 mod compile_child;
