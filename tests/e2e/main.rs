@@ -20,6 +20,8 @@ mod fs_errors;
 mod hostile;
 mod house;
 mod in_place;
+mod in_place_cache;
+mod in_place_comgr;
 mod launcher;
 mod libraries;
 mod linker;
