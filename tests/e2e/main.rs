@@ -52,6 +52,7 @@ mod smoke_report;
 mod support;
 mod support_run;
 mod system_route;
+mod system_route_owners;
 mod targets;
 mod texts;
 mod torch;
