@@ -47,6 +47,7 @@ mod shared;
 mod shared_key;
 mod shared_pull;
 mod signed;
+mod signed_publish;
 mod smoke;
 mod smoke_report;
 mod support;
