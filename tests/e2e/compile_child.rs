@@ -291,6 +291,10 @@ fn a_library_the_comgr_needs_that_anyone_can_write_is_refused_before_anything_lo
 /// would): what loads is the file that was checked, never the one swapped
 /// in, and the next check refuses the directory swapped in.
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature: cargo test --features failpoints (cargo xtask ci does)"
+)]
 fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
     let sb = Sandbox::new();
     let torch = installed(&sb);

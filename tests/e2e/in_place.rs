@@ -1,7 +1,9 @@
 //! The in-place route: torch's own libMIOpen, whose embedded batch-norm
 //! kernel texts (the fake runtime embeds the tests' own texts the way
 //! MIOpen's build does) are fixed where they lie, then swapped in,
-//! verified and rolled back like any build.
+//! verified and rolled back like any build. Compiling the fix through
+//! torch's comgr is in `in_place_comgr`, MIOpen's kernel cache in
+//! `in_place_cache`.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +17,7 @@ pub(crate) const HIP64: &str = "6.4.43484-123eb5128";
 /// A torch for ROCm 6.4 whose libtorch_hip.so carries code for `archs`
 /// and loads torch/lib/libMIOpen.so, as a build of torch for those
 /// targets does.
-fn torch_with_code(sb: &Sandbox, archs: &[&str]) -> FakeTorch {
+pub(crate) fn torch_with_code(sb: &Sandbox, archs: &[&str]) -> FakeTorch {
     torch_of(sb, "2.6.0+rocm6.4", HIP64, archs)
 }
 
@@ -43,7 +45,7 @@ pub(crate) fn torch_in(
     )
 }
 
-fn install(sb: &Sandbox, extra: &[&str]) -> Run {
+pub(crate) fn install(sb: &Sandbox, extra: &[&str]) -> Run {
     let mut args = vec!["--profile", "rocm-6.4.3"];
     args.extend(extra);
     sb.install(&args)
@@ -321,295 +323,6 @@ help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall 
     assert!(!other.root.join("state").exists());
     assert!(!other.prefix.exists());
     assert_eq!(std::fs::read(&lib).unwrap(), fixed);
-}
-
-/// Debian 12's comgr (libamd-comgr2 5.2.3): a real compiler for gfx1010,
-/// where torch bundles its own.
-fn bundle_comgr(torch: &FakeTorch) {
-    let debian = Path::new("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2");
-    assert!(
-        debian.exists(),
-        "this test compiles kernels with Debian's comgr: apt-get install libamd-comgr2 libclang-common-15-dev"
-    );
-    // A copy, not the link torch_of makes: copied through that link, the
-    // file would be copied onto itself.
-    let bundled = torch.lib.join("libamd_comgr.so.2");
-    let _ = std::fs::remove_file(&bundled);
-    std::fs::copy(debian, bundled).unwrap();
-}
-
-/// Debian's comgr, in a child process of the binary, as verify compiles.
-fn debian_comgr() -> rdna1_patch::compiler::Child {
-    let comgr = PathBuf::from("/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2");
-    assert!(
-        comgr.exists(),
-        "apt-get install libamd-comgr2 libclang-common-15-dev"
-    );
-    let mut c =
-        rdna1_patch::compiler::Child::new(comgr, std::time::Duration::from_secs(600)).unwrap();
-    c.exe = crate::support::BIN.into();
-    c
-}
-
-#[test]
-fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile() {
-    let sb = Sandbox::new();
-    let torch = torch_with_code(&sb, &["gfx1010"]);
-    bundle_comgr(&torch);
-    install(&sb, &[]).ok();
-    let compile = |extra: &[&str]| {
-        let mut args = vec![
-            "--profile",
-            "rocm-6.4.3",
-            "--python",
-            "python3",
-            "--compile",
-        ];
-        args.extend(extra);
-        sb.verify(&args)
-    };
-    let verify = |sysfs: &Path| {
-        sb.set_gpus(sysfs);
-        compile(&[])
-    };
-    let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).ok();
-    run.prints(&format!(
-        "2 batch-norm kernels compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
-        torch.lib.join("libamd_comgr.so.2").display()
-    ));
-    // A target asked for: the gfx1030 control, where nothing failed before.
-    compile(&["--compile-for", "gfx1030"])
-        .ok()
-        .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
-        .prints("the original's: 0 of 2 fail");
-    // With no card, gfx1010 is assumed, and said.
-    verify(Path::new("/nonexistent"))
-        .ok()
-        .prints("compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr");
-    // The original back in place: its kernels fail to compile for gfx1010.
-    let original = std::fs::read(
-        std::fs::read_dir(sb.root.join("state/backups"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path(),
-    )
-    .unwrap();
-    std::fs::write(torch.miopen(), original).unwrap();
-    let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).check_fails();
-    run.prints("2 of 2 batch-norm kernels do not compile for gfx1010")
-        .prints("MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: ")
-        .prints("cannot compile inline asm");
-}
-
-/// The same compile, target by target: only gfx101x fails pristine, and
-/// the fix changes nothing that compiled before (the gfx1030 control, and
-/// gfx906, which keeps its DPP reduction).
-#[test]
-fn through_comgr_pristine_fails_on_gfx101x_only_and_fixed_compiles_everywhere() {
-    use rdna1_patch::{embedded, verdict};
-    let comgr = debian_comgr();
-    let pristine = std::fs::read(runtime().join("torch/lib/libMIOpen.so")).unwrap();
-    let embedded::Fix::Fixed { bytes: fixed, .. } = embedded::fix(&pristine).unwrap() else {
-        panic!("the fixture's library is refused");
-    };
-    let failing = |lib: &[u8], arch: &str| {
-        let judged = verdict::judge(&comgr, lib, arch).unwrap();
-        assert_eq!(judged.kernels.len(), 2, "{judged:?}");
-        judged.failing().count()
-    };
-    for (arch, pristine_fails) in [
-        ("gfx1010", 2),
-        ("gfx1011", 2),
-        ("gfx1012", 2),
-        ("gfx1030", 0),
-        ("gfx906", 0),
-    ] {
-        assert_eq!(
-            failing(&pristine, arch),
-            pristine_fails,
-            "pristine on {arch}"
-        );
-        assert_eq!(failing(&fixed, arch), 0, "fixed on {arch}");
-    }
-}
-
-/// The two forms of the fix, the series' patch for source trees and the
-/// in-place edit of a text, compile the same way: each kernel, through
-/// Debian's comgr, for the RDNA1 targets, the gfx1030 control and gfx906.
-#[test]
-fn the_series_patch_and_the_in_place_edit_compile_the_same_way() {
-    use rdna1_patch::kernel_text;
-    use rdna1_patch::verdict::{self, Lang, Unit, Verdict};
-    let comgr = debian_comgr();
-    let patch = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("patches/miopen/bn-gfx101x/0004-batchnorm-gfx101x.patch"),
-    )
-    .unwrap();
-    // The block the series adds before each kernel's own decision.
-    let hunk = patch.split("\n@@ ").nth(1).unwrap();
-    let block: String = hunk
-        .lines()
-        .take_while(|l| !l.starts_with("diff "))
-        .filter_map(|l| l.strip_prefix('+'))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert!(block.contains("#define MIO_BN_GFX103X 1"), "{block}");
-    let kernels = crate::support::fixtures().join("fake-runtime/kernels");
-    for k in [
-        "MIOpenBatchNormFwdTrainSpatial.cl",
-        "MIOpenBatchNormBwdSpatial.cl",
-    ] {
-        let text = std::fs::read_to_string(kernels.join(k)).unwrap();
-        let patched = text.replacen(
-            "#define MIOPEN_USE_AMDGCN 0\n",
-            &format!("{block}#define MIOPEN_USE_AMDGCN 0\n"),
-            1,
-        );
-        let kernel_text::Outcome::Fixed { text: edited, .. } =
-            kernel_text::fix(text.as_bytes(), false).unwrap()
-        else {
-            panic!("{k} was not fixed")
-        };
-        for arch in ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx906"] {
-            let judge = |t: &[u8]| {
-                let unit = Unit {
-                    name: k.to_owned(),
-                    lang: Lang::OpenCl,
-                    text: t.to_vec(),
-                    headers: Vec::new(),
-                };
-                verdict::judge_text(&comgr, &unit, arch, &mut 0).unwrap()
-            };
-            let (by_patch, by_edit) = (judge(patched.as_bytes()), judge(&edited));
-            let pristine = judge(text.as_bytes());
-            assert!(
-                by_patch.verdict == Verdict::Compiles && by_edit.verdict == Verdict::Compiles,
-                "{k} on {arch}: {by_patch:?} {by_edit:?}"
-            );
-            assert_eq!(
-                pristine.verdict == Verdict::Compiles,
-                !arch.starts_with("gfx101"),
-                "{k} pristine on {arch}: {pristine:?}"
-            );
-        }
-    }
-}
-
-/// A MIOpen user cache with compiled batch-norm and convolution kernels,
-/// as MIOpen's kern_db table holds them.
-pub(crate) fn kernel_cache(file: &Path) {
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let script = "import sqlite3, sys\n\
-        db = sqlite3.connect(sys.argv[1])\n\
-        db.execute('CREATE TABLE kern_db (id INTEGER PRIMARY KEY ASC, kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL, kernel_blob BLOB NOT NULL, kernel_hash TEXT NOT NULL, uncompressed_size INT NOT NULL)')\n\
-        for k in ['MIOpenBatchNormFwdTrainSpatial.cl', 'MIOpenBatchNormBwdSpatial.cl', 'MIOpenConvDirUni.cl']:\n    db.execute('INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) VALUES (?, ?, ?, ?, ?)', (k, '-DMIO_BN_N=32', b'code', 'h', 4))\n\
-        db.commit()\n";
-    rdna1_testkit::run(
-        std::process::Command::new("python3")
-            .args(["-c", script])
-            .arg(file),
-    );
-}
-
-fn kernels_in(file: &Path) -> String {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3, sys; print(' '.join(r[0] for r in sqlite3.connect(sys.argv[1]).execute('SELECT kernel_name FROM kern_db ORDER BY kernel_name')))",
-        ])
-        .arg(file)
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-#[test]
-fn miopens_cached_batch_norm_kernels_are_forgotten_after_install_and_rollback() {
-    let sb = Sandbox::new();
-    torch_with_code(&sb, &["gfx1010"]);
-    let cache = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
-    let other = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1030_36.ukdb");
-    kernel_cache(&cache);
-    kernel_cache(&other);
-    install(&sb, &[]).ok().says(&format!(
-        "Cache forgot 2 batch-norm kernels MIOpen had compiled, in {} (it compiles them again from the library now in place)",
-        cache.display()
-    ));
-    assert_eq!(
-        kernels_in(&cache),
-        "MIOpenConvDirUni.cl",
-        "convolutions stay"
-    );
-    assert_eq!(
-        kernels_in(&other).split(' ').count(),
-        3,
-        "gfx1030's cache is not ours"
-    );
-    // After the rollback, what MIOpen compiled from the fixed texts goes.
-    std::fs::remove_file(&cache).unwrap();
-    kernel_cache(&cache);
-    sb.rollback(&[])
-        .ok()
-        .says("Cache forgot 2 batch-norm kernels");
-    assert_eq!(kernels_in(&cache), "MIOpenConvDirUni.cl");
-
-    // MIOPEN_CUSTOM_CACHE_DIR is the cache dir itself; MIOPEN_DISABLE_CACHE
-    // means there is none.
-    let custom = sb.root.join("my-cache/gfx1010_18.ukdb");
-    kernel_cache(&custom);
-    let run = |env: (&str, &str)| {
-        let out = sb
-            .cmd()
-            .env(env.0, env.1)
-            .args([
-                "install",
-                "--into-torch",
-                "--profile",
-                "rocm-6.4.3",
-                "--prefix",
-            ])
-            .arg(&sb.prefix)
-            .arg("--state-dir")
-            .arg(sb.root.join("state"))
-            .output()
-            .unwrap();
-        Run::from(out)
-    };
-    run((
-        "MIOPEN_CUSTOM_CACHE_DIR",
-        custom.parent().unwrap().to_str().unwrap(),
-    ))
-    .ok()
-    .says(&format!(
-        "forgot 2 batch-norm kernels MIOpen had compiled, in {}",
-        custom.display()
-    ));
-    sb.rollback(&[]).ok();
-    run(("MIOPEN_DISABLE_CACHE", "1"))
-        .ok()
-        .says("MIOPEN_DISABLE_CACHE is set: MIOpen keeps no compiled kernels");
-}
-
-/// Issue 46, 4: a cache the batch-norm kernels cannot be removed from is
-/// a warning, printed once, on install and on rollback alike.
-#[test]
-fn a_cache_that_cannot_be_cleaned_is_warned_about_once() {
-    let sb = Sandbox::new();
-    torch_with_code(&sb, &["gfx1010"]);
-    let cache = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
-    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
-    std::fs::write(&cache, "not a database").unwrap();
-    let warning = format!(
-        "warning: cannot remove the batch-norm kernels from MIOpen's cache {}",
-        cache.display()
-    );
-    for run in [install(&sb, &[]).ok(), sb.rollback(&[]).ok()] {
-        run.says(&warning);
-        assert_eq!(run.stderr.matches(&warning).count(), 1, "{}", run.stderr);
-    }
 }
 
 /// The rocm-sdk layouts (TheRock's per-family and multi-arch packages):

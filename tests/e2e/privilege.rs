@@ -6,7 +6,8 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use crate::in_place::{HIP64, kernel_cache, torch_of};
+use crate::in_place::{HIP64, torch_of};
+use crate::in_place_cache::kernel_cache;
 use crate::other_user::{NOBODY, chown, root_for};
 use crate::support::{Run, Sandbox};
 
