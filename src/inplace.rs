@@ -44,6 +44,9 @@ pub struct Derived {
     /// What the one read of the source established (its MD5, whether it
     /// carries our markers, its stamp), so the swap need not read it again.
     pub source: checksum::Known,
+    /// The library's stamp as this run wrote it, `md5` taken of the bytes
+    /// written: the swap links it in unread while the stamp holds.
+    pub written: Stamp,
 }
 
 impl Derived {
@@ -170,6 +173,7 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
         let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
+        let written = Stamp::read(&staged_lib)?;
         let mut prov = provenance(req, sha256, found_by, texts);
         if let Some(p) = prov.in_place.as_mut() {
             p.proof = Some(proof.clone());
@@ -188,12 +192,12 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
             &known,
             req.jobs,
         )?;
-        Ok((installed, source))
+        Ok((installed, source, written))
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    let (installed, source) = result?;
+    let (installed, source, written) = result?;
     let md5 = installed
         .entries
         .iter()
@@ -214,14 +218,14 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         md5,
         elf,
         source,
+        written,
     })
 }
 
 /// The source's SHA-256 and what is known of it, and the fixed library
 /// written to `to` with its MD5. Hashing is what this route spends its
-/// time on: the source's SHA-256 and MD5 on one core, the fixed library's
-/// MD5 and its write on the other. The copy keeps the source's mode, so
-/// the swap can link it in (`txn::write_temp`).
+/// time on. The copy keeps the source's mode, so the swap can link it in
+/// (`txn::write_temp`).
 fn hash_and_write(
     original: &[u8],
     fixed: &[u8],
@@ -229,20 +233,26 @@ fn hash_and_write(
     to: &Path,
     mode: u32,
 ) -> Result<(String, checksum::Known, String)> {
-    let (source, written) = std::thread::scope(|s| {
-        let source = s.spawn(|| -> Result<_> {
+    // Three passes of about the same cost on however many cores there
+    // are: the source's MD5; its SHA-256, then the fixed library's write;
+    // the fixed library's MD5.
+    let needle = kernel_text::MARKER_PREFIX.as_bytes();
+    let (known, sha256, md5) = std::thread::scope(|s| {
+        let known = s.spawn(|| checksum::Known::of_bytes(original, needle, stamp));
+        let sha256 = s.spawn(|| -> Result<String> {
             let sha256 = prefix::sha256_hex(original);
-            let needle = kernel_text::MARKER_PREFIX.as_bytes();
-            Ok((sha256, checksum::Known::of_bytes(original, needle, stamp)?))
-        });
-        let written = checksum::md5_bytes(fixed).and_then(|md5| {
             crate::fsutil::write_atomic(to, fixed, Some(mode & 0o755))?;
-            Ok(md5)
+            Ok(sha256)
         });
-        (source.join().expect("the hashing thread panicked"), written)
+        let md5 = checksum::md5_bytes(fixed);
+        let panicked = "a hashing thread panicked";
+        (
+            known.join().expect(panicked),
+            sha256.join().expect(panicked),
+            md5,
+        )
     });
-    let (sha256, known) = source?;
-    Ok((sha256, known, written?))
+    Ok((sha256?, known?, md5?))
 }
 
 fn record(t: &Text, decisions: usize, original: &[u8], fixed: &[u8]) -> ProvText {

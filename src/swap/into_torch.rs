@@ -46,6 +46,9 @@ pub struct Build {
     /// The library's MD5, as MD5SUMS has it and the check found it.
     pub md5: String,
     pub elf: Library,
+    /// The library's stamp when this run wrote it and took `md5` of the
+    /// bytes written (the in-place route); None for a build read back.
+    pub written: Option<fsutil::Stamp>,
 }
 
 impl Build {
@@ -108,6 +111,7 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
         library,
         md5,
         elf,
+        written: None,
     })
 }
 
@@ -218,6 +222,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         }
     };
     let (staged, staged_md5) = source_of(&build, relink.as_ref(), &staging);
+    let staged_written = relink.is_none().then_some(build.written.as_ref()).flatten();
     let check = |temp: &Path| crate::swap::links::check_links(temp, torch, relink.as_ref(), ui);
     let swap = Swap {
         torch,
@@ -227,6 +232,7 @@ pub fn run(req: &InstallRequest, ui: &Ui) -> Result<()> {
         ),
         staged,
         staged_md5,
+        staged_written,
         check: &check,
         derived_from: build
             .provenance
@@ -442,6 +448,7 @@ fn in_place<'a>(
             library: derived.library,
             md5: derived.md5,
             elf: derived.elf,
+            written: Some(derived.written),
         }),
         known,
     ))

@@ -180,6 +180,38 @@ fn a_library_upgraded_during_the_fix_is_not_swapped_for_the_old_ones_fix() {
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), upgraded);
 }
 
+/// Issue 51's 400 MB row: the swap links the prefix's library in without
+/// reading it back when this run wrote it and its stamp still holds. A
+/// library written into after the fix (same size, in place, as patchelf
+/// or an editor would) moves the stamp: it is read back and refused, and
+/// torch keeps its own file.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature (cargo xtask ci turns it on)"
+)]
+fn a_prefix_written_into_after_the_fix_is_read_back_and_refused() {
+    use crate::in_place::{HIP64, torch_of};
+    use std::io::{Seek, Write};
+    let sb = Sandbox::new();
+    let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let original = std::fs::read(torch.miopen()).unwrap();
+    let sums = sb.prefix.join("share/rdna1-patch/MD5SUMS");
+    let mut run = in_place_install(&sb, &torch, Some("in-place-derived=sleep(2000)"))
+        .spawn()
+        .unwrap();
+    wait_for(&sums, &mut run);
+    let lib = sb.prefix.join("lib/libMIOpen.so");
+    let mut f = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+    f.seek(std::io::SeekFrom::End(-1)).unwrap();
+    f.write_all(b"X").unwrap();
+    drop(f);
+    crate::support::Run::from(run.wait_with_output().unwrap())
+        .fails()
+        .says("reads back as MD5");
+    assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
+}
+
 /// Issue 42, 10: after a linked install, the prefix's library edited in
 /// place (patchelf) changed torch's too; verify says so and how, and
 /// rollback still puts torch's original back from its backup.

@@ -27,6 +27,10 @@ pub struct Swap<'a> {
     /// Its MD5 when already known (the prefix's checked MD5SUMS); the copy
     /// in torch is proven against it before it takes the library's name.
     pub staged_md5: Option<&'a str>,
+    /// Its stamp when this run wrote it and took that MD5 of the bytes
+    /// written (the in-place route): a link to it is not read back while
+    /// the stamp holds.
+    pub staged_written: Option<&'a fsutil::Stamp>,
     /// Run on the new file where it lands (next to the target), before it
     /// takes the library's name.
     pub check: &'a dyn Fn(&Path) -> Result<()>,
@@ -125,8 +129,9 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     // on two cores; a killed run's copy is a temp that recovery removes
     // whatever the state. Nothing takes torch's name before both are proven.
     let temp = j.temp(false);
+    let (staged, staged_written) = (swap.staged, swap.staged_written);
     let (backed, written) = std::thread::scope(|s| {
-        let copy = s.spawn(|| write_temp(swap.staged, &temp, &j));
+        let copy = s.spawn(|| write_temp(staged, staged_written, &temp, &j));
         let backed = match j.inherits {
             None => write_backup(target, &j.backup, &j.original, &known.stamp),
             Some(_) => Ok(()),
@@ -241,14 +246,26 @@ pub(super) fn new_journal(
 /// (`fsutil::link_own`). Else a copy. Either is read back before the
 /// rename, so a file that is not the new library never takes torch's
 /// name; the rename does not change bytes.
-fn write_temp(staged: &Path, temp: &Path, j: &Journal) -> Result<()> {
-    if !fsutil::link_own(staged, temp, Some(j.new.mode))? {
+fn write_temp(
+    staged: &Path,
+    written: Option<&fsutil::Stamp>,
+    temp: &Path,
+    j: &Journal,
+) -> Result<()> {
+    let linked = fsutil::link_own(staged, temp, Some(j.new.mode))?;
+    if !linked {
         fsutil::copy_synced(staged, temp, j.new.mode)?;
     }
     crash_point!("install-temp-written");
     // A link is read back too: the prefix it shares an inode with may have
-    // been rewritten (another run, another state dir) since its MD5 was
-    // taken.
+    // been rewritten since its MD5 was taken. Unless this run wrote that
+    // inode and took the MD5 of the bytes it wrote, and the link is still
+    // that inode with that size and mtime: a prefix is only ever replaced
+    // whole (a new inode, staged and exchanged), never written into, and
+    // this run holds the state lock from the write to here.
+    if linked && written.is_some_and(|w| w.matches(temp)) {
+        return Ok(());
+    }
     let copy = checksum::md5_file(temp)?;
     if copy != j.new.md5 {
         bail!(

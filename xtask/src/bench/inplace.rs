@@ -77,9 +77,9 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             target: "<= 2x cp + md5sum".into(),
             met: ratio <= 2.0,
             note: format!(
-                "{ratio:.2}x; a {mb:.0} MB library, a new file each run: read once, its kernel texts' digest keys the verdicts and the proof (known from the first run: the texts are the same), the fix made in memory from those bytes, then the library's SHA-256 (the provenance's) and MD5 on one core while the fixed library is hashed and written to the prefix on the other; torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's"
+                "{ratio:.2}x; a {mb:.0} MB library, a new file each run: read once, its kernel texts' digest keys the verdicts and the proof (known from the first run: the texts are the same), the fix made in memory from those bytes, then three passes on three threads (the library's MD5; its SHA-256, the provenance's, then the fixed library's write to the prefix; the fixed library's MD5); torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's, linked in without a read back while the stamp this run wrote it with holds"
             ),
-            why: "the whole-library SHA-256 before the fix is gone (the verdicts are keyed on the kernel texts), but the fix still hashes the original twice (SHA-256 for the provenance, MD5 for the backup's name) beside the fixed library's MD5 and its write, and copies it in memory to edit it, where cp + md5sum writes once and hashes once: about 2.5 passes over 400 MB on 2 cores against 1; the provenance's SHA-256 computed while the diagnosis reads the library would take one pass off the path",
+            why: "the original is hashed twice (SHA-256 for the provenance, MD5 for the backup) beside the fixed library's MD5 and its write, and copied in memory to edit it, where cp + md5sum writes once and hashes once",
         },
         Row {
             name: "The same where nothing can be linked (across filesystems, or a library others could write)",
