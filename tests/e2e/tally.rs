@@ -104,6 +104,14 @@ fn each_verb_locates_torch_and_diagnoses_once_and_reads_the_library_as_little_as
     let (run, t) = tallied(&sb, &install);
     run.ok().says("Installed");
     assert_eq!((t.located, t.diagnoses), (1, 1), "install: {t:?}");
+    // The fix reads torch's library once; the swap links the prefix's in
+    // without reading it back (this run wrote it, its stamp holds).
+    assert_eq!(t.reads_of(&lib), 1, "install: {t:?}");
+    assert_eq!(
+        t.reads_of(&sb.prefix.join("lib/libMIOpen.so")),
+        0,
+        "install: {t:?}"
+    );
 
     let (run, t) = tallied(
         &sb,
