@@ -629,3 +629,38 @@ fn compilers_loaded_one_after_another_are_each_themselves() {
     }
     drop(rtc);
 }
+
+/// Issue 51: only the cases torch reaches are cases. Each kernel of the
+/// `torch-cases` variant breaks, for every card, in a case torch never
+/// reaches (pure fp16; mixed precision in a fusion text spelled as the
+/// batch-norm solvers spell it): judged in fp32 and mixed as its solver
+/// spells them, both fail at the DPP reduction alone, and the fix is
+/// proven. On the code before, pure fp16 was judged, and the library
+/// refused as "not fixable here".
+#[test]
+fn only_the_cases_torch_reaches_are_judged() {
+    const FWD: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL";
+    const BWD: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL";
+    let judged = judge("torch-cases", "gfx1010");
+    assert_eq!(judged.outcome(), Outcome::Fixable, "{judged:?}");
+    for name in [FWD, BWD] {
+        let k = judged.kernels.iter().find(|k| k.name == name).unwrap();
+        assert_eq!((k.cases, k.failing), (2, 2), "{k:?}");
+        assert!(
+            matches!(&k.verdict, Verdict::FailsAtDpp { case, .. } if case == "fp32 NCHW"),
+            "{k:?}"
+        );
+    }
+    let (_, torch, [dry, real]) = install_variant("torch-cases");
+    for run in [&dry, &real] {
+        run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 2 of 2 cases for gfx1010\n"))
+            .says(&format!("Kernel {BWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 2 of 2 cases for gfx1010\n"))
+            .says(&format!(
+                "Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010",
+                torch.miopen().display()
+            ))
+            .says("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012");
+    }
+    dry.ok();
+    real.ok().says("Installed");
+}

@@ -272,7 +272,8 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
         sb.root
             .join("xdg-cache/rdna1-patch/diagnosis")
             .join(format!(
-                "texts2-{}-{}-{}-{}.{}-{}.{}",
+                "texts{}-{}-{}-{}-{}.{}-{}.{}",
+                rdna1_patch::verdict::RULES,
                 m.dev(),
                 m.ino(),
                 m.len(),
