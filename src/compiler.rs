@@ -145,6 +145,10 @@ fn from_kept(text: &str) -> Option<crate::verdict::Compiled> {
     }
 }
 
+/// Answers are kept as `compile2-KEY`: a failure's log holds the compile's
+/// stderr after comgr's own (`comgr::child::KeptStderr`), which answers
+/// kept before (`compile-KEY`) lack.
+///
 /// The most a kept answer may be: a compile's log is a few KiB.
 const KEPT_LIMIT: u64 = 1 << 20;
 
@@ -256,7 +260,7 @@ impl crate::verdict::Compiler for Child {
                 }
                 let kept = self.kept.as_ref().and_then(|(cache, _)| {
                     cache
-                        .get(&format!("compile-{key}"), KEPT_LIMIT)
+                        .get(&format!("compile2-{key}"), KEPT_LIMIT)
                         .and_then(|t| from_kept(&t))
                 });
                 match kept {
@@ -275,7 +279,7 @@ impl crate::verdict::Compiler for Child {
             let mut known = self.known.borrow_mut();
             for (&i, answer) in todo.iter().zip(answers) {
                 if let Some((cache, _)) = &self.kept {
-                    cache.put(&format!("compile-{}", keys[i]), &kept_text(&answer));
+                    cache.put(&format!("compile2-{}", keys[i]), &kept_text(&answer));
                 }
                 known.insert(keys[i].clone(), answer);
             }

@@ -298,7 +298,7 @@ fn a_second_diagnosis_of_the_same_files_compiles_nothing() {
         check_row(&run.stdout, "kernels").to_owned()
     };
     let first = doctor();
-    assert!(line_matches("[..] (6 compiles, [..] s)", &first), "{first}");
+    assert!(line_matches("[..] (4 compiles, [..] s)", &first), "{first}");
     let second = doctor();
     assert!(
         line_matches(
@@ -583,6 +583,12 @@ fn children_on_every_core_give_the_verdicts_of_one_compile_per_case() {
         let mut many = verdict::judge(&child(false), lib, arch).unwrap();
         one.compiler.clear();
         many.compiler.clear();
+        // The children keep the assembler's stderr, which names the
+        // rejected row_bcast operand: they need no compile with the DPP
+        // blanked where comgr's log alone (in process) says too little.
+        assert!(many.compiles <= one.compiles, "{arch}");
+        one.compiles = 0;
+        many.compiles = 0;
         assert_eq!(one, many, "{arch}");
     };
     for name in [
