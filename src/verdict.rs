@@ -31,7 +31,7 @@ pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
-pub const RULES: u32 = 3;
+pub const RULES: u32 = 4;
 
 /// The control target: batch norm compiles there (MIOpen marks it gfx103x).
 pub const CONTROL: &str = "gfx1030";
@@ -131,8 +131,10 @@ pub struct Kernel {
     /// The cases that fail for the target: each counts, whatever the
     /// control does.
     pub failing: usize,
-    /// Of those, the ones that fail for the control too: not gfx101x's
-    /// own failures, failures all the same.
+    /// Of those not at the DPP reduction, the ones that fail for the
+    /// control too: not gfx101x's own failures, failures all the same. (A
+    /// failure at the DPP reduction is the card's whatever the control
+    /// does: the control is compiled only where the log does not say.)
     pub control_too: usize,
     #[serde(flatten)]
     pub verdict: Verdict,

@@ -306,7 +306,7 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
     let stock = doctor();
     assert!(
         crate::support::line_matches(
-            "warn  kernels   2 of 2 [..] (4 compiles, 4 of them run, [..] s)",
+            "warn  kernels   2 of 2 [..] (2 compiles, 2 of them run, [..] s)",
             &stock
         ),
         "{stock}"
