@@ -47,6 +47,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
         let _ = std::fs::remove_dir_all(&cache);
         Ok(())
     };
+    let standins = standins(lib, &dir.join("standins"))?;
     // `install --dry-run` makes the diagnosis and the proof in memory and
     // writes nothing: the real install stops here at its link check, since
     // this library needs ROCm 6.4's rocBLAS, Boost and HIP, which the host
@@ -63,6 +64,9 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             &home,
         );
         c.arg("--dry-run").stdin(std::process::Stdio::null());
+        if let Some(d) = &standins {
+            c.env("LD_LIBRARY_PATH", d);
+        }
         let out = c.output().context("cannot run the dry run")?;
         let text = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
@@ -228,6 +232,41 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             },
         },
     ])
+}
+
+/// Empty stand-ins, in `dir`, for the libraries `lib` needs that the
+/// dynamic loader cannot find here (Debian's 6.4.3 needs ROCm 6.4's
+/// rocBLAS, HIP and roctx and Boost 1.90, which a Debian 12 host lacks):
+/// the install checks that torch's MIOpen can load before it fixes it,
+/// and only the diagnosis, the fix and the proof are timed. Made with cc,
+/// each under its soname; None when nothing is missing.
+fn standins(lib: &Path, dir: &Path) -> Result<Option<PathBuf>> {
+    let out = Command::new("readelf").arg("-d").arg(lib).output()?;
+    let known = Command::new("/sbin/ldconfig").arg("-p").output()?;
+    let known = String::from_utf8_lossy(&known.stdout);
+    let missing: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_owned()))
+        .filter(|name| !known.contains(&format!("{name} (")))
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir)?;
+    for name in &missing {
+        quiet(
+            Command::new("cc")
+                .args(["-shared", "-x", "c", "/dev/null", "-o"])
+                .arg(dir.join(name))
+                .arg(format!("-Wl,-soname,{name}")),
+        )?;
+    }
+    eprintln!(
+        "bench: empty stand-ins for {} on LD_LIBRARY_PATH (the install checks the library can load)",
+        missing.join(", ")
+    );
+    Ok(Some(dir.to_owned()))
 }
 
 /// The CPU time (user and system, seconds) of every child this process
