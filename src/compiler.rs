@@ -102,6 +102,9 @@ pub fn job_key(compilers: &str, job: &crate::verdict::Job) -> String {
     field(compilers.as_bytes());
     field(format!("{:?}", job.lang).as_bytes());
     field(job.arch.as_bytes());
+    if job.front_end {
+        field(b"front end");
+    }
     for o in options_of(job) {
         field(o.as_bytes());
     }
@@ -368,6 +371,7 @@ impl Child {
                 target: job.arch.to_owned(),
                 options: options_of(job),
                 after: None,
+                front_end: job.front_end,
             });
         }
         Ok(batch)

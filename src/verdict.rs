@@ -49,6 +49,10 @@ pub struct Job<'a> {
     pub headers: &'a [(String, Vec<u8>)],
     pub arch: &'a str,
     pub defines: &'a [String],
+    /// The front end alone (an OpenCL text): the answer is the digest of
+    /// its LLVM IR before any pass, which, with the same options and
+    /// target, decides the code (`comgr::Comgr::front_end_ocl`).
+    pub front_end: bool,
 }
 
 /// What a compile gave: the code object, or the compiler's errors.

@@ -82,6 +82,10 @@ pub struct Job {
     /// An earlier job of the batch: this one is skipped unless that one
     /// compiled (the variants of a kernel, after its first failure).
     pub after: Option<usize>,
+    /// The front end alone (OpenCL): the answer is the SHA-256 of its IR
+    /// before any pass ([`Comgr::front_end_ocl`]), not of a code object.
+    #[serde(default)]
+    pub front_end: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +188,7 @@ pub fn run_in_process(
                 let compiled = compile_one(comgr, hiprtc, s, job);
                 let said = kept.map(|k| k.finish()).unwrap_or_default();
                 match compiled {
+                    Ok(ir) if job.front_end => Answer::Compiled(super::ir_digest(&ir)),
                     Ok(object) => match crate::elf::not_code_object(&object) {
                         None => Answer::Compiled(crate::elf::code_digest(&object)),
                         Some(what) => Answer::Broken(what),
@@ -341,6 +346,13 @@ fn compile_one(
         }
     }
     match (s.lang, hiprtc) {
+        (Lang::OpenCl, _) if job.front_end => {
+            comgr.front_end_ocl(&s.name, &s.text, &job.target, &job.options)
+        }
+        (Lang::Hip, _) if job.front_end => Err(format!(
+            "{} is HIP: only an OpenCL text is compiled to its front end alone",
+            s.name
+        )),
         (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
         (Lang::Hip, Some(rtc)) => {
             let headers: Vec<(String, Vec<u8>)> = s

@@ -483,6 +483,15 @@ impl Unit {
             headers: &self.headers,
             arch,
             defines,
+            front_end: false,
+        }
+    }
+
+    /// [`Unit::job`] of the front end alone (OpenCL).
+    pub(super) fn front_end_job<'a>(&'a self, arch: &'a str, defines: &'a [String]) -> Job<'a> {
+        Job {
+            front_end: true,
+            ..self.job(arch, defines)
         }
     }
 }

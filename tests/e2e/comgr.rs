@@ -236,6 +236,7 @@ fn one_child_answers_a_batch_of_jobs_job_by_job() {
         target: target.into(),
         options: options.clone(),
         after,
+        front_end: false,
     };
     let first = batch.add_job(job(bad, "gfx1010", None));
     batch.add_job(job(bad, "gfx1010", Some(first)));

@@ -542,6 +542,7 @@ fn a_hiprtc_named_by_its_soname_alone_gets_the_hip_version() {
         target: "gfx1030".into(),
         options: Vec::new(),
         after: None,
+        front_end: false,
     });
     let compilers = Compilers {
         comgr: DEBIAN_COMGR.into(),
