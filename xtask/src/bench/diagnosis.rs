@@ -115,7 +115,18 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
         .context("the diagnosis did not say its time")?;
     let (proof_asked, proof_run) = match proven {
         true => {
-            let p = tail("Proven")?;
+            // "... (N compiles, M of them run)", which a list of the
+            // kernels not judged may follow in parentheses of its own.
+            let line = first
+                .lines()
+                .find(|l| l.trim_start().starts_with("Proven"))
+                .context("no Proven line")?;
+            let end = line
+                .find(" of them run)")
+                .context("the proof did not say the compiles it ran")?
+                + " of them run".len();
+            let start = line[..end].rfind('(').map_or(0, |i| i + 1);
+            let p = line[start..end].to_owned();
             let run: f64 = p
                 .split(", ")
                 .nth(1)
@@ -184,7 +195,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             target: "<= 15 s".into(),
             met: cold_secs <= 15.0,
             note: format!(
-                "{compiles:.0} compiles run of {asked:.0} asked (identical inputs compiled once) for the {size:.0} MB library's {} kernels in every case they read ({failing} failing: {}), for gfx1010 (the RX 5600 XT's recorded KFD topology) with the gfx1030 control, through Debian 12's comgr 2.4 and hipRTC 5.2, on {cores:.0} cores; floor {floor:.1} s ({compiles:.0} compiles x {:.0} ms of CPU each, the compile children's {cpu:.1} s over the compiles they ran, / {cores:.0} cores)",
+                "{compiles:.0} compiles run of {asked:.0} asked (identical inputs compiled once) for the {size:.0} MB library's {} kernels in every case torch reaches ({failing} failing: {}), for gfx1010 (the RX 5600 XT's recorded KFD topology) with the gfx1030 control, through Debian 12's comgr 2.4 and hipRTC 5.2, on {cores:.0} cores; floor {floor:.1} s ({compiles:.0} compiles x {:.0} ms of CPU each, the compile children's {cpu:.1} s over the compiles they ran, / {cores:.0} cores)",
                 judged.len(),
                 cases.join("; "),
                 per * 1000.0
@@ -228,7 +239,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
                 note: format!(
                     "not proven, refused after the diagnosis (the time is the diagnosis and the refusal): \"{refusal}\""
                 ),
-                why: "through Debian 12's comgr 2.4 (clang 15) and hipRTC 5.2, cases of the fp16 kernels fail for gfx1010 and gfx1030 alike, not at the DPP reduction ('call to mad is ambiguous', 'unknown type name half4'); a case the card fails counts whatever the control does (issue 51), so the library is not fixable with these compilers and no fix is proven: the fix and proof need comgr 3 (ROCm 6.4's, the rocm-env chroot), not run here",
+                why: "the library was refused after the diagnosis (the error above): no fix was proven, so the row times the diagnosis and the refusal",
             },
         },
     ])
