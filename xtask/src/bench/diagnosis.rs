@@ -87,6 +87,14 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     let install_secs = t.elapsed().as_secs_f64();
     let cpu = children_cpu() - cpu_before;
     let proven = first.contains("Proven");
+    // What it judged and proved, as the user reads it.
+    for line in first.lines().map(str::trim).filter(|l| {
+        ["Kernel ", "Diagnosis ", "Proven ", "error: "]
+            .iter()
+            .any(|p| l.starts_with(p))
+    }) {
+        eprintln!("bench: cold run: {line}");
+    }
     let tail = |prefix: &str| -> Result<String> {
         let line = first
             .lines()
