@@ -222,6 +222,10 @@ static REAL_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new
 /// The most of a compile's stderr kept.
 const STDERR_CAP: u64 = 64 << 10;
 
+/// The most the compile child writes to any one file (RLIMIT_FSIZE): its
+/// kept stderr is a memfd, and a compile's own temp files are a few MB.
+const FILE_CAP: libc::rlim_t = 1 << 30;
+
 /// One compile's stretch of [`KeptStderr`]: descriptor 2 is the kept file
 /// until [`Keeping::finish`].
 pub struct Keeping<'a>(&'a KeptStderr);
@@ -247,6 +251,21 @@ impl KeptStderr {
             (file, OwnedFd::from_raw_fd(real))
         };
         install_handlers();
+        // The kept stderr is memory: a compiler that writes without end
+        // is stopped (SIGXFSZ, a death the parent reports, never a
+        // verdict) at FILE_CAP, far above any file a compile writes.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: an out-pointer and an in-pointer to a local rlimit.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_FSIZE, &raw mut limit) == 0 && limit.rlim_cur > FILE_CAP
+            {
+                limit.rlim_cur = FILE_CAP;
+                libc::setrlimit(libc::RLIMIT_FSIZE, &raw const limit);
+            }
+        }
         Some(KeptStderr { file, real })
     }
 
@@ -604,6 +623,7 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGILL => "SIGILL",
         libc::SIGFPE => "SIGFPE",
         libc::SIGKILL => "SIGKILL",
+        libc::SIGXFSZ => "SIGXFSZ",
         _ => "a signal",
     }
 }
