@@ -24,6 +24,7 @@ use anyhow::{Result, anyhow, bail};
 
 const DATA_SOURCE: u32 = 1;
 const DATA_LOG: u32 = 5;
+const DATA_BC: u32 = 6;
 const DATA_RELOCATABLE: u32 = 7;
 const LANGUAGE_OPENCL_2_0: u32 = 2;
 
@@ -33,6 +34,8 @@ struct Actions {
     add_pch: u32,
     compile_with_device_libs: u32,
     codegen: u32,
+    /// COMPILE_SOURCE_TO_BC: the front end alone, no device libraries.
+    compile_to_bc: u32,
 }
 
 fn actions(major: usize) -> Option<Actions> {
@@ -41,11 +44,13 @@ fn actions(major: usize) -> Option<Actions> {
             add_pch: 0x1,
             compile_with_device_libs: 0xF,
             codegen: 0x6,
+            compile_to_bc: 0x2,
         }),
         3 => Some(Actions {
             add_pch: 0x1,
             compile_with_device_libs: 0xC,
             codegen: 0x4,
+            compile_to_bc: 0x2,
         }),
         _ => None,
     }
@@ -245,8 +250,59 @@ impl Comgr {
             sets: Vec::new(),
             info: None,
         };
-        owned.compile(self.actions, name, text, arch, options)
+        let a = self.actions;
+        let steps = [
+            (a.add_pch, "add the OpenCL header"),
+            (a.compile_with_device_libs, "compile"),
+            (a.codegen, "generate code"),
+        ];
+        owned.compile(&steps, DATA_RELOCATABLE, name, text, arch, options)
     }
+
+    /// What the front end makes of OpenCL `text` for `arch` with
+    /// `options`: its LLVM IR before any pass (COMPILE_SOURCE_TO_BC with
+    /// `-S -Xclang -disable-llvm-passes`), without the lines that name
+    /// comgr's temp file. Two compiles whose IR, options and target are
+    /// the same give the same code: the device libraries, the passes and
+    /// the code generator are the same.
+    pub fn front_end_ocl(
+        &self,
+        name: &str,
+        text: &[u8],
+        arch: &str,
+        options: &[String],
+    ) -> std::result::Result<Vec<u8>, String> {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let mut owned = Owned {
+            api: &self.api,
+            data: Vec::new(),
+            sets: Vec::new(),
+            info: None,
+        };
+        let a = self.actions;
+        let steps = [
+            (a.add_pch, "add the OpenCL header"),
+            (a.compile_to_bc, "compile to IR"),
+        ];
+        let mut options = options.to_vec();
+        options.extend(["-S", "-Xclang", "-disable-llvm-passes"].map(str::to_owned));
+        let ir = owned.compile(&steps, DATA_BC, name, text, arch, &options)?;
+        Ok(ir_without_names(&ir))
+    }
+}
+
+/// LLVM IR without the lines that name the file it was compiled from
+/// (comgr's temp file, another each compile).
+fn ir_without_names(ir: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ir.len());
+    for line in ir.split_inclusive(|&b| b == b'\n') {
+        if line.starts_with(b"; ModuleID") || line.starts_with(b"source_filename") {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    out
 }
 
 /// Every handle made for one compile, released when it goes.
@@ -294,9 +350,11 @@ impl Owned<'_> {
         Ok(h)
     }
 
+    /// `steps` from the source to the first datum of `kind`.
     fn compile(
         &mut self,
-        actions: Actions,
+        steps: &[(u32, &str)],
+        kind: u32,
         name: &str,
         text: &[u8],
         arch: &str,
@@ -344,11 +402,7 @@ impl Owned<'_> {
             Self::ok((api.set_logging)(info, true), "log")?;
         }
         let mut from = input;
-        for (step, what) in [
-            (actions.add_pch, "add the OpenCL header"),
-            (actions.compile_with_device_libs, "compile"),
-            (actions.codegen, "generate code"),
-        ] {
+        for &(step, what) in steps {
             let out = self.set()?;
             // SAFETY: as above.
             let status = unsafe { (api.do_action)(step, info, from, out) };
@@ -367,8 +421,10 @@ impl Owned<'_> {
             }
             from = out;
         }
-        self.first_of(from, DATA_RELOCATABLE)
-            .ok_or_else(|| "comgr generated no code object".to_owned())
+        self.first_of(from, kind).ok_or_else(|| match kind {
+            DATA_RELOCATABLE => "comgr generated no code object".to_owned(),
+            _ => "comgr gave no output".to_owned(),
+        })
     }
 
     /// The bytes of the first datum of `kind` in `set`, at most
@@ -451,6 +507,14 @@ impl crate::verdict::Compiler for Comgr {
             .map(|o| (*o).to_owned())
             .chain(job.defines.iter().cloned())
             .collect();
+        if job.front_end {
+            return Ok(
+                match self.front_end_ocl(job.name, job.text, job.arch, &options) {
+                    Ok(ir) => crate::verdict::Compiled::Object(ir_digest(&ir).into_bytes()),
+                    Err(log) => crate::verdict::Compiled::Failed(log),
+                },
+            );
+        }
         Ok(
             match self.compile_ocl(job.name, job.text, job.arch, &options) {
                 Ok(object) => {
@@ -460,4 +524,11 @@ impl crate::verdict::Compiler for Comgr {
             },
         )
     }
+}
+
+/// The SHA-256 of a front end's IR, as hex: what a front-end compile
+/// answers in place of a code object's digest.
+pub fn ir_digest(ir: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    crate::checksum::hex(&Sha256::digest(ir))
 }

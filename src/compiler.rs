@@ -1,7 +1,8 @@
 //! The compiler MIOpen loads, as the diagnosis asks it (`verdict::Compiler`):
 //! comgr for OpenCL texts and hipRTC for HIP ones, loaded in a child
 //! process of this binary (`comgr::child`) and held to a time limit per
-//! compile, every job of a round sent in one batch. Each distinct compile
+//! compile, a round's jobs in batches of about equal cost that a thread
+//! per core takes from one queue. Each distinct compile
 //! runs once: identical jobs share one answer within a run, and answers
 //! are kept across runs by the compile's whole input (`job_key`).
 
@@ -102,6 +103,9 @@ pub fn job_key(compilers: &str, job: &crate::verdict::Job) -> String {
     field(compilers.as_bytes());
     field(format!("{:?}", job.lang).as_bytes());
     field(job.arch.as_bytes());
+    if job.front_end {
+        field(b"front end");
+    }
     for o in options_of(job) {
         field(o.as_bytes());
     }
@@ -145,6 +149,10 @@ fn from_kept(text: &str) -> Option<crate::verdict::Compiled> {
     }
 }
 
+/// Answers are kept as `compile2-KEY`: a failure's log holds the compile's
+/// stderr after comgr's own (`comgr::child::KeptStderr`), which answers
+/// kept before (`compile-KEY`) lack.
+///
 /// The most a kept answer may be: a compile's log is a few KiB.
 const KEPT_LIMIT: u64 = 1 << 20;
 
@@ -207,11 +215,40 @@ impl Child {
 /// what a few compiles do.
 const JOBS_PER_CHILD: usize = 4;
 
-/// How many children to compile `jobs` jobs in: one per core, each with
-/// at least [`JOBS_PER_CHILD`] jobs.
-fn children_for(jobs: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.min(jobs / JOBS_PER_CHILD).max(1)
+/// Batches per core: enough that the cores finish together when batches
+/// take unequal times (one core's last batch is a quarter of its share).
+const BATCHES_PER_CORE: usize = 4;
+
+/// What a HIP compile costs against an OpenCL one: hipRTC compiles a
+/// text with HIP's headers, about ten times comgr's OpenCL compile of a
+/// batch-norm kernel (Debian's 6.4.3, comgr 2.4 and hipRTC 5.2).
+const HIP_COST: usize = 10;
+
+/// `jobs` (each the cost of one) in batches: about [`BATCHES_PER_CORE`]
+/// a core, each of about the same cost, at least [`JOBS_PER_CHILD`] jobs
+/// a batch, the costliest (HIP) first so that no core is left with one at
+/// the end. Indices into `costs`, by batch, in the order to run them.
+fn batches(costs: &[usize], cores: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(costs[i]));
+    let count = (cores * BATCHES_PER_CORE)
+        .min(costs.len() / JOBS_PER_CHILD)
+        .max(1);
+    let per = costs.iter().sum::<usize>().div_ceil(count).max(1);
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let (mut batch, mut cost) = (Vec::new(), 0);
+    for i in order {
+        batch.push(i);
+        cost += costs[i];
+        if cost >= per && out.len() + 1 < count {
+            out.push(std::mem::take(&mut batch));
+            cost = 0;
+        }
+    }
+    if !batch.is_empty() {
+        out.push(batch);
+    }
+    out
 }
 
 /// One compile at a time through the child, for the diagnosis, which
@@ -237,9 +274,9 @@ impl crate::verdict::Compiler for Child {
 
     /// Every job, each distinct compile once (jobs of one [`job_key`]
     /// share one answer, within this run and, with a cache, across runs),
-    /// in as many children as the machine has cores, each child a batch in
-    /// which a text is sent once however many define sets it is compiled
-    /// with.
+    /// in batches of about equal cost run by a thread per core
+    /// ([`Child::run`]), each child a batch in which a text is sent once
+    /// however many define sets it is compiled with.
     fn compile_all(
         &self,
         jobs: &[crate::verdict::Job],
@@ -256,7 +293,7 @@ impl crate::verdict::Compiler for Child {
                 }
                 let kept = self.kept.as_ref().and_then(|(cache, _)| {
                     cache
-                        .get(&format!("compile-{key}"), KEPT_LIMIT)
+                        .get(&format!("compile2-{key}"), KEPT_LIMIT)
                         .and_then(|t| from_kept(&t))
                 });
                 match kept {
@@ -275,7 +312,7 @@ impl crate::verdict::Compiler for Child {
             let mut known = self.known.borrow_mut();
             for (&i, answer) in todo.iter().zip(answers) {
                 if let Some((cache, _)) = &self.kept {
-                    cache.put(&format!("compile-{}", keys[i]), &kept_text(&answer));
+                    cache.put(&format!("compile2-{}", keys[i]), &kept_text(&answer));
                 }
                 known.insert(keys[i].clone(), answer);
             }
@@ -294,36 +331,63 @@ impl crate::verdict::Compiler for Child {
 }
 
 impl Child {
-    /// `distinct` (no two of one key), in as many children as the machine
-    /// has cores.
+    /// `distinct` (no two of one key), in batches of about equal cost
+    /// ([`batches`]), taken from one queue by a thread per core, each
+    /// batch in a child of its own. Once a batch fails, no more are
+    /// started.
     fn run(
         &self,
         distinct: &[&crate::verdict::Job],
     ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        let per = distinct.len().div_ceil(children_for(distinct.len())).max(1);
-        let batches: Vec<Batch> = distinct
-            .chunks(per)
-            .map(|c| self.batch_of(c))
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let costs: Vec<usize> = distinct
+            .iter()
+            .map(|j| match j.lang {
+                crate::verdict::Lang::Hip => HIP_COST,
+                crate::verdict::Lang::OpenCl => 1,
+            })
+            .collect();
+        let groups = batches(&costs, cores);
+        let batches: Vec<Batch> = groups
+            .iter()
+            .map(|g| self.batch_of(&g.iter().map(|&i| distinct[i]).collect::<Vec<_>>()))
             .collect::<anyhow::Result<_>>()?;
         let spawner = self.spawner();
-        let answered: Vec<anyhow::Result<Answers>> = std::thread::scope(|s| {
-            let running: Vec<_> = batches
-                .iter()
-                .map(|b| s.spawn(|| spawner.compile(b)))
-                .collect();
-            running
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a compile thread panicked")))
-                })
-                .collect()
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let answered: Vec<std::sync::Mutex<Option<anyhow::Result<Answers>>>> = batches
+            .iter()
+            .map(|_| std::sync::Mutex::new(None))
+            .collect();
+        std::thread::scope(|s| {
+            for _ in 0..cores.min(batches.len()) {
+                s.spawn(|| {
+                    while !stop.load(Ordering::SeqCst) {
+                        let k = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(batch) = batches.get(k) else { break };
+                        let answer = spawner.compile(batch);
+                        if answer.is_err() {
+                            stop.store(true, Ordering::SeqCst);
+                        }
+                        *answered[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+                    }
+                });
+            }
         });
-        let mut compiled = Vec::with_capacity(distinct.len());
-        for (batch, answers) in batches.iter().zip(answered) {
-            compiled.extend(self.answered(batch, answers?)?);
+        let mut compiled: Vec<Option<crate::verdict::Compiled>> = vec![None; distinct.len()];
+        for ((group, batch), answer) in groups.iter().zip(&batches).zip(answered) {
+            let answer = answer.into_inner().unwrap_or_else(|e| e.into_inner());
+            // A batch not started: another failed first, and says why.
+            let Some(answer) = answer else { continue };
+            for (&i, c) in group.iter().zip(self.answered(batch, answer?)?) {
+                compiled[i] = Some(c);
+            }
         }
-        Ok(compiled)
+        compiled
+            .into_iter()
+            .map(|c| c.ok_or_else(|| anyhow::anyhow!("a batch of compiles was never run")))
+            .collect()
     }
 }
 
@@ -364,6 +428,7 @@ impl Child {
                 target: job.arch.to_owned(),
                 options: options_of(job),
                 after: None,
+                front_end: job.front_end,
             });
         }
         Ok(batch)
@@ -398,5 +463,36 @@ impl Child {
                 ),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// About four batches a core, of about equal cost, the HIP ones
+    /// (ten times an OpenCL compile) first; every job in one batch.
+    #[test]
+    fn batches_are_of_equal_cost_and_the_costliest_go_first() {
+        let mut costs = vec![1; 200];
+        costs.extend([HIP_COST; 12]);
+        let b = batches(&costs, 2);
+        assert_eq!(b.len(), 8);
+        let cost = |g: &Vec<usize>| g.iter().map(|&i| costs[i]).sum::<usize>();
+        let total: usize = costs.iter().sum();
+        for g in &b[..7] {
+            assert!(
+                cost(g) >= total / 8 && cost(g) < total / 8 + HIP_COST,
+                "{}",
+                cost(g)
+            );
+        }
+        assert!(b[0].iter().all(|&i| costs[i] == HIP_COST));
+        let mut all: Vec<usize> = b.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..costs.len()).collect::<Vec<_>>());
+        // Few jobs: one batch each of at least four, or one in all.
+        assert_eq!(batches(&[1; 3], 2).len(), 1);
+        assert_eq!(batches(&[1; 9], 2).len(), 2);
     }
 }

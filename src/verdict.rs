@@ -31,7 +31,7 @@ pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
-pub const RULES: u32 = 2;
+pub const RULES: u32 = 4;
 
 /// The control target: batch norm compiles there (MIOpen marks it gfx103x).
 pub const CONTROL: &str = "gfx1030";
@@ -49,6 +49,10 @@ pub struct Job<'a> {
     pub headers: &'a [(String, Vec<u8>)],
     pub arch: &'a str,
     pub defines: &'a [String],
+    /// The front end alone (an OpenCL text): the answer is the digest of
+    /// its LLVM IR before any pass, which, with the same options and
+    /// target, decides the code (`comgr::Comgr::front_end_ocl`).
+    pub front_end: bool,
 }
 
 /// What a compile gave: the code object, or the compiler's errors.
@@ -131,8 +135,10 @@ pub struct Kernel {
     /// The cases that fail for the target: each counts, whatever the
     /// control does.
     pub failing: usize,
-    /// Of those, the ones that fail for the control too: not gfx101x's
-    /// own failures, failures all the same.
+    /// Of those not at the DPP reduction, the ones that fail for the
+    /// control too: not gfx101x's own failures, failures all the same. (A
+    /// failure at the DPP reduction is the card's whatever the control
+    /// does: the control is compiled only where the log does not say.)
     pub control_too: usize,
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -267,14 +273,39 @@ pub(crate) fn blank(text: &mut [u8], line: &std::ops::Range<usize>) {
     }
 }
 
-/// Whether a failed compile's log is the DPP row_bcast operand gfx10 lacks:
-/// the assembler names the operand ("not a valid operand") on the
-/// instruction's line, which carries `row_bcast`.
+/// Whether a failed compile's log puts the failure at the DPP row_bcast
+/// operand gfx10 lacks, and nothing else: every error the assembler wrote
+/// (`...: error: not a valid operand.`) is followed by the instruction it
+/// rejected, which carries `row_bcast:`, and every other error is comgr's
+/// own word for those ("cannot compile inline asm") or their count. The
+/// compile child puts LLVM's stderr after comgr's log (comgr 2.4 says no
+/// more than "cannot compile inline asm" in it); a log that says less, or
+/// names another error, is left to the compile with the DPP blanked.
 fn at_dpp(log: &str) -> bool {
-    log.contains("row_bcast")
-        || log
-            .lines()
-            .any(|l| l.contains("not a valid operand") && log.contains("row_"))
+    let lines: Vec<&str> = log.lines().collect();
+    let mut dpp = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains("error") {
+            continue;
+        }
+        let rejected = lines.get(i + 1).is_some_and(|l| l.contains("row_bcast:"));
+        if rejected && line.contains("error: ") {
+            dpp += 1;
+            continue;
+        }
+        // comgr's summary: "error: cannot compile inline asm / ... / 2
+        // errors generated."
+        let said = line.split(" / ").all(|part| {
+            let part = part.trim();
+            part == "error: cannot compile inline asm"
+                || part.ends_with("errors generated.")
+                || part.ends_with("error generated.")
+        });
+        if !said {
+            return false;
+        }
+    }
+    dpp > 0
 }
 
 /// The first line that says "error", without its file and position.
@@ -354,6 +385,33 @@ mod tests {
         assert!(!at_dpp(
             "a.cl:1:1: error: instruction not supported on this GPU"
         ));
+    }
+
+    /// comgr 2.4's log with the assembler's stderr after it (the compile
+    /// child's): at DPP only when every error is the row_bcast operand.
+    #[test]
+    fn a_failure_is_at_dpp_only_when_every_error_is_the_row_bcast_operand() {
+        let comgr = "error: cannot compile inline asm / error: cannot compile inline asm / 2 errors generated.";
+        let operand = |n: u32| {
+            format!(
+                "<inline asm>:{n}:20: error: not a valid operand.\nv_add_f32 v1 v1 v1 row_bcast:15 row_mask:0xa\n                   ^"
+            )
+        };
+        assert!(at_dpp(&format!("{comgr}\n{}\n{}", operand(2), operand(4))));
+        assert_eq!(
+            first_error(&format!("{comgr}\n{}", operand(2))),
+            "cannot compile inline asm"
+        );
+        // comgr's words alone do not say which operand.
+        assert!(!at_dpp(comgr));
+        // Another instruction rejected beside the DPP one.
+        let dot = "<inline asm>:1:1: error: instruction not supported on this GPU\nv_dot2_f32_f16 v1, v2, v2, v1\n^";
+        assert!(!at_dpp(&format!("{comgr}\n{}\n{dot}", operand(2))));
+        // A front-end error in comgr's log.
+        assert!(!at_dpp(&format!(
+            "error: use of undeclared identifier 'x' / 1 error generated.\n{}",
+            operand(2)
+        )));
     }
 
     /// Every row_bcast operand of a line is blanked: inside its literal,

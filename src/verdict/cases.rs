@@ -1,6 +1,13 @@
 //! The cases a batch-norm solver compiles a kernel text in, and the
 //! defines it passes for each: what the diagnosis compiles, and verify
 //! --compile too (`compiler`), so both ask the same question.
+//!
+//! Only the cases torch reaches are cases: fp32, and mixed precision (half
+//! data, float weights), spelled as the solver that compiles the text
+//! spells it. Pure fp16 (half weights) is never asked for: torch's
+//! `use_miopen` (Normalization.cpp) refuses half weights, and MIOpen's own
+//! WORKAROUND_ISSUE_1549 turns it off for backward spatial. The solvers
+//! read one element at a time, never four.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +18,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "lowercase")]
 pub enum Type {
     Fp32,
-    Fp16,
+    /// Half data, float weights: what torch's mixed-precision batch norm
+    /// passes.
     Mixed,
 }
 
@@ -30,7 +38,6 @@ impl std::fmt::Display for Case {
         }
         let ty = match self.ty {
             Type::Fp32 => "fp32",
-            Type::Fp16 => "fp16",
             Type::Mixed => "mixed",
         };
         write!(f, "{ty} {}", if self.nhwc { "NHWC" } else { "NCHW" })
@@ -56,9 +63,9 @@ pub fn variants(text: &[u8]) -> Vec<u32> {
     variants
 }
 
-/// Every case a solver may compile `text` in: its `MIO_BN_VARIANT`s, the
-/// data types when it reads `MIOPEN_USE_FP16`, both layouts when it reads
-/// `MIO_LAYOUT_NHWC`.
+/// Every case a solver may compile `text` in for torch: its
+/// `MIO_BN_VARIANT`s, fp32 and mixed when it reads `MIOPEN_USE_FP16` or
+/// `MIOPEN_USE_FPMIX`, both layouts when it reads `MIO_LAYOUT_NHWC`.
 pub fn cases(text: &[u8]) -> Vec<Case> {
     let s = String::from_utf8_lossy(text);
     let variants = variants(text);
@@ -67,7 +74,7 @@ pub fn cases(text: &[u8]) -> Vec<Case> {
         false => variants.into_iter().map(Some).collect(),
     };
     let types: &[Type] = match s.contains("MIOPEN_USE_FP16") || s.contains("MIOPEN_USE_FPMIX") {
-        true => &[Type::Fp32, Type::Fp16, Type::Mixed],
+        true => &[Type::Fp32, Type::Mixed],
         false => &[Type::Fp32],
     };
     let layouts: &[bool] = match s.contains("MIO_LAYOUT_NHWC") {
@@ -89,14 +96,48 @@ pub fn cases(text: &[u8]) -> Vec<Case> {
 /// variant (N=32, C=64; HW <= 512 for 0, > 1024 for 1 and 2, between for
 /// 3 and 4), the element counts and final group sizes the later variants
 /// read, the type and layout, and each `MIO_BN_GFX<n>X` the text names, 1
-/// when `arch` is of that family (as the solvers decide).
+/// when `arch` is of that family (as the solvers decide). `text` is an
+/// OpenCL text (a HIP one is [`Unit::defines`](super::Unit::defines)'s).
 pub fn defines(text: &[u8], arch: &str, case: &Case) -> Vec<String> {
-    defines_of(&families(text), arch, case)
+    defines_of(&families(text), Solver::of(text, false), arch, case)
 }
 
-/// [`defines`] from the families a text names ([`families`]): a text's
-/// cases read it once, not once a case.
-pub(crate) fn defines_of(families: &[String], arch: &str, case: &Case) -> Vec<String> {
+/// Which solver compiles a text, as far as its defines go: a batch-norm
+/// solver or a fusion one (batch norm with an activation), for OpenCL or
+/// HIP. They spell mixed precision differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Solver {
+    pub hip: bool,
+    pub fusion: bool,
+}
+
+impl Solver {
+    /// A fusion text is known by its kernel function's name
+    /// (`MIOpenBatchNormActiv...`, `BatchNormActiv...`), which a library
+    /// keeps when it hides its symbols.
+    pub(crate) fn of(text: &[u8], hip: bool) -> Solver {
+        Solver {
+            hip,
+            fusion: memchr::memmem::find(text, b"BatchNormActiv").is_some(),
+        }
+    }
+}
+
+/// [`defines`] from the families a text names ([`families`]) and the
+/// solver that compiles it: a text's cases read it once, not once a case.
+///
+/// Mixed precision as each solver spells it: the batch-norm solvers pass
+/// `MIOPEN_USE_FPMIX=1` alone (`MIOPEN_USE_FP16=0`); the OpenCL fusion
+/// solvers `MIOPEN_USE_FP16=1` with `MIOPEN_USE_FPMIX=1`; the HIP fusion
+/// one `MIOPEN_USE_FP16=1` alone. The read type is one element: `_FLOAT`
+/// for OpenCL; for HIP, `FP_TYPE` in the fusion kernel, HIP's vector name
+/// (`FP_TYPE4`) in the others, whose solvers spell it so.
+pub(crate) fn defines_of(
+    families: &[String],
+    solver: Solver,
+    arch: &str,
+    case: &Case,
+) -> Vec<String> {
     let hw: u64 = match case.variant {
         Some(0) => 256,
         Some(1 | 2) => 4096,
@@ -105,10 +146,11 @@ pub(crate) fn defines_of(families: &[String], arch: &str, case: &Case) -> Vec<St
     let (n, c) = (32u64, 64u64);
     let grp: u64 = if case.variant.is_some() { 1024 } else { 256 };
     let nhw = n * hw;
-    let (fp16, fp32, mix) = match case.ty {
-        Type::Fp32 => (0, 1, 0),
-        Type::Fp16 => (1, 0, 0),
-        Type::Mixed => (1, 0, 1),
+    let (fp16, fp32, mix) = match (case.ty, solver.fusion, solver.hip) {
+        (Type::Fp32, _, _) => (0, 1, 0),
+        (Type::Mixed, false, _) => (0, 0, 1),
+        (Type::Mixed, true, false) => (1, 0, 1),
+        (Type::Mixed, true, true) => (1, 0, 0),
     };
     let mut d: BTreeMap<&str, String> = BTreeMap::new();
     for (k, v) in [
@@ -132,8 +174,13 @@ pub(crate) fn defines_of(families: &[String], arch: &str, case: &Case) -> Vec<St
     ] {
         d.insert(k, v.to_string());
     }
-    d.insert("MIOPEN_READ_TYPE", "_FLOAT4".into());
-    d.insert("MIOPEN_PREC_READ_TYPE", "_FLOAT_PREC4".into());
+    let (read, prec) = match (solver.hip, solver.fusion) {
+        (false, _) => ("_FLOAT", "_FLOAT_PREC"),
+        (true, true) => ("FP_TYPE", "FP_TYPE_PREC"),
+        (true, false) => ("FP_TYPE4", "FP_TYPE_PREC4"),
+    };
+    d.insert("MIOPEN_READ_TYPE", read.into());
+    d.insert("MIOPEN_PREC_READ_TYPE", prec.into());
     d.insert("MIOPEN_USE_FP16", fp16.to_string());
     d.insert("MIOPEN_USE_FP32", fp32.to_string());
     d.insert("MIOPEN_USE_FPMIX", mix.to_string());
@@ -201,8 +248,42 @@ mod tests {
         assert_eq!(plain.len(), 1);
         assert_eq!(plain[0].to_string(), "fp32 NCHW");
         let all = cases(b"#if MIO_BN_VARIANT == 0\n#elif MIO_BN_VARIANT==2\n#if MIOPEN_USE_FP16\n#if MIO_LAYOUT_NHWC");
-        assert_eq!(all.len(), 2 * 3 * 2);
-        assert_eq!(all[11].to_string(), "variant 2 mixed NHWC");
+        assert_eq!(all.len(), 2 * 2 * 2);
+        assert_eq!(all[7].to_string(), "variant 2 mixed NHWC");
+    }
+
+    /// Mixed precision is spelled as the solver that compiles the text
+    /// spells it, and every text reads one element at a time.
+    #[test]
+    fn mixed_precision_is_spelled_as_each_solver_spells_it() {
+        let mixed = Case {
+            variant: None,
+            ty: Type::Mixed,
+            nhwc: false,
+        };
+        let types = |text: &[u8], hip: bool| {
+            let d = defines_of(&[], Solver::of(text, hip), "gfx1010", &mixed);
+            let get = |k: &str| {
+                d.iter()
+                    .find_map(|d| d.strip_prefix(&format!("-D{k}=")))
+                    .unwrap()
+                    .to_owned()
+            };
+            [
+                get("MIOPEN_USE_FP16"),
+                get("MIOPEN_USE_FP32"),
+                get("MIOPEN_USE_FPMIX"),
+                get("MIOPEN_READ_TYPE"),
+            ]
+        };
+        let bn = b"__kernel void MIOpenBatchNormFwdTrainSpatial() {}";
+        let fusion = b"__kernel void MIOpenBatchNormActivFwdTrainSpatial() {}";
+        let hip_fusion = b"__global__ void BatchNormActivInferHIP() {}";
+        let hip = b"__global__ void BatchNormFwdTrainSpatialHIP() {}";
+        assert_eq!(types(bn, false), ["0", "0", "1", "_FLOAT"]);
+        assert_eq!(types(fusion, false), ["1", "0", "1", "_FLOAT"]);
+        assert_eq!(types(hip_fusion, true), ["1", "0", "0", "FP_TYPE"]);
+        assert_eq!(types(hip, true), ["0", "0", "1", "FP_TYPE4"]);
     }
 
     /// The families are read on the text's bytes: bytes that are not

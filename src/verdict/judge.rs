@@ -37,10 +37,10 @@ pub fn judge_text(
 /// Every text of `units` for `arch`, in two rounds, each one batch for
 /// the compiler, all texts together (so that every core has work, and a
 /// child loads the compiler twice, not twice a text): every case for
-/// `arch`; then, for the cases that failed, the text once more with its
-/// `row_bcast` instructions blanked, where the log does not say why, to
-/// tell the DPP reduction from another cause, and the control, to tell a
-/// gfx101x failure from one of every card.
+/// `arch`; then, for the cases that failed where the log does not put the
+/// failure at the DPP reduction, the text once more with its `row_bcast`
+/// instructions blanked, to tell the DPP reduction from another cause,
+/// and the control, to tell a gfx101x failure from one of every card.
 pub fn judge_units(
     compiler: &dyn Compiler,
     units: &[Unit],
@@ -87,13 +87,17 @@ pub fn judge_units(
         })
         .collect();
     let blanked: Vec<Option<Unit>> = judged.iter().map(|u| u.without_row_bcast()).collect();
+    // The control where it decides something: a failure the log puts at
+    // the DPP reduction is the card's, judged, whatever the control does;
+    // for another, whether the control fails too says whether the text is
+    // built for any card here (else it is not judged).
     let controls: Vec<Vec<Vec<String>>> = judged
         .iter()
-        .zip(&failed)
+        .zip(&ask)
         .zip(&cases)
-        .map(|((u, f), c)| {
-            let failed_cases: Vec<Case> = f.iter().map(|(i, _)| c[*i]).collect();
-            u.defines_all(CONTROL, &failed_cases)
+        .map(|((u, ask), c)| {
+            let asked_cases: Vec<Case> = ask.iter().map(|i| c[*i]).collect();
+            u.defines_all(CONTROL, &asked_cases)
         })
         .collect();
     let again_asked: Vec<Vec<Vec<String>>> = ask
@@ -161,8 +165,9 @@ fn second_round(
 }
 
 /// One text's verdict from its rounds: the cases that `failed` for the
-/// target (with their logs), those `ask`ed again blanked and the answers
-/// `again`, and the control's answers for each failed case.
+/// target (with their logs), those `ask`ed again (the log not saying the
+/// cause), blanked, with the answers `again`, and the control's answers
+/// for each asked.
 fn verdict_of(
     unit: &Unit,
     cases: &[Case],
@@ -171,18 +176,20 @@ fn verdict_of(
     again: &[Compiled],
     control: &[Compiled],
 ) -> Kernel {
-    let (mut control_too, mut every_card) = (0, 0);
+    let mut control_too = 0;
     let mut verdict = Verdict::Compiles;
-    for ((i, log), c) in failed.iter().zip(control) {
+    for (i, log) in failed {
+        let asked = ask.iter().position(|a| a == i);
         let dpp = at_dpp(log)
-            || ask
-                .iter()
-                .position(|a| a == i)
+            || asked
                 .and_then(|k| again.get(k))
                 .is_some_and(|c| matches!(c, Compiled::Object(_)));
-        let control_fails = matches!(c, Compiled::Failed(_));
-        control_too += usize::from(control_fails);
-        every_card += usize::from(control_fails && !dpp);
+        let control_fails = asked
+            .and_then(|k| control.get(k))
+            .is_some_and(|c| matches!(c, Compiled::Failed(_)));
+        // A failure at the DPP reduction is the card's, whatever the
+        // control does; another that the control shares is every card's.
+        control_too += usize::from(control_fails && !dpp);
         let (case, error) = (cases[*i].to_string(), first_error(log));
         if !verdict.fails() {
             verdict = match dpp {
@@ -197,7 +204,7 @@ fn verdict_of(
     // A text no case of which compiles anywhere, DPP aside, was never
     // judged: that is said, never taken for "compiles" or for a failure
     // of gfx101x.
-    if !cases.is_empty() && every_card == cases.len() {
+    if !cases.is_empty() && control_too == cases.len() {
         let (i, log) = &failed[0];
         verdict = Verdict::NotJudged {
             case: cases[*i].to_string(),

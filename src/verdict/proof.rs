@@ -166,7 +166,9 @@ pub fn prove(
 
 /// Every kernel the edit changed compiles for the control, in each case
 /// that compiled before, to the very code it compiled to; how many of the
-/// control's cases that failed before compile after.
+/// control's cases that failed before compile after. An OpenCL case whose
+/// front end gives the same IR before and after compiles to the same code
+/// (or fails alike): only the others are compiled to code.
 fn control_unchanged(
     compiler: &dyn Compiler,
     sources: &[super::Source],
@@ -192,39 +194,34 @@ fn control_unchanged(
         let defines: Vec<Vec<String>> = before.defines_all(CONTROL, &cases);
         pairs.push((before, after, cases, defines));
     }
-    // Every changed kernel before and after, in one round: the "before"
-    // code is what the diagnosis compiled for the control, where it did.
+    let differ = front_ends_differ(compiler, &pairs, compiles)?;
     let jobs: Vec<Job> = pairs
         .iter()
-        .flat_map(|(b, a, _, d)| {
-            d.iter()
+        .zip(&differ)
+        .flat_map(|((b, a, _, d), differ)| {
+            let asked = || d.iter().zip(differ).filter(|(_, x)| **x).map(|(d, _)| d);
+            asked()
                 .map(|d| b.job(CONTROL, d))
-                .chain(d.iter().map(|d| a.job(CONTROL, d)))
+                .chain(asked().map(|d| a.job(CONTROL, d)))
         })
         .collect();
-    *compiles += jobs.len();
-    let answers = match jobs.is_empty() {
-        true => Vec::new(),
-        false => compiler.compile_all(&jobs)?,
-    };
-    anyhow::ensure!(
-        answers.len() == jobs.len(),
-        "{} gave {} answers to {} compiles",
-        compiler.describe(),
-        answers.len(),
-        jobs.len()
-    );
+    let answers = compiled_all(compiler, &jobs, compiles)?;
     let object = |c: &Compiled| match c {
         Compiled::Object(o) => Some(o.clone()),
         Compiled::Failed(_) => None,
     };
     let mut at = 0;
-    for (s, (_, _, cases, d)) in changed.iter().zip(&pairs) {
-        let n = d.len();
+    for ((s, (_, _, cases, _)), differ) in changed.iter().zip(&pairs).zip(&differ) {
+        let n = differ.iter().filter(|x| **x).count();
         let was: Vec<Option<Vec<u8>>> = answers[at..at + n].iter().map(object).collect();
         let is: Vec<Option<Vec<u8>>> = answers[at + n..at + 2 * n].iter().map(object).collect();
         at += 2 * n;
-        for i in 0..cases.len() {
+        let asked = cases
+            .iter()
+            .zip(differ)
+            .filter(|(_, x)| **x)
+            .map(|(c, _)| c);
+        for (i, case) in asked.enumerate() {
             match (&was[i], &is[i]) {
                 // A case that failed for the control before may compile
                 // after (the DPP reduction it reached is gone): said.
@@ -232,7 +229,7 @@ fn control_unchanged(
                 (Some(a), b) if Some(a) != b.as_ref() => {
                     return Ok(Err(Unproven::ControlChanged {
                         kernel: s.name.clone(),
-                        case: cases[i].to_string(),
+                        case: case.to_string(),
                     }));
                 }
                 _ => {}
@@ -364,4 +361,73 @@ fn under(text: &[u8], at: usize) -> Option<(usize, String)> {
         start = end + 1;
     }
     open.pop()
+}
+
+/// A changed kernel before and after, its cases and their defines.
+type Pair = (Unit, Unit, Vec<super::Case>, Vec<Vec<String>>);
+
+/// For each pair, which cases to compile to code for the control: those
+/// whose front ends differ before and after.
+fn front_ends_differ(
+    compiler: &dyn Compiler,
+    pairs: &[Pair],
+    compiles: &mut usize,
+) -> anyhow::Result<Vec<Vec<bool>>> {
+    // The front ends first: an OpenCL text's LLVM IR before any pass,
+    // with the same options and target, decides its code, so a case
+    // whose IR the fix leaves as it was compiles to the code it did (or
+    // fails as it did), and only the cases whose IR differs are compiled
+    // to code, before and after. A HIP text (hipRTC has no front end
+    // alone) is compiled to code in every case.
+    let front: Vec<Job> = pairs
+        .iter()
+        .filter(|(b, ..)| b.lang == super::Lang::OpenCl)
+        .flat_map(|(b, a, _, d)| {
+            d.iter()
+                .map(|d| b.front_end_job(CONTROL, d))
+                .chain(d.iter().map(|d| a.front_end_job(CONTROL, d)))
+        })
+        .collect();
+    let fronts = compiled_all(compiler, &front, compiles)?;
+    let mut fronts = fronts.iter();
+    // Per pair, the cases to compile to code.
+    Ok(pairs
+        .iter()
+        .map(|(b, _, _, d)| match b.lang {
+            super::Lang::Hip => vec![true; d.len()],
+            super::Lang::OpenCl => {
+                let was: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
+                let is: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
+                was.iter()
+                    .zip(&is)
+                    .map(|(w, i)| match (w, i) {
+                        (Compiled::Object(w), Compiled::Object(i)) => w != i,
+                        (Compiled::Failed(_), Compiled::Failed(_)) => false,
+                        _ => true,
+                    })
+                    .collect()
+            }
+        })
+        .collect())
+}
+
+/// `jobs` compiled in one batch (none: no call), counted in `compiles`.
+fn compiled_all(
+    compiler: &dyn Compiler,
+    jobs: &[Job],
+    compiles: &mut usize,
+) -> anyhow::Result<Vec<Compiled>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    *compiles += jobs.len();
+    let answers = compiler.compile_all(jobs)?;
+    anyhow::ensure!(
+        answers.len() == jobs.len(),
+        "{} gave {} answers to {} compiles",
+        compiler.describe(),
+        answers.len(),
+        jobs.len()
+    );
+    Ok(answers)
 }

@@ -438,8 +438,8 @@ impl Unit {
         cases(&self.read())
     }
 
-    /// The solver's defines for `case`; a HIP text's vector types are
-    /// HIP's names (`FP_TYPE4`), as the solvers spell them for HIP.
+    /// The solver's defines for `case`, as the solver that compiles this
+    /// text spells them ([`cases::defines_of`]).
     pub fn defines(&self, arch: &str, case: &Case) -> Vec<String> {
         self.defines_all(arch, std::slice::from_ref(case))
             .pop()
@@ -450,24 +450,11 @@ impl Unit {
     /// of many cases costs its size once, not once a case.
     pub fn defines_all(&self, arch: &str, cases: &[Case]) -> Vec<Vec<String>> {
         let families = cases::families(&self.read());
+        let solver = cases::Solver::of(&self.text, self.lang == Lang::Hip);
         cases
             .iter()
-            .map(|case| self.hip_types(cases::defines_of(&families, arch, case)))
+            .map(|case| cases::defines_of(&families, solver, arch, case))
             .collect()
-    }
-
-    /// A HIP text's vector types are HIP's names.
-    fn hip_types(&self, mut d: Vec<String>) -> Vec<String> {
-        if self.lang == Lang::Hip {
-            for v in &mut d {
-                if v.starts_with("-DMIOPEN_READ_TYPE=") {
-                    *v = "-DMIOPEN_READ_TYPE=FP_TYPE4".into();
-                } else if v.starts_with("-DMIOPEN_PREC_READ_TYPE=") {
-                    *v = "-DMIOPEN_PREC_READ_TYPE=FP_TYPE_PREC4".into();
-                }
-            }
-        }
-        d
     }
 
     /// A copy with every instruction with a `row_bcast` operand blanked,
@@ -496,6 +483,15 @@ impl Unit {
             headers: &self.headers,
             arch,
             defines,
+            front_end: false,
+        }
+    }
+
+    /// [`Unit::job`] of the front end alone (OpenCL).
+    pub(super) fn front_end_job<'a>(&'a self, arch: &'a str, defines: &'a [String]) -> Job<'a> {
+        Job {
+            front_end: true,
+            ..self.job(arch, defines)
         }
     }
 }

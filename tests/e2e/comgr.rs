@@ -132,6 +132,27 @@ fn a_comgr_log_of_a_terabyte_is_refused_not_allocated_and_an_abort_is_said() {
     );
 }
 
+/// A comgr that writes to stderr without end: the compile child keeps a
+/// compile's stderr in memory, so it is stopped at the child's file size
+/// limit (1 GiB), a death said as such, never a verdict.
+#[test]
+fn a_comgr_that_writes_to_stderr_without_end_is_stopped() {
+    let sb = Sandbox::new();
+    let torch = installed(&sb);
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    fake_comgr(&comgr, "SPEW", None);
+    let run = verify_compile(&sb, &[]).check_fails();
+    let row = check_row(&run.stdout, "kernels");
+    assert_eq!(
+        row,
+        format!(
+            "FAIL  kernels   comgr {} failed compiling MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL for gfx1010: the compile died of signal {} (SIGXFSZ)",
+            comgr.display(),
+            libc::SIGXFSZ
+        )
+    );
+}
+
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
@@ -236,6 +257,7 @@ fn one_child_answers_a_batch_of_jobs_job_by_job() {
         target: target.into(),
         options: options.clone(),
         after,
+        front_end: false,
     };
     let first = batch.add_job(job(bad, "gfx1010", None));
     batch.add_job(job(bad, "gfx1010", Some(first)));

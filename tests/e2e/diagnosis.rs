@@ -298,7 +298,7 @@ fn a_second_diagnosis_of_the_same_files_compiles_nothing() {
         check_row(&run.stdout, "kernels").to_owned()
     };
     let first = doctor();
-    assert!(line_matches("[..] (6 compiles, [..] s)", &first), "{first}");
+    assert!(line_matches("[..] (2 compiles, [..] s)", &first), "{first}");
     let second = doctor();
     assert!(
         line_matches(
@@ -479,7 +479,7 @@ fn a_decision_true_for_gfx1030_too_is_failing_then_fixed_and_proven() {
         torch.lib.join("libamd_comgr.so.2").display()
     );
     for run in [&dry, &real] {
-        run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010, 1 of them for gfx1030 too\n"))
+        run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010\n"))
             .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles\n")
             .says(&format!(
                 "Diagnosis 1 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {through} (",
@@ -542,6 +542,7 @@ fn a_hiprtc_named_by_its_soname_alone_gets_the_hip_version() {
         target: "gfx1030".into(),
         options: Vec::new(),
         after: None,
+        front_end: false,
     });
     let compilers = Compilers {
         comgr: DEBIAN_COMGR.into(),
@@ -583,6 +584,12 @@ fn children_on_every_core_give_the_verdicts_of_one_compile_per_case() {
         let mut many = verdict::judge(&child(false), lib, arch).unwrap();
         one.compiler.clear();
         many.compiler.clear();
+        // The children keep the assembler's stderr, which names the
+        // rejected row_bcast operand: they need no compile with the DPP
+        // blanked where comgr's log alone (in process) says too little.
+        assert!(many.compiles <= one.compiles, "{arch}");
+        one.compiles = 0;
+        many.compiles = 0;
         assert_eq!(one, many, "{arch}");
     };
     for name in [
@@ -628,4 +635,39 @@ fn compilers_loaded_one_after_another_are_each_themselves() {
             .expect("a plain kernel compiles");
     }
     drop(rtc);
+}
+
+/// Issue 51: only the cases torch reaches are cases. Each kernel of the
+/// `torch-cases` variant breaks, for every card, in a case torch never
+/// reaches (pure fp16; mixed precision in a fusion text spelled as the
+/// batch-norm solvers spell it): judged in fp32 and mixed as its solver
+/// spells them, both fail at the DPP reduction alone, and the fix is
+/// proven. On the code before, pure fp16 was judged, and the library
+/// refused as "not fixable here".
+#[test]
+fn only_the_cases_torch_reaches_are_judged() {
+    const FWD: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL";
+    const BWD: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL";
+    let judged = judge("torch-cases", "gfx1010");
+    assert_eq!(judged.outcome(), Outcome::Fixable, "{judged:?}");
+    for name in [FWD, BWD] {
+        let k = judged.kernels.iter().find(|k| k.name == name).unwrap();
+        assert_eq!((k.cases, k.failing), (2, 2), "{k:?}");
+        assert!(
+            matches!(&k.verdict, Verdict::FailsAtDpp { case, .. } if case == "fp32 NCHW"),
+            "{k:?}"
+        );
+    }
+    let (_, torch, [dry, real]) = install_variant("torch-cases");
+    for run in [&dry, &real] {
+        run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 2 of 2 cases for gfx1010\n"))
+            .says(&format!("Kernel {BWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 2 of 2 cases for gfx1010\n"))
+            .says(&format!(
+                "Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010",
+                torch.miopen().display()
+            ))
+            .says("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012");
+    }
+    dry.ok();
+    real.ok().says("Installed");
 }

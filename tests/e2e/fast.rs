@@ -173,27 +173,33 @@ fn a_deduplicated_or_cached_compile_gives_the_verdicts_and_proof_of_each_case() 
     ] {
         let mut one = verdict::judge(&in_process, lib, "gfx1010").unwrap();
         one.compiler.clear();
+        // The children keep the assembler's stderr and skip the blanked
+        // compiles in process needs: the compile counts are their own.
+        one.compiles = 0;
         let fixed = match embedded::fix(lib).unwrap() {
             embedded::Fix::Fixed { bytes, .. } => bytes,
             embedded::Fix::Refused(r) => panic!("{name}: {r}"),
         };
-        let proof = verdict::prove(&in_process, lib, &fixed, &RDNA1)
+        let mut proof = verdict::prove(&in_process, lib, &fixed, &RDNA1)
             .unwrap()
             .unwrap();
+        proof.compiles = 0;
         let cache = dir.path().join(format!("cache-{name}"));
         for round in 0..2 {
             let c = cached_child(&cache);
             let mut many = verdict::judge(&c, lib, "gfx1010").unwrap();
             many.compiler.clear();
+            let asked = std::mem::take(&mut many.compiles);
             assert_eq!(one, many, "{name}, round {round}");
             let ran = c.ran.get();
             match round {
-                0 => assert_eq!(ran * distinct_of, many.compiles, "{name}"),
+                0 => assert_eq!(ran * distinct_of, asked, "{name}"),
                 _ => assert_eq!(ran, 0, "{name}: every answer kept"),
             }
             // The proof after the diagnosis, as install makes it: the same
             // proof, the diagnosis's compiles not run again.
-            let again = verdict::prove(&c, lib, &fixed, &RDNA1).unwrap().unwrap();
+            let mut again = verdict::prove(&c, lib, &fixed, &RDNA1).unwrap().unwrap();
+            again.compiles = 0;
             assert_eq!(proof, again, "{name}, round {round}");
             if round == 1 {
                 assert_eq!(c.ran.get(), 0, "{name}: the proof kept too");
@@ -272,7 +278,8 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
         sb.root
             .join("xdg-cache/rdna1-patch/diagnosis")
             .join(format!(
-                "texts2-{}-{}-{}-{}.{}-{}.{}",
+                "texts{}-{}-{}-{}-{}.{}-{}.{}",
+                rdna1_patch::verdict::RULES,
                 m.dev(),
                 m.ino(),
                 m.len(),
@@ -299,7 +306,7 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
     let stock = doctor();
     assert!(
         crate::support::line_matches(
-            "warn  kernels   2 of 2 [..] (6 compiles, 6 of them run, [..] s)",
+            "warn  kernels   2 of 2 [..] (2 compiles, 2 of them run, [..] s)",
             &stock
         ),
         "{stock}"
@@ -314,5 +321,90 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
             &warm
         ),
         "{warm}"
+    );
+}
+
+/// A compiler that counts the gfx1030 compiles it is asked for: to code,
+/// and of the front end alone.
+struct Counting<'a> {
+    inner: &'a dyn rdna1_patch::verdict::Compiler,
+    code: std::cell::Cell<usize>,
+    front: std::cell::Cell<usize>,
+}
+
+impl rdna1_patch::verdict::Compiler for Counting<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn compile(
+        &self,
+        job: &rdna1_patch::verdict::Job,
+    ) -> anyhow::Result<rdna1_patch::verdict::Compiled> {
+        if job.arch == rdna1_patch::verdict::CONTROL {
+            let n = match job.front_end {
+                true => &self.front,
+                false => &self.code,
+            };
+            n.set(n.get() + 1);
+        }
+        self.inner.compile(job)
+    }
+}
+
+/// The proof compares gfx1030's front ends first: a fix that leaves
+/// gfx1030's IR as it was compiles nothing of gfx1030 to code (the same
+/// IR, options and target give the same code); one that changes it is
+/// compiled to code, before and after, and refused when the code differs.
+#[test]
+fn the_proof_compiles_to_code_only_where_gfx1030_front_ends_differ() {
+    use rdna1_patch::embedded;
+    use rdna1_patch::verdict::{self, RDNA1};
+    const TWIN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALTWIN";
+    let comgr =
+        rdna1_patch::comgr::Comgr::open(std::path::Path::new(crate::diagnosis::DEBIAN_COMGR))
+            .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
+    let counting = || Counting {
+        inner: &comgr,
+        code: std::cell::Cell::new(0),
+        front: std::cell::Cell::new(0),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lib = two_kernels(dir.path(), |t| t.to_vec());
+    let fixed = match embedded::fix(&lib).unwrap() {
+        embedded::Fix::Fixed { bytes, .. } => bytes,
+        embedded::Fix::Refused(r) => panic!("{r}"),
+    };
+    let c = counting();
+    verdict::prove(&c, &lib, &fixed, &RDNA1).unwrap().unwrap();
+    assert_eq!(
+        (c.front.get(), c.code.get()),
+        (4, 0),
+        "two kernels, one case"
+    );
+    // Another constant in the twin: its gfx1030 IR differs, so it is
+    // compiled to code, before and after, and the change refused.
+    let twin = verdict::kernels(&fixed)
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == TWIN)
+        .unwrap()
+        .range;
+    let mut spoilt = fixed.clone();
+    let text = edited(&spoilt[twin.clone()], "eps + 1.0f", "eps + 2.0f");
+    spoilt[twin].copy_from_slice(&text);
+    let c = counting();
+    let refused = verdict::prove(&c, &lib, &spoilt, &RDNA1)
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        refused.to_string().starts_with(&format!(
+            "the fix changes the code {TWIN} compiles to for gfx1030"
+        )),
+        "{refused}"
+    );
+    assert_eq!(
+        (c.front.get(), c.code.get()),
+        (4, 2),
+        "the twin's case, before and after"
     );
 }

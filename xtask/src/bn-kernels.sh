@@ -1,7 +1,8 @@
 # Shared by fidelity.sh and fidelity-release.sh (sourced first): the
 # results dir and step log, and the batch-norm kernel harness, bn_kernels:
 # compile every OpenCL batch-norm kernel of $PRISTINE and $PATCHED (each with
-# src/kernels), every variant in fp32, fp16 and mixed, for gfx1010/1011/1012
+# src/kernels), every variant in the cases torch reaches (fp32, and mixed
+# as the kernel's solver spells it; never pure fp16), for gfx1010/1011/1012
 # and a gfx1030 control, with clang as MIOpen's offline OpenCL path runs it
 # (hipoc_program.cpp), the MIO_BN_GFX*X names in $flags_pristine /
 # $flags_patched set as the solvers set them. Writes $R/kernels.tsv.
@@ -25,7 +26,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 common="-DMIO_SAVE_MEAN_VARIANCE=1 -DMIO_RUNNING_RESULT=1 -DMIO_BN_N=32 -DMIO_BN_C=64
  -DMIO_BN_GRP1=1 -DMIO_BN_GRP2=1 -DMIO_BN_NGRPS=4 -DMIO_BN_USESAVED=1
  -DMIO_WAVESIZE=64 -DMIO_LAYOUT_NHWC=0 -DMIO_BN_CBA_WRITE_INTERMEDIATE=0
- -DMIOPEN_YES_ACTIV=1 -DMIOPEN_NRN_OP_ID=3 -DMIOPEN_READ_UNIT=4 -DMIOPEN_READ_TYPE=_FLOAT4"
+ -DMIOPEN_YES_ACTIV=1 -DMIOPEN_NRN_OP_ID=3 -DMIOPEN_READ_UNIT=4 -DMIOPEN_READ_TYPE=_FLOAT"
 shape() { # variant -> the size defines
     local hw grp
     case $1 in
@@ -46,10 +47,17 @@ clflags="-target amdgcn-amd-amdhsa -x cl -D__AMD__=1 -O3 -cl-kernel-arg-info
 compile_one() {
     local k=$1 v=$2 prec=$3 arch=$4 tree=$5 dir flags defs=""
     if [ "$tree" = pristine ]; then dir=$PRISTINE; flags=$flags_pristine; else dir=$PATCHED; flags=$flags_patched; fi
+    # Mixed precision as each solver spells it: the batch-norm solvers
+    # MIOPEN_USE_FPMIX=1 alone, the fusion ones (MIOpenBatchNormActiv*)
+    # MIOPEN_USE_FP16=1 with it (as src/verdict/cases.rs does).
     case $prec in
     fp32) defs="-DMIOPEN_USE_FP16=0 -DMIOPEN_USE_FP32=1 -DMIOPEN_USE_FPMIX=0" ;;
-    fp16) defs="-DMIOPEN_USE_FP16=1 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=0" ;;
-    mixed) defs="-DMIOPEN_USE_FP16=0 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=1" ;;
+    mixed)
+        case $k in
+        MIOpenBatchNormActiv*) defs="-DMIOPEN_USE_FP16=1 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=1" ;;
+        *) defs="-DMIOPEN_USE_FP16=0 -DMIOPEN_USE_FP32=0 -DMIOPEN_USE_FPMIX=1" ;;
+        esac
+        ;;
     esac
     [ "$v" = - ] || defs="$defs -DMIO_BN_VARIANT=$v"
     defs="$defs $(shape "$v")"
@@ -78,7 +86,7 @@ bn_jobs() {
         variants=$(grep -o 'MIO_BN_VARIANT *== *[0-9]*' "$PATCHED/src/kernels/$k" | grep -o '[0-9]*$' | sort -un)
         [ -n "$variants" ] || variants=-
         for v in $variants; do
-            for prec in fp32 fp16 mixed; do
+            for prec in fp32 mixed; do
                 for arch in gfx1010 gfx1011 gfx1012 gfx1030; do
                     for tree in pristine patched; do
                         echo "$k $v $prec $arch $tree" >>"$jobs"

@@ -84,7 +84,8 @@ pub(crate) fn render(profile: &str, results: &Path) -> Result<Section> {
         &format!(
             "Batch-norm kernels compiled to objects with {} as MIOpen's offline \
              OpenCL path does (`-x cl -cl-std=CL2.0 -O3 ...`, hipoc_program.cpp), each \
-             variant in fp32, fp16 and mixed, with the solvers' `MIO_BN_GFX*` flags for \
+             variant in the cases torch reaches (fp32, and mixed as the kernel's solver \
+             spells it; never pure fp16), with the solvers' `MIO_BN_GFX*` flags for \
              the arch (pristine: the kernels as the commit or release has them; patched: \
              after the series). Cells: compiled / tried.",
             clang
@@ -236,8 +237,9 @@ pub(crate) fn hip_rows(
         s,
         &compiles,
         "The HIP batch-norm kernels (7.x), compiled through the suite's hipRTC as \
-         MIOpen compiles them at run time, with every header they include, in fp32, \
-         fp16 and mixed, with the OpenCL harness's sizes and `MIO_BN_GFX*` flags \
+         MIOpen compiles them at run time, with every header they include, in fp32 \
+         and mixed (as the kernel's solver spells it), with the OpenCL harness's sizes \
+         and `MIO_BN_GFX*` flags \
          (pristine: the texts of the library as released; patched: the texts of the \
          library after `install --into-torch --in-place`, `configuration.hpp` fixed in \
          place). Cells: compiled / tried.",

@@ -47,6 +47,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
         let _ = std::fs::remove_dir_all(&cache);
         Ok(())
     };
+    let standins = standins(lib, &dir.join("standins"))?;
     // `install --dry-run` makes the diagnosis and the proof in memory and
     // writes nothing: the real install stops here at its link check, since
     // this library needs ROCm 6.4's rocBLAS, Boost and HIP, which the host
@@ -63,6 +64,9 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             &home,
         );
         c.arg("--dry-run").stdin(std::process::Stdio::null());
+        if let Some(d) = &standins {
+            c.env("LD_LIBRARY_PATH", d);
+        }
         let out = c.output().context("cannot run the dry run")?;
         let text = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
@@ -83,6 +87,14 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
     let install_secs = t.elapsed().as_secs_f64();
     let cpu = children_cpu() - cpu_before;
     let proven = first.contains("Proven");
+    // What it judged and proved, as the user reads it.
+    for line in first.lines().map(str::trim).filter(|l| {
+        ["Kernel ", "Diagnosis ", "Proven ", "error: "]
+            .iter()
+            .any(|p| l.starts_with(p))
+    }) {
+        eprintln!("bench: cold run: {line}");
+    }
     let tail = |prefix: &str| -> Result<String> {
         let line = first
             .lines()
@@ -111,7 +123,18 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
         .context("the diagnosis did not say its time")?;
     let (proof_asked, proof_run) = match proven {
         true => {
-            let p = tail("Proven")?;
+            // "... (N compiles, M of them run)", which a list of the
+            // kernels not judged may follow in parentheses of its own.
+            let line = first
+                .lines()
+                .find(|l| l.trim_start().starts_with("Proven"))
+                .context("no Proven line")?;
+            let end = line
+                .find(" of them run)")
+                .context("the proof did not say the compiles it ran")?
+                + " of them run".len();
+            let start = line[..end].rfind('(').map_or(0, |i| i + 1);
+            let p = line[start..end].to_owned();
             let run: f64 = p
                 .split(", ")
                 .nth(1)
@@ -180,7 +203,7 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
             target: "<= 15 s".into(),
             met: cold_secs <= 15.0,
             note: format!(
-                "{compiles:.0} compiles run of {asked:.0} asked (identical inputs compiled once) for the {size:.0} MB library's {} kernels in every case they read ({failing} failing: {}), for gfx1010 (the RX 5600 XT's recorded KFD topology) with the gfx1030 control, through Debian 12's comgr 2.4 and hipRTC 5.2, on {cores:.0} cores; floor {floor:.1} s ({compiles:.0} compiles x {:.0} ms of CPU each, the compile children's {cpu:.1} s over the compiles they ran, / {cores:.0} cores)",
+                "{compiles:.0} compiles run of {asked:.0} asked (identical inputs compiled once) for the {size:.0} MB library's {} kernels in every case torch reaches ({failing} failing: {}), for gfx1010 (the RX 5600 XT's recorded KFD topology) with the gfx1030 control, through Debian 12's comgr 2.4 and hipRTC 5.2, on {cores:.0} cores; floor {floor:.1} s ({compiles:.0} compiles x {:.0} ms of CPU each, the compile children's {cpu:.1} s over the compiles they ran, / {cores:.0} cores)",
                 judged.len(),
                 cases.join("; "),
                 per * 1000.0
@@ -224,10 +247,45 @@ fn diagnosis(bin: &Path, dir: &Path, runtime: &Path, lib: &Path, runs: usize) ->
                 note: format!(
                     "not proven, refused after the diagnosis (the time is the diagnosis and the refusal): \"{refusal}\""
                 ),
-                why: "through Debian 12's comgr 2.4 (clang 15) and hipRTC 5.2, cases of the fp16 kernels fail for gfx1010 and gfx1030 alike, not at the DPP reduction ('call to mad is ambiguous', 'unknown type name half4'); a case the card fails counts whatever the control does (issue 51), so the library is not fixable with these compilers and no fix is proven: the fix and proof need comgr 3 (ROCm 6.4's, the rocm-env chroot), not run here",
+                why: "the library was refused after the diagnosis (the error above): no fix was proven, so the row times the diagnosis and the refusal",
             },
         },
     ])
+}
+
+/// Empty stand-ins, in `dir`, for the libraries `lib` needs that the
+/// dynamic loader cannot find here (Debian's 6.4.3 needs ROCm 6.4's
+/// rocBLAS, HIP and roctx and Boost 1.90, which a Debian 12 host lacks):
+/// the install checks that torch's MIOpen can load before it fixes it,
+/// and only the diagnosis, the fix and the proof are timed. Made with cc,
+/// each under its soname; None when nothing is missing.
+fn standins(lib: &Path, dir: &Path) -> Result<Option<PathBuf>> {
+    let out = Command::new("readelf").arg("-d").arg(lib).output()?;
+    let known = Command::new("/sbin/ldconfig").arg("-p").output()?;
+    let known = String::from_utf8_lossy(&known.stdout);
+    let missing: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_owned()))
+        .filter(|name| !known.contains(&format!("{name} (")))
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir)?;
+    for name in &missing {
+        quiet(
+            Command::new("cc")
+                .args(["-shared", "-x", "c", "/dev/null", "-o"])
+                .arg(dir.join(name))
+                .arg(format!("-Wl,-soname,{name}")),
+        )?;
+    }
+    eprintln!(
+        "bench: empty stand-ins for {} on LD_LIBRARY_PATH (the install checks the library can load)",
+        missing.join(", ")
+    );
+    Ok(Some(dir.to_owned()))
 }
 
 /// The CPU time (user and system, seconds) of every child this process
