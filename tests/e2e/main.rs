@@ -13,6 +13,7 @@ mod contained;
 mod conventions;
 mod detection;
 mod diagnosis;
+mod diagnosis_compilers;
 mod examples;
 mod fast;
 mod first_contact;
