@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use goblin::container::{Container, Ctx, Endian};
+use goblin::container::Ctx;
 use goblin::elf::dynamic::{DF_1_NODEFLIB, DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME, Dynamic};
 use goblin::elf::header::{EM_X86_64, ET_DYN, machine_to_str};
 use goblin::elf::note::NT_GNU_BUILD_ID;
@@ -249,16 +249,12 @@ fn program_headers(read_at: ReadAt, len: u64) -> Result<(Kind, Ctx, Vec<ProgramH
     let header = goblin::elf::Elf::parse_header(&header)
         .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
     let ctx = Ctx::new(
-        if header.e_ident[4] == 2 {
-            Container::Big
-        } else {
-            Container::Little
-        },
-        if header.e_ident[5] == 2 {
-            Endian::Big
-        } else {
-            Endian::Little
-        },
+        header
+            .container()
+            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
+        header
+            .endianness()
+            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
     );
     let entry = ProgramHeader::size(ctx);
     if header.e_phnum > 0 && usize::from(header.e_phentsize) != entry {

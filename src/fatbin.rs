@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::fsutil::At;
 use anyhow::{Context, Result, bail};
-use goblin::container::{Container, Ctx, Endian};
+use goblin::container::Ctx;
 use goblin::elf::SectionHeader;
 
 mod walk;
@@ -97,16 +97,12 @@ fn section_unchecked(
     let header = goblin::elf::Elf::parse_header(&header_bytes)
         .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
     let ctx = Ctx::new(
-        if header.e_ident[4] == 2 {
-            Container::Big
-        } else {
-            Container::Little
-        },
-        if header.e_ident[5] == 2 {
-            Endian::Big
-        } else {
-            Endian::Little
-        },
+        header
+            .container()
+            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
+        header
+            .endianness()
+            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
     );
     let entry = SectionHeader::size(ctx);
     if header.e_shnum > 0 && usize::from(header.e_shentsize) != entry {
