@@ -24,7 +24,7 @@ mod source;
 pub use cases::{Case, Type, cases, defines, variants};
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_kernels;
-pub(crate) use judge::compile_all;
+pub(crate) use judge::{compile_all, compile_jobs};
 pub use judge::{judge, judge_text, judge_units};
 pub use proof::{Proof, Reached, Unproven, prove};
 pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};

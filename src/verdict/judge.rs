@@ -232,22 +232,7 @@ fn compile_units<'a>(
         .iter()
         .flat_map(|(u, arch, defines)| defines.iter().map(|d| u.job(arch, d)))
         .collect();
-    let mut answers = match jobs.is_empty() {
-        true => Vec::new(),
-        false => {
-            *compiles += jobs.len();
-            let a = compiler.compile_all(&jobs)?;
-            anyhow::ensure!(
-                a.len() == jobs.len(),
-                "{} gave {} answers to {} compiles",
-                compiler.describe(),
-                a.len(),
-                jobs.len()
-            );
-            a
-        }
-    }
-    .into_iter();
+    let mut answers = compile_jobs(compiler, &jobs, compiles)?.into_iter();
     Ok(asks
         .iter()
         .map(|(_, _, d)| answers.by_ref().take(d.len()).collect())
@@ -262,12 +247,22 @@ pub(crate) fn compile_all(
     defines: &[Vec<String>],
     compiles: &mut usize,
 ) -> anyhow::Result<Vec<Compiled>> {
-    if defines.is_empty() {
+    let jobs: Vec<Job> = defines.iter().map(|d| unit.job(arch, d)).collect();
+    compile_jobs(compiler, &jobs, compiles)
+}
+
+/// `jobs` compiled in one batch (none: no call), counted in `compiles`;
+/// a compiler that answers another number of them is an error.
+pub(crate) fn compile_jobs(
+    compiler: &dyn Compiler,
+    jobs: &[Job],
+    compiles: &mut usize,
+) -> anyhow::Result<Vec<Compiled>> {
+    if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    *compiles += defines.len();
-    let jobs: Vec<Job> = defines.iter().map(|d| unit.job(arch, d)).collect();
-    let answers = compiler.compile_all(&jobs)?;
+    *compiles += jobs.len();
+    let answers = compiler.compile_all(jobs)?;
     anyhow::ensure!(
         answers.len() == jobs.len(),
         "{} gave {} answers to {} compiles",

@@ -6,7 +6,9 @@
 //! taken for proven; one still failing is named with the line of the DPP
 //! reduction it still reaches.
 
-use super::{CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, judge_units};
+use super::{
+    CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, compile_jobs, judge_units,
+};
 
 /// Why a fix is not proven: nothing of it may be installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,7 +207,7 @@ fn control_unchanged(
                 .chain(asked().map(|d| a.job(CONTROL, d)))
         })
         .collect();
-    let answers = compiled_all(compiler, &jobs, compiles)?;
+    let answers = compile_jobs(compiler, &jobs, compiles)?;
     let object = |c: &Compiled| match c {
         Compiled::Object(o) => Some(o.clone()),
         Compiled::Failed(_) => None,
@@ -303,8 +305,7 @@ fn reached(
         })
         .collect();
     let jobs: Vec<Job> = copies.iter().map(|u| u.job(arch, defines)).collect();
-    *compiles += jobs.len();
-    let answers = compiler.compile_all(&jobs)?;
+    let answers = compile_jobs(compiler, &jobs, compiles)?;
     if !matches!(answers.first(), Some(Compiled::Object(_))) {
         return Ok(None);
     }
@@ -388,7 +389,7 @@ fn front_ends_differ(
                 .chain(d.iter().map(|d| a.front_end_job(CONTROL, d)))
         })
         .collect();
-    let fronts = compiled_all(compiler, &front, compiles)?;
+    let fronts = compile_jobs(compiler, &front, compiles)?;
     let mut fronts = fronts.iter();
     // Per pair, the cases to compile to code.
     Ok(pairs
@@ -409,25 +410,4 @@ fn front_ends_differ(
             }
         })
         .collect())
-}
-
-/// `jobs` compiled in one batch (none: no call), counted in `compiles`.
-fn compiled_all(
-    compiler: &dyn Compiler,
-    jobs: &[Job],
-    compiles: &mut usize,
-) -> anyhow::Result<Vec<Compiled>> {
-    if jobs.is_empty() {
-        return Ok(Vec::new());
-    }
-    *compiles += jobs.len();
-    let answers = compiler.compile_all(jobs)?;
-    anyhow::ensure!(
-        answers.len() == jobs.len(),
-        "{} gave {} answers to {} compiles",
-        compiler.describe(),
-        answers.len(),
-        jobs.len()
-    );
-    Ok(answers)
 }
