@@ -165,23 +165,13 @@ impl CheckReport {
         // Rows continue under their detail column (status 4, two spaces,
         // name 9, a space); the verdict line from the left.
         let column = " ".repeat(4 + 2 + 9 + 1);
-        let mut out = Vec::new();
-        for line in self.text().lines() {
-            let indent = if line.starts_with("verdict:") {
+        wrap(&self.text(), width, |line| {
+            if line.starts_with("verdict:") {
                 ""
             } else {
                 column.as_str()
-            };
-            let opts = textwrap::Options::new(width.max(40))
-                .subsequent_indent(indent)
-                .break_words(false);
-            out.extend(
-                textwrap::wrap(line, opts)
-                    .into_iter()
-                    .map(|l| l.into_owned()),
-            );
-        }
-        out.join("\n")
+            }
+        })
     }
 
     pub fn text(&self) -> String {
@@ -226,4 +216,21 @@ impl CheckReport {
         }
         doc
     }
+}
+
+/// Each line of `text` wrapped to `width` (at least 40), never mid-word,
+/// its continuation lines indented as `indent` says for that line.
+pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a str) -> String {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let opts = textwrap::Options::new(width.max(40))
+            .subsequent_indent(indent(line))
+            .break_words(false);
+        out.extend(
+            textwrap::wrap(line, opts)
+                .into_iter()
+                .map(|l| l.into_owned()),
+        );
+    }
+    out.join("\n")
 }

@@ -316,21 +316,12 @@ impl Battery {
         };
         let detail =
             " ".repeat(4 + 2 + self.cases.iter().map(|c| c.name.len()).max().unwrap_or(0) + 2);
-        let mut out = Vec::new();
-        for line in text.lines() {
+        crate::inspect::checks::wrap(&text, width, |line| {
             let row = ["ok  ", "FAIL", "skip", "warn"]
                 .iter()
                 .any(|s| line.starts_with(s));
-            let opts = textwrap::Options::new(width.max(40))
-                .subsequent_indent(if row { &detail } else { "  " })
-                .break_words(false);
-            out.extend(
-                textwrap::wrap(line, opts)
-                    .into_iter()
-                    .map(|l| l.into_owned()),
-            );
-        }
-        out.join("\n")
+            if row { &detail } else { "  " }
+        })
     }
 }
 
