@@ -228,6 +228,22 @@ impl Comgr {
         })
     }
 
+    /// The one lock every comgr action of this process takes, with a
+    /// fresh set of handles to free: one compile or front end at a time,
+    /// as comgr's LLVM reports a failed inline asm through process-wide
+    /// state (two threads compiling at once aborted).
+    fn owned(&self) -> (std::sync::MutexGuard<'static, ()>, Owned<'_>) {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let owned = Owned {
+            api: &self.api,
+            data: Vec::new(),
+            sets: Vec::new(),
+            info: None,
+        };
+        (one, owned)
+    }
+
     /// Compile OpenCL `text` for `arch` (e.g. "gfx1010") with `options`
     /// (MIOpen's are [`MIOPEN_OPTIONS`]), as BuildOcl does up to the code
     /// object, which it returns. `Err`: the compiler's first errors, or
@@ -239,17 +255,7 @@ impl Comgr {
         arch: &str,
         options: &[String],
     ) -> std::result::Result<Vec<u8>, String> {
-        // One compile at a time in a process: comgr's LLVM reports a failed
-        // inline asm through process-wide state; two threads compiling at
-        // once aborted.
-        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let mut owned = Owned {
-            api: &self.api,
-            data: Vec::new(),
-            sets: Vec::new(),
-            info: None,
-        };
+        let (_one, mut owned) = self.owned();
         let a = self.actions;
         let steps = [
             (a.add_pch, "add the OpenCL header"),
@@ -272,14 +278,7 @@ impl Comgr {
         arch: &str,
         options: &[String],
     ) -> std::result::Result<Vec<u8>, String> {
-        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let mut owned = Owned {
-            api: &self.api,
-            data: Vec::new(),
-            sets: Vec::new(),
-            info: None,
-        };
+        let (_one, mut owned) = self.owned();
         let a = self.actions;
         let steps = [
             (a.add_pch, "add the OpenCL header"),
