@@ -246,16 +246,7 @@ fn program_headers(read_at: ReadAt, len: u64) -> Result<(Kind, Ctx, Vec<ProgramH
     if !header.starts_with(b"\x7fELF") {
         bail!("not an ELF file");
     }
-    let header = goblin::elf::Elf::parse_header(&header)
-        .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
-    let ctx = Ctx::new(
-        header
-            .container()
-            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
-        header
-            .endianness()
-            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
-    );
+    let (header, ctx) = crate::fatbin::elf_header(&header)?;
     let entry = ProgramHeader::size(ctx);
     if header.e_phnum > 0 && usize::from(header.e_phentsize) != entry {
         bail!(

@@ -61,6 +61,20 @@ pub fn read_from(
     Ok(Some(parse(&bytes)))
 }
 
+/// An ELF header and the container and byte order it declares, as
+/// goblin reads them (a value ELF does not define is refused). The
+/// libraries' reader (elf.rs) reads its headers through this too.
+pub(crate) fn elf_header(bytes: &[u8]) -> Result<(goblin::elf::Header, Ctx)> {
+    let header = goblin::elf::Elf::parse_header(bytes)
+        .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
+    let not_elf = |e: goblin::error::Error| anyhow::anyhow!("not an ELF file: {e}");
+    let ctx = Ctx::new(
+        header.container().map_err(not_elf)?,
+        header.endianness().map_err(not_elf)?,
+    );
+    Ok((header, ctx))
+}
+
 /// Where an ELF file's `.hip_fatbin` section lies (offset, size), read from
 /// its ELF header and section headers alone; `None` when it has none. The
 /// section is checked to lie inside the file's `len` bytes.
@@ -94,16 +108,7 @@ fn section_unchecked(
         Ok(buf)
     };
     let header_bytes = at("ELF header", 0, 64)?;
-    let header = goblin::elf::Elf::parse_header(&header_bytes)
-        .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?;
-    let ctx = Ctx::new(
-        header
-            .container()
-            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
-        header
-            .endianness()
-            .map_err(|e| anyhow::anyhow!("not an ELF file: {e}"))?,
-    );
+    let (header, ctx) = elf_header(&header_bytes)?;
     let entry = SectionHeader::size(ctx);
     if header.e_shnum > 0 && usize::from(header.e_shentsize) != entry {
         bail!(
