@@ -136,6 +136,19 @@ fn two_kernels(dir: &std::path::Path, second: impl Fn(&[u8]) -> Vec<u8>) -> Vec<
     std::fs::read(lib).unwrap()
 }
 
+/// The second kernel [`two_kernels`] makes: the first's text under another name.
+const TWIN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALTWIN";
+
+/// Where [`TWIN`]'s text lies in `lib`.
+fn twin_range(lib: &[u8]) -> std::ops::Range<usize> {
+    rdna1_patch::verdict::kernels(lib)
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == TWIN)
+        .unwrap()
+        .range
+}
+
 /// `text` with `from` replaced by `to` (same length) once.
 fn edited(text: &[u8], from: &str, to: &str) -> Vec<u8> {
     assert_eq!(from.len(), to.len());
@@ -215,19 +228,13 @@ fn a_deduplicated_or_cached_compile_gives_the_verdicts_and_proof_of_each_case() 
 fn the_proof_after_a_cached_diagnosis_still_refuses_a_broken_fix() {
     use rdna1_patch::embedded;
     use rdna1_patch::verdict::{self, RDNA1};
-    const TWIN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALTWIN";
     let dir = tempfile::tempdir().unwrap();
     let lib = two_kernels(dir.path(), |t| t.to_vec());
     let fixed = match embedded::fix(&lib).unwrap() {
         embedded::Fix::Fixed { bytes, .. } => bytes,
         embedded::Fix::Refused(r) => panic!("{r}"),
     };
-    let twin = verdict::kernels(&fixed)
-        .unwrap()
-        .into_iter()
-        .find(|k| k.name == TWIN)
-        .unwrap()
-        .range;
+    let twin = twin_range(&fixed);
     let spoilt = |from: &str, to: &str| {
         let mut f = fixed.clone();
         let text = edited(&f[twin.clone()], from, to);
@@ -359,7 +366,6 @@ impl rdna1_patch::verdict::Compiler for Counting<'_> {
 fn the_proof_compiles_to_code_only_where_gfx1030_front_ends_differ() {
     use rdna1_patch::embedded;
     use rdna1_patch::verdict::{self, RDNA1};
-    const TWIN: &str = "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIALTWIN";
     let comgr =
         rdna1_patch::comgr::Comgr::open(std::path::Path::new(crate::diagnosis::DEBIAN_COMGR))
             .expect("apt-get install libamd-comgr2 libclang-common-15-dev");
@@ -383,12 +389,7 @@ fn the_proof_compiles_to_code_only_where_gfx1030_front_ends_differ() {
     );
     // Another constant in the twin: its gfx1030 IR differs, so it is
     // compiled to code, before and after, and the change refused.
-    let twin = verdict::kernels(&fixed)
-        .unwrap()
-        .into_iter()
-        .find(|k| k.name == TWIN)
-        .unwrap()
-        .range;
+    let twin = twin_range(&fixed);
     let mut spoilt = fixed.clone();
     let text = edited(&spoilt[twin.clone()], "eps + 1.0f", "eps + 2.0f");
     spoilt[twin].copy_from_slice(&text);
