@@ -35,25 +35,80 @@ pub struct Walked {
     pub compressed_named: BTreeSet<String>,
 }
 
-/// Reads per bundle: its 32-byte head, its entry table (grown as its count
-/// asks, up to 1 MiB) and 64 bytes of each code object's ELF header.
+/// Reads per bundle: its 32-byte head, its entry table (grown as its
+/// entries ask, up to 1 MiB) and 64 bytes of each code object's ELF header.
 const TABLE_START: u64 = 4 << 10;
 const TABLE_MAX: u64 = 1 << 20;
-/// The search for the next bundle (padding between bundles) reads this much at a time.
+/// The file is read through a window of this much at a time: the search
+/// for the next bundle, and the heads and tables of bundles close together,
+/// are served from it, so a file of tiny bundles is read about once.
 const SCAN: u64 = 64 << 10;
+/// The most a compressed bundle's stream is decompressed for its entry
+/// table, and no more than this many times the bytes the bundle itself
+/// holds: a few bytes never cost 64 KiB of output.
+const INFLATE_MAX: u64 = 64 << 10;
+const INFLATE_RATIO: u64 = 64;
+
+/// A window on `start..end` of a file: reads inside it are copied, a read
+/// past it moves it (a small read far away, a code object's ELF header, is
+/// made alone). Every byte is read about once however the bundles lie.
+struct Window<'a> {
+    read_at: ReadAt<'a>,
+    end: u64,
+    buf: Vec<u8>,
+    at: u64,
+}
+
+impl Window<'_> {
+    /// The bytes from `pos` on that the window holds, at least `want` (or
+    /// what is left before the end), moving it there when it must.
+    fn from(&mut self, pos: u64, want: u64) -> Result<&[u8]> {
+        let want = want.min(self.end.saturating_sub(pos));
+        let held = pos >= self.at && pos + want <= self.at + self.buf.len() as u64;
+        if !held {
+            let size = want.max(SCAN).min(self.end - pos);
+            self.buf.resize(usize::try_from(size)?, 0);
+            (self.read_at)(&mut self.buf, pos).context("cannot read an offload bundle")?;
+            self.at = pos;
+        }
+        Ok(&self.buf[usize::try_from(pos - self.at)?..])
+    }
+
+    /// `buf.len()` bytes at `pos`: from the window when it holds them, else
+    /// read alone (small reads) or by moving the window.
+    fn read(&mut self, buf: &mut [u8], pos: u64) -> Result<()> {
+        let len = buf.len() as u64;
+        let held = pos >= self.at && pos + len <= self.at + self.buf.len() as u64;
+        if !held && len <= 64 {
+            return (self.read_at)(buf, pos).context("cannot read a code object's ELF header");
+        }
+        let got = self.from(pos, len)?;
+        buf.copy_from_slice(&got[..buf.len()]);
+        Ok(())
+    }
+}
 
 /// The code objects of the offload bundles in `start..end` of a file
 /// (a `.hip_fatbin` section, or a whole bundle file), read from headers
 /// only: each bundle's entry table and each code object's ELF header, the
 /// next bundle sought after the end the table states. A gigabyte section
-/// costs a few reads per bundle, not a read of its bytes.
+/// costs a few reads per bundle, not a read of its bytes; a section of
+/// tiny bundles (4 bytes each) costs about one read of its bytes, and one
+/// zstd decoder serves every compressed bundle.
 pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
     let mut out = Walked::default();
+    let mut win = Window {
+        read_at,
+        end,
+        buf: Vec::new(),
+        at: 0,
+    };
+    let mut decoder = None;
     let mut pos = start;
-    while let Some(at) = next_bundle(read_at, pos, end)? {
+    while let Some(at) = next_bundle(&mut win, pos, end)? {
         let mut head = [0u8; 32];
         let avail = usize::try_from((end - at).min(32))?;
-        read_at(&mut head[..avail], at).context("cannot read an offload bundle's header")?;
+        win.read(&mut head[..avail], at)?;
         if head.starts_with(COMPRESSED_MAGIC) {
             out.compressed += 1;
             let version = u16::from_le_bytes([head[4], head[5]]);
@@ -72,25 +127,34 @@ pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
             } else {
                 end
             };
-            out.compressed_named
-                .extend(compressed_ids(read_at, at.saturating_add(data), stop));
+            let from = at.saturating_add(data);
+            // Only a bundle that states its size holds a stream worth
+            // starting on: one that does not is skipped by its magic.
+            if total > data && from < stop {
+                out.compressed_named
+                    .extend(compressed_ids(&mut decoder, read_at, from, stop));
+            }
             pos = at.saturating_add(total.max(COMPRESSED_MAGIC.len() as u64));
             continue;
         }
-        let mut size = TABLE_START.min(end - at);
+        let most = TABLE_MAX.min(end - at);
+        let mut size = TABLE_START.min(most);
         let (table, table_end) = loop {
-            let mut buf = vec![0u8; usize::try_from(size)?];
-            read_at(&mut buf, at).context("cannot read an offload bundle's entry table")?;
-            let (table, table_end, whole) = table_of(&buf);
-            let most = TABLE_MAX.min(end - at);
-            if whole || size >= most {
-                let table: Vec<(String, u64, u64)> = table
-                    .into_iter()
-                    .map(|(n, o, l)| (n.to_owned(), o, l))
-                    .collect();
-                break (table, table_end);
+            let buf = win.from(at, size)?;
+            let buf = &buf[..usize::try_from(size.min(buf.len() as u64))?];
+            let (table, table_end, needs) = table_of(buf);
+            // Grown only to what the entries read so far ask for, so a
+            // table is read no further than where the walk goes on from.
+            match needs {
+                Some(n) if n > size && n <= most => size = n.max(size * 2).min(most),
+                _ => {
+                    let table: Vec<(String, u64, u64)> = table
+                        .into_iter()
+                        .map(|(n, o, l)| (n.to_owned(), o, l))
+                        .collect();
+                    break (table, table_end);
+                }
             }
-            size = (size * 4).min(most);
         };
         let mut bundle_end = table_end.max(BUNDLE_MAGIC.len() as u64);
         for (name, offset, len) in table {
@@ -103,7 +167,7 @@ pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
             let mut elf = [0u8; 64];
             let declared = match at.checked_add(offset) {
                 Some(o) if len >= 64 && o.checked_add(64).is_some_and(|e| e <= end) => {
-                    read_at(&mut elf, o).context("cannot read a code object's ELF header")?;
+                    win.read(&mut elf, o)?;
                     code_object_target(&elf)
                 }
                 _ => None,
@@ -115,40 +179,62 @@ pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
     Ok(out)
 }
 
-/// The targets a compressed bundle's entry IDs name: its zstd stream from
-/// `from` decompressed only as far as its first 64 KiB (the entry table).
+/// The targets a compressed bundle's entry IDs name: its zstd stream in
+/// `from..end` decompressed only as far as its entry table (at most 64
+/// KiB, and at most 64 times the stream's bytes), by the one decoder of
+/// the walk (made on the first compressed bundle, reset for each after).
 /// Nothing when the stream is not zstd or does not decompress.
-fn compressed_ids(read_at: ReadAt, from: u64, end: u64) -> Vec<String> {
-    struct At<'a> {
-        read_at: ReadAt<'a>,
-        pos: u64,
-        end: u64,
+fn compressed_ids(
+    decoder: &mut Option<zstd::stream::raw::Decoder<'static>>,
+    read_at: ReadAt,
+    from: u64,
+    end: u64,
+) -> Vec<String> {
+    use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
+    if decoder.is_none() {
+        count_decoder();
+        // A frame may ask for a window of up to 2^31 bytes: one over 16
+        // MiB is refused rather than allocated (clang's use 2^21 to 2^23).
+        let Ok(mut d) = Decoder::new() else {
+            return Vec::new();
+        };
+        if d.set_parameter(DParameter::WindowLogMax(24)).is_err() {
+            return Vec::new();
+        }
+        *decoder = Some(d);
     }
-    impl std::io::Read for At<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = (buf.len() as u64).min(self.end.saturating_sub(self.pos)) as usize;
-            (self.read_at)(&mut buf[..n], self.pos)?;
-            self.pos += n as u64;
-            Ok(n)
+    let Some(dec) = decoder.as_mut() else {
+        return Vec::new();
+    };
+    if dec.reinit().is_err() {
+        return Vec::new();
+    }
+    let cap = INFLATE_MAX.min((end - from).saturating_mul(INFLATE_RATIO)) as usize;
+    let mut head = vec![0u8; cap];
+    let mut made = 0;
+    let mut input = [0u8; 4096];
+    let mut pos = from;
+    'feed: while made < cap && pos < end {
+        let n = (end - pos).min(input.len() as u64) as usize;
+        if read_at(&mut input[..n], pos).is_err() {
+            break;
+        }
+        pos += n as u64;
+        let mut inb = InBuffer::around(&input[..n]);
+        while inb.pos() < n && made < cap {
+            let mut outb = OutBuffer::around(&mut head[made..]);
+            let before = inb.pos();
+            let done = match dec.run(&mut inb, &mut outb) {
+                Ok(left) => left == 0,
+                Err(_) => break 'feed,
+            };
+            made += outb.pos();
+            if done || (inb.pos() == before && outb.pos() == 0) {
+                break 'feed;
+            }
         }
     }
-    use std::io::Read;
-    let src = At {
-        read_at,
-        pos: from,
-        end,
-    };
-    // A frame may ask for a window of up to 2^31 bytes: one over 16 MiB
-    // is refused rather than allocated (clang's use 2^21 to 2^23).
-    let Ok(mut dec) = zstd::stream::read::Decoder::new(src) else {
-        return Vec::new();
-    };
-    if dec.window_log_max(24).is_err() {
-        return Vec::new();
-    }
-    let mut head = Vec::new();
-    let _ = dec.take(TABLE_START * 16).read_to_end(&mut head);
-    let (table, _, _) = table_of(&head);
+    let (table, _, _) = table_of(&head[..made]);
     table
         .into_iter()
         .filter(|(name, _, _)| name.contains("amdgcn"))
@@ -157,35 +243,45 @@ fn compressed_ids(read_at: ReadAt, from: u64, end: u64) -> Vec<String> {
         .collect()
 }
 
-/// The first bundle (either magic) at or after `from`, before `end`.
-fn next_bundle(read_at: ReadAt, from: u64, end: u64) -> Result<Option<u64>> {
+#[cfg(test)]
+thread_local! {
+    /// Decoders started by walks on this thread, for the test of hostile files.
+    static DECODERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn count_decoder() {
+    #[cfg(test)]
+    DECODERS.with(|d| d.set(d.get() + 1));
+}
+
+/// The first bundle (either magic) at or after `from`, before `end`: the
+/// window searched as far as it holds, then moved on.
+fn next_bundle(win: &mut Window, from: u64, end: u64) -> Result<Option<u64>> {
     let overlap = BUNDLE_MAGIC.len() as u64;
     let mut pos = from;
     while pos < end {
-        let size = SCAN.min(end - pos);
-        let mut buf = vec![0u8; usize::try_from(size)?];
-        read_at(&mut buf, pos).context("cannot read between offload bundles")?;
-        let first = [
-            memchr::memmem::find(&buf, BUNDLE_MAGIC),
-            memchr::memmem::find(&buf, COMPRESSED_MAGIC),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let buf = win.from(pos, overlap)?;
+        // Either magic, the first met: the search stops there, so finding
+        // the next of many tiny bundles costs their bytes, not the window's.
+        let first = memchr::memchr2_iter(BUNDLE_MAGIC[0], COMPRESSED_MAGIC[0], buf).find(|&i| {
+            buf[i..].starts_with(BUNDLE_MAGIC) || buf[i..].starts_with(COMPRESSED_MAGIC)
+        });
         if let Some(i) = first {
             return Ok(Some(pos + i as u64));
         }
-        if pos + size >= end {
+        let len = buf.len() as u64;
+        if pos + len >= end {
             break;
         }
-        pos += size - overlap;
+        pos += len.saturating_sub(overlap).max(1);
     }
     Ok(None)
 }
 
 /// One bundle's entry table from its first bytes: (name, offset, size) per
-/// entry, where the table ends, and whether the count was met.
-fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, bool) {
+/// entry, where the table read ends, and, when the count was not met, how
+/// many bytes the next entry needs (None: the table is whole).
+fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, Option<u64>) {
     let u64_at = |pos: usize| -> Option<u64> {
         Some(u64::from_le_bytes(
             bundle.get(pos..pos.checked_add(8)?)?.try_into().ok()?,
@@ -193,7 +289,7 @@ fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, bool) {
     };
     let mut pos = BUNDLE_MAGIC.len();
     let Some(count) = u64_at(pos) else {
-        return (Vec::new(), pos as u64, false);
+        return (Vec::new(), pos as u64, Some(pos as u64 + 8));
     };
     pos += 8;
     let mut out = Vec::new();
@@ -201,19 +297,20 @@ fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, bool) {
         let (Some(offset), Some(size), Some(len)) =
             (u64_at(pos), u64_at(pos + 8), u64_at(pos + 16))
         else {
-            return (out, pos as u64, false);
+            return (out, pos as u64, Some(pos as u64 + 24));
         };
         let name_start = pos + 24;
         let Some(name) = usize::try_from(len)
             .ok()
             .and_then(|len| bundle.get(name_start..name_start.checked_add(len)?))
         else {
-            return (out, pos as u64, false);
+            let needs = (name_start as u64).saturating_add(len);
+            return (out, pos as u64, Some(needs));
         };
         pos = name_start + name.len();
         out.push((std::str::from_utf8(name).unwrap_or(""), offset, size));
     }
-    (out, pos as u64, true)
+    (out, pos as u64, None)
 }
 
 /// The target an AMD GPU code object declares: the `EF_AMDGPU_MACH` in
@@ -307,6 +404,64 @@ mod tests {
         }
         table.extend(code);
         table
+    }
+
+    /// The walk of `bytes`, with the bytes it read and the decoders it
+    /// started.
+    fn counted_walk(bytes: &[u8]) -> (Walked, u64, usize) {
+        let read = std::cell::Cell::new(0u64);
+        let read_at = |buf: &mut [u8], at: u64| {
+            read.set(read.get() + buf.len() as u64);
+            let at = at as usize;
+            buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            Ok(())
+        };
+        DECODERS.with(|d| d.set(0));
+        let walked = walk(&read_at, 0, bytes.len() as u64).unwrap();
+        (walked, read.get(), DECODERS.with(|d| d.get()))
+    }
+
+    /// Issue 59: a file of 4-byte compressed bundles (the bare magic), or
+    /// of bare bundle magics with garbage tables, is read about once, with
+    /// at most one decoder, not 64 KiB and a decoder per bundle.
+    #[test]
+    fn a_file_of_tiny_bundles_is_read_about_once() {
+        const MIB: usize = 1 << 20;
+        let ccob: Vec<u8> = COMPRESSED_MAGIC.iter().copied().cycle().take(MIB).collect();
+        let (w, read, decoders) = counted_walk(&ccob);
+        assert_eq!(w.compressed, MIB / COMPRESSED_MAGIC.len());
+        assert!(read <= 2 * MIB as u64, "read {read} bytes of {MIB}");
+        assert!(decoders <= 1, "{decoders} decoders");
+
+        // Each stating a size of 40 bytes: a stream too short to be worth much.
+        let mut sized = Vec::new();
+        while sized.len() + 40 <= MIB {
+            let mut b = COMPRESSED_MAGIC.to_vec();
+            b.extend(2u16.to_le_bytes());
+            b.extend(1u16.to_le_bytes());
+            b.extend(40u32.to_le_bytes());
+            b.resize(40, 0x28);
+            sized.extend(b);
+        }
+        let (w, read, decoders) = counted_walk(&sized);
+        assert_eq!(w.compressed, sized.len() / 40);
+        assert!(read <= 3 * MIB as u64, "read {read} bytes of {MIB}");
+        assert!(decoders <= 1, "{decoders} decoders");
+
+        // Bare bundle magics, each table's count huge and its entry cut short.
+        let mut plain = Vec::new();
+        while plain.len() + 64 <= MIB {
+            let mut b = BUNDLE_MAGIC.to_vec();
+            b.extend(u64::MAX.to_le_bytes());
+            b.extend(0u64.to_le_bytes());
+            b.extend(0u64.to_le_bytes());
+            b.extend((1u64 << 40).to_le_bytes());
+            b.resize(64, 0);
+            plain.extend(b);
+        }
+        let (w, read, _) = counted_walk(&plain);
+        assert!(w.entries.is_empty());
+        assert!(read <= 3 * MIB as u64, "read {read} bytes of {MIB}");
     }
 
     fn walk_bytes(bytes: &[u8]) -> Walked {
