@@ -117,8 +117,9 @@ pub enum Standing {
 impl Diagnosis {
     /// The verdicts are kept keyed by all they depend on: the batch-norm
     /// kernel texts with the headers they include (`verdict::digest`),
-    /// the SHA-256 of each compiler, the target, this version and its
-    /// rules. A library that differs only outside its kernel texts reuses
+    /// the SHA-256 of each compiler and the stamp of every library it
+    /// loads (a libLLVM replaced beside an unchanged comgr compiles
+    /// otherwise), the target, this version and its rules. A library that differs only outside its kernel texts reuses
     /// them; a change to a text or a compiler judges anew. The texts'
     /// digest is remembered under the library's stamp, as a compiler's
     /// SHA-256 is: a second diagnosis reads no byte of either.
@@ -131,10 +132,16 @@ impl Diagnosis {
             None => "-".into(),
         };
         self.compilers = Some(format!("{comgr}-{hiprtc}"));
+        let loads = [self.compiler_path.as_deref(), self.hiprtc_path.as_deref()]
+            .into_iter()
+            .flatten()
+            .map(loaded_stamps)
+            .collect::<Option<Vec<_>>>()?
+            .join(" ");
         let texts = self.texts_digest(&cache).ok()?;
         let key = crate::prefix::sha256_hex(
             format!(
-                "{texts} {comgr} {hiprtc} {} {} {}",
+                "{texts} {comgr} {hiprtc} [{loads}] {} {} {}",
                 self.target,
                 crate::version::VERSION,
                 verdict::RULES
@@ -330,6 +337,21 @@ pub fn compiler(comgr: &Path, hiprtc: Option<&Path>, limit: std::time::Duration)
         child.hiprtc = Some(rtc.to_owned());
     }
     Ok(child)
+}
+
+/// Each library `compiler` loads, as the loader would find it from the
+/// compiler's directory with no LD_LIBRARY_PATH (as the compile child
+/// loads them), by its path and stamp (`cache::stamp_key`: a file replaced
+/// or rewritten has another); None when one cannot be found or read.
+fn loaded_stamps(compiler: &Path) -> Option<String> {
+    let stamps = crate::loader::loaded_by(compiler)?
+        .iter()
+        .map(|p| {
+            let m = std::fs::metadata(p).ok()?;
+            Some(format!("{}={}", p.display(), crate::cache::stamp_key(&m)))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(stamps.join(","))
 }
 
 /// A file's SHA-256, remembered under its stamp (`cache::stamp_key`), as

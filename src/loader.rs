@@ -543,5 +543,20 @@ pub fn bundled_names(lib_dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Every library `lib` loads, as the loader would find them from its own
+/// directory with no LD_LIBRARY_PATH (how the compile child loads a
+/// compiler); None when one cannot be found or read.
+pub fn loaded_by(lib: &Path) -> Option<Vec<PathBuf>> {
+    let mut sys = System::here().ok()?;
+    sys.ld_library_path = None;
+    let real = lib.canonicalize().ok()?;
+    let dir = real.parent().unwrap_or(Path::new("/")).to_owned();
+    resolve_in(&real, &dir, &[], &sys)
+        .ok()?
+        .into_iter()
+        .map(|d| d.path)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -295,3 +295,29 @@ fn origin_and_the_loaders_own_tokens_expand() {
         ]
     );
 }
+
+/// A library a compiler loads, replaced beside it, is another file there:
+/// what the diagnosis keys its cached verdicts by (issue 59's try).
+#[test]
+fn what_a_library_loads_is_found_and_a_replaced_one_has_a_new_stamp() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    lib(dir, "libdep.so", &[]);
+    let comp = lib(
+        dir,
+        "libcomp.so",
+        &[
+            "-L",
+            &dir.display().to_string(),
+            "-l:libdep.so",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    );
+    let found = loaded_by(&comp).unwrap();
+    assert_eq!(found, [dir.join("libdep.so").canonicalize().unwrap()]);
+    let stamp = |p: &Path| crate::cache::stamp_key(&std::fs::metadata(p).unwrap());
+    let before = stamp(&found[0]);
+    std::fs::remove_file(&found[0]).unwrap();
+    lib(dir, "libdep.so", &[]);
+    assert_ne!(stamp(&found[0]), before, "a new file, a new stamp");
+}
