@@ -133,7 +133,7 @@ fn only_self_writes(path: &Path) -> bool {
 /// `XDG_CACHE_HOME` (or `HOME`'s `.cache`) and root's own home's `.cache`
 /// that only root can write: under `sudo -E` the caller's variables name
 /// the user's home, which root neither trusts nor writes into.
-fn base_dir() -> Option<PathBuf> {
+pub(crate) fn base_dir() -> Option<PathBuf> {
     let from_env = crate::fsutil::project_dirs().map(|d| d.cache_dir().to_owned());
     if !crate::owner::is_root() {
         return from_env;

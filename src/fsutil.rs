@@ -1,36 +1,42 @@
 //! Writing files so that a reader, or a crash, never sees half of one.
 
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use crate::owner;
 
+/// A point a test build (feature `failpoints`) can pause at (`sleep(MS)`)
+/// or act at, named in `FAILPOINTS`; nothing in a release build.
+#[macro_export]
+macro_rules! failpoint {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            fail::fail_point!($name);
+        }
+    };
+}
+
 mod at;
+pub mod fd;
 pub use at::{ANOTHER_PLACE, At, existing_ancestor, fitted_help, free_bytes, fs_error};
 
-/// Write `data` to a temp file beside `path`, fsync it, give it `mode` (or
-/// the replaced file's mode; never a setuid, setgid or sticky bit) and, run
-/// as root, the directory owner's uid, and rename it into place.
+/// Write `data` to a new file beside `path`, fsync it, give it `mode` (or
+/// the replaced file's mode; never a setuid, setgid or sticky bit) through
+/// its descriptor, and rename it into place; run as root in a directory
+/// another user owns, all of it as that user (`fd::Dir`).
 pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".rdna1-patch-")
-        .tempfile_in(dir)
-        .at("create a file in", dir)?;
-    // Named as the file it becomes: the temp file is gone with the error.
-    tmp.write_all(data)
-        .and_then(|_| tmp.as_file().sync_all())
-        .at("write", path)?;
-    let mode = mode.or_else(|| std::fs::metadata(path).ok().map(|m| m.permissions().mode()));
-    let mode = owner::plain_mode(mode.unwrap_or(0o644));
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode))
-        .and_then(|()| owner::give_to_dir_owner(tmp.as_file(), dir))
-        .at("set the mode of", path)?;
-    tmp.persist(path).map_err(|e| e.error).at("replace", path)?;
-    sync_dir(dir)
+    let (dir, name) = fd::parent_of(path).at("open the directory of", path)?;
+    let mode = mode.or_else(|| {
+        dir.stat(name)
+            .ok()
+            .flatten()
+            .filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+            .map(|st| st.st_mode)
+    });
+    dir.write_atomic(name, data, owner::plain_mode(mode.unwrap_or(0o644)))
+        .at("write", path)
 }
 
 /// Make a rename or a new name in `dir` survive a power cut.
@@ -41,26 +47,43 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Copy `from` to a new file `to` (replacing a leftover), with `mode` (its
-/// permission bits alone) and, run as root, the owner of `to`'s directory,
-/// and fsync it before returning.
+/// permission bits alone), made as the owner of `to`'s directory when root
+/// writes in another user's (`fd::Dir`), and fsync it before returning.
 pub fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<()> {
     let mode = owner::plain_mode(mode);
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     crate::tally::read(from);
     let mut src = std::fs::File::open(from).at("read", from)?;
-    let _ = std::fs::remove_file(to);
-    let mut dst = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(to)
-        .at("create", to)?;
+    let (dir, name) = fd::parent_of(to).at("create", to)?;
+    dir.remove_file(name).at("remove", to)?;
+    let mut dst = dir.create_new(name, mode).at("create", to)?;
     std::io::copy(&mut src, &mut dst)
-        .and_then(|_| dst.set_permissions(std::fs::Permissions::from_mode(mode)))
-        .and_then(|()| owner::give_to_dir_owner(&dst, to.parent().unwrap_or(Path::new("/"))))
-        .and_then(|_| dst.sync_all())
+        .and_then(|_| dir.set_file_mode(&dst, mode))
+        .and_then(|()| dst.sync_all())
         .at("write", to)?;
     Ok(())
+}
+
+/// A new file at `path` (an existing name, a symlink included, is an
+/// error), with `mode`, made as its directory's owner when root writes in
+/// another user's (`fd::Dir`).
+pub fn create_new(path: &Path, mode: u32) -> Result<std::fs::File> {
+    let (dir, name) = fd::parent_of(path).at("create", path)?;
+    dir.create_new(name, owner::plain_mode(mode))
+        .at("create", path)
+}
+
+/// A symlink at `at` to `target` (what is at `at` must be gone), made as
+/// its directory's owner when root writes in another user's.
+pub fn symlink(target: &Path, at: &Path) -> Result<()> {
+    let (dir, name) = fd::parent_of(at).at("create", at)?;
+    dir.symlink(target, name).at("create", at)
+}
+
+/// Set the permission bits of the directory `dir` through its descriptor.
+pub fn set_dir_mode(dir: &Path, mode: u32) -> Result<()> {
+    fd::Dir::open(dir)
+        .and_then(|d| d.set_mode(mode))
+        .at("set the mode of", dir)
 }
 
 /// The permission bits of `path`.
@@ -73,9 +96,10 @@ pub fn mode(path: &Path) -> Result<u32> {
         & 0o7777)
 }
 
-/// Create `dir` and its parents, naming it in the error.
+/// Create `dir` and its parents, naming it in the error; run as root, each
+/// new directory is its parent's owner's (`fd::create_dir_all`).
 pub fn create_dir_all(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).at("create", dir)
+    fd::create_dir_all(dir).map(drop).at("create", dir)
 }
 
 /// Open a file for reading only if it is a regular file. A FIFO or a device
@@ -369,8 +393,9 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
     if mode.is_some_and(|m| m != bits) {
         return Ok(false);
     }
-    let _ = std::fs::remove_file(to);
-    match std::fs::hard_link(from, to) {
+    let (dir, name) = fd::parent_of(to).at("create", to)?;
+    dir.remove_file(name).at("remove", to)?;
+    match dir.link(from, name) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::StorageFull => Err(e).at("create", to),
         Err(_) => Ok(false),

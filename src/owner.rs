@@ -195,18 +195,81 @@ pub fn describe(list: &[Who]) -> String {
     }
 }
 
-/// Run as root, give a file just created in `dir` the owner and group of
-/// `dir`: root's run into a user's venv leaves that user's files, as if
-/// they had run it, not root's. A no-op when not root or `dir` is root's.
-pub fn give_to_dir_owner(file: &std::fs::File, dir: &Path) -> std::io::Result<()> {
+/// Run as root, who besides root and sudo's user can change anything in
+/// the tree `dir` (a torch package: its python files and libraries), or
+/// `dir` and the directories above it; and the first path that lets them.
+/// A symlink inside is judged by what it leads to. None: no one.
+pub fn tree_writers(dir: &Path) -> std::io::Result<Option<(Vec<Who>, PathBuf)>> {
+    let user = invoking_user();
+    let top = Writers::of(dir)?;
+    let others = top.others_than(user);
+    if !others.is_empty() {
+        return Ok(Some((others, top.first.unwrap_or_else(|| dir.to_owned()))));
+    }
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).min_depth(1) {
+        let entry = entry.map_err(std::io::Error::from)?;
+        let meta = entry.path().symlink_metadata()?;
+        if meta.file_type().is_symlink() {
+            let Ok(real) = entry.path().canonicalize() else {
+                continue;
+            };
+            if real.starts_with(dir) {
+                continue;
+            }
+            let w = Writers::of(&real)?;
+            let others = w.others_than(user);
+            if !others.is_empty() {
+                return Ok(Some((others, entry.path().to_owned())));
+            }
+            continue;
+        }
+        let mut who = Vec::new();
+        if meta.uid() != 0 && Some(meta.uid()) != user {
+            who.push(Who::User(meta.uid()));
+        }
+        if meta.mode() & 0o020 != 0 && meta.gid() != 0 && meta.mode() & 0o1000 == 0 {
+            who.push(Who::Group(meta.gid()));
+        }
+        // A sticky directory (as /tmp) lets others add names, never move
+        // or replace one of ours: as `Writers` judges the ones above.
+        let sticky_dir = meta.is_dir() && meta.mode() & 0o1000 != 0;
+        if meta.mode() & 0o002 != 0 && !sticky_dir {
+            who.push(Who::Anyone);
+        }
+        if !who.is_empty() {
+            return Ok(Some((who, entry.path().to_owned())));
+        }
+    }
+    Ok(None)
+}
+
+/// Run as root, refuse to run or change the torch in `dir` when anyone
+/// but root and sudo's user can change any of it: its import runs every
+/// python file of it, and loads its libraries, as whoever imports it.
+pub fn ensure_root_may_trust_torch(dir: &Path) -> anyhow::Result<()> {
     if !is_root() {
         return Ok(());
     }
-    let meta = std::fs::metadata(dir)?;
-    if meta.uid() == 0 {
+    let found = tree_writers(dir).map_err(|e| {
+        crate::error::hint(
+            format!(
+                "cannot read who can change the torch in {}: {e}",
+                dir.display()
+            ),
+            "run rdna1-patch as the user who owns that torch, without sudo",
+        )
+    })?;
+    let Some((who, at)) = found else {
         return Ok(());
-    }
-    std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid()))
+    };
+    Err(crate::error::hint(
+        format!(
+            "{} can be changed by {}; run as root, rdna1-patch neither runs nor changes a torch that another user controls; nothing was run or changed",
+            at.display(),
+            describe(&who)
+        ),
+        "run rdna1-patch as the user who owns that torch, without sudo (a torch in a venv is its owner's), or take the write bits away from others (`chmod -R go-w` on that torch)",
+    ))
 }
 
 /// The program `name` the tool runs (dpkg, rpm, pacman, patchelf), found

@@ -40,9 +40,14 @@ pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
 /// [`run`] under a reaper (`reaper`): a program that leaves its process
 /// group (setsid, a double fork) is still ended with it, at its end or at
 /// the limit. For what runs code the tool does not control: torch's
-/// import, a compiler.
+/// import. Run as root under sudo, it runs as sudo's user and group, with
+/// no supplementary groups (std drops them when it sets the user): the
+/// code is that user's torch, and needs nothing of root's.
 pub fn run_contained(cmd: Command, limit: Duration) -> Result<Output> {
-    let reaped = crate::reaper::contain(&cmd, Path::new("/proc/self/exe"), false);
+    let mut reaped = crate::reaper::contain(&cmd, Path::new("/proc/self/exe"), false);
+    if let Some((uid, gid)) = crate::owner::sudo_identity()? {
+        reaped.uid(uid).gid(gid);
+    }
     named_as(&cmd, run_with(reaped, None, None, limit, true))
 }
 

@@ -14,6 +14,35 @@ pub const VERSION: &str = concat!(
 /// Raised when a field changes meaning or goes away; new fields do not.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// A path in a JSON document: a string when it is UTF-8; else, without
+/// loss, `{"bytes": "<hex of its bytes>", "lossy": "<for people>"}` (docs/commands.md,
+/// "JSON"). serde's own refuses such a path, which made `status --json`
+/// panic under a state dir so named (issue 59).
+pub struct JsonPath<'a>(pub &'a std::path::Path);
+
+impl serde::Serialize for JsonPath<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        use std::os::unix::ffi::OsStrExt;
+        match self.0.to_str() {
+            Some(text) => s.serialize_str(text),
+            None => {
+                let bytes = self.0.as_os_str().as_bytes();
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("bytes", &hex)?;
+                m.serialize_entry("lossy", &self.0.to_string_lossy())?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// `#[serde(serialize_with = "crate::version::ser_path")]`: a path field as [`JsonPath`].
+pub fn ser_path<S: serde::Serializer>(p: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&JsonPath(p), s)
+}
+
 /// "6.2.4" -> "6.2"
 pub fn major_minor(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")

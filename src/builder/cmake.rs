@@ -41,11 +41,13 @@ impl Log {
             .to_string()
             .replace(':', "");
         let path = dir.join(format!("{stamp}-{what}.log"));
-        let file =
-            File::create(&path).with_context(|| format!("cannot create log {}", path.display()))?;
+        // Two runs in one second share a name: the later one's log wins.
+        fsutil::remove_own_file(&path)?;
+        let file = fsutil::create_new(&path, 0o644)
+            .with_context(|| format!("cannot create log {}", path.display()))?;
         let latest = dir.join("latest.log");
-        let _ = std::fs::remove_file(&latest);
-        let _ = std::os::unix::fs::symlink(path.file_name().unwrap(), &latest);
+        let _ = fsutil::remove_own_file(&latest);
+        let _ = fsutil::symlink(Path::new(path.file_name().unwrap()), &latest);
         Ok(Log { file, path })
     }
 

@@ -230,7 +230,7 @@ pub fn prepare(needs: &[Need]) -> Result<()> {
             }
             if std::fs::read_link(at).ok().as_deref() != Some(to.as_path()) {
                 crate::fsutil::remove_own_file(at)?;
-                std::os::unix::fs::symlink(to, at)?;
+                crate::fsutil::symlink(to, at)?;
             }
         }
     }

@@ -22,6 +22,18 @@ impl<T> At<T> for std::io::Result<T> {
 
 /// "cannot {op} {path}: {what is wrong}", with a help fitted to the cause.
 pub fn fs_error(op: &str, path: &Path, e: &std::io::Error) -> anyhow::Error {
+    if let Some(swapped) = e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<super::fd::Swapped>())
+    {
+        return crate::error::hint(
+            format!("cannot {op} {}: {swapped}", path.display()),
+            format!(
+                "stop whatever else writes in {} (under sudo, a directory another user owns is written as that user), then run this again",
+                path.parent().unwrap_or(Path::new("/")).display()
+            ),
+        );
+    }
     let e = os_error(e);
     anyhow::Error::new(FsError {
         message: format!("cannot {op} {}: {}", path.display(), words(&e.to_string())),

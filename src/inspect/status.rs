@@ -142,7 +142,7 @@ pub fn transactions_json(state: &StateDir) -> Result<serde_json::Value> {
     let all = state.read()?;
     Ok(serde_json::json!({
         "schema_version": crate::version::SCHEMA_VERSION,
-        "state_dir": state.root(),
+        "state_dir": crate::version::JsonPath(state.root()),
         "transactions": all.list.iter().map(transaction_json).collect::<Vec<_>>(),
         "damaged": all.damaged,
     }))
@@ -154,8 +154,8 @@ impl StatusReport {
         let list = |js: &[Journal]| js.iter().map(transaction_json).collect::<Vec<_>>();
         serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
-            "state_dir": self.state_dir,
-            "prefix": self.prefix,
+            "state_dir": crate::version::JsonPath(&self.state_dir),
+            "prefix": crate::version::JsonPath(&self.prefix),
             "build": self.build,
             "build_error": self.build_error,
             "installed": list(&self.installed),

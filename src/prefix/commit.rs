@@ -226,11 +226,7 @@ fn exchange_whole(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Resul
     };
     write_md5sums(staged_root, entries)?;
     let mode = fsutil::mode(prefix)?;
-    std::fs::set_permissions(
-        staged_root,
-        std::os::unix::fs::PermissionsExt::from_mode(mode),
-    )
-    .at("set the mode of", staged_root)?;
+    fsutil::set_dir_mode(staged_root, mode)?;
     if std::fs::rename(staged_root, &aside).is_err() {
         std::fs::remove_file(staged_root.join(MD5SUMS)).ok();
         return Ok(false);

@@ -115,7 +115,7 @@ pub fn ensure_writable(prefix: &Path) -> Result<()> {
             )),
         )
     };
-    std::fs::create_dir_all(prefix).map_err(|e| unwritable(&e))?;
+    fsutil::fd::create_dir_all(prefix).map_err(|e| unwritable(&e))?;
     fsutil::probe_writable(prefix).map_err(|e| unwritable(&e))
 }
 

@@ -66,9 +66,11 @@ pub struct ConfigBlob {
 /// layer here, named by its pid; the next publish removes those whose
 /// process is gone.
 pub(crate) fn scratch() -> Result<PathBuf> {
-    let dir = crate::fsutil::project_dirs()
-        .map(|d| d.cache_dir().join("publish"))
-        .context("no cache dir for this user (HOME is not set)")?;
+    // As root, a cache dir only root can write (`cache::base_dir`): the
+    // scratch files are made and written by name inside it.
+    let dir = crate::cache::base_dir()
+        .map(|d| d.join("publish"))
+        .context("no cache dir for this user (HOME is not set, or, as root, no cache dir that only root can write)")?;
     crate::fsutil::create_dir_all(&dir)?;
     for e in std::fs::read_dir(&dir)?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();

@@ -91,11 +91,7 @@ fn unpack(store: &Store, c: &Candidate, staging: &Path, ui: &Ui) -> Result<Writt
 fn download(store: &Store, c: &Candidate, to: &Path, ui: &Ui) -> Result<()> {
     let (digest, size) = &c.layer;
     let mut blob = store.blob(digest, *size)?;
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(to)
-        .at("write", to)?;
+    let mut out = crate::fsutil::create_new(to, 0o644)?;
     let progress = ui.progress(*size);
     progress.set_prefix("Pulling");
     let (mut sha, mut got) = (Sha256::new(), 0u64);
@@ -275,7 +271,7 @@ pub(super) fn unpack_tar(
                         ),
                     ));
                 }
-                std::os::unix::fs::symlink(&target, &to).at("write", &to)?;
+                crate::fsutil::symlink(&target, &to)?;
                 written.links.insert(rel, target);
             }
             other => {
@@ -312,14 +308,8 @@ fn write_file(
     reference: &Reference,
     moved: &mut dyn FnMut(u64),
 ) -> Result<String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode | 0o600)
-        .open(to)
-        .at("write", to)?;
+    let mut out = crate::fsutil::create_new(to, mode | 0o600)?;
     let mut md5 = checksum::Md5::new()?;
     loop {
         let n = entry.read(buf).map_err(|e| tampered_or_io(reference, e))?;

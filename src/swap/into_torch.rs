@@ -383,6 +383,8 @@ fn in_place<'a>(
     route::check_in_place_prefix(&req.prefix, torch, profile)?;
     // Another user's torch is refused before its comgr is even looked at.
     txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
+    crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
+    ensure_text_path(torch)?;
     ui.stage("Route", &route.why);
     // What fails is established from the library itself before anything
     // is decided; the fix is made and proven in memory, dry run or not.
@@ -467,9 +469,29 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
     }
 }
 
+/// A torch whose path is not UTF-8 is refused before anything is written:
+/// the journal that makes a change reversible records its paths as text.
+fn ensure_text_path(torch: &Torch) -> Result<()> {
+    if [&torch.dir, &torch.target]
+        .iter()
+        .all(|p| p.to_str().is_some())
+    {
+        return Ok(());
+    }
+    Err(crate::error::hint(
+        format!(
+            "torch's path {} is not UTF-8; rdna1-patch records the paths it changes as text, so it does not change this torch; nothing was changed",
+            torch.dir.to_string_lossy()
+        ),
+        "move the environment to a path whose name is UTF-8 (`mv` it, or make the venv again there), then run this again",
+    ))
+}
+
 /// Settle what killed runs left; refuse a torch whose transaction is open.
 fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
     txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
+    crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
+    ensure_text_path(torch)?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {
         ui.stage("Recovered", note);

@@ -147,9 +147,13 @@ fn check(cause: Cause) {
     let _mount = match cause {
         Cause::ReadOnly => Tmpfs::read_only(&dir),
         Cause::Full => Tmpfs::full(&dir, "64k"),
+        // Root writes in another user's directory as that user (issue 59),
+        // so the directory is one its owner cannot write in either.
         Cause::Foreign => {
             std::fs::create_dir(&dir).unwrap();
             chown(&dir, NOBODY);
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
             None
         }
     };

@@ -204,3 +204,120 @@ fn no_program_is_run_to_learn_what_a_library_loads() {
     assert!(read > 50, "read {read} files of {}", src.display());
     assert!(offenders.is_empty(), "{offenders:#?}");
 }
+
+/// What changes a file by its name (a chmod, a chown, a create, an open
+/// for writing): each such call in `src/` outside `fsutil::fd`, which
+/// makes every change through a directory held open and, as root in
+/// another user's directory, as that user (issue 59: root's chmod of a
+/// temp file by name changed whatever a symlink put there pointed to).
+const BY_PATH: &[&str] = &[
+    "fs::set_permissions(",
+    "fs::chown(",
+    "lchown(",
+    "utimensat(",
+    "set_file_times(",
+    "File::create(",
+    "fs::write(",
+    "fs::copy(",
+    ".create(true)",
+    ".create_new(true)",
+    ".append(true)",
+    ".write(true)",
+    "tempfile_in(",
+    "tempdir_in(",
+    ".tempfile()",
+    "hard_link(",
+    "fs::symlink(",
+    "fs::create_dir(",
+    "fs::create_dir_all(",
+    "DirBuilder::new(",
+];
+
+/// The calls by name that stay, each with why it cannot let a user steer
+/// root: `file: what the line holds` and the reason.
+const BY_PATH_ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "comgr::child",
+        ".tempdir_in(&base)",
+        "the compile's own new directory, made by tempfile (mkdir of a fresh random name) in the temp dir or sticky /tmp, where no one else can move an entry of ours",
+    ),
+    (
+        "comgr::child",
+        "std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))",
+        "that directory, just made in sticky /tmp (no one else can rename it), handed to sudo's user before the child drops to them",
+    ),
+    (
+        "fsutil",
+        "tempfile::tempfile_in(dir)",
+        "a probe of whether a directory is writable: an unnamed file (O_TMPFILE), gone at once, with no name to swap",
+    ),
+    (
+        "share::oci",
+        ".tempfile_in(super::scratch()?)?",
+        "publish's scratch file, made O_EXCL in share::scratch, which as root is a cache dir only root can write, and written only through its handle",
+    ),
+    (
+        "share::publish",
+        ".tempfile_in(scratch()?)?",
+        "the packed layer, made O_EXCL in share::scratch (as root, only root can write there) and written through its handle",
+    ),
+    (
+        "share::sign",
+        ".tempdir_in(scratch()?)?",
+        "a 0700 directory of this run's in share::scratch (as root, only root can write there), for minisign's input and output",
+    ),
+    (
+        "share::sign",
+        "std::fs::write(&file, data)?",
+        "inside that 0700 directory of this run's, which no one else can enter",
+    ),
+    (
+        "tally",
+        "std::fs::write(path, lines())",
+        "only in a test build (feature failpoints), to the file a test names in RDNA1_PATCH_TALLY",
+    ),
+];
+
+#[test]
+fn files_are_changed_by_name_only_through_a_directory_held_open() {
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        // The fd module itself, and modules of tests (`x::tests`).
+        if name == "fsutil::fd"
+            || name
+                .rsplit("::")
+                .next()
+                .is_some_and(|l| l.ends_with("tests"))
+        {
+            continue;
+        }
+        for line in code.lines() {
+            let t = line.trim();
+            if t.starts_with("//") || t.starts_with("use ") {
+                continue;
+            }
+            for pat in BY_PATH {
+                let allowed = BY_PATH_ALLOWED
+                    .iter()
+                    .any(|(m, holds, _)| *m == name && t.contains(holds));
+                if t.contains(pat) && !allowed {
+                    found.push(format!("{name}: {t}"));
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "calls that change a file by its name outside fsutil::fd (move them there, or allow one with its reason): {found:#?}"
+    );
+    // Each allowance still stands for a line that is there.
+    let mods = modules();
+    for (m, holds, why) in BY_PATH_ALLOWED {
+        assert!(!why.is_empty(), "{m}: an allowance needs its reason");
+        assert!(
+            mods.get(*m).is_some_and(|c| c.contains(holds)),
+            "{m} no longer holds `{holds}`: drop the allowance"
+        );
+    }
+}

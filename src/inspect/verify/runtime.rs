@@ -59,6 +59,14 @@ pub(super) fn check_runtime(
     install: Option<&Journal>,
     r: &mut CheckReport,
 ) {
+    if let Err(e) = crate::owner::ensure_root_may_trust_torch(&torch.dir) {
+        return r.push_fix(
+            "runtime",
+            Status::Fail,
+            crate::error::chain(&e),
+            crate::error::help(&e).unwrap_or_default(),
+        );
+    }
     let out = match proc::run_contained(python(req, &torch.dir, MAPS), req.timeout) {
         Ok(o) => o,
         Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),

@@ -100,6 +100,9 @@ pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
         );
     };
     let mut battery = empty_battery(req, None);
+    if let Err(e) = crate::owner::ensure_root_may_trust_torch(dir) {
+        return cannot_start(battery, &crate::error::chain(&e), r);
+    }
     let deadline = Instant::now() + req.timeout * BATTERY_FACTOR;
     let out = child(req, dir, &["info"], req.timeout);
     if let Some(sig) = crate::interrupt::interrupted() {

@@ -64,7 +64,9 @@ impl Layout {
         }
         let dir = to.parent().expect("a blob has a dir");
         let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::copy(file, tmp.path()).at("write", tmp.path())?;
+        std::fs::File::open(file)
+            .and_then(|mut f| std::io::copy(&mut f, &mut tmp.as_file()))
+            .at("write", tmp.path())?;
         tmp.as_file().sync_all()?;
         tmp.persist(&to).map_err(|e| e.error).at("write", &to)?;
         Ok(true)

@@ -235,7 +235,7 @@ impl Store {
         let tmp = tempfile::Builder::new()
             .prefix(&format!("layer-{}-", std::process::id()))
             .tempfile_in(super::scratch()?)?;
-        std::fs::write(tmp.path(), data)?;
+        std::io::Write::write_all(&mut tmp.as_file(), data)?;
         match self {
             Store::Registry(r) => {
                 r.put_blob(tmp.path(), &digest, data.len() as u64, &Ui::silent())?

@@ -57,7 +57,6 @@ impl StateDir {
 
     /// Take the lock; a second run waits for nothing and says who holds it.
     pub fn lock(&self) -> Result<Locked<'_>> {
-        use std::os::unix::fs::OpenOptionsExt;
         fsutil::create_dir_all(&self.root)?;
         for dir in [
             self.journal_dir(),
@@ -67,15 +66,10 @@ impl StateDir {
             fsutil::create_own_dir(&dir)?;
         }
         let path = self.root.join("lock");
-        // O_NOFOLLOW: a symlink planted at `lock` must not get its target
-        // truncated by a run under sudo.
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
+        // Never followed: a symlink planted at `lock` must not get its
+        // target truncated by a run under sudo.
+        let mut file = fsutil::fd::Dir::open(&self.root)
+            .and_then(|d| d.open_or_create(std::ffi::OsStr::new("lock"), 0o644))
             .map_err(|e| {
                 hint(
                     format!("cannot open the lock file {}: {e}", path.display()),
@@ -178,9 +172,10 @@ impl StateDir {
             ));
         }
         let path = self.root.join("lock");
+        // Read only: a lock is taken on any open file, and this one only
+        // asks whether another run holds it.
         let file = match std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
         {
