@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::cache::Cache;
 use crate::compiler::Child;
 use crate::error::hint;
-use crate::swap::torch::Torch;
+use crate::torch::Torch;
 use crate::ui::Ui;
 use crate::verdict::{self, Compiler, Judgement, Outcome};
 

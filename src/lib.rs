@@ -43,6 +43,7 @@ pub(crate) mod share;
 pub(crate) mod stack;
 pub mod swap;
 pub(crate) mod tally;
+pub(crate) mod torch;
 pub(crate) mod ui;
 pub mod verdict;
 pub(crate) mod version;

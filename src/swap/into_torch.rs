@@ -13,8 +13,8 @@ use crate::fsutil;
 use crate::prefix::{OpenError, Prefix, Provenance};
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
-use crate::swap::torch::{self, Torch};
 use crate::swap::txn::{self, BuildRec, StateDir, Swap, SwapOutcome};
+use crate::torch::{self, Torch};
 use crate::ui::Ui;
 
 pub struct InstallRequest {

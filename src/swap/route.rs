@@ -14,7 +14,7 @@ use anyhow::Result;
 
 use crate::builder::profile::Profile;
 use crate::error::hint;
-use crate::swap::torch::{Layout, NATIVE_TORCH, Torch};
+use crate::torch::{Layout, NATIVE_TORCH, Torch};
 
 /// The targets whose batch norm the fix is for.
 const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];

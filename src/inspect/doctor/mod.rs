@@ -12,7 +12,7 @@ use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::libraries;
 use crate::swap::advice;
-use crate::swap::torch;
+use crate::torch;
 
 mod toolchain;
 mod torch_side;

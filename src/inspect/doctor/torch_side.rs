@@ -99,7 +99,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
 /// The system route: torch loads the system's MIOpen (or our copy of it),
 /// which is only ever read.
 fn system_route(t: &torch::Torch, sys: &torch::System, r: &mut CheckReport) {
-    let owner = crate::swap::system::describe_owner(&sys.owner, &sys.library);
+    let owner = crate::torch::system::describe_owner(&sys.owner, &sys.library);
     let detail = match &sys.copy {
         Some(copy) => format!(
             "system route: torch loads rdna1-patch's fixed copy {}, made from the system's {} ({owner}); `rdna1-patch status` says whether that file changed since",
@@ -327,7 +327,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::swap::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
+                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the

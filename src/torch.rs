@@ -1,5 +1,9 @@
 //! Finding the user's torch, without importing it: a torch whose GPU
-//! initialisation crashes must still be found, to be repaired.
+//! initialisation crashes must still be found, to be repaired. Where torch
+//! is and how its MIOpen is laid out is a fact every wing reads (the
+//! stack is built from it, the swap, the diagnosis and inspect use it), so
+//! it lies below them all; `system` is the layout whose MIOpen is the
+//! system's.
 
 use crate::fatbin::CodeObjects;
 use std::path::{Path, PathBuf};
@@ -10,7 +14,9 @@ use serde::Deserialize;
 use crate::error::hint;
 use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
-pub use crate::swap::system::System;
+pub use system::System;
+
+pub(crate) mod system;
 
 /// How the user pointed at torch.
 #[derive(Debug, Clone)]
@@ -43,7 +49,7 @@ pub enum Layout {
     RocmSdk(Sdk),
     /// No MIOpen of torch's own: libtorch_hip.so loads the system's (ROCm
     /// packages, a distribution's libmiopen1), which is only ever read;
-    /// the fix is a copy added to torch/lib (`swap::system`).
+    /// the fix is a copy added to torch/lib (`swap::into_system`).
     System(Box<System>),
 }
 
@@ -413,7 +419,7 @@ fn which_library(
             // torch's site-packages.
             Some(sdk) => (sdk.library.clone(), Layout::RocmSdk(sdk)),
             None => {
-                if let Some(sys) = crate::swap::system::detect(dir)? {
+                if let Some(sys) = crate::torch::system::detect(dir)? {
                     refuse_packaged_torch(dir, named)?;
                     let library = dir.join("lib").join(&sys.needed);
                     return Ok((library, Layout::System(Box::new(sys))));
