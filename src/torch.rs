@@ -5,7 +5,7 @@
 //! it lies below them all; `system` is the layout whose MIOpen is the
 //! system's.
 
-use crate::fatbin::CodeObjects;
+use crate::gpucode::Code;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -84,15 +84,17 @@ pub struct Torch {
     pub layout: Layout,
     /// torch's own GPU code, read on first ask: once per command, however
     /// many steps ask.
-    gpu_code: std::cell::OnceCell<std::result::Result<Option<CodeObjects>, String>>,
+    gpu_code: std::cell::OnceCell<std::result::Result<Option<Code>, String>>,
 }
 
 impl Torch {
-    /// The GPU code of torch's lib/libtorch_hip.so (its offload bundles):
-    /// None when it carries none; Err, why it cannot be read.
-    pub fn gpu_code(&self) -> std::result::Result<Option<&CodeObjects>, &str> {
+    /// The GPU code of torch's lib/libtorch_hip.so, read as every library
+    /// is (`gpucode::read_library`: compressed bundles too): None when it
+    /// carries none; Err, why it cannot be read.
+    pub fn gpu_code(&self) -> std::result::Result<Option<&Code>, &str> {
         let code = self.gpu_code.get_or_init(|| {
-            crate::fatbin::read(&self.dir.join("lib/libtorch_hip.so")).map_err(|e| format!("{e:#}"))
+            crate::gpucode::read_library(&self.dir.join("lib/libtorch_hip.so"))
+                .map_err(|e| format!("{e:#}"))
         });
         match code {
             Ok(c) => Ok(c.as_ref()),

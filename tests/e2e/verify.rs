@@ -371,3 +371,59 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
         "ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
     );
 }
+
+/// torch's own GPU code is read as every library's (issue 60): a
+/// libtorch_hip.so whose `.hip_fatbin` holds one compressed bundle (clang
+/// --offload-compress's version 2 format, made here from clang's own
+/// bundle) is judged by the targets its entry IDs name, not skipped.
+#[test]
+fn doctor_reads_torchs_compressed_gpu_code_as_every_librarys() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let mut elf = std::fs::read(fat_library(&sb.root, &["gfx1010", "gfx1030"])).unwrap();
+    let (offset, size) = {
+        let e = goblin::elf::Elf::parse(&elf).unwrap();
+        let s = e
+            .section_headers
+            .iter()
+            .find(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".hip_fatbin"))
+            .expect("clang's library has a .hip_fatbin");
+        (s.sh_offset as usize, s.sh_size as usize)
+    };
+    let bundle = elf[offset..offset + size].to_vec();
+    let z = zstd::encode_all(&bundle[..], 19).unwrap();
+    let mut ccob = b"CCOB".to_vec();
+    ccob.extend(2u16.to_le_bytes());
+    ccob.extend(1u16.to_le_bytes());
+    ccob.extend(((24 + z.len()) as u32).to_le_bytes());
+    ccob.extend((bundle.len() as u32).to_le_bytes());
+    ccob.extend(0u64.to_le_bytes());
+    ccob.extend(&z);
+    assert!(ccob.len() <= size, "{} bytes in {size}", ccob.len());
+    ccob.resize(size, 0);
+    elf[offset..offset + size].copy_from_slice(&ccob);
+    let lib = torch.lib.join("libtorch_hip.so");
+    std::fs::write(&lib, &elf).unwrap();
+    let out = sb
+        .cmd()
+        .args(["doctor", "--need-space", "0", "--python", "python3"])
+        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        check_row(&out, "torch-gpu"),
+        format!(
+            "ok    torch-gpu {} has code for gfx1010, gfx1030; 1 compressed offload bundle(s): their targets as their entry IDs name them (gfx1010, gfx1030), their code objects not decompressed",
+            lib.display()
+        ),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "override").starts_with(
+            "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030 and load code built for that chip, but torch carries gfx101x code of its own"
+        ),
+        "{out}"
+    );
+}

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::builder::profile::Profile;
 use crate::builder::tools;
-use crate::fatbin;
 use crate::gpu;
+use crate::gpucode;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::libraries;
 use crate::swap::advice;
