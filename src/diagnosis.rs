@@ -431,7 +431,7 @@ impl Diagnosis {
                     self.library.display(),
                     self.target
                 ),
-                match crate::comgr::hiprtc::missing_std_header(&error) {
+                match crate::compile::missing_std_header(&error) {
                     Some(h) => format!(
                         "hipRTC compiles MIOpen's HIP kernels with this machine's C++ standard library headers and finds no `{h}`: install them (Debian, Ubuntu: `sudo apt install g++`; Fedora: `sudo dnf install libstdc++-devel`), then run this again"
                     ),

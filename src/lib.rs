@@ -16,6 +16,7 @@ pub(crate) mod clean;
 pub mod cli;
 pub mod comgr;
 pub(crate) mod commands;
+pub mod compile;
 pub mod compiler;
 pub(crate) mod diagnosis;
 pub mod elf;
