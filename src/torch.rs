@@ -8,7 +8,7 @@
 use crate::gpucode::Code;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Deserialize;
 
 use crate::error::hint;
@@ -173,17 +173,31 @@ pub struct Version {
 
 pub const LIBRARY: &str = "libMIOpen.so";
 
+/// Paths come back as the hex of their bytes (`os.fsencode`): a path that
+/// is not UTF-8 is a string of lone surrogates to python, which JSON
+/// readers refuse (issue 59: "lone leading surrogate").
 const FIND_SPEC: &str = r#"
-import importlib.util, json, sys
+import importlib.util, json, os, sys
 spec = importlib.util.find_spec("torch")
 dirs = list(spec.submodule_search_locations or []) if spec else []
-print(json.dumps({"executable": sys.executable, "torch": dirs[0] if dirs else None}))
+hexed = lambda p: os.fsencode(p).hex()
+print(json.dumps({"executable": hexed(sys.executable), "torch": hexed(dirs[0]) if dirs else None}))
 "#;
 
 #[derive(Deserialize)]
 struct Found {
     executable: String,
-    torch: Option<PathBuf>,
+    torch: Option<String>,
+}
+
+/// A path from the hex of its bytes.
+fn unhex(hex: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
 /// TheRock's native gfx101x torch, as its RELEASES.md installs a multi-arch
@@ -262,18 +276,29 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
             OR_PYTHON,
         ));
     }
-    let found: Found = serde_json::from_str(&out.stdout)
-        .with_context(|| format!("unexpected answer from {}", python.display()))?;
-    found.torch.ok_or_else(|| {
-        no_rocm_torch(
+    let unexpected = || {
+        hint(
+            format!(
+                "unexpected answer from {} when asked where torch is: {}",
+                python.display(),
+                out.stdout.trim().lines().next().unwrap_or("nothing")
+            ),
+            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+        )
+    };
+    let found: Found = serde_json::from_str(&out.stdout).map_err(|_| unexpected())?;
+    let executable = unhex(&found.executable).ok_or_else(unexpected)?;
+    match found.torch {
+        Some(t) => unhex(&t).ok_or_else(unexpected),
+        None => Err(no_rocm_torch(
             format!(
                 "{} ({}) has no torch installed",
                 python.display(),
-                found.executable
+                executable.display()
             ),
             OR_PYTHON,
-        )
-    })
+        )),
+    }
 }
 
 /// How the refusal of a torch/lib outside torch starts its help.

@@ -38,11 +38,6 @@ impl serde::Serialize for JsonPath<'_> {
     }
 }
 
-/// `#[serde(serialize_with = "crate::version::ser_path")]`: a path field as [`JsonPath`].
-pub fn ser_path<S: serde::Serializer>(p: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
-    serde::Serialize::serialize(&JsonPath(p), s)
-}
-
 /// "6.2.4" -> "6.2"
 pub fn major_minor(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")

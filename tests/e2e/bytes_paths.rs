@@ -45,13 +45,10 @@ fn status_json_keeps_a_state_dir_that_is_not_utf8() {
     );
 }
 
-/// A torch under a Latin-1 name: install names the path and says what to
-/// do (its journal records paths as text), and changes nothing.
-#[test]
-fn install_names_a_torch_path_that_is_not_utf8_and_changes_nothing() {
-    let sb = Sandbox::new();
-    // Made under a UTF-8 name (the fixture links with text paths), then
-    // moved under a Latin-1 one.
+/// A native fake torch made under a UTF-8 name (the fixture links with
+/// text paths), then moved under a Latin-1 one: its site dir, package dir
+/// and libMIOpen.
+fn latin1_torch(sb: &Sandbox) -> (PathBuf, PathBuf, PathBuf) {
     let plain = sb.root.join("plain");
     let torch = FakeTorch::native(
         &plain.join("site"),
@@ -64,8 +61,37 @@ fn install_names_a_torch_path_that_is_not_utf8_and_changes_nothing() {
     let moved = latin1_dir(&sb.root);
     std::fs::remove_dir(&moved).unwrap();
     std::fs::rename(&plain, &moved).unwrap();
-    let dir = moved.join(torch.dir.strip_prefix(&plain).unwrap());
-    let miopen = moved.join(torch.miopen().strip_prefix(&plain).unwrap());
+    let at = |p: &Path| moved.join(p.strip_prefix(&plain).unwrap());
+    (moved.join("site"), at(&torch.dir), at(&torch.miopen()))
+}
+
+/// python answers where torch is with the bytes of its path: a torch
+/// under a Latin-1 name is found ("lone leading surrogate" before).
+#[test]
+fn doctor_finds_a_torch_whose_path_is_not_utf8() {
+    let sb = Sandbox::new();
+    let (site, dir, _) = latin1_torch(&sb);
+    let mut c = sb.cmd();
+    c.args(["doctor", "--python", "python3"])
+        .env("PYTHONPATH", &site);
+    let run = Run::from(c.output().unwrap());
+    assert!(
+        run.stdout.contains(&format!(
+            "2.6.0+rocm6.4 (HIP {HIP64}) at {}",
+            dir.to_string_lossy()
+        )),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+}
+
+/// A torch under a Latin-1 name: install names the path and says what to
+/// do (its journal records paths as text), and changes nothing.
+#[test]
+fn install_names_a_torch_path_that_is_not_utf8_and_changes_nothing() {
+    let sb = Sandbox::new();
+    let (_, dir, miopen) = latin1_torch(&sb);
     let before = std::fs::read(&miopen).unwrap();
     let mut c = sb.cmd();
     c.args([
