@@ -278,10 +278,13 @@ fn next_bundle(win: &mut Window, from: u64, end: u64) -> Result<Option<u64>> {
     Ok(None)
 }
 
+/// A bundle's entries: (name, offset, size) each.
+pub(super) type Table<'a> = Vec<(&'a str, u64, u64)>;
+
 /// One bundle's entry table from its first bytes: (name, offset, size) per
 /// entry, where the table read ends, and, when the count was not met, how
 /// many bytes the next entry needs (None: the table is whole).
-pub(super) fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, Option<u64>) {
+pub(super) fn table_of(bundle: &[u8]) -> (Table<'_>, u64, Option<u64>) {
     let u64_at = |pos: usize| -> Option<u64> {
         Some(u64::from_le_bytes(
             bundle.get(pos..pos.checked_add(8)?)?.try_into().ok()?,

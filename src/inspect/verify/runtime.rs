@@ -53,31 +53,33 @@ pub(super) fn failed_run(out: &proc::Output, what: &str, limit: Duration) -> Str
     }
 }
 
+/// `import torch` in a contained child, when root may run torch's code
+/// (`owner::ensure_root_may_trust_torch`); None, with the runtime row
+/// failed and why, when it may not or the import failed.
+fn import_torch(req: &VerifyRequest, torch: &Torch, r: &mut CheckReport) -> Option<proc::Output> {
+    if let Err(e) = crate::owner::ensure_root_may_trust_torch(&torch.dir) {
+        let help = crate::error::help(&e).unwrap_or_default().to_owned();
+        r.push_fix("runtime", Status::Fail, crate::error::chain(&e), help);
+        return None;
+    }
+    let detail = match proc::run_contained(python(req, &torch.dir, MAPS), req.timeout) {
+        Ok(o) if o.status.is_some_and(|s| s.success()) => return Some(o),
+        Ok(o) => failed_run(&o, "import torch", req.timeout),
+        Err(e) => format!("{e:#}"),
+    };
+    r.push("runtime", Status::Fail, detail);
+    None
+}
+
 pub(super) fn check_runtime(
     req: &VerifyRequest,
     torch: &Torch,
     install: Option<&Journal>,
     r: &mut CheckReport,
 ) {
-    if let Err(e) = crate::owner::ensure_root_may_trust_torch(&torch.dir) {
-        return r.push_fix(
-            "runtime",
-            Status::Fail,
-            crate::error::chain(&e),
-            crate::error::help(&e).unwrap_or_default(),
-        );
-    }
-    let out = match proc::run_contained(python(req, &torch.dir, MAPS), req.timeout) {
-        Ok(o) => o,
-        Err(e) => return r.push("runtime", Status::Fail, format!("{e:#}")),
+    let Some(out) = import_torch(req, torch, r) else {
+        return;
     };
-    if out.status.is_none_or(|s| !s.success()) {
-        return r.push(
-            "runtime",
-            Status::Fail,
-            failed_run(&out, "import torch", req.timeout),
-        );
-    }
     let maps: Maps = match serde_json::from_str(out.stdout.trim()) {
         Ok(m) => m,
         Err(e) => return r.push("runtime", Status::Fail, format!("unreadable answer: {e}")),
