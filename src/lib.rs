@@ -46,6 +46,7 @@ pub(crate) mod tally;
 pub(crate) mod ui;
 pub mod verdict;
 pub(crate) mod version;
+pub(crate) mod which_python;
 
 /// The pull's readers, and the readers of a libMIOpen's kernel texts, for
 /// the fuzz targets (built with --cfg=fuzzing).
