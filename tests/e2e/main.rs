@@ -64,3 +64,4 @@ mod torch_links;
 mod trust;
 mod uninstall;
 mod verify;
+mod wheel;
