@@ -48,6 +48,7 @@ pub(crate) mod torch;
 pub(crate) mod ui;
 pub mod verdict;
 pub(crate) mod version;
+pub(crate) mod which_python;
 
 /// The pull's readers, and the readers of a libMIOpen's kernel texts, for
 /// the fuzz targets (built with --cfg=fuzzing).

@@ -29,12 +29,12 @@ pub enum Locator {
 }
 
 impl Locator {
-    /// `--torch-dir` wins; then `--python`; then the first python3 on PATH.
+    /// `--torch-dir` wins; then `--python`; then the python
+    /// `which_python` chooses (the user's, never the tool's own venv's).
     pub fn new(python: Option<PathBuf>, torch_dir: Option<PathBuf>) -> Locator {
-        match (torch_dir, python) {
-            (Some(d), _) => Locator::Dir(d),
-            (None, Some(p)) => Locator::Python(p),
-            (None, None) => Locator::Python("python3".into()),
+        match torch_dir {
+            Some(d) => Locator::Dir(d),
+            None => Locator::Python(crate::which_python::choose(python.as_deref()).python),
         }
     }
 }

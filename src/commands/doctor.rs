@@ -44,6 +44,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
         stack,
+        python: args.torch.python(),
         // Naming a ROCm is asking about a build.
         all: args.all || asked_rocm,
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),

@@ -102,6 +102,13 @@ impl TorchArg {
         crate::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
     }
 
+    /// The python asked for torch, and why that one; none with --torch-dir.
+    pub fn python(&self) -> Option<crate::which_python::Chosen> {
+        self.torch_dir
+            .is_none()
+            .then(|| crate::which_python::choose(self.python.as_deref()))
+    }
+
     pub fn given(&self) -> bool {
         self.python.is_some() || self.torch_dir.is_some()
     }

@@ -194,6 +194,8 @@ const NOT_RUN: &[&str] = &[
     "git clone",
     "cargo ",
     "pip install",
+    "pipx install",
+    "uv tool install",
     "minisign -G",
 ];
 

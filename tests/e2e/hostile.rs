@@ -539,7 +539,7 @@ fn rollback_with_no_state_and_no_torch_does_not_say_all_is_well() {
         .output()
         .unwrap();
     let run = crate::support::Run::from(out).fails_with(
-        r#"error: no transactions in [..]/state, and no torch to check whether it holds an rdna1-patch build: python3 ([..]) has no torch installed
+        r#"error: no transactions in [..]/state, and no torch to check whether it holds an rdna1-patch build: [..]/python3 ([..]) has no torch installed
 help: name the torch with --python PATH or --torch-dir DIR, and the state dir that installed into it with --state-dir DIR; nothing was changed"#,
     );
     run.says(&format!(

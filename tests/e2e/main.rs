@@ -66,3 +66,4 @@ mod torch_links;
 mod trust;
 mod uninstall;
 mod verify;
+mod wheel;

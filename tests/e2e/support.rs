@@ -202,6 +202,10 @@ impl Sandbox {
             .env("PYTHONPATH", self.root.join("site"))
             .env("CCACHE_DIR", self.root.join("ccache"))
             .env_remove("FAILPOINTS")
+            // The harness's own venv or conda environment is not the
+            // sandbox's: the tool would ask its python first.
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("CONDA_PREFIX")
             // Root acts for sudo's user only when a test says so.
             .env_remove("SUDO_UID")
             .env_remove("SUDO_GID")

@@ -181,7 +181,7 @@ fn a_cpu_torch_is_refused_by_name() {
     // A python without torch at all.
     std::fs::remove_dir_all(&torch.dir).unwrap();
     sb.install(&[]).fails_with(&format!(
-        "error: python3 ([..]) has no torch installed
+        "error: [..]/python3 ([..]) has no torch installed
 {help}; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir"
     ));
 }

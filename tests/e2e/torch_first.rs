@@ -79,7 +79,7 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
             &format!(
                 "verdict: 1 problem to fix: torch\n{}\n{tail}",
                 torch_rows(
-                    "python3 ([..]) has no torch installed",
+                    "[..]/python3 ([..]) has no torch installed",
                     target,
                     "the card in this machine",
                     OR_PYTHON
@@ -135,7 +135,7 @@ fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
         sb.run_with_state(&args, &[])
     };
     install(&[]).fails_with(&format!(
-        "error: python3 ([..]) has no torch installed\n{}",
+        "error: [..]/python3 ([..]) has no torch installed\n{}",
         help(OR_PYTHON)
     ));
     install(&["--python", "/usr/bin/false"]).fails_with(&format!(

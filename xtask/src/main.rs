@@ -148,20 +148,65 @@ pub fn cargo() -> Command {
 fn ci() -> Result<()> {
     needs::check(&root())?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    // Not --all-features: vendored-openssl would compile OpenSSL once more
+    // for a check; the wheel's build below compiles that code.
     run(cargo().args([
         "clippy",
         "--workspace",
         "--all-targets",
-        "--all-features",
+        "--features",
+        "rdna1-patch/failpoints",
         "--",
         "-D",
         "warnings",
     ]))?;
-    run(cargo().args([
-        "test",
-        "--workspace",
-        "--features",
-        "rdna1-patch/failpoints",
-    ]))?;
+    let wheel = wheel()?;
+    run(cargo()
+        .args([
+            "test",
+            "--workspace",
+            "--features",
+            "rdna1-patch/failpoints",
+        ])
+        .env("RDNA1_PATCH_WHEEL", &wheel))?;
     Ok(())
+}
+
+/// The wheel users install, built once for the run's tests
+/// (tests/e2e/wheel.rs): maturin from the clone's venv (.ci/needs),
+/// linking through zig for manylinux_2_28 (pyproject.toml), its auditwheel
+/// check on. Its path.
+fn wheel() -> Result<PathBuf> {
+    let root = root();
+    let pytools = root.join(needs::PYTOOLS).join("bin");
+    let out = root.join("target/wheel");
+    let _ = std::fs::remove_dir_all(&out);
+    // maturin finds zig as ziglang's module in the python on PATH.
+    let path = std::env::join_paths(std::iter::once(pytools.clone()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))?;
+    let t0 = std::time::Instant::now();
+    run(Command::new(pytools.join("maturin"))
+        .current_dir(&root)
+        .env("PATH", path)
+        .args([
+            "build",
+            "--release",
+            "--zig",
+            "--auditwheel",
+            "check",
+            "--out",
+        ])
+        .arg(&out))?;
+    let wheel = std::fs::read_dir(&out)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .with_context(|| format!("maturin left no wheel in {}", out.display()))?;
+    eprintln!(
+        "xtask: built {} in {:.0} s",
+        wheel.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(wheel)
 }

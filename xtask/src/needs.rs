@@ -16,7 +16,14 @@ pub enum Need {
     Package(String),
     /// A module python3 imports, and the package that has it.
     Python { module: String, package: String },
+    /// A PyPI package at an exact version, in the clone's own venv
+    /// ([`PYTOOLS`]): the wheel's tests build and run it with these.
+    Pip { name: String, version: String },
 }
+
+/// The venv, under the clone's target dir, that `.ci/run` installs the
+/// `pip` needs into; `cargo xtask ci` runs maturin and uv from its bin.
+pub const PYTOOLS: &str = "target/pytools";
 
 pub fn parse(text: &str) -> Result<Vec<Need>> {
     let mut out = Vec::new();
@@ -33,6 +40,16 @@ pub fn parse(text: &str) -> Result<Vec<Need>> {
             ["py", module, package] => Need::Python {
                 module: module.to_string(),
                 package: package.to_string(),
+            },
+            ["pip", spec] => match spec.split_once("==") {
+                Some((name, version)) if !name.is_empty() && !version.is_empty() => Need::Pip {
+                    name: name.to_string(),
+                    version: version.to_string(),
+                },
+                _ => bail!(
+                    ".ci/needs line {}: {spec:?} is no pinned PyPI package (NAME==VERSION)",
+                    n + 1
+                ),
             },
             _ => bail!(".ci/needs line {}: cannot read {line:?}", n + 1),
         };
@@ -68,6 +85,7 @@ pub fn missing(needs: &[Need]) -> (Vec<String>, Vec<String>) {
                 (!quiet(Command::new("python3").args(["-c", &format!("import {module}")])))
                     .then_some(package)
             }
+            Need::Pip { .. } => None,
         };
         if let Some(p) = lacking
             && !out.contains(p)
@@ -78,13 +96,45 @@ pub fn missing(needs: &[Need]) -> (Vec<String>, Vec<String>) {
     (out, unchecked)
 }
 
+/// The `pip` needs that `root`'s [`PYTOOLS`] venv lacks at their
+/// version, as NAME==VERSION.
+pub fn missing_pip(root: &Path, needs: &[Need]) -> Vec<String> {
+    let pinned: Vec<(&str, &str)> = needs
+        .iter()
+        .filter_map(|n| match n {
+            Need::Pip { name, version } => Some((name.as_str(), version.as_str())),
+            _ => None,
+        })
+        .collect();
+    // One python run asks for every version: what is installed, or "-".
+    const ASK: &str = "import sys, importlib.metadata as m\nfor n in sys.argv[1:]:\n    try: print(m.version(n))\n    except m.PackageNotFoundError: print('-')";
+    let python = root.join(PYTOOLS).join("bin/python");
+    let found = Command::new(&python)
+        .arg("-c")
+        .arg(ASK)
+        .args(pinned.iter().map(|(n, _)| n))
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut versions = found.lines();
+    pinned
+        .iter()
+        .filter(|(_, want)| versions.next() != Some(want))
+        .map(|(n, v)| format!("{n}=={v}"))
+        .collect()
+}
+
 /// Fails, naming every missing package and how to install it, unless the
 /// machine has all the suite needs.
 pub fn check(root: &Path) -> Result<()> {
     let list = root.join(".ci/needs");
     let text = std::fs::read_to_string(&list)
         .with_context(|| format!("cannot read {}", list.display()))?;
-    let (lacking, unchecked) = missing(&parse(&text)?);
+    let needs = parse(&text)?;
+    let (lacking, unchecked) = missing(&needs);
     if !unchecked.is_empty() {
         eprintln!(
             "xtask: no dpkg here, so these were not checked (Debian's names; your distribution's may differ): {}",
@@ -92,6 +142,17 @@ pub fn check(root: &Path) -> Result<()> {
         );
     }
     if lacking.is_empty() {
+        // The venv needs python3-venv: asked for once the system has it.
+        let pip = missing_pip(root, &needs);
+        if !pip.is_empty() {
+            bail!(
+                "the wheel's tests need {} PyPI package{} in {PYTOOLS}: {}\n  python3 -m venv {PYTOOLS} && {PYTOOLS}/bin/pip install {}\n  (`bash .ci/run` installs them itself; .ci/needs says what each is for)",
+                pip.len(),
+                if pip.len() == 1 { "" } else { "s" },
+                pip.join(", "),
+                pip.join(" ")
+            );
+        }
         return Ok(());
     }
     bail!(
@@ -109,8 +170,10 @@ mod tests {
 
     #[test]
     fn reads_each_kind_and_refuses_the_unknown() {
-        let needs =
-            parse("# why\ncmd cmake cmake\n\ndeb libssl-dev\npy ensurepip python3-venv\n").unwrap();
+        let needs = parse(
+            "# why\ncmd cmake cmake\n\ndeb libssl-dev\npy ensurepip python3-venv\npip uv==0.13.8\n",
+        )
+        .unwrap();
         assert_eq!(
             needs,
             vec![
@@ -123,10 +186,30 @@ mod tests {
                     module: "ensurepip".into(),
                     package: "python3-venv".into()
                 },
+                Need::Pip {
+                    name: "uv".into(),
+                    version: "0.13.8".into()
+                },
             ]
         );
         let err = parse("cmd cmake\n").unwrap_err().to_string();
         assert_eq!(err, ".ci/needs line 1: cannot read \"cmd cmake\"");
+        let err = parse("\npip uv\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            ".ci/needs line 2: \"uv\" is no pinned PyPI package (NAME==VERSION)"
+        );
+    }
+
+    #[test]
+    fn a_pip_need_is_missing_until_its_version_is_in_the_venv() {
+        let tmp = tempfile::tempdir().unwrap();
+        let needs = parse("pip uv==0.13.8\npip no-such-package-rdna1==1.0\n").unwrap();
+        // No venv at all: both.
+        assert_eq!(
+            missing_pip(tmp.path(), &needs),
+            ["uv==0.13.8", "no-such-package-rdna1==1.0"]
+        );
     }
 
     #[test]

@@ -145,7 +145,7 @@ fn ci_names_the_missing_system_packages_first() {
         "{stderr}"
     );
     assert!(
-        lines[1].starts_with("xtask: the tests need 22 more system packages: cmake, ninja-build, patchelf, make, g++, git, coreutils,"),
+        lines[1].starts_with("xtask: the tests need 24 more system packages: cmake, ninja-build, patchelf, make, g++, git, coreutils,"),
         "{stderr}"
     );
     assert!(lines[1].ends_with(", jq, python3-venv"), "{stderr}");

@@ -27,6 +27,9 @@ pub struct DoctorRequest {
     /// The user's stack: the command's one look for torch, and the
     /// diagnosis made once.
     pub stack: crate::stack::Stack,
+    /// The python asked for torch and why (none with --torch-dir): the
+    /// torch row says it.
+    pub python: Option<crate::which_python::Chosen>,
     /// Every row, the build's too, whatever the route.
     pub all: bool,
     /// HSA_OVERRIDE_GFX_VERSION, if set.

@@ -49,11 +49,12 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
             "torch",
             Status::Ok,
             format!(
-                "{} ({}) at {}; {}",
+                "{} ({}) at {}; {}{}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
-                crate::inspect::verify::layout_detail(t)
+                crate::inspect::verify::layout_detail(t),
+                asked(req)
             ),
         );
     } else {
@@ -61,13 +62,14 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
             "torch",
             Status::Warn,
             format!(
-                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}",
+                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}{}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
                 req.profile.name,
                 req.profile.rocm.torch_hip,
-                crate::inspect::verify::layout_detail(t)
+                crate::inspect::verify::layout_detail(t),
+                asked(req)
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         );
@@ -94,6 +96,14 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
         (None, Chip::Unknown(_)) => None,
     };
     TorchSide { route, gfx101x }
+}
+
+/// The python that found torch, and why that one: run from pipx's or uv's
+/// environment, the tool passes its own python over.
+fn asked(req: &DoctorRequest) -> String {
+    req.python
+        .as_ref()
+        .map_or_else(String::new, |p| format!("; found by {p}"))
 }
 
 /// The system route: torch loads the system's MIOpen (or our copy of it),
