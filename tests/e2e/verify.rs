@@ -179,7 +179,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     );
     assert!(
         run.stdout.starts_with(
-            "verdict: 1 problem to fix: rocm (2 more check(s) fail because of it, shown under it)"
+            "verdict: torch 2.5.1+rocm6.2, no GPU visible: 1 problem to fix: rocm (2 more check(s) fail because of it, shown under it)"
         ),
         "{}",
         run.stdout

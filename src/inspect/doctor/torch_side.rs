@@ -268,33 +268,88 @@ pub(super) fn gfx_override(
 }
 
 /// The batch-norm kernels of the MIOpen torch loads, judged by compiling
-/// them for this machine's card through the comgr beside it.
+/// them for this machine's card through the comgr beside it. A failure the
+/// in-place fix removes is a failure until it is fixed; a compile check
+/// that cannot run is "not checked", never a pass.
 fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
+    const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
-        Err(e) => return r.push_error("kernels", Status::Warn, &e),
+        Err(e) => {
+            return r.push_breaks(
+                "kernels",
+                Status::NotChecked,
+                format!("not checked: {}", crate::error::chain(&e)),
+                "batch norm: its kernels could not be compiled to judge them (see kernels)",
+                crate::error::help(&e).map(str::to_owned),
+            );
+        }
     };
     let detail = || format!("{}\n{}", d.summary(), d.lines().join("\n"));
+    let failing = || d.judgement.as_ref().map_or(0, |j| j.failing().count());
     match d.standing() {
-        Standing::NoCompiler => r.push_fix(
+        Standing::NoCompiler => r.push_breaks(
             "kernels",
-            Status::Warn,
-            "no compiler library (libamd_comgr.so*) beside torch's MIOpen: whether its batch norm fails cannot be told",
-            "torch bundles comgr with its MIOpen; reinstall torch if it is missing",
+            Status::NotChecked,
+            "not checked: no compiler library (libamd_comgr.so*) beside torch's MIOpen, so whether its batch norm fails cannot be told",
+            "batch norm: no comgr beside torch's MIOpen to judge its kernels",
+            Some("torch bundles comgr with its MIOpen; reinstall torch if it is missing".into()),
         ),
-        Standing::NothingToFix(line) => r.push(
+        Standing::NothingToFix(line) => match fixed_by(req, t) {
+            Some(by) => r.push(
+                "kernels",
+                Status::Ok,
+                format!("fixed by {by}: {}\nnothing {line}", detail()),
+            ),
+            None => r.push(
+                "kernels",
+                Status::Ok,
+                format!("{}\nnothing {line}", detail()),
+            ),
+        },
+        Standing::Fixable => r.push_breaks(
             "kernels",
-            Status::Ok,
-            format!("{}\nnothing {line}", detail()),
-        ),
-        Standing::Fixable => r.push_fix(
-            "kernels",
-            Status::Warn,
+            Status::Fail,
             detail(),
-            "`rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            format!(
+                "batch-norm training: {} for {}; {INSTALL} fixes {}",
+                crate::output::count(failing(), "kernel fails", "kernels fail"),
+                d.target,
+                if failing() == 1 { "it" } else { "them" }
+            ),
+            Some(format!(
+                "{INSTALL} fixes them in place, proven by compiling before anything is written"
+            )),
         ),
-        Standing::Refused(e) => r.push_error("kernels", Status::Fail, &e),
+        Standing::Refused(e) => r.push_breaks(
+            "kernels",
+            Status::Fail,
+            crate::error::chain(&e),
+            format!(
+                "batch-norm training: {} for {}, and not where the in-place fix reaches (see kernels)",
+                crate::output::count(failing(), "kernel fails", "kernels fail"),
+                d.target
+            ),
+            crate::error::help(&e).map(str::to_owned),
+        ),
     }
+}
+
+/// The transaction whose fixed library torch holds now ("transaction 1
+/// of 2026-11-28T06:51:01Z"), if one does: read from install's journals.
+fn fixed_by(req: &DoctorRequest, t: &torch::Torch) -> Option<String> {
+    let journals = req.state.as_ref()?.read().ok()?;
+    let md5 = crate::checksum::md5_file(&t.target).ok()?;
+    journals
+        .list
+        .iter()
+        .rev()
+        .find(|j| {
+            j.state == crate::swap::txn::State::Installed
+                && j.torch.target == t.target
+                && j.new.md5 == md5
+        })
+        .map(|j| format!("transaction {} of {}", j.id, j.created))
 }
 
 /// On the in-place route no ROCm SDK is needed: what a build would need

@@ -66,17 +66,6 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    pub fn failed(&self) -> bool {
-        self.checks.failed()
-    }
-
-    /// A battery whose every case was not run: nothing was checked.
-    pub fn nothing_checked(&self) -> bool {
-        self.smoke
-            .as_ref()
-            .is_some_and(|b| b.status == BatteryStatus::NothingRun)
-    }
-
     /// The signal that interrupted the battery, if one did.
     pub fn interrupted(&self) -> Option<i32> {
         self.smoke

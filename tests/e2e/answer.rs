@@ -1,0 +1,112 @@
+//! The answer (issue 64): doctor's first line, its exit status and `ok`
+//! say whether this torch works on this card, and they agree, by the one
+//! rule of src/inspect/checks.rs (docs/rows.md).
+
+use crate::in_place::{install, torch_with_code};
+use crate::support::Sandbox;
+use crate::support_run::{Run, line_matches};
+
+pub(crate) fn doctor(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut args = vec!["doctor", "--profile", "rocm-6.4.3", "--python", "python3"];
+    args.extend(extra);
+    sb.run_with_state(&args, &[])
+}
+
+/// The whole of `text`, line by line, against `expected` (`[..]` matches
+/// any text within a line).
+#[track_caller]
+pub(crate) fn lines_are(text: &str, expected: &[&str]) {
+    let got: Vec<&str> = text.lines().collect();
+    let same =
+        got.len() == expected.len() && got.iter().zip(expected).all(|(g, e)| line_matches(e, g));
+    assert!(same, "expected:\n{}\ngot:\n{text}", expected.join("\n"));
+}
+
+fn json_ok(sb: &Sandbox) -> (Option<i32>, serde_json::Value) {
+    let run = doctor(sb, &["--json"]);
+    (run.code, serde_json::from_str(&run.stdout).unwrap())
+}
+
+/// A native torch whose batch norm fails for gfx1010: the answer is no
+/// (exit 1, `ok` false), its first line names batch norm and the fix;
+/// once `install --into-torch` has fixed it, yes, and the kernels row
+/// names the transaction. On ada2d43 it read `no problem found; 1
+/// warning`, exit 0.
+#[test]
+fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    torch_with_code(&sb, &["gfx1010"]);
+    let before = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &before.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+            "ok    route     torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix of profile rocm-6.4.3 is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 ([..]) ([..])",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010",
+            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
+    assert_eq!(
+        json["verdict"],
+        before.stdout.lines().next().unwrap()["verdict: ".len()..]
+    );
+
+    install(&sb, &[]).ok();
+    let after = doctor(&sb, &[]).ok();
+    lines_are(
+        &after.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "ok    kernels   fixed by transaction 1 of [..]: 0 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), [..]",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: compiles",
+            "nothing to fix: every batch-norm kernel of [..]/site/torch/lib/libMIOpen.so compiles for gfx1010 in every case",
+            "ok    torch-gpu [..]",
+            "ok    gpu       [..]",
+            "ok    amdgpu    [..]",
+            "ok    override  [..]",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(0), &serde_json::json!(true)));
+}
+
+/// A check the answer needs that could not run is "not checked", exit 1:
+/// never "no problem found" (a torch with no comgr beside its MIOpen).
+#[test]
+fn a_check_that_could_not_run_is_no_pass() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    std::fs::remove_file(torch.lib.join("libamd_comgr.so.2")).unwrap();
+    let run = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: not checked: batch norm: no comgr beside torch's MIOpen to judge its kernels",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "----  kernels   not checked: no compiler library (libamd_comgr.so*) beside torch's MIOpen, so whether its batch norm fails cannot be told",
+            "                fix: torch bundles comgr with its MIOpen; reinstall torch if it is missing",
+            "ok    torch-gpu [..]",
+            "ok    gpu       [..]",
+            "ok    amdgpu    [..]",
+            "ok    override  [..]",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
+    assert_eq!(json["checks"][2]["status"], "not-checked");
+}
