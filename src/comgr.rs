@@ -489,8 +489,8 @@ impl Owned<'_> {
 }
 
 /// In this process, for tests and tools that load a comgr they trust
-/// (`verdict` through the child process is what the verbs use).
-impl crate::verdict::Compiler for Comgr {
+/// (the diagnosis through the child process is what the verbs use).
+impl crate::compile::Compiler for Comgr {
     fn describe(&self) -> String {
         format!(
             "comgr {}.{} ({})",
@@ -500,7 +500,7 @@ impl crate::verdict::Compiler for Comgr {
         )
     }
 
-    fn compile(&self, job: &crate::verdict::Job) -> anyhow::Result<crate::verdict::Compiled> {
+    fn compile(&self, job: &crate::compile::Job) -> anyhow::Result<crate::compile::Compiled> {
         let options: Vec<String> = MIOPEN_OPTIONS
             .iter()
             .map(|o| (*o).to_owned())
@@ -509,17 +509,17 @@ impl crate::verdict::Compiler for Comgr {
         if job.front_end {
             return Ok(
                 match self.front_end_ocl(job.name, job.text, job.arch, &options) {
-                    Ok(ir) => crate::verdict::Compiled::Object(ir_digest(&ir).into_bytes()),
-                    Err(log) => crate::verdict::Compiled::Failed(log),
+                    Ok(ir) => crate::compile::Compiled::Object(ir_digest(&ir).into_bytes()),
+                    Err(log) => crate::compile::Compiled::Failed(log),
                 },
             );
         }
         Ok(
             match self.compile_ocl(job.name, job.text, job.arch, &options) {
                 Ok(object) => {
-                    crate::verdict::Compiled::Object(crate::elf::code_digest(&object).into_bytes())
+                    crate::compile::Compiled::Object(crate::elf::code_digest(&object).into_bytes())
                 }
-                Err(log) => crate::verdict::Compiled::Failed(log),
+                Err(log) => crate::compile::Compiled::Failed(log),
             },
         )
     }

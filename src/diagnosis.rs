@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::cache::Cache;
 use crate::compiler::Child;
 use crate::error::hint;
-use crate::swap::torch::Torch;
+use crate::torch::Torch;
 use crate::ui::Ui;
 use crate::verdict::{self, Compiler, Judgement, Outcome};
 
@@ -431,7 +431,7 @@ impl Diagnosis {
                     self.library.display(),
                     self.target
                 ),
-                match crate::comgr::hiprtc::missing_std_header(&error) {
+                match crate::compile::missing_std_header(&error) {
                     Some(h) => format!(
                         "hipRTC compiles MIOpen's HIP kernels with this machine's C++ standard library headers and finds no `{h}`: install them (Debian, Ubuntu: `sudo apt install g++`; Fedora: `sudo dnf install libstdc++-devel`), then run this again"
                     ),

@@ -9,7 +9,7 @@ use anyhow::Result;
 use crate::builder::pipeline::{ForTorch, Route};
 use crate::builder::profile::{self, DEFAULT_PROFILE, Profile};
 use crate::error::hint;
-use crate::swap::torch::{self, Layout, Locator};
+use crate::torch::{self, Layout, Locator};
 use crate::version::major_minor;
 
 /// The profile chosen, and why, for the user to read.
@@ -160,7 +160,7 @@ fn build_plan(
             format!("nothing to build for torch {}: {why}", t.version),
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
-                crate::swap::torch::NATIVE_TORCH
+                crate::torch::NATIVE_TORCH
             ),
         ));
     }

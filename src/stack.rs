@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::diagnosis::Diagnosis;
-use crate::swap::torch::{self, Locator, Torch};
+use crate::torch::{self, Locator, Torch};
 
 pub struct Stack {
     /// How torch is looked for: --python, --torch-dir, else python3.

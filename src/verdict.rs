@@ -21,13 +21,16 @@ mod fuzz;
 mod judge;
 mod proof;
 mod source;
+/// The words of a compile (`crate::compile`), by the names the diagnosis's
+/// callers know them.
+pub use crate::compile::{Compiled, Compiler, Job, Lang, unplain};
 pub use cases::{Case, Type, cases, defines, variants};
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_kernels;
 pub(crate) use judge::{compile_all, compile_jobs};
 pub use judge::{judge, judge_text, judge_units};
 pub use proof::{Proof, Reached, Unproven, prove};
-pub use source::{Lang, Source, Unit, digest, kernels, kernels_in, unplain};
+pub use source::{Source, Unit, digest, kernels, kernels_in};
 
 /// The rules a judgement was made by: a judgement kept by an earlier
 /// version under other rules is judged anew.
@@ -38,45 +41,6 @@ pub const CONTROL: &str = "gfx1030";
 
 /// The RDNA1 targets a fix must make compile.
 pub const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];
-
-/// One compile asked of the compiler.
-pub struct Job<'a> {
-    pub name: &'a str,
-    pub text: &'a [u8],
-    pub lang: Lang,
-    /// The headers a HIP text includes, by their include names (an
-    /// OpenCL text has them inlined).
-    pub headers: &'a [(String, Vec<u8>)],
-    pub arch: &'a str,
-    pub defines: &'a [String],
-    /// The front end alone (an OpenCL text): the answer is the digest of
-    /// its LLVM IR before any pass, which, with the same options and
-    /// target, decides the code (`comgr::Comgr::front_end_ocl`).
-    pub front_end: bool,
-}
-
-/// What a compile gave: the code object, or the compiler's errors.
-#[derive(Clone)]
-pub enum Compiled {
-    Object(Vec<u8>),
-    Failed(String),
-}
-
-/// The compiler MIOpen loads (comgr for OpenCL), or a stand-in that
-/// answers as it would.
-pub trait Compiler {
-    /// What it is, for a report: "comgr 2.4 (/path/libamd_comgr.so.2)".
-    fn describe(&self) -> String;
-    /// The compile's answer; an error when the compiler gave none (it
-    /// hung past its limit, crashed, could not be started). That is no
-    /// verdict on the kernel: the diagnosis stops, and nothing is kept.
-    fn compile(&self, job: &Job) -> anyhow::Result<Compiled>;
-    /// Several compiles, answered in order: a compiler in a child process
-    /// answers them all from one start.
-    fn compile_all(&self, jobs: &[Job]) -> anyhow::Result<Vec<Compiled>> {
-        jobs.iter().map(|j| self.compile(j)).collect()
-    }
-}
 
 /// How one kernel fares for one target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,9 +146,7 @@ impl Judgement {
         // for any card, at run time either: not fixable here, and said.
         let blocks = |v: &Verdict| match v {
             Verdict::FailsOtherwise { .. } => true,
-            Verdict::NotJudged { error, .. } => {
-                crate::comgr::hiprtc::missing_std_header(error).is_some()
-            }
+            Verdict::NotJudged { error, .. } => crate::compile::missing_std_header(error).is_some(),
             _ => false,
         };
         if let Some(k) = self.kernels.iter().find(|k| blocks(&k.verdict)) {

@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Comgr;
 use super::hiprtc::{self, Hiprtc};
+use crate::compile::Lang;
 use crate::error::hint;
-use crate::verdict::Lang;
 
 /// Set (to anything) in the child's environment: `cli::main` then serves a
 /// batch instead of parsing a command line.
@@ -217,7 +217,7 @@ fn compile_one(
     // made the batch (`verdict::Unit::refused` keeps the others out first).
     let names = std::iter::once(&s.name).chain(s.headers.iter().map(|h| &h.name));
     for name in names {
-        if let Some(how) = crate::verdict::unplain(name) {
+        if let Some(how) = crate::compile::unplain(name) {
             return Err(format!(
                 "{name:?} is {how}, and a compiler is handed only plain relative names"
             ));

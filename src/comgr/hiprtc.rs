@@ -322,16 +322,6 @@ impl Hiprtc {
     }
 }
 
-/// Whether hipRTC failed because the C++ standard headers are missing,
-/// which MIOpen's users meet (`'type_traits' file not found`): hipRTC
-/// compiles with the host's libstdc++ headers.
-pub fn missing_std_header(log: &str) -> Option<&str> {
-    let i = log.find("' file not found")?;
-    let name = &log[..i];
-    let name = &name[name.rfind('\'')? + 1..];
-    (!name.contains('.') && !name.contains('/')).then_some(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,17 +332,6 @@ mod tests {
         assert_eq!(v("/usr/lib/libhiprtc.so.6.4.43484"), Some((6, 4)));
         assert_eq!(v("/usr/lib/libamdhip64.so.5.2.21153"), Some((5, 2)));
         assert_eq!(v("/opt/rocm/lib/libhiprtc.so.7"), None);
-    }
-
-    #[test]
-    fn a_missing_standard_header_is_named() {
-        let log = "/tmp/comgr-1/input/k.cpp:3:10: fatal error: 'type_traits' file not found";
-        assert_eq!(missing_std_header(log), Some("type_traits"));
-        assert_eq!(
-            missing_std_header("fatal error: 'configuration.hpp' file not found"),
-            None
-        );
-        assert_eq!(missing_std_header("error: not a valid operand."), None);
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl ProfileArg {
     /// one look for it the command made), with why it was chosen.
     pub fn for_torch(
         &self,
-        found: &Result<crate::swap::torch::Torch>,
+        found: &Result<crate::torch::Torch>,
     ) -> Result<(Profile, Option<String>)> {
         match &self.profile {
             Some(p) => Ok((Profile::load(p)?, None)),
@@ -98,8 +98,8 @@ pub struct TorchArg {
 }
 
 impl TorchArg {
-    pub fn locator(&self) -> crate::swap::torch::Locator {
-        crate::swap::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
+    pub fn locator(&self) -> crate::torch::Locator {
+        crate::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
     }
 
     pub fn given(&self) -> bool {
@@ -178,7 +178,7 @@ impl PrefixArg {
     /// no profile can be had), and why the profile was chosen.
     pub fn resolve_with_profile(
         &self,
-        found: &Result<crate::swap::torch::Torch>,
+        found: &Result<crate::torch::Torch>,
     ) -> Result<(PathBuf, Option<Profile>, Option<String>)> {
         let chosen = self.profile.for_torch(found);
         match (&self.prefix, chosen) {

@@ -185,7 +185,7 @@ fn next_bundle(read_at: ReadAt, from: u64, end: u64) -> Result<Option<u64>> {
 
 /// One bundle's entry table from its first bytes: (name, offset, size) per
 /// entry, where the table ends, and whether the count was met.
-fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, bool) {
+pub(super) fn table_of(bundle: &[u8]) -> (Vec<(&str, u64, u64)>, u64, bool) {
     let u64_at = |pos: usize| -> Option<u64> {
         Some(u64::from_le_bytes(
             bundle.get(pos..pos.checked_add(8)?)?.try_into().ok()?,

@@ -4,8 +4,10 @@
 //! the name it is filed under), rocBLAS's and hipBLASLt's Tensile
 //! directories (`tensile`), and MIOpen's databases for the card (`db`).
 //! Only headers are read; what a file holds is remembered by its stamp in
-//! the cache `gpucode`. Read by doctor and the battery's report; the
-//! findings are plain data (`Serialize`) for both.
+//! the cache `gpucode`. Torch's own libtorch_hip.so is read as every
+//! other library is ([`read_library`]). Read by doctor, the swap's
+//! override advice and the battery's report; the findings are plain data
+//! (`Serialize`) for them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -76,6 +78,15 @@ impl Code {
             .any(|t| runs_on(t, card))
     }
 
+    /// Whether there is code for an RDNA1 card (gfx1010, gfx1011, gfx1012,
+    /// or gfx10-1-generic), declared or named by a compressed bundle: a
+    /// torch without it needs HSA_OVERRIDE_GFX_VERSION on such a card.
+    pub fn has_gfx101x(&self) -> bool {
+        ["gfx1010", "gfx1011", "gfx1012"]
+            .into_iter()
+            .any(|card| self.covers(card))
+    }
+
     /// Every target, declared or named by a compressed bundle, sorted.
     pub fn all_targets(&self) -> Vec<String> {
         let all: BTreeSet<&String> = self
@@ -105,19 +116,24 @@ pub fn runs_on(target: &str, card: &str) -> bool {
     target == card || family.contains(&card)
 }
 
-/// The code of a shared library: None when it has no `.hip_fatbin`
-/// section. Remembered by the file's stamp.
+/// The GPU code of a shared library: torch's lib/libtorch_hip.so
+/// (`Torch::gpu_code`) or any library it loads, all read alike. It walks
+/// the offload bundles of the file's `.hip_fatbin` section
+/// (`fatbin::walk_library`), compressed bundles included, and says in one
+/// [`Code`] which targets its code objects declare in their ELF headers
+/// (`targets`), which targets compressed bundles' entry IDs name
+/// (`compressed_targets`; [`Code::all_targets`] is both), how many code
+/// objects and compressed bundles it read, and which entries hold code for
+/// another target than their name; [`Code::covers`] judges it for a card.
+/// None when the file has no `.hip_fatbin` section (no GPU code).
+/// Remembered by the file's stamp in the cache `gpucode`.
 pub fn read_library(path: &Path) -> Result<Option<Code>> {
     cached("lib", path, |file, len| {
         let read_at = |buf: &mut [u8], at: u64| {
             use std::os::unix::fs::FileExt;
             file.read_exact_at(buf, at)
         };
-        let Some((offset, size)) = fatbin::section(&read_at, len)? else {
-            return Ok(None);
-        };
-        let walked = fatbin::walk(&read_at, offset, offset + size)?;
-        Ok(Some(Code::from_walk(&walked)))
+        Ok(fatbin::walk_library(&read_at, len)?.map(|w| Code::from_walk(&w)))
     })
     .with_context(|| format!("{} is not a usable ELF file", path.display()))
 }
@@ -147,7 +163,7 @@ fn code_file_of(file: &std::fs::File, len: u64) -> Result<Option<Code>> {
             ..Code::default()
         }));
     }
-    if head.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || head.starts_with(b"CCOB") {
+    if fatbin::starts_bundle(&head[..n]) {
         return Ok(Some(Code::from_walk(&fatbin::walk(&read_at, 0, len)?)));
     }
     Ok(None)
@@ -266,7 +282,9 @@ pub fn survey(libs: &[PathBuf], card: &str) -> Vec<Finding> {
     out
 }
 
-fn library_notes(code: &Code) -> Vec<String> {
+/// What a library row says beside its targets: mislabelled code
+/// objects, compressed bundles.
+pub fn library_notes(code: &Code) -> Vec<String> {
     let mut notes = Vec::new();
     if !code.mislabelled.is_empty() {
         notes.push(format!(

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::inspect::checks::{CheckReport, Status};
-use crate::swap::torch::Torch;
 use crate::swap::txn::{Journal, State};
+use crate::torch::Torch;
 use crate::verdict::{self, Judgement, Verdict};
 
 /// The targets to compile for: those asked for, else the RDNA1 cards of

@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::gpu;
 use crate::gpucode::{self, Finding, therock};
 use crate::inspect::checks::{CheckReport, Status};
-use crate::swap::torch;
+use crate::torch;
 
 /// The target the libraries are judged for: what ROCm reports for the
 /// card (HSA_OVERRIDE_GFX_VERSION's target when it is set), the machine's
@@ -153,13 +153,13 @@ fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut C
     let fix = if project.is_empty() {
         format!(
             "a torch whose libraries are built for {card}: TheRock's (`{}`, device-{card} for this card)",
-            crate::swap::torch::NATIVE_TORCH
+            crate::torch::NATIVE_TORCH
         )
     } else if therock::builds_for_gfx101x(project) {
         format!(
             "TheRock's torch for the card builds {project} for gfx1010, gfx1011 and gfx1012 ({}): `{}` (device-{card} for this card)",
             therock::SOURCE,
-            crate::swap::torch::NATIVE_TORCH
+            crate::torch::NATIVE_TORCH
         )
     } else {
         format!(

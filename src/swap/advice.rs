@@ -1,7 +1,7 @@
 //! What to do about HSA_OVERRIDE_GFX_VERSION, from the GPU code torch
-//! carries (`fatbin`) and the cards of this machine.
+//! carries (`gpucode`) and the cards of this machine.
 
-use crate::fatbin::CodeObjects;
+use crate::gpucode::Code;
 
 /// What to do about HSA_OVERRIDE_GFX_VERSION, given the code objects of
 /// torch's libtorch_hip.so (`None`: not known) and the cards in the KFD
@@ -16,12 +16,8 @@ pub struct Advice {
 /// It is needed exactly when torch has no code for the card: with a
 /// pytorch.org ROCm wheel (no gfx101x) it must stay set, and MIOpen then sees
 /// gfx1030; with a torch built for gfx101x it must go.
-pub fn override_advice(
-    code: Option<&CodeObjects>,
-    value: Option<&str>,
-    cards: &[String],
-) -> Advice {
-    override_for(code.map(CodeObjects::has_gfx101x), value, cards, false)
+pub fn override_advice(code: Option<&Code>, value: Option<&str>, cards: &[String]) -> Advice {
+    override_for(code.map(Code::has_gfx101x), value, cards, false)
 }
 
 /// As [`override_advice`], from whether torch has gfx101x code (`None`:

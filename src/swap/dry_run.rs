@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::swap::torch::Torch;
 use crate::swap::txn::StateDir;
+use crate::torch::Torch;
 
 /// `prefix`: where the route writes a prefix (the in-place fix), if it does.
 pub fn check(state: &StateDir, torch: &Torch, prefix: Option<&Path>) -> Result<()> {

@@ -11,9 +11,10 @@ use anyhow::{Context, Result};
 use crate::error::hint;
 use crate::fsutil;
 use crate::swap::relink;
-use crate::swap::system::{copy_run_path, edited_run_path};
-use crate::swap::torch::{self, Torch};
+use crate::swap::relink::edited_run_path;
 use crate::swap::txn::{self, AddSystem, BuildRec, SwapOutcome};
+use crate::torch::system::copy_run_path;
+use crate::torch::{self, Torch};
 use crate::ui::Ui;
 
 /// The fix to add: the prefix's library, made in place from the system's
@@ -79,7 +80,7 @@ pub fn install(
         ui.note(format!(
             "the system's {} ({}) is only read; the copy's run path is {run_path}",
             sys.library.display(),
-            crate::swap::system::describe_owner(&sys.owner, &sys.library)
+            crate::torch::system::describe_owner(&sys.owner, &sys.library)
         ));
         let hip_staged = locked.state.staged_path("libtorch_hip.so");
         let hip_edited = if sys.origin_first || sys.copy.is_some() {

@@ -13,8 +13,8 @@ use crate::fsutil;
 use crate::prefix::{OpenError, Prefix, Provenance};
 use crate::swap::relink::{self, Relink};
 use crate::swap::route::{self, Choice};
-use crate::swap::torch::{self, Torch};
 use crate::swap::txn::{self, BuildRec, StateDir, Swap, SwapOutcome};
+use crate::torch::{self, Torch};
 use crate::ui::Ui;
 
 pub struct InstallRequest {
@@ -457,7 +457,7 @@ fn in_place<'a>(
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
 fn warn_about_override(torch: &Torch, ui: &Ui) {
     if let Ok(Some(code)) = torch.gpu_code()
-        && !code.archs.is_empty()
+        && !code.all_targets().is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
         let a = crate::swap::advice::override_advice(Some(code), value.as_deref(), &[]);

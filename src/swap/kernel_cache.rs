@@ -104,10 +104,10 @@ pub fn forget_batch_norm(python: &Path) -> Result<Forgotten> {
 
 /// Forget them after a swap, and say so; a failure is a warning (the swap
 /// stands), with what to do.
-pub fn after_swap(torch: &crate::swap::torch::Locator, ui: &crate::ui::Ui) {
+pub fn after_swap(torch: &crate::torch::Locator, ui: &crate::ui::Ui) {
     let python = match torch {
-        crate::swap::torch::Locator::Python(p) => p.clone(),
-        crate::swap::torch::Locator::Dir(_) => PathBuf::from("python3"),
+        crate::torch::Locator::Python(p) => p.clone(),
+        crate::torch::Locator::Dir(_) => PathBuf::from("python3"),
     };
     match forget_batch_norm(&python) {
         Ok(f) => {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::error::hint;
 use crate::swap::linker;
 use crate::swap::relink::Relink;
-use crate::swap::torch::{self, Torch};
+use crate::torch::{self, Torch};
 use crate::ui::Ui;
 
 /// The in-place fix: the library it starts from must find, from torch/lib,

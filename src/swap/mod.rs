@@ -1,4 +1,4 @@
-//! The swap into torch: `torch` finds it, `relink` fits the library to it,
+//! The swap into torch (found by `crate::torch`): `relink` fits the library to it,
 //! `linker` (`crate::loader`) works out what the loader would load (reading
 //! ELF headers and `ld_cache`, running nothing), `txn` journals the swap, `into_torch` is the
 //! operation of `install --into-torch`, `out_of_torch` that of `rollback`;
@@ -16,6 +16,4 @@ pub(crate) mod links;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
 pub(crate) mod route;
-pub(crate) mod system;
-pub(crate) mod torch;
 pub mod txn;

@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 
-use crate::swap::torch::Locator;
 use crate::swap::txn::{self, Journal, Rolled, StateDir};
+use crate::torch::Locator;
 use crate::ui::Ui;
 
 /// What `rollback` was asked to do.
@@ -34,7 +34,7 @@ pub fn run(state: &StateDir, req: &RollbackRequest, ui: &Ui) -> Result<Vec<Strin
     };
     // A torch the user named picks the transactions undone.
     let only = match torch.filter(|_| named) {
-        Some(loc) => Some(crate::swap::torch::find_dir(loc)?),
+        Some(loc) => Some(crate::torch::find_dir(loc)?),
         None => None,
     };
     let only = only.map(|d| d.canonicalize().unwrap_or(d));
@@ -136,7 +136,7 @@ fn nothing(
     last: Option<&txn::Journal>,
     ui: &Ui,
 ) -> Result<()> {
-    let found = torch.map(crate::swap::torch::locate);
+    let found = torch.map(crate::torch::locate);
     if let (None, Some(Err(e))) = (last, &found) {
         // No record at all, and no torch to look at: "nothing to roll back"
         // would be a guess, and wrong if another state dir patched torch.

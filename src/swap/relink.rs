@@ -22,6 +22,14 @@ pub struct Relink {
 
 pub const ORIGIN: &str = "$ORIGIN";
 
+/// The run path libtorch_hip.so gets so that torch/lib comes first.
+pub fn edited_run_path(old: Option<&str>) -> String {
+    match old.filter(|o| !o.is_empty()) {
+        Some(o) => format!("{ORIGIN}:{o}"),
+        None => ORIGIN.to_owned(),
+    }
+}
+
 /// Plan the edits for `lib` going into `lib_dir` in place of `original`.
 pub fn plan(lib: &Library, original: Option<&Library>, lib_dir: &Path) -> Result<Relink> {
     let bundled = crate::swap::linker::bundled_names(lib_dir)?;
@@ -149,4 +157,18 @@ fn patchelf(args: &[OsString]) -> Result<()> {
         bail!("patchelf {:?} failed: {}", args, out.stderr.trim());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_paths() {
+        assert_eq!(edited_run_path(None), "$ORIGIN");
+        assert_eq!(
+            edited_run_path(Some("/opt/rocm/lib")),
+            "$ORIGIN:/opt/rocm/lib"
+        );
+    }
 }

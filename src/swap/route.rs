@@ -14,7 +14,7 @@ use anyhow::Result;
 
 use crate::builder::profile::Profile;
 use crate::error::hint;
-use crate::swap::torch::{Layout, NATIVE_TORCH, Torch};
+use crate::torch::{Layout, NATIVE_TORCH, Torch};
 
 /// The targets whose batch norm the fix is for.
 const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];
@@ -43,11 +43,11 @@ pub fn chip(torch: &Torch) -> Chip {
         Layout::Bundled | Layout::System(_) => match torch.gpu_code() {
             Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
                 "libtorch_hip.so has code for {}",
-                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+                code.all_targets().join(", ")
             )),
-            Ok(Some(code)) if !code.archs.is_empty() => Chip::Override(format!(
+            Ok(Some(code)) if !code.all_targets().is_empty() => Chip::Override(format!(
                 "libtorch_hip.so has code for {} and none for gfx101x",
-                code.archs.iter().cloned().collect::<Vec<_>>().join(", ")
+                code.all_targets().join(", ")
             )),
             Ok(_) => Chip::Unknown("libtorch_hip.so carries no readable GPU code".into()),
             Err(e) => Chip::Unknown(format!("libtorch_hip.so cannot be read: {e}")),

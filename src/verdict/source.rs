@@ -5,20 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
-
 use super::{Case, Job, cases};
+use crate::compile::{Lang, unplain};
 use crate::embedded::{self, Text};
-
-/// The language of a kernel text: MIOpen compiles OpenCL through comgr,
-/// HIP through hipRTC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Lang {
-    #[default]
-    OpenCl,
-    Hip,
-}
 
 /// A batch-norm kernel text of a library: where its bytes are, and for a
 /// HIP text where each header it includes is.
@@ -229,27 +218,6 @@ fn include_names(text: &[u8]) -> Vec<String> {
             Some(name.to_owned())
         })
         .collect()
-}
-
-/// Why `name` (from a library) is not a plain relative name, the only kind
-/// handed to a compiler: comgr writes each header it is handed under
-/// `<tmp>/comgr-XXXX/include/<name>`, and clang opens an included name
-/// from its directory, so `..`, a leading `/`, a NUL or a backslash would
-/// lead it elsewhere. None: the name is plain.
-pub fn unplain(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("an empty name")
-    } else if name.contains('\0') {
-        Some("a name with a NUL in it")
-    } else if name.contains('\\') {
-        Some("a name with a backslash in it")
-    } else if name.starts_with('/') {
-        Some("an absolute name")
-    } else if name.split('/').any(|c| c == "..") {
-        Some("a name with a \"..\" component")
-    } else {
-        None
-    }
 }
 
 /// The most a kernel text with its headers may be: MIOpen's largest
@@ -499,19 +467,6 @@ impl Unit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_plain_relative_name_is_handed_to_a_compiler() {
-        for plain in ["configuration.hpp", "miopen/bn.hpp", "a..b.hpp", "./x.h"] {
-            assert_eq!(unplain(plain), None, "{plain}");
-        }
-        assert_eq!(unplain(""), Some("an empty name"));
-        assert_eq!(unplain("../../x"), Some("a name with a \"..\" component"));
-        assert_eq!(unplain("a/../b"), Some("a name with a \"..\" component"));
-        assert_eq!(unplain("/abs/x"), Some("an absolute name"));
-        assert_eq!(unplain("x\0.hpp"), Some("a name with a NUL in it"));
-        assert_eq!(unplain("..\\x"), Some("a name with a backslash in it"));
-    }
 
     #[test]
     fn a_unit_is_refused_for_any_name_it_would_hand_a_compiler() {

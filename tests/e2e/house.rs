@@ -1,5 +1,6 @@
-//! The shape of the source: every `crate::` import runs down the flow and
-//! no modules import each other, read from the files themselves.
+//! The shape of the source: every `crate::` import runs down the flow, no
+//! modules import each other and no folder imports one that imports it,
+//! read from the files themselves.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -94,7 +95,7 @@ fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>
 }
 
 #[test]
-fn every_import_runs_down_and_no_modules_import_each_other() {
+fn every_import_runs_down_and_no_modules_or_folders_import_each_other() {
     let mods = modules();
     for wing in [
         "prefix",
@@ -117,20 +118,81 @@ fn every_import_runs_down_and_no_modules_import_each_other() {
     assert!(upward.is_empty(), "imports that run up: {upward:#?}");
     let loops = loops(&graph);
     assert!(loops.is_empty(), "modules on an import loop: {loops:?}");
+    let folders = folder_loops(&graph);
+    assert!(
+        folders.is_empty(),
+        "folders that import a folder importing them: {folders:#?}"
+    );
 }
 
-/// The tasks and the test kit are code too: no module of theirs reaches
-/// itself through its imports.
+/// The imports between folders that lie on a loop. A folder is a module
+/// with all the modules under it (`swap` is src/swap.rs or
+/// src/swap/mod.rs and everything in src/swap/). An import from `a` to
+/// `b` that are not one inside the other runs between the two folders
+/// just below where their paths part (`swap::txn::journal -> torch` runs
+/// from `swap` to `torch`; `swap::txn::x -> swap::relink` from
+/// `swap::txn` to `swap::relink`). No folder imports one that imports
+/// it, directly or through others beside them: that is the layering
+/// inside a layer, where the layers allow either way.
+fn folder_loops(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    // (folder, folder) -> the first module import that makes that edge.
+    let mut edges: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (from, tos) in graph {
+        let a: Vec<&str> = from.split("::").collect();
+        for to in tos {
+            let b: Vec<&str> = to.split("::").collect();
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            if common >= a.len() || common >= b.len() {
+                continue;
+            }
+            let key = (a[..=common].join("::"), b[..=common].join("::"));
+            edges
+                .entry(key)
+                .or_insert_with(|| format!("{from} -> {to}"));
+        }
+    }
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (x, y) in edges.keys() {
+        next.entry(x).or_default().push(y);
+    }
+    let reaches = |from: &str, goal: &str| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(f) = todo.pop() {
+            if f == goal {
+                return true;
+            }
+            if seen.insert(f) {
+                todo.extend(next.get(f).into_iter().flatten());
+            }
+        }
+        false
+    };
+    edges
+        .iter()
+        .filter(|((x, y), _)| reaches(y, x))
+        .map(|((x, y), why)| format!("{x} -> {y} ({why})"))
+        .collect()
+}
+
+/// The tasks and the test kit are code too: no module or folder of theirs
+/// reaches itself through its imports.
 #[test]
 fn no_import_loop_in_xtask_or_the_test_kit() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for src in ["xtask/src", "tests/kit/src"] {
         let mods = modules_in(&root.join(src));
         assert!(mods.len() > 1 || src == "tests/kit/src", "{src}: {mods:?}");
-        let loops = loops(&imports(&mods));
+        let graph = imports(&mods);
+        let loops = loops(&graph);
         assert!(
             loops.is_empty(),
             "{src}: modules on an import loop: {loops:?}"
+        );
+        let folders = folder_loops(&graph);
+        assert!(
+            folders.is_empty(),
+            "{src}: folders that import a folder importing them: {folders:#?}"
         );
     }
 }

@@ -3,6 +3,19 @@
 
 use crate::support::{HIP, Run, Sandbox, TorchKind, check_row, fat_library, gpus};
 
+/// doctor's report (stdout) on `python3`'s torch, with
+/// HSA_OVERRIDE_GFX_VERSION=10.3.0 or with it unset.
+fn doctor_report(sb: &Sandbox, with_override: bool) -> String {
+    let mut c = sb.cmd();
+    c.args(["doctor", "--need-space", "0", "--python", "python3"]);
+    if with_override {
+        c.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+    } else {
+        c.env_remove("HSA_OVERRIDE_GFX_VERSION");
+    }
+    String::from_utf8(c.output().unwrap().stdout).unwrap()
+}
+
 /// The line of check `name`, e.g. "ok    prefix    ...".
 fn line<'a>(run: &'a Run, name: &str) -> &'a str {
     check_row(&run.stdout, name)
@@ -285,13 +298,7 @@ fn doctors_route_and_override_rows_agree_under_the_override() {
     let sb = Sandbox::new();
     crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu"]);
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
-    let out = sb
-        .cmd()
-        .args(["doctor", "--need-space", "0", "--python", "python3"])
-        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
-        .output()
-        .unwrap();
-    let out = String::from_utf8(out.stdout).unwrap();
+    let out = doctor_report(&sb, true);
     let route = check_row(&out, "route");
     assert!(route.starts_with("warn  route     "), "{out}");
     assert!(
@@ -318,16 +325,7 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
     let sb = Sandbox::new();
     let torch = sb.torch(TorchKind::Rocm, HIP);
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
-    let doctor = |with_override: bool| -> String {
-        let mut c = sb.cmd();
-        c.args(["doctor", "--need-space", "0", "--python", "python3"]);
-        if with_override {
-            c.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
-        } else {
-            c.env_remove("HSA_OVERRIDE_GFX_VERSION");
-        }
-        String::from_utf8(c.output().unwrap().stdout).unwrap()
-    };
+    let doctor = |with_override: bool| doctor_report(&sb, with_override);
     let line = |out: &str, name: &str| check_row(out, name).to_owned();
     // A pytorch.org-style wheel: code for gfx900 and gfx1030, none for gfx101x.
     let lib = torch.lib.join("libtorch_hip.so");
@@ -369,5 +367,59 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
     assert_eq!(
         line(&out, "override"),
         "ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
+    );
+}
+
+/// torch's own GPU code is read as every library's (issue 60): a
+/// libtorch_hip.so whose `.hip_fatbin` holds one compressed bundle (clang
+/// --offload-compress's format, made here from clang 14's own bundle) is judged by the targets its entry IDs name, not skipped.
+#[test]
+fn doctor_reads_torchs_compressed_gpu_code_as_every_librarys() {
+    let sb = Sandbox::new();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let mut elf = std::fs::read(fat_library(&sb.root, &["gfx1010", "gfx1030"])).unwrap();
+    let (offset, size) = {
+        let e = goblin::elf::Elf::parse(&elf).unwrap();
+        let s = e
+            .section_headers
+            .iter()
+            .find(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".hip_fatbin"))
+            .expect("clang's library has a .hip_fatbin");
+        (s.sh_offset as usize, s.sh_size as usize)
+    };
+    let bundle = elf[offset..offset + size].to_vec();
+    let z = zstd::encode_all(&bundle[..], 19).unwrap();
+    // Version 3 (clang 20's): magic, version, method (zstd), total size,
+    // uncompressed size, hash, each size a u64.
+    let mut ccob = [
+        &b"CCOB"[..],
+        &3u16.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &((32 + z.len()) as u64).to_le_bytes(),
+        &(bundle.len() as u64).to_le_bytes(),
+        &[0u8; 8],
+        &z,
+    ]
+    .concat();
+    assert!(ccob.len() <= size, "{} bytes in {size}", ccob.len());
+    ccob.resize(size, 0);
+    elf[offset..offset + size].copy_from_slice(&ccob);
+    let lib = torch.lib.join("libtorch_hip.so");
+    std::fs::write(&lib, &elf).unwrap();
+    let out = doctor_report(&sb, true);
+    assert_eq!(
+        check_row(&out, "torch-gpu"),
+        format!(
+            "ok    torch-gpu {} has code for gfx1010, gfx1030; 1 compressed offload bundle(s): their targets as their entry IDs name them (gfx1010, gfx1030), their code objects not decompressed",
+            lib.display()
+        ),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "override").starts_with(
+            "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030 and load code built for that chip, but torch carries gfx101x code of its own"
+        ),
+        "{out}"
     );
 }

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use crate::builder::profile::Profile;
 use crate::builder::tools;
-use crate::fatbin;
 use crate::gpu;
+use crate::gpucode;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::libraries;
 use crate::swap::advice;
-use crate::swap::torch;
+use crate::torch;
 
 mod toolchain;
 mod torch_side;

@@ -99,7 +99,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
 /// The system route: torch loads the system's MIOpen (or our copy of it),
 /// which is only ever read.
 fn system_route(t: &torch::Torch, sys: &torch::System, r: &mut CheckReport) {
-    let owner = crate::swap::system::describe_owner(&sys.owner, &sys.library);
+    let owner = crate::torch::system::describe_owner(&sys.owner, &sys.library);
     let detail = match &sys.copy {
         Some(copy) => format!(
             "system route: torch loads rdna1-patch's fixed copy {}, made from the system's {} ({owner}); `rdna1-patch status` says whether that file changed since",
@@ -143,20 +143,22 @@ fn devel_sdk(python: &Path, r: &mut CheckReport) {
 }
 
 /// Which GPUs torch's own GPU code is for: the offload bundles of
-/// torch/lib/libtorch_hip.so. `None` when that cannot be told.
-fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjects> {
+/// torch/lib/libtorch_hip.so, read as every library is (compressed ones
+/// too). `None` when that cannot be told.
+fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
     let lib = t.dir.join("lib/libtorch_hip.so");
     match t.gpu_code() {
-        Ok(Some(c)) if !c.archs.is_empty() => {
-            let list: Vec<&str> = c.archs.iter().map(String::as_str).collect();
+        Ok(Some(c)) if !c.all_targets().is_empty() => {
+            let notes = gpucode::library_notes(c);
             r.push(
                 "torch-gpu",
                 Status::Ok,
                 format!(
-                    "{} has code for {}{}",
+                    "{} has code for {}{}{}",
                     lib.display(),
-                    list.join(", "),
-                    if c.has_gfx101x() { "" } else { " (no gfx101x)" }
+                    c.all_targets().join(", "),
+                    if c.has_gfx101x() { "" } else { " (no gfx101x)" },
+                    notes.iter().map(|n| format!("; {n}")).collect::<String>()
                 ),
             );
             Some(c.clone())
@@ -166,9 +168,22 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<fatbin::CodeObjec
                 "torch-gpu",
                 Status::Skip,
                 format!(
-                    "{} holds {} compressed offload bundles, which this version does not read",
+                    "{} holds {} compressed offload bundle(s) whose entry IDs could not be read",
                     lib.display(),
                     c.compressed
+                ),
+            );
+            None
+        }
+        Ok(Some(c)) if c.code_objects > 0 => {
+            r.push(
+                "torch-gpu",
+                Status::Skip,
+                format!(
+                    "{} has {} bundle entries for a GPU, none an AMD GPU code object: {}",
+                    lib.display(),
+                    c.code_objects,
+                    c.mislabelled.join(", ")
                 ),
             );
             None
@@ -382,7 +397,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::swap::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
+                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the

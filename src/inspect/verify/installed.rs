@@ -8,8 +8,8 @@ use crate::elf;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::prefix::Provenance;
 use crate::swap::linker;
-use crate::swap::torch::Torch;
 use crate::swap::txn::{Journal, State, StateDir};
+use crate::torch::Torch;
 
 pub(super) fn check_torch(
     state: &StateDir,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::elf;
 use crate::fsutil::At;
 use crate::inspect::checks::{CheckReport, Status};
-use crate::swap::torch::{self, Locator, Torch};
 use crate::swap::txn::{Journal, State, StateDir};
+use crate::torch::{self, Locator, Torch};
 use anyhow::Result;
 
 mod battery;
@@ -201,7 +201,7 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             .torch
             .as_ref()
             .filter(|_| torch.is_none())
-            .and_then(|l| crate::swap::torch::find_dir(l).ok());
+            .and_then(|l| crate::torch::find_dir(l).ok());
         let subject = smoke::Subject {
             req,
             torch_dir: torch.as_ref().map(|t| t.dir.as_path()).or(found.as_deref()),

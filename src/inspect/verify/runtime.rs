@@ -12,8 +12,8 @@ use crate::checksum;
 use crate::elf;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::proc;
-use crate::swap::torch::Torch;
 use crate::swap::txn::Journal;
+use crate::torch::Torch;
 
 /// Read by `python -c`: which shared objects torch's process maps.
 const MAPS: &str = include_str!("maps.py");

@@ -23,8 +23,8 @@ use crate::checksum;
 use crate::gpu;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::proc;
-use crate::swap::torch::Torch;
 use crate::swap::txn::Journal;
+use crate::torch::Torch;
 
 /// Run by `python -c`: one case, or what torch and the device are.
 const SMOKE: &str = include_str!("smoke.py");

@@ -90,7 +90,7 @@ fn check_package(s: &SystemRec, r: &mut CheckReport) {
             format!(
                 "{}: {} (its SHA-256 above is the check)",
                 s.library.display(),
-                crate::swap::system::describe_owner(&owner, &s.library)
+                crate::torch::system::describe_owner(&owner, &s.library)
             ),
         );
     };

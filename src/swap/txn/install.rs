@@ -10,7 +10,7 @@ use crate::error::hint;
 use crate::fsutil;
 use crate::kernel_text::MARKER_PREFIX;
 use crate::owner;
-use crate::swap::torch::Torch;
+use crate::torch::Torch;
 
 use super::journal::{BuildRec, FileRec, Journal, Journals, SdkRec, State, TorchRec, now};
 use super::recover::supersede;
@@ -217,8 +217,8 @@ pub(super) fn new_journal(
             hip: torch.hip.clone(),
             target: target.clone(),
             sdk: match &torch.layout {
-                crate::swap::torch::Layout::Bundled | crate::swap::torch::Layout::System(_) => None,
-                crate::swap::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
+                crate::torch::Layout::Bundled | crate::torch::Layout::System(_) => None,
+                crate::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
                     version: sdk.version.clone(),
                     family: sdk.family.clone(),
                     package: sdk.package.clone(),

@@ -189,7 +189,7 @@ impl Journal {
     pub(super) fn library(&self) -> PathBuf {
         match &self.torch.sdk {
             Some(sdk) => sdk.library.clone(),
-            None => self.torch.dir.join("lib").join(crate::swap::torch::LIBRARY),
+            None => self.torch.dir.join("lib").join(crate::torch::LIBRARY),
         }
     }
 

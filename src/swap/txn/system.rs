@@ -16,7 +16,7 @@ use crate::error::hint;
 use crate::fsutil;
 use crate::owner;
 use crate::swap::linker;
-use crate::swap::torch::Torch;
+use crate::torch::Torch;
 
 use super::install::{SwapOutcome, ensure_root_may_change, ensure_writable, write_backup};
 use super::journal::{
@@ -306,7 +306,7 @@ fn new_journal(
         None => None,
         Some(edited) => Some(HipEdit {
             before: sys.run_path.clone().unwrap_or_default(),
-            after: crate::swap::system::edited_run_path(sys.run_path.as_deref()),
+            after: crate::swap::relink::edited_run_path(sys.run_path.as_deref()),
             new: FileRec {
                 md5: checksum::md5_file(edited)?,
                 size: std::fs::metadata(edited)?.len(),

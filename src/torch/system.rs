@@ -2,7 +2,7 @@
 //! system's (AMD's ROCm packages under /opt/rocm, a distribution's
 //! libmiopen1): what it loads, from where, and who owns it. The system
 //! file is only ever read; the route adds a fixed copy where
-//! libtorch_hip.so looks first (`txn::system`).
+//! libtorch_hip.so looks first (`swap::txn::system`).
 
 use std::path::{Path, PathBuf};
 
@@ -74,14 +74,6 @@ pub fn describe_owner(owner: &Owner, library: &Path) -> String {
     format!("{}; {who}", owner.describe())
 }
 
-/// The run path libtorch_hip.so gets so that torch/lib comes first.
-pub fn edited_run_path(old: Option<&str>) -> String {
-    match old.filter(|o| !o.is_empty()) {
-        Some(o) => format!("{}:{o}", crate::swap::relink::ORIGIN),
-        None => crate::swap::relink::ORIGIN.to_owned(),
-    }
-}
-
 /// The run path the copy gets: the system library's directory first,
 /// then its own entries with `$ORIGIN` read as that directory, so that
 /// everything it needs resolves where it did.
@@ -134,7 +126,7 @@ pub fn detect(torch_dir: &Path) -> Result<Option<System>> {
     else {
         return Ok(None);
     };
-    let deps = crate::swap::linker::resolve(&hip, &[])?;
+    let deps = crate::loader::resolve(&hip, &[])?;
     let Some(loaded) = deps
         .into_iter()
         .find(|d| d.name == needed)
@@ -196,11 +188,6 @@ mod tests {
 
     #[test]
     fn run_paths() {
-        assert_eq!(edited_run_path(None), "$ORIGIN");
-        assert_eq!(
-            edited_run_path(Some("/opt/rocm/lib")),
-            "$ORIGIN:/opt/rocm/lib"
-        );
         assert_eq!(
             copy_run_path(
                 Path::new("/opt/rocm/lib/libMIOpen.so.1"),

@@ -1,7 +1,11 @@
 //! Finding the user's torch, without importing it: a torch whose GPU
-//! initialisation crashes must still be found, to be repaired.
+//! initialisation crashes must still be found, to be repaired. Where torch
+//! is and how its MIOpen is laid out is a fact every wing reads (the
+//! stack is built from it, the swap, the diagnosis and inspect use it), so
+//! it lies below them all; `system` is the layout whose MIOpen is the
+//! system's.
 
-use crate::fatbin::CodeObjects;
+use crate::gpucode::Code;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -10,7 +14,9 @@ use serde::Deserialize;
 use crate::error::hint;
 use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
-pub use crate::swap::system::System;
+pub use system::System;
+
+pub(crate) mod system;
 
 /// How the user pointed at torch.
 #[derive(Debug, Clone)]
@@ -43,7 +49,7 @@ pub enum Layout {
     RocmSdk(Sdk),
     /// No MIOpen of torch's own: libtorch_hip.so loads the system's (ROCm
     /// packages, a distribution's libmiopen1), which is only ever read;
-    /// the fix is a copy added to torch/lib (`swap::system`).
+    /// the fix is a copy added to torch/lib (`swap::into_system`).
     System(Box<System>),
 }
 
@@ -78,15 +84,17 @@ pub struct Torch {
     pub layout: Layout,
     /// torch's own GPU code, read on first ask: once per command, however
     /// many steps ask.
-    gpu_code: std::cell::OnceCell<std::result::Result<Option<CodeObjects>, String>>,
+    gpu_code: std::cell::OnceCell<std::result::Result<Option<Code>, String>>,
 }
 
 impl Torch {
-    /// The GPU code of torch's lib/libtorch_hip.so (its offload bundles):
-    /// None when it carries none; Err, why it cannot be read.
-    pub fn gpu_code(&self) -> std::result::Result<Option<&CodeObjects>, &str> {
+    /// The GPU code of torch's lib/libtorch_hip.so, read as every library
+    /// is (`gpucode::read_library`: compressed bundles too): None when it
+    /// carries none; Err, why it cannot be read.
+    pub fn gpu_code(&self) -> std::result::Result<Option<&Code>, &str> {
         let code = self.gpu_code.get_or_init(|| {
-            crate::fatbin::read(&self.dir.join("lib/libtorch_hip.so")).map_err(|e| format!("{e:#}"))
+            crate::gpucode::read_library(&self.dir.join("lib/libtorch_hip.so"))
+                .map_err(|e| format!("{e:#}"))
         });
         match code {
             Ok(c) => Ok(c.as_ref()),
@@ -413,7 +421,7 @@ fn which_library(
             // torch's site-packages.
             Some(sdk) => (sdk.library.clone(), Layout::RocmSdk(sdk)),
             None => {
-                if let Some(sys) = crate::swap::system::detect(dir)? {
+                if let Some(sys) = crate::torch::system::detect(dir)? {
                     refuse_packaged_torch(dir, named)?;
                     let library = dir.join("lib").join(&sys.needed);
                     return Ok((library, Layout::System(Box::new(sys))));
