@@ -110,3 +110,81 @@ fn a_check_that_could_not_run_is_no_pass() {
     assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
     assert_eq!(json["checks"][2]["status"], "not-checked");
 }
+
+/// An RX 5500 XT (gfx1012) and a torch whose libtorch_hip.so has code for
+/// gfx1010 and gfx1030 only, plain and as a compressed bundle (PyTorch's
+/// ROCm builds use --offload-compress): torch runs nothing on that card,
+/// so torch-gpu fails with the torch for gfx1012 as its fix, the route is
+/// torch first, and install proves nothing and changes nothing. On
+/// ada2d43: `ok torch-gpu ... has code for gfx1010, gfx1030`, the
+/// in-place route, and `Proven ... for gfx1012` (compressed: `skip`, and
+/// a build of MIOpen offered).
+#[test]
+fn a_card_torch_has_no_code_for_is_torch_first() {
+    for compressed in [false, true] {
+        let sb = Sandbox::new();
+        sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
+        let torch = torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+        if compressed {
+            crate::verify::compress_fatbin(&torch.lib.join("libtorch_hip.so"));
+        }
+        let notes = match compressed {
+            true => {
+                "; 1 compressed offload bundle(s): their targets as their entry IDs name them (gfx1010, gfx1030), their code objects not decompressed"
+            }
+            false => "",
+        };
+        let run = doctor(&sb, &[]).check_fails();
+        lines_are(
+            &run.stdout,
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1012: 1 problem to fix: everything: torch has no code for gfx1012; the torch for gfx1012 first (see torch-gpu)",
+                "ok    torch     [..]",
+                "skip  route     torch first: libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012, so nothing runs there; no MIOpen fix is offered for it",
+                &format!(
+                    "FAIL  torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
+                ),
+                "                fix: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+                "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
+                "ok    amdgpu    [..]",
+                "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            ],
+        );
+        let before = std::fs::read(torch.miopen()).unwrap();
+        let dry = install(&sb, &["--dry-run"]).fails_with(
+            "error: torch 2.6.0+rocm6.4 has no GPU code for gfx1012 (libtorch_hip.so has code for gfx1010, gfx1030): nothing runs on that card, whatever MIOpen does, so no fix is proven or installed; nothing was changed
+help: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+        );
+        assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
+        install(&sb, &[]).fails();
+        assert_eq!(std::fs::read(torch.miopen()).unwrap(), before);
+    }
+}
+
+/// An RX 6800 (gfx1030, not RDNA1) with a torch that has gfx1010 code:
+/// nothing for this tool to fix, and nothing proposed (on ada2d43 the
+/// in-place fix was recommended, "judged for gfx1010").
+#[test]
+fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx6800-gfx1030"));
+    torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+    let run = doctor(&sb, &[]).ok();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1030: no problem found; 1 warning",
+            "ok    torch     [..]",
+            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
+            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
+            "[..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    assert!(
+        !run.stdout.contains("install --into-torch"),
+        "{}",
+        run.stdout
+    );
+}

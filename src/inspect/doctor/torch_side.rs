@@ -91,7 +91,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
         (Some(code), _) => Some(code.has_gfx101x()),
         (None, Chip::Native(_)) => Some(true),
         (None, Chip::Override(_)) => Some(false),
-        (None, Chip::Unknown(_)) => None,
+        (None, Chip::Unknown(_) | Chip::NoCodeFor { .. }) => None,
     };
     TorchSide { route, gfx101x }
 }
@@ -150,17 +150,35 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
     match t.gpu_code() {
         Ok(Some(c)) if !c.all_targets().is_empty() => {
             let notes = gpucode::library_notes(c);
-            r.push(
-                "torch-gpu",
-                Status::Ok,
-                format!(
-                    "{} has code for {}{}{}",
-                    lib.display(),
-                    c.all_targets().join(", "),
-                    if c.has_gfx101x() { "" } else { " (no gfx101x)" },
-                    notes.iter().map(|n| format!("; {n}")).collect::<String>()
-                ),
+            let has = format!(
+                "{} has code for {}",
+                lib.display(),
+                c.all_targets().join(", ")
             );
+            let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
+            let missing = crate::swap::route::cards_without_code(c);
+            if missing.is_empty() {
+                r.push(
+                    "torch-gpu",
+                    Status::Ok,
+                    format!(
+                        "{has}{}{notes}",
+                        if c.has_gfx101x() { "" } else { " (no gfx101x)" }
+                    ),
+                );
+            } else {
+                let cards = missing.join(", ");
+                r.push_breaks(
+                    "torch-gpu",
+                    Status::Fail,
+                    format!("{has} and none for {cards}: torch runs nothing on that card{notes}"),
+                    format!(
+                        "everything: torch has no code for {cards}; the torch for {} first (see torch-gpu)",
+                        missing[0]
+                    ),
+                    Some(crate::swap::route::torch_for(&missing)),
+                );
+            }
             Some(c.clone())
         }
         Ok(Some(c)) if c.compressed > 0 => {
@@ -384,13 +402,31 @@ pub(super) fn needs_no_sdk(r: &mut CheckReport) {
 
 /// The route for this torch, as build and install take it (`select::plan`).
 fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
+    // GPUs, none of them RDNA1 (an RX 6800): nothing to fix, and nothing
+    // proposed for a gfx1010 that is not here.
+    let scan = gpu::scan_all(&req.stack.sysfs);
+    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() {
+        let cards: Vec<String> = scan.gpus.iter().map(gpu::Gpu::gfx).collect();
+        r.push(
+            "route",
+            Status::Ok,
+            format!(
+                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it",
+                cards.join(", ")
+            ),
+        );
+        return Route::Inert;
+    }
     let plan = crate::select::plan(&req.profile, t);
     let route = match &plan {
         crate::select::Plan::InPlace(_) => Route::InPlace,
         crate::select::Plan::Build(_) => Route::Build,
         crate::select::Plan::Inert(_) => Route::Inert,
+        crate::select::Plan::TorchFirst(_) => Route::TorchFirst,
     };
     match plan {
+        // torch-gpu is the failure, with the torch for the card as its fix.
+        crate::select::Plan::TorchFirst(why) => r.push("route", Status::Skip, why),
         crate::select::Plan::Inert(why) => r.push_fix(
             "route",
             Status::Warn,
