@@ -161,6 +161,70 @@ help: install the torch built for gfx1012: `pip install --index-url https://rocm
     }
 }
 
+/// Nothing installed, with a torch and with none: verify and status say
+/// so and point at doctor, by the rule doctor takes (nothing checked:
+/// exit 3), never "no problem found", and name no build profile. On
+/// ada2d43 verify said `verdict: no problem found` above `skip prefix
+/// .../rocm-6.2.4 does not exist`, exit 0, and status spoke of a
+/// rocm-6.2.4 build.
+#[test]
+fn verify_and_status_with_nothing_installed_point_at_doctor() {
+    for with_torch in [true, false] {
+        let sb = Sandbox::new();
+        if with_torch {
+            torch_with_code(&sb, &["gfx1010"]);
+        }
+        let v = sb.run_with_state(&["verify"], &[]);
+        lines_are(
+            &v.stdout,
+            &[
+                "verdict: nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs",
+                "skip  prefix    no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
+            ],
+        );
+        assert_eq!(v.code, Some(3), "{}", v.stdout);
+        let st = sb.run_with_state(&["status"], &[]);
+        lines_are(
+            &st.stdout,
+            &[
+                "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs",
+                "last:       no transactions in [..]/state",
+            ],
+        );
+        assert_eq!(st.code, Some(3), "{}", st.stdout);
+        let json: serde_json::Value =
+            serde_json::from_str(&sb.run_with_state(&["status", "--json"], &[]).stdout).unwrap();
+        assert_eq!(json["ok"], false);
+        // --runtime finds python3's torch, as its help says.
+        let rt = sb.run_with_state(&["verify", "--runtime"], &[]);
+        assert!(!rt.stdout.contains("no problem found"), "{}", rt.stdout);
+        assert_ne!(rt.code, Some(0), "{}", rt.stdout);
+        let found = rt.stdout.lines().any(|l| l.starts_with("ok    layout"));
+        assert_eq!(found, with_torch, "{}", rt.stdout);
+    }
+}
+
+/// `verify --smoke` with no --python runs python3's torch, as its help
+/// says (on ada2d43: `skip torch no --python/--torch-dir given and no
+/// install recorded`, and the battery checked nothing).
+#[test]
+fn smoke_without_python_uses_python3s_torch() {
+    let sb = Sandbox::new();
+    torch_with_code(&sb, &["gfx1010"]);
+    let run = sb.run_with_state(&["verify", "--smoke"], &[]);
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: nothing was checked: none of the battery's 47 cases ran",
+            "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
+            "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]), so no case of the battery ran",
+            "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
+        ],
+    );
+    assert_eq!(run.code, Some(3));
+}
+
 /// An RX 6800 (gfx1030, not RDNA1) with a torch that has gfx1010 code:
 /// nothing for this tool to fix, and nothing proposed (on ada2d43 the
 /// in-place fix was recommended, "judged for gfx1010").
