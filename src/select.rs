@@ -110,12 +110,14 @@ pub enum Plan {
     Build(String),
     /// Every patch of the profile is inert for this torch: nothing to do.
     Inert(String),
+    /// torch has no code for a card of the machine: that torch first.
+    TorchFirst(String),
 }
 
 impl Plan {
     pub fn detail(&self) -> &str {
         match self {
-            Plan::InPlace(d) | Plan::Build(d) | Plan::Inert(d) => d,
+            Plan::InPlace(d) | Plan::Build(d) | Plan::Inert(d) | Plan::TorchFirst(d) => d,
         }
     }
 }
@@ -139,6 +141,10 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
         Chip::Unknown(what) => Plan::Build(format!(
             "{what}, so what MIOpen sees is not known; profile {name} would be built (`rdna1-patch build miopen`)"
         )),
+        Chip::NoCodeFor { cards, what } => Plan::TorchFirst(format!(
+            "torch first: {what} and none for {}, so nothing runs there; no MIOpen fix is offered for it",
+            cards.join(", ")
+        )),
     }
 }
 
@@ -155,6 +161,16 @@ fn build_plan(
         return Ok(None);
     };
     let p = plan(profile, t);
+    if let (Plan::TorchFirst(why), false) = (&p, named) {
+        let cards: Vec<String> = match crate::swap::route::chip(t) {
+            crate::swap::route::Chip::NoCodeFor { cards, .. } => cards,
+            _ => Vec::new(),
+        };
+        return Err(hint(
+            format!("nothing to build for torch {}: {why}", t.version),
+            crate::swap::route::torch_for(&cards),
+        ));
+    }
     if let (Plan::Inert(why), false) = (&p, named) {
         return Err(hint(
             format!("nothing to build for torch {}: {why}", t.version),
@@ -225,7 +241,9 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
 
 fn route_line(plan: Plan) -> Option<String> {
     Some(match plan {
-        Plan::Inert(why) => format!("warning: {why} (building anyway: --profile)"),
+        Plan::Inert(why) | Plan::TorchFirst(why) => {
+            format!("warning: {why} (building anyway: --profile)")
+        }
         other => other.detail().to_owned(),
     })
 }

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{ProfileArg, ReportArgs, TorchArg};
+use super::{ProfileArg, ReportArgs, StateArg, TorchArg};
 use crate::builder::workdir::WorkDir;
 use crate::inspect::doctor::{self, DoctorRequest};
 
@@ -19,6 +19,8 @@ pub struct Args {
     work_dir: Option<PathBuf>,
     #[command(flatten)]
     torch: TorchArg,
+    #[command(flatten)]
+    state: StateArg,
     /// Free space a build needs, in GiB
     #[arg(long, default_value_t = 20, value_name = "GIB")]
     need_space: u64,
@@ -49,6 +51,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         all: args.all || asked_rocm,
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),
         need_gib: args.need_space,
+        // A fix install made is read from its transactions.
+        state: args.state.open().ok(),
     };
     super::print_report(&doctor::run(&req), &args.report)
 }

@@ -215,6 +215,7 @@ pub(crate) fn painted(text: &str) -> String {
         ("ok", STAGE),
         ("warn", WARNING),
         ("FAIL", ERROR),
+        ("----", ERROR),
         ("skip", HELP),
     ];
     text.lines()
@@ -239,9 +240,5 @@ pub fn print_report(
     } else {
         crate::outln!("{}", painted(&report.text_wrapped(term::stdout_width())));
     }
-    Ok(if report.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(report.answer().exit))
 }

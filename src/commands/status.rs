@@ -33,5 +33,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         crate::outln!("{}", report.text());
     }
-    Ok(ExitCode::SUCCESS)
+    // The rule doctor and verify take: rows to exit status.
+    Ok(ExitCode::from(report.answer().exit))
 }

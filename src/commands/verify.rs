@@ -115,13 +115,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(sig) = report.interrupted() {
         return Ok(ExitCode::from(crate::error::signal_status(sig)));
     }
-    Ok(if report.failed() {
-        ExitCode::FAILURE
-    } else if report.nothing_checked() {
-        ExitCode::from(crate::error::NOTHING_CHECKED)
-    } else {
-        ExitCode::SUCCESS
-    })
+    // The one rule doctor and status take too: rows to exit status.
+    Ok(ExitCode::from(report.checks.answer().exit))
 }
 
 /// Where `--report FILE` goes can take a file: FILE is no directory, and

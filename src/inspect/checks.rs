@@ -10,6 +10,10 @@ pub enum Status {
     Warn,
     Fail,
     Skip,
+    /// A check the answer needs that could not run (a compiler that will
+    /// not load, a directory it may not read): no pass, and said as such.
+    #[serde(rename = "not-checked")]
+    NotChecked,
 }
 
 impl Status {
@@ -19,6 +23,7 @@ impl Status {
             Status::Warn => "warn",
             Status::Fail => "FAIL",
             Status::Skip => "skip",
+            Status::NotChecked => "----",
         }
     }
 }
@@ -36,6 +41,24 @@ pub struct Check {
     /// compiler): shown under it, and fixed by its fix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<&'static str>,
+    /// What a blocking row means for the user, in a torch user's words,
+    /// with the one next step ("batch-norm training: 2 kernels fail for
+    /// gfx1010; `rdna1-patch install --into-torch` fixes them"): the
+    /// verdict says it in place of the row's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaks: Option<String>,
+}
+
+/// The answer a report gives, decided by one rule ([`CheckReport::answer`])
+/// for doctor, verify and status alike: the first line, `ok` and the exit
+/// status never disagree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub verdict: String,
+    pub ok: bool,
+    /// 0 a pass; 1 a row failed or a check the answer needs did not run;
+    /// 3 nothing failed but the run did not finish (`unfinished`).
+    pub exit: u8,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -48,6 +71,10 @@ pub struct CheckReport {
     /// doctor's reading of the GPU libraries torch loads (`libraries` in
     /// its JSON), when it read them.
     pub libraries: Option<Vec<crate::gpucode::Finding>>,
+    /// What the answer is about ("torch 2.6.0+rocm6.4 on gfx1010"): the
+    /// verdict leads with it.
+    #[serde(skip)]
+    pub subject: Option<String>,
 }
 
 impl CheckReport {
@@ -58,6 +85,27 @@ impl CheckReport {
             detail: detail.into(),
             fix: None,
             cause: None,
+            breaks: None,
+        });
+    }
+
+    /// A blocking check (`Fail` or `NotChecked`) with what it means for
+    /// the user and the next step, which the verdict says, and its fix.
+    pub fn push_breaks(
+        &mut self,
+        name: &'static str,
+        status: Status,
+        detail: impl Into<String>,
+        breaks: impl Into<String>,
+        fix: Option<String>,
+    ) {
+        self.checks.push(Check {
+            name,
+            status,
+            detail: detail.into(),
+            fix,
+            cause: None,
+            breaks: Some(breaks.into()),
         });
     }
 
@@ -75,6 +123,7 @@ impl CheckReport {
             detail: detail.into(),
             fix: Some(fix.into()),
             cause: None,
+            breaks: None,
         });
     }
 
@@ -88,11 +137,8 @@ impl CheckReport {
             detail: crate::error::chain(err),
             fix: crate::error::help(err).map(str::to_owned),
             cause: None,
+            breaks: None,
         });
-    }
-
-    pub fn failed(&self) -> bool {
-        self.checks.iter().any(|c| c.status == Status::Fail)
     }
 
     /// Mark the failed checks among `effects` as following from the
@@ -110,47 +156,93 @@ impl CheckReport {
         }
     }
 
-    /// One line that says where things stand: what blocks (the causes, not
-    /// what follows from them), and how many warnings. The text report
-    /// heads it `verdict: `; JSON has it under that name.
+    /// One line that says where things stand ([`answer`]'s verdict).
+    ///
+    /// [`answer`]: CheckReport::answer
     pub fn verdict(&self) -> String {
+        self.answer().verdict
+    }
+
+    /// The one rule from rows to the answer. Any `FAIL` or `not checked`
+    /// row makes it no (exit 1, `ok` false) and the verdict names each
+    /// cause (a row's `breaks` where it says what fails for the user, else
+    /// its name); what follows from a cause is counted under it. With no
+    /// such row, a run that did not finish (`unfinished`) leads and is no
+    /// pass (exit 3); otherwise "no problem found", with the warnings
+    /// counted: `warn` and `skip` rows are information and never fail it.
+    pub fn answer(&self) -> Answer {
         let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
-        let causes: Vec<&str> = self
+        let said = |c: &Check| c.breaks.clone().unwrap_or_else(|| c.name.to_owned());
+        let causes: Vec<String> = self
             .checks
             .iter()
             .filter(|c| c.status == Status::Fail && c.cause.is_none())
-            .map(|c| c.name)
+            .map(said)
             .collect();
+        let unchecked: Vec<String> = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::NotChecked)
+            .map(said)
+            .collect();
+        let said_any = self
+            .checks
+            .iter()
+            .any(|c| c.status == Status::Fail && c.cause.is_none() && c.breaks.is_some());
         let warnings = match count(Status::Warn) {
             0 => String::new(),
             1 => "; 1 warning".to_owned(),
             n => format!("; {n} warnings"),
         };
-        if causes.is_empty() {
-            match &self.unfinished {
-                Some(why) => format!("{why}{warnings}"),
-                None => format!("no problem found{warnings}"),
-            }
-        } else {
-            let lead = self
-                .unfinished
-                .as_deref()
-                .map(|w| format!("{w}; "))
-                .unwrap_or_default();
+        let subject = self
+            .subject
+            .as_deref()
+            .map(|s| format!("{s}: "))
+            .unwrap_or_default();
+        let lead = self
+            .unfinished
+            .as_deref()
+            .map(|w| format!("{w}; "))
+            .unwrap_or_default();
+        let mut parts = Vec::new();
+        if !causes.is_empty() {
             let follow = count(Status::Fail) - causes.len();
-            format!(
-                "{lead}{} to fix: {}{}{warnings}",
+            parts.push(format!(
+                "{} to fix: {}{}",
                 if causes.len() == 1 {
                     "1 problem"
                 } else {
                     "problems"
                 },
-                causes.join(", "),
+                // Names alone read as a list; sentences need a stop.
+                causes.join(if said_any { "; " } else { ", " }),
                 match follow {
                     0 => String::new(),
                     n => format!(" ({n} more check(s) fail because of it, shown under it)"),
                 }
-            )
+            ));
+        }
+        if !unchecked.is_empty() {
+            parts.push(format!("not checked: {}", unchecked.join("; ")));
+        }
+        if !parts.is_empty() {
+            return Answer {
+                verdict: format!("{subject}{lead}{}{warnings}", parts.join("; ")),
+                ok: false,
+                exit: 1,
+            };
+        }
+        match &self.unfinished {
+            Some(why) => Answer {
+                verdict: format!("{subject}{why}{warnings}"),
+                ok: false,
+                exit: crate::error::NOTHING_CHECKED,
+            },
+            None => Answer {
+                verdict: format!("{subject}no problem found{warnings}"),
+                ok: true,
+                exit: 0,
+            },
         }
     }
 
@@ -205,10 +297,11 @@ impl CheckReport {
 
     /// The document `json` prints, for a report that adds to it.
     pub fn json_value(&self) -> serde_json::Value {
+        let answer = self.answer();
         let mut doc = serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
-            "ok": !self.failed() && self.unfinished.is_none(),
-            "verdict": self.verdict(),
+            "ok": answer.ok,
+            "verdict": answer.verdict,
             "checks": self.checks,
         });
         if let (Some(libs), Some(map)) = (&self.libraries, doc.as_object_mut()) {
@@ -233,4 +326,96 @@ pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a st
         );
     }
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every status, and whether a row of it keeps the answer from yes:
+    /// the match is exhaustive, so a new status must be placed here.
+    fn every_status() -> Vec<(Status, bool)> {
+        [
+            Status::Ok,
+            Status::Warn,
+            Status::Fail,
+            Status::Skip,
+            Status::NotChecked,
+        ]
+        .into_iter()
+        .map(|s| {
+            let blocks = match s {
+                Status::Ok | Status::Warn | Status::Skip => false,
+                Status::Fail | Status::NotChecked => true,
+            };
+            (s, blocks)
+        })
+        .collect()
+    }
+
+    fn json_ok(r: &CheckReport) -> bool {
+        r.json_value()["ok"].as_bool().unwrap()
+    }
+
+    #[test]
+    fn the_verdict_the_exit_status_and_ok_agree_for_every_status() {
+        for (status, blocks) in every_status() {
+            for breaks in [None, Some("batch-norm training: 2 kernels fail")] {
+                for unfinished in [None, Some("nothing was checked")] {
+                    let mut r = CheckReport::default();
+                    r.push("torch", Status::Ok, "found");
+                    r.checks.push(Check {
+                        name: "kernels",
+                        status,
+                        detail: "what was found".into(),
+                        fix: None,
+                        cause: None,
+                        breaks: breaks.map(str::to_owned),
+                    });
+                    r.unfinished = unfinished.map(str::to_owned);
+                    let a = r.answer();
+                    let case = format!("{status:?} {breaks:?} {unfinished:?}: {a:?}");
+                    let pass = !blocks && unfinished.is_none();
+                    assert_eq!(a.ok, pass, "{case}");
+                    assert_eq!(json_ok(&r), a.ok, "{case}");
+                    assert_eq!(r.json_value()["verdict"], a.verdict.as_str(), "{case}");
+                    assert_eq!(a.verdict.contains("no problem found"), pass, "{case}");
+                    let exit = match (blocks, unfinished) {
+                        (true, _) => 1,
+                        (false, Some(_)) => crate::error::NOTHING_CHECKED,
+                        (false, None) => 0,
+                    };
+                    assert_eq!(a.exit, exit, "{case}");
+                    assert!(r.text().starts_with(&format!("verdict: {}\n", a.verdict)));
+                    if blocks {
+                        // The verdict names what fails, in the row's words.
+                        let named = breaks.unwrap_or("kernels");
+                        assert!(a.verdict.contains(named), "{case}");
+                        assert_eq!(
+                            a.verdict.contains("not checked: "),
+                            status == Status::NotChecked,
+                            "{case}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A failure that follows from another is counted under its cause, and
+    /// still fails the answer.
+    #[test]
+    fn a_failure_that_follows_from_another_still_fails() {
+        let mut r = CheckReport::default();
+        r.push("rocm", Status::Fail, "no ROCm at /opt/rocm");
+        r.push("compiler", Status::Fail, "no clang in it");
+        r.push("gpu", Status::Warn, "not RDNA1");
+        r.follows_from("rocm", &["compiler"]);
+        let a = r.answer();
+        assert_eq!(
+            a.verdict,
+            "1 problem to fix: rocm (1 more check(s) fail because of it, shown under it); 1 warning"
+        );
+        assert_eq!((a.ok, a.exit), (false, 1));
+    }
 }

@@ -30,6 +30,11 @@ pub struct StatusReport {
     pub upgraded: Vec<(u32, PathBuf, String)>,
 }
 
+/// What status says where nothing was ever installed: doctor, not a
+/// build profile the user's torch may not need.
+const NOTHING_INSTALLED: &str =
+    "nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs";
+
 pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     let (build, build_error) = match Provenance::read(prefix) {
         Ok(p) => (Some(p), None),
@@ -152,8 +157,11 @@ impl StatusReport {
     /// `status --json`.
     pub fn json(&self) -> serde_json::Value {
         let list = |js: &[Journal]| js.iter().map(transaction_json).collect::<Vec<_>>();
+        let answer = self.answer();
         serde_json::json!({
             "schema_version": crate::version::SCHEMA_VERSION,
+            "ok": answer.ok,
+            "verdict": answer.verdict,
             "state_dir": crate::version::JsonPath(&self.state_dir),
             "prefix": crate::version::JsonPath(&self.prefix),
             "build": self.build,
@@ -190,9 +198,46 @@ impl StatusReport {
         }
     }
 
-    /// The report as `status` prints it.
-    pub fn text(&self) -> String {
-        let mut lines = Vec::new();
+    /// The answer, by the rule doctor and verify take (`CheckReport::answer`):
+    /// an open transaction, a damaged journal or an install something
+    /// replaced fails it; nothing installed, ever, is no pass (exit 3), and
+    /// points at doctor rather than at a build the user may not need.
+    pub fn answer(&self) -> crate::inspect::checks::Answer {
+        self.rows().answer()
+    }
+
+    fn rows(&self) -> crate::inspect::checks::CheckReport {
+        use crate::inspect::checks::{CheckReport, Status};
+        let mut r = CheckReport::default();
+        for j in &self.unfinished {
+            r.push("unfinished", Status::Fail, format!("transaction {}", j.id));
+        }
+        for d in &self.damaged {
+            r.push("damaged", Status::Fail, d.path.display().to_string());
+        }
+        for (id, _) in &self.replaced {
+            r.push("replaced", Status::Fail, format!("transaction {id}"));
+        }
+        for (id, ..) in &self.upgraded {
+            r.push("upgraded", Status::Warn, format!("transaction {id}"));
+        }
+        for j in &self.installed {
+            r.push("installed", Status::Ok, format!("transaction {}", j.id));
+        }
+        if self.nothing_ever() {
+            r.unfinished = Some(NOTHING_INSTALLED.into());
+        }
+        r
+    }
+
+    /// No install was ever made here, and no build is in the prefix.
+    fn nothing_ever(&self) -> bool {
+        self.last.is_none() && self.build.is_none() && self.damaged.is_empty()
+    }
+
+    /// The build in the prefix: what it is, its library, how it was
+    /// fixed and its patches; or why there is none.
+    fn build_lines(&self, lines: &mut Vec<String>) {
         match &self.build {
             Some(p) => {
                 lines.push(format!(
@@ -227,6 +272,19 @@ impl StatusReport {
                 self.build_error.as_deref().unwrap_or("")
             )),
         }
+    }
+
+    /// The report as `status` prints it.
+    pub fn text(&self) -> String {
+        let mut lines = vec![format!("verdict: {}", self.answer().verdict)];
+        if self.nothing_ever() {
+            lines.push(format!(
+                "last:       no transactions in {}",
+                self.state_dir.display()
+            ));
+            return lines.join("\n");
+        }
+        self.build_lines(&mut lines);
         if self.installed.is_empty() {
             lines.push("installed:  nowhere".to_owned());
         }

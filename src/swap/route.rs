@@ -28,6 +28,25 @@ pub enum Chip {
     Override(String),
     /// Not known (torch's GPU code could not be read).
     Unknown(String),
+    /// torch has no GPU code for these RDNA1 cards of the machine (nor for
+    /// the target HSA_OVERRIDE_GFX_VERSION makes the runtime see): nothing
+    /// runs there, whatever MIOpen does. What torch has, said.
+    NoCodeFor { cards: Vec<String>, what: String },
+}
+
+/// The RDNA1 cards of this machine (the KFD topology) torch's own GPU code
+/// does not run on, each judged for the target the runtime sees: the card's,
+/// or the one HSA_OVERRIDE_GFX_VERSION names. Empty when torch's code
+/// could not be read or there is no RDNA1 card.
+pub fn cards_without_code(code: &crate::gpucode::Code) -> Vec<String> {
+    let sysfs = crate::gpu::sysfs_root();
+    let seen = std::env::var("HSA_OVERRIDE_GFX_VERSION")
+        .ok()
+        .and_then(|v| crate::gpu::override_gfx(&v));
+    crate::gpu::rdna1_targets(&sysfs)
+        .into_iter()
+        .filter(|card| !code.covers(seen.as_deref().unwrap_or(card)))
+        .collect()
 }
 
 pub fn chip(torch: &Torch) -> Chip {
@@ -41,6 +60,17 @@ pub fn chip(torch: &Torch) -> Chip {
             }
         }
         Layout::Bundled | Layout::System(_) => match torch.gpu_code() {
+            Ok(Some(code))
+                if !code.all_targets().is_empty() && !cards_without_code(code).is_empty() =>
+            {
+                Chip::NoCodeFor {
+                    cards: cards_without_code(code),
+                    what: format!(
+                        "libtorch_hip.so has code for {}",
+                        code.all_targets().join(", ")
+                    ),
+                }
+            }
             Ok(Some(code)) if code.has_gfx101x() => Chip::Native(format!(
                 "libtorch_hip.so has code for {}",
                 code.all_targets().join(", ")
@@ -125,6 +155,9 @@ pub fn choose(
     let overridden = std::env::var("HSA_OVERRIDE_GFX_VERSION")
         .ok()
         .filter(|v| !v.is_empty() && !v.starts_with("10.1."));
+    if let Chip::NoCodeFor { cards, what } = &chip {
+        return Err(no_code_for(torch, cards, what));
+    }
     if forced == Some(Choice::Built) {
         return Ok(Route {
             choice: Choice::Built,
@@ -172,6 +205,33 @@ pub fn choose(
             ),
         },
     })
+}
+
+/// torch has no code for a card: nothing this tool does makes it run
+/// there; the torch for that card is the one next step.
+pub fn no_code_for(torch: &Torch, cards: &[String], what: &str) -> anyhow::Error {
+    hint(
+        format!(
+            "torch {} has no GPU code for {} ({what}): nothing runs on that card, whatever MIOpen does, so no fix is proven or installed; nothing was changed",
+            torch.version,
+            cards.join(", ")
+        ),
+        torch_for(cards),
+    )
+}
+
+/// The help that installs the torch for `cards` (TheRock's device extra
+/// of the first; a second card's is said).
+pub fn torch_for(cards: &[String]) -> String {
+    let first = cards.first().map_or("gfx1010", String::as_str);
+    format!(
+        "install the torch built for {first}: `{}`, then run this again{}",
+        crate::torch::native_torch(first),
+        match cards.get(1) {
+            Some(_) => format!(" (for {} too: its own device extra)", cards[1..].join(", ")),
+            None => String::new(),
+        }
+    )
 }
 
 /// The prefix the in-place fix writes: never inside torch (it would write

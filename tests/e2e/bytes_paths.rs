@@ -35,7 +35,9 @@ fn status_json_keeps_a_state_dir_that_is_not_utf8() {
     let state = latin1_dir(&sb.root).join("state");
     let mut c = sb.cmd();
     c.args(["status", "--json", "--state-dir"]).arg(&state);
-    let run = Run::from(c.output().unwrap()).ok();
+    // Nothing is installed there: status says so, exit 3 (docs/rows.md).
+    let run = Run::from(c.output().unwrap());
+    assert_eq!(run.code, Some(3), "{}{}", run.stdout, run.stderr);
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(
         doc["state_dir"],

@@ -313,7 +313,7 @@ fn the_warm_diagnosis_reads_no_byte_of_the_library() {
     let stock = doctor();
     assert!(
         crate::support::line_matches(
-            "warn  kernels   2 of 2 [..] (2 compiles, 2 of them run, [..] s)",
+            "FAIL  kernels   2 of 2 [..] (2 compiles, 2 of them run, [..] s)",
             &stock
         ),
         "{stock}"

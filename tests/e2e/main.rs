@@ -2,6 +2,7 @@
 //! md5sum, on the miopen-mini fixture. One test binary, so the fixtures and
 //! the binary are built once.
 
+mod answer;
 mod battery;
 mod build;
 mod build_signals;

@@ -229,17 +229,20 @@ help: check the key and its password; nothing was pushed",
 
 /// Item 2: the prefix `install --prefix DIR` used is the one `verify` and
 /// `status` read afterwards, with no --prefix; item 10: with nothing built
-/// and nothing installed, status says so in words, not `(os error 2)`.
+/// and nothing installed, status says so in words, not `(os error 2)`,
+/// and points at doctor (issue 64).
 #[test]
 fn verify_and_status_read_the_prefix_the_install_used() {
     let sb = Sandbox::built();
     sb.torch(TorchKind::Rocm, HIP);
-    let status = sb.run_with_state(&["status"], &[]).ok();
+    // Issue 64: doctor, not the default profile's build the torch may not
+    // need; nothing was checked (exit 3).
+    let status = sb.run_with_state(&["status"], &[]);
+    assert_eq!(status.code, Some(3), "{}", status.stdout);
     assert!(
-        status.stdout.starts_with("build:      none in ")
-            && status.stdout.contains(
-                " (nothing is built there: `rdna1-patch build` builds it, or pulls one with --from)\ninstalled:  nowhere\n"
-            ),
+        status.stdout.starts_with(
+            "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs\nlast:       no transactions in "
+        ) && !status.stdout.contains("rocm-6.2.4"),
         "{}",
         status.stdout
     );
@@ -259,9 +262,10 @@ fn verify_and_status_read_the_prefix_the_install_used() {
     verify.prints(&format!("ok    prefix    {}", elsewhere.display()));
     let status = sb.run_with_state(&["status"], &[]).ok();
     assert!(
-        status
-            .stdout
-            .starts_with(&format!("build:      {} miopen ", elsewhere.display())),
+        status.stdout.starts_with(&format!(
+            "verdict: no problem found\nbuild:      {} miopen ",
+            elsewhere.display()
+        )),
         "{}",
         status.stdout
     );

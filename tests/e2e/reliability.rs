@@ -240,8 +240,16 @@ help: if you edited it, undo the edit; otherwise check that torch's libMIOpen.so
     assert_eq!(std::fs::read(&victim).unwrap(), installed);
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), installed);
     // The read-only views still work, and say what is wrong.
-    let status = sb.status();
+    // A damaged journal fails status's answer (the rule doctor takes).
+    let status = sb
+        .run_with_state(&["status", "--prefix", sb.prefix.to_str().unwrap()], &[])
+        .check_fails();
     status.prints("damaged: ");
+    assert!(
+        status
+            .stdout
+            .starts_with("verdict: 1 problem to fix: damaged\n")
+    );
     std::fs::write(&j, text).unwrap();
     sb.rollback(&[]).ok();
 }

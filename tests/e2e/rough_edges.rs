@@ -172,7 +172,10 @@ fn status_refuses_a_state_dir_that_is_not_one() {
         "error: {d} is not an rdna1-patch state dir: it holds files, and no transactions, backups or lock
 help: pass the --state-dir that install used, or leave it out for the default ($XDG_STATE_HOME/rdna1-patch)"
     ));
-    // An empty or missing one is a state dir with nothing in it yet.
+    // An empty or missing one is a state dir with nothing in it yet:
+    // nothing installed, said as nothing checked (exit 3), no error.
     std::fs::remove_file(dir.join("notes.txt")).unwrap();
-    sb.run(&["status", "--state-dir", &d]).ok();
+    let run = sb.run(&["status", "--state-dir", &d]);
+    assert_eq!(run.code, Some(3), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stderr, "");
 }

@@ -25,7 +25,16 @@ fn status_sees_a_replaced_library_and_install_warns_of_no_rocm_of_its_own() {
     // pip reinstalls torch: its own library is back.
     std::fs::remove_file(torch.miopen()).unwrap();
     std::fs::write(torch.miopen(), &original).unwrap();
-    let status = sb.status().stdout;
+    // Something replaced the fix: status's answer is no (issue 64).
+    let prefix = sb.prefix.display().to_string();
+    let status = sb
+        .run_with_state(&["status", "--prefix", &prefix], &[])
+        .check_fails()
+        .stdout;
+    assert!(
+        status.starts_with("verdict: 1 problem to fix: replaced\n"),
+        "{status}"
+    );
     assert!(
         status.contains(&format!(
             "but it is not there now (MD5 {}): something replaced it (a pip install?); `rdna1-patch install --into-torch` installs again, `rdna1-patch rollback --abandon 1` closes the transaction",
@@ -47,7 +56,7 @@ fn after_a_rollback_status_and_verify_name_the_prefix_that_was_used() {
     let status = sb.run_with_state(&["status"], &[]).ok().stdout;
     assert!(
         status.starts_with(&format!(
-            "build:      {} miopen fixed in place",
+            "verdict: no problem found\nbuild:      {} miopen fixed in place",
             sb.prefix.display()
         )),
         "{status}"

@@ -280,7 +280,8 @@ help: install what provides them (the same versions this MIOpen was built agains
 }
 
 /// After "Nothing to fix" there is no prefix, and none is needed: verify
-/// and verify --compile judge the torch as it is, and pass.
+/// --compile judges the torch as it is, and passes; plain verify has
+/// nothing of ours to check, and says so (exit 3, doctor named: issue 64).
 #[test]
 fn verify_after_nothing_to_fix_judges_the_torch_as_it_is() {
     let sb = Sandbox::new();
@@ -297,11 +298,17 @@ fn verify_after_nothing_to_fix_judges_the_torch_as_it_is() {
         args.extend(extra);
         sb.run_with_state(&args, &[])
     };
-    let plain = verify(&[]).ok();
+    let plain = verify(&[]);
+    assert_eq!(plain.code, Some(3), "{}", plain.stdout);
+    assert!(
+        plain.stdout.starts_with("verdict: nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs\n"),
+        "{}",
+        plain.stdout
+    );
     let row = crate::support::check_row(&plain.stdout, "prefix");
     assert!(
         line_matches(
-            "skip  prefix    [..]: no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
+            "skip  prefix    no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
             row
         ),
         "{}",
@@ -370,8 +377,11 @@ fn status_reads_an_unchanged_library_no_more() {
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     std::fs::write(&lib, &bytes).unwrap();
+    let prefix = sb.prefix.display().to_string();
     let changed = opens_of(&lib, || {
-        sb.status().prints("replaced");
+        sb.run_with_state(&["status", "--prefix", &prefix], &[])
+            .check_fails()
+            .prints("replaced");
     });
     assert!(changed >= 1);
 }

@@ -36,12 +36,22 @@ pub struct DoctorRequest {
     pub gfx_override: Option<String>,
     /// Free space a build needs, in GiB.
     pub need_gib: u64,
+    /// Where install keeps its transactions: a fixed library is told
+    /// from the one it replaced by them.
+    pub state: Option<crate::swap::txn::StateDir>,
 }
 
 pub fn run(req: &DoctorRequest) -> CheckReport {
     let mut r = CheckReport::default();
     let side = torch_checks(req, &mut r);
     let cards = gpus(req, &mut r);
+    // The answer is about this torch on these cards.
+    if let Ok(t) = &req.stack.torch {
+        r.subject = Some(match cards.len() {
+            0 => format!("torch {}, no GPU visible", t.version),
+            _ => format!("torch {} on {}", t.version, cards.join(" + ")),
+        });
+    }
     gfx_override(req, &cards, side.gfx101x, &mut r);
     // Every GPU library torch loads, read for the card.
     if let Ok(t) = &req.stack.torch {

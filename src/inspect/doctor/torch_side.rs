@@ -93,7 +93,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
         (Some(code), _) => Some(code.has_gfx101x()),
         (None, Chip::Native(_)) => Some(true),
         (None, Chip::Override(_)) => Some(false),
-        (None, Chip::Unknown(_)) => None,
+        (None, Chip::Unknown(_) | Chip::NoCodeFor { .. }) => None,
     };
     TorchSide { route, gfx101x }
 }
@@ -160,17 +160,35 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
     match t.gpu_code() {
         Ok(Some(c)) if !c.all_targets().is_empty() => {
             let notes = gpucode::library_notes(c);
-            r.push(
-                "torch-gpu",
-                Status::Ok,
-                format!(
-                    "{} has code for {}{}{}",
-                    lib.display(),
-                    c.all_targets().join(", "),
-                    if c.has_gfx101x() { "" } else { " (no gfx101x)" },
-                    notes.iter().map(|n| format!("; {n}")).collect::<String>()
-                ),
+            let has = format!(
+                "{} has code for {}",
+                lib.display(),
+                c.all_targets().join(", ")
             );
+            let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
+            let missing = crate::swap::route::cards_without_code(c);
+            if missing.is_empty() {
+                r.push(
+                    "torch-gpu",
+                    Status::Ok,
+                    format!(
+                        "{has}{}{notes}",
+                        if c.has_gfx101x() { "" } else { " (no gfx101x)" }
+                    ),
+                );
+            } else {
+                let cards = missing.join(", ");
+                r.push_breaks(
+                    "torch-gpu",
+                    Status::Fail,
+                    format!("{has} and none for {cards}: torch runs nothing on that card{notes}"),
+                    format!(
+                        "everything: torch has no code for {cards}; the torch for {} first (see torch-gpu)",
+                        missing[0]
+                    ),
+                    Some(crate::swap::route::torch_for(&missing)),
+                );
+            }
             Some(c.clone())
         }
         Ok(Some(c)) if c.compressed > 0 => {
@@ -293,33 +311,88 @@ pub(super) fn gfx_override(
 }
 
 /// The batch-norm kernels of the MIOpen torch loads, judged by compiling
-/// them for this machine's card through the comgr beside it.
+/// them for this machine's card through the comgr beside it. A failure the
+/// in-place fix removes is a failure until it is fixed; a compile check
+/// that cannot run is "not checked", never a pass.
 fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
+    const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
-        Err(e) => return r.push_error("kernels", Status::Warn, &e),
+        Err(e) => {
+            return r.push_breaks(
+                "kernels",
+                Status::NotChecked,
+                format!("not checked: {}", crate::error::chain(&e)),
+                "batch norm: its kernels could not be compiled to judge them (see kernels)",
+                crate::error::help(&e).map(str::to_owned),
+            );
+        }
     };
     let detail = || format!("{}\n{}", d.summary(), d.lines().join("\n"));
+    let failing = || d.judgement.as_ref().map_or(0, |j| j.failing().count());
     match d.standing() {
-        Standing::NoCompiler => r.push_fix(
+        Standing::NoCompiler => r.push_breaks(
             "kernels",
-            Status::Warn,
-            "no compiler library (libamd_comgr.so*) beside torch's MIOpen: whether its batch norm fails cannot be told",
-            "torch bundles comgr with its MIOpen; reinstall torch if it is missing",
+            Status::NotChecked,
+            "not checked: no compiler library (libamd_comgr.so*) beside torch's MIOpen, so whether its batch norm fails cannot be told",
+            "batch norm: no comgr beside torch's MIOpen to judge its kernels",
+            Some("torch bundles comgr with its MIOpen; reinstall torch if it is missing".into()),
         ),
-        Standing::NothingToFix(line) => r.push(
+        Standing::NothingToFix(line) => match fixed_by(req, t) {
+            Some(by) => r.push(
+                "kernels",
+                Status::Ok,
+                format!("fixed by {by}: {}\nnothing {line}", detail()),
+            ),
+            None => r.push(
+                "kernels",
+                Status::Ok,
+                format!("{}\nnothing {line}", detail()),
+            ),
+        },
+        Standing::Fixable => r.push_breaks(
             "kernels",
-            Status::Ok,
-            format!("{}\nnothing {line}", detail()),
-        ),
-        Standing::Fixable => r.push_fix(
-            "kernels",
-            Status::Warn,
+            Status::Fail,
             detail(),
-            "`rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            format!(
+                "batch-norm training: {} for {}; {INSTALL} fixes {}",
+                crate::output::count(failing(), "kernel fails", "kernels fail"),
+                d.target,
+                if failing() == 1 { "it" } else { "them" }
+            ),
+            Some(format!(
+                "{INSTALL} fixes them in place, proven by compiling before anything is written"
+            )),
         ),
-        Standing::Refused(e) => r.push_error("kernels", Status::Fail, &e),
+        Standing::Refused(e) => r.push_breaks(
+            "kernels",
+            Status::Fail,
+            crate::error::chain(&e),
+            format!(
+                "batch-norm training: {} for {}, and not where the in-place fix reaches (see kernels)",
+                crate::output::count(failing(), "kernel fails", "kernels fail"),
+                d.target
+            ),
+            crate::error::help(&e).map(str::to_owned),
+        ),
     }
+}
+
+/// The transaction whose fixed library torch holds now ("transaction 1
+/// of 2026-11-28T06:51:01Z"), if one does: read from install's journals.
+fn fixed_by(req: &DoctorRequest, t: &torch::Torch) -> Option<String> {
+    let journals = req.state.as_ref()?.read().ok()?;
+    let md5 = crate::checksum::md5_file(&t.target).ok()?;
+    journals
+        .list
+        .iter()
+        .rev()
+        .find(|j| {
+            j.state == crate::swap::txn::State::Installed
+                && j.torch.target == t.target
+                && j.new.md5 == md5
+        })
+        .map(|j| format!("transaction {} of {}", j.id, j.created))
 }
 
 /// On the in-place route no ROCm SDK is needed: what a build would need
@@ -339,13 +412,31 @@ pub(super) fn needs_no_sdk(r: &mut CheckReport) {
 
 /// The route for this torch, as build and install take it (`select::plan`).
 fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
+    // GPUs, none of them RDNA1 (an RX 6800): nothing to fix, and nothing
+    // proposed for a gfx1010 that is not here.
+    let scan = gpu::scan_all(&req.stack.sysfs);
+    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() {
+        let cards: Vec<String> = scan.gpus.iter().map(gpu::Gpu::gfx).collect();
+        r.push(
+            "route",
+            Status::Ok,
+            format!(
+                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it",
+                cards.join(", ")
+            ),
+        );
+        return Route::Inert;
+    }
     let plan = crate::select::plan(&req.profile, t);
     let route = match &plan {
         crate::select::Plan::InPlace(_) => Route::InPlace,
         crate::select::Plan::Build(_) => Route::Build,
         crate::select::Plan::Inert(_) => Route::Inert,
+        crate::select::Plan::TorchFirst(_) => Route::TorchFirst,
     };
     match plan {
+        // torch-gpu is the failure, with the torch for the card as its fix.
+        crate::select::Plan::TorchFirst(why) => r.push("route", Status::Skip, why),
         crate::select::Plan::Inert(why) => r.push_fix(
             "route",
             Status::Warn,

@@ -66,17 +66,6 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    pub fn failed(&self) -> bool {
-        self.checks.failed()
-    }
-
-    /// A battery whose every case was not run: nothing was checked.
-    pub fn nothing_checked(&self) -> bool {
-        self.smoke
-            .as_ref()
-            .is_some_and(|b| b.status == BatteryStatus::NothingRun)
-    }
-
     /// The signal that interrupted the battery, if one did.
     pub fn interrupted(&self) -> Option<i32> {
         self.smoke
@@ -184,10 +173,11 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             // kernels as they are.
             // --compile with no torch named judges the one install would
             // use: python3's (or --python's).
-            let named = req
-                .torch
-                .clone()
-                .or_else(|| req.compile.then(|| Locator::Python(req.python.clone())));
+            // --runtime too, as its help says: python3's torch (or
+            // --python's), as every other verb finds it.
+            let named = req.torch.clone().or_else(|| {
+                (req.compile || req.runtime).then(|| Locator::Python(req.python.clone()))
+            });
             if let Some(loc) = named
                 && let Some(t) = torch_at(&loc, &mut r)
             {
@@ -199,6 +189,14 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
                 if req.runtime {
                     check_runtime(req, &t, None, &mut r);
                 }
+            }
+            // Nothing of ours is installed: a check of an install found
+            // nothing to check, which is no pass.
+            if !req.compile && !req.prefix_named && req.state.installed_prefix().is_none() {
+                r.unfinished = Some(
+                    "nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs"
+                        .into(),
+                );
             }
             return Ok(VerifyReport {
                 checks: r,
@@ -318,8 +316,11 @@ fn libraries(req: &VerifyRequest, t: &Torch, r: &mut CheckReport) {
 fn find_torch(req: &VerifyRequest, journals: &[Journal], r: &mut CheckReport) -> Option<Torch> {
     let loc = match &req.torch {
         Some(l) => l.clone(),
+        // No install recorded: --runtime and --smoke take python3's torch
+        // (or --python's), as every other verb finds it.
         None => match journals.iter().rev().find(|j| j.state == State::Installed) {
             Some(j) => Locator::Dir(j.torch.dir.clone()),
+            None if req.runtime || req.smoke => Locator::Python(req.python.clone()),
             None => {
                 r.push(
                     "torch",

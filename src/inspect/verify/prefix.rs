@@ -156,25 +156,27 @@ pub(super) fn check_markers(
 /// nothing to fix, or no install yet) --compile judges the torch's own
 /// kernels. Said as a skip; true when so.
 fn no_prefix_needed(req: &VerifyRequest, e: &anyhow::Error, r: &mut CheckReport) -> bool {
-    let why = if req.smoke {
-        "no prefix of rdna1-patch to check; --smoke judges the torch as it is".to_owned()
-    } else if !req.prefix_named && req.state.installed_prefix().is_none() {
+    let nothing_installed = !req.prefix_named && req.state.installed_prefix().is_none();
+    let then = match (req.smoke, req.compile) {
+        (true, _) => "--smoke judges the torch as it is",
+        (false, true) => "--compile judges the torch's own kernels as they are",
+        (false, false) => "`verify --compile` judges the torch's own kernels as they are",
+    };
+    let detail = if nothing_installed {
+        // Not the default profile's prefix: a build the user's torch may
+        // not need is not named.
         format!(
-            "no rdna1-patch install in {} to check; {}",
-            req.state.root().display(),
-            if req.compile {
-                "--compile judges the torch's own kernels as they are"
-            } else {
-                "`verify --compile` judges the torch's own kernels as they are"
-            }
+            "no rdna1-patch install in {} to check; {then}",
+            req.state.root().display()
+        )
+    } else if req.smoke {
+        format!(
+            "{}: no prefix of rdna1-patch to check; {then}",
+            crate::error::chain(e)
         )
     } else {
         return false;
     };
-    r.push(
-        "prefix",
-        Status::Skip,
-        format!("{}: {why}", crate::error::chain(e)),
-    );
+    r.push("prefix", Status::Skip, detail);
     true
 }

@@ -122,7 +122,7 @@ fn battery(b: &Battery, libraries: &[LibraryRow], md: &mut Vec<String>) {
     // reader of an issue looks for the first.
     let mut cases: Vec<_> = b.cases.iter().collect();
     cases.sort_by_key(|c| match c.status {
-        Status::Fail => 0,
+        Status::Fail | Status::NotChecked => 0,
         Status::Warn | Status::Skip => 1,
         Status::Ok => 2,
     });

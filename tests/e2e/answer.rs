@@ -1,0 +1,254 @@
+//! The answer (issue 64): doctor's first line, its exit status and `ok`
+//! say whether this torch works on this card, and they agree, by the one
+//! rule of src/inspect/checks.rs (docs/rows.md).
+
+use crate::in_place::{install, torch_with_code};
+use crate::support::Sandbox;
+use crate::support_run::{Run, line_matches};
+
+pub(crate) fn doctor(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut args = vec!["doctor", "--profile", "rocm-6.4.3", "--python", "python3"];
+    args.extend(extra);
+    sb.run_with_state(&args, &[])
+}
+
+/// The whole of `text`, line by line, against `expected` (`[..]` matches
+/// any text within a line).
+#[track_caller]
+pub(crate) fn lines_are(text: &str, expected: &[&str]) {
+    let got: Vec<&str> = text.lines().collect();
+    let same =
+        got.len() == expected.len() && got.iter().zip(expected).all(|(g, e)| line_matches(e, g));
+    assert!(same, "expected:\n{}\ngot:\n{text}", expected.join("\n"));
+}
+
+fn json_ok(sb: &Sandbox) -> (Option<i32>, serde_json::Value) {
+    let run = doctor(sb, &["--json"]);
+    (run.code, serde_json::from_str(&run.stdout).unwrap())
+}
+
+/// A native torch whose batch norm fails for gfx1010: the answer is no
+/// (exit 1, `ok` false), its first line names batch norm and the fix;
+/// once `install --into-torch` has fixed it, yes, and the kernels row
+/// names the transaction. On ada2d43 it read `no problem found; 1
+/// warning`, exit 0.
+#[test]
+fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    torch_with_code(&sb, &["gfx1010"]);
+    let before = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &before.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so; found by python3 (--python)",
+            "ok    route     torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix of profile rocm-6.4.3 is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 ([..]) ([..])",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010",
+            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
+    assert_eq!(
+        json["verdict"],
+        before.stdout.lines().next().unwrap()["verdict: ".len()..]
+    );
+
+    install(&sb, &[]).ok();
+    let after = doctor(&sb, &[]).ok();
+    lines_are(
+        &after.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "ok    kernels   fixed by transaction 1 of [..]: 0 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), [..]",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: compiles",
+            "nothing to fix: every batch-norm kernel of [..]/site/torch/lib/libMIOpen.so compiles for gfx1010 in every case",
+            "ok    torch-gpu [..]",
+            "ok    gpu       [..]",
+            "ok    amdgpu    [..]",
+            "ok    override  [..]",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(0), &serde_json::json!(true)));
+}
+
+/// A check the answer needs that could not run is "not checked", exit 1:
+/// never "no problem found" (a torch with no comgr beside its MIOpen).
+#[test]
+fn a_check_that_could_not_run_is_no_pass() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let torch = torch_with_code(&sb, &["gfx1010"]);
+    std::fs::remove_file(torch.lib.join("libamd_comgr.so.2")).unwrap();
+    let run = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: not checked: batch norm: no comgr beside torch's MIOpen to judge its kernels",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "----  kernels   not checked: no compiler library (libamd_comgr.so*) beside torch's MIOpen, so whether its batch norm fails cannot be told",
+            "                fix: torch bundles comgr with its MIOpen; reinstall torch if it is missing",
+            "ok    torch-gpu [..]",
+            "ok    gpu       [..]",
+            "ok    amdgpu    [..]",
+            "ok    override  [..]",
+        ],
+    );
+    let (code, json) = json_ok(&sb);
+    assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
+    assert_eq!(json["checks"][2]["status"], "not-checked");
+}
+
+/// An RX 5500 XT (gfx1012) and a torch whose libtorch_hip.so has code for
+/// gfx1010 and gfx1030 only, plain and as a compressed bundle (PyTorch's
+/// ROCm builds use --offload-compress): torch runs nothing on that card,
+/// so torch-gpu fails with the torch for gfx1012 as its fix, the route is
+/// torch first, and install proves nothing and changes nothing. On
+/// ada2d43: `ok torch-gpu ... has code for gfx1010, gfx1030`, the
+/// in-place route, and `Proven ... for gfx1012` (compressed: `skip`, and
+/// a build of MIOpen offered).
+#[test]
+fn a_card_torch_has_no_code_for_is_torch_first() {
+    for compressed in [false, true] {
+        let sb = Sandbox::new();
+        sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
+        let torch = torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+        if compressed {
+            crate::verify::compress_fatbin(&torch.lib.join("libtorch_hip.so"));
+        }
+        let notes = match compressed {
+            true => {
+                "; 1 compressed offload bundle(s): their targets as their entry IDs name them (gfx1010, gfx1030), their code objects not decompressed"
+            }
+            false => "",
+        };
+        let run = doctor(&sb, &[]).check_fails();
+        lines_are(
+            &run.stdout,
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1012: 1 problem to fix: everything: torch has no code for gfx1012; the torch for gfx1012 first (see torch-gpu)",
+                "ok    torch     [..]",
+                "skip  route     torch first: libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012, so nothing runs there; no MIOpen fix is offered for it",
+                &format!(
+                    "FAIL  torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
+                ),
+                "                fix: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+                "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
+                "ok    amdgpu    [..]",
+                "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            ],
+        );
+        let before = std::fs::read(torch.miopen()).unwrap();
+        let dry = install(&sb, &["--dry-run"]).fails_with(
+            "error: torch 2.6.0+rocm6.4 has no GPU code for gfx1012 (libtorch_hip.so has code for gfx1010, gfx1030): nothing runs on that card, whatever MIOpen does, so no fix is proven or installed; nothing was changed
+help: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+        );
+        assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
+        install(&sb, &[]).fails();
+        assert_eq!(std::fs::read(torch.miopen()).unwrap(), before);
+    }
+}
+
+/// Nothing installed, with a torch and with none: verify and status say
+/// so and point at doctor, by the rule doctor takes (nothing checked:
+/// exit 3), never "no problem found", and name no build profile. On
+/// ada2d43 verify said `verdict: no problem found` above `skip prefix
+/// .../rocm-6.2.4 does not exist`, exit 0, and status spoke of a
+/// rocm-6.2.4 build.
+#[test]
+fn verify_and_status_with_nothing_installed_point_at_doctor() {
+    for with_torch in [true, false] {
+        let sb = Sandbox::new();
+        if with_torch {
+            torch_with_code(&sb, &["gfx1010"]);
+        }
+        let v = sb.run_with_state(&["verify"], &[]);
+        lines_are(
+            &v.stdout,
+            &[
+                "verdict: nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs",
+                "skip  prefix    no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
+            ],
+        );
+        assert_eq!(v.code, Some(3), "{}", v.stdout);
+        let st = sb.run_with_state(&["status"], &[]);
+        lines_are(
+            &st.stdout,
+            &[
+                "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs",
+                "last:       no transactions in [..]/state",
+            ],
+        );
+        assert_eq!(st.code, Some(3), "{}", st.stdout);
+        let json: serde_json::Value =
+            serde_json::from_str(&sb.run_with_state(&["status", "--json"], &[]).stdout).unwrap();
+        assert_eq!(json["ok"], false);
+        // --runtime finds python3's torch, as its help says.
+        let rt = sb.run_with_state(&["verify", "--runtime"], &[]);
+        assert!(!rt.stdout.contains("no problem found"), "{}", rt.stdout);
+        assert_ne!(rt.code, Some(0), "{}", rt.stdout);
+        let found = rt.stdout.lines().any(|l| l.starts_with("ok    layout"));
+        assert_eq!(found, with_torch, "{}", rt.stdout);
+    }
+}
+
+/// `verify --smoke` with no --python runs python3's torch, as its help
+/// says (on ada2d43: `skip torch no --python/--torch-dir given and no
+/// install recorded`, and the battery checked nothing).
+#[test]
+fn smoke_without_python_uses_python3s_torch() {
+    let sb = Sandbox::new();
+    torch_with_code(&sb, &["gfx1010"]);
+    let run = sb.run_with_state(&["verify", "--smoke"], &[]);
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: nothing was checked: none of the battery's 47 cases ran",
+            "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
+            "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]), so no case of the battery ran",
+            "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
+        ],
+    );
+    assert_eq!(run.code, Some(3));
+}
+
+/// An RX 6800 (gfx1030, not RDNA1) with a torch that has gfx1010 code:
+/// nothing for this tool to fix, and nothing proposed (on ada2d43 the
+/// in-place fix was recommended, "judged for gfx1010").
+#[test]
+fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx6800-gfx1030"));
+    torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+    let run = doctor(&sb, &[]).ok();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1030: no problem found; 1 warning",
+            "ok    torch     [..]",
+            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
+            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
+            "[..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    assert!(
+        !run.stdout.contains("install --into-torch"),
+        "{}",
+        run.stdout
+    );
+}
