@@ -16,6 +16,7 @@ use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
 pub use system::System;
 
+mod probe;
 pub(crate) mod system;
 
 /// How the user pointed at torch.
@@ -253,16 +254,13 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         }
         Locator::Python(p) => p,
     };
+    probe::is_python(python)?;
     let mut cmd = crate::proc::python(python);
     cmd.args(["-c", FIND_SPEC]);
     const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
     // A python that cannot run is the --python given: that, first.
-    let out = crate::proc::helper(cmd).map_err(|e| {
-        hint(
-            crate::error::chain(&e),
-            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
-        )
-    })?;
+    let out =
+        crate::proc::helper(cmd).map_err(|e| hint(crate::error::chain(&e), probe::NAME_IT))?;
     if !out.status.success() {
         let said = match out.stderr.trim() {
             "" => match out.status.code() {
@@ -283,7 +281,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
                 python.display(),
                 out.stdout.trim().lines().next().unwrap_or("nothing")
             ),
-            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+            probe::NAME_IT,
         )
     };
     let found: Found = serde_json::from_str(&out.stdout).map_err(|_| unexpected())?;

@@ -35,6 +35,7 @@ mod other_user;
 mod patches;
 mod prefix_guard;
 mod privilege;
+mod python_probe;
 mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;

@@ -138,10 +138,10 @@ fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
         "error: python3 ([..]) has no torch installed\n{}",
         help(OR_PYTHON)
     ));
-    install(&["--python", "/usr/bin/false"]).fails_with(&format!(
-        "error: /usr/bin/false could not look for torch: it exited with status 1 and printed nothing\n{}",
-        help(OR_PYTHON)
-    ));
+    install(&["--python", "/usr/bin/false"]).fails_with(
+        "error: /usr/bin/false is not a python: it did not run a line of python given with -c (exit status: 1)
+help: pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+    );
     let t = FakeTorch::create(
         &sb.root.join("site"),
         runtime(),
