@@ -258,9 +258,9 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     let mut cmd = crate::proc::python(python);
     cmd.args(["-c", FIND_SPEC]);
     const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
-    // A python that cannot run is the --python given: that, first.
-    let out =
-        crate::proc::helper(cmd).map_err(|e| hint(crate::error::chain(&e), probe::NAME_IT))?;
+    // A python that cannot run is the --python given: that, first. Ctrl-C
+    // while it is asked is an interruption (130), passed on as it is.
+    let out = crate::proc::helper(cmd).map_err(probe::unless_interrupted)?;
     if !out.status.success() {
         let said = match out.stderr.trim() {
             "" => match out.status.code() {

@@ -55,3 +55,59 @@ help: check that `{0} -c 'print(1)'` answers (a python on slow storage may answe
     let took = start.elapsed();
     assert!(took < Duration::from_secs(30), "took {took:?}");
 }
+
+#[test]
+fn ctrl_c_while_python_is_asked_about_torch_is_exit_130() {
+    let sb = Sandbox::new();
+    // A real python for the probe; the question about torch hangs.
+    let pid_file = sb.root.join("python.pid");
+    let python = script(
+        &sb,
+        "slow-python",
+        &format!(
+            "#!/bin/sh\ncase \"$2\" in *find_spec*) echo $$ > {}; exec sleep 60;; esac\nexec python3 \"$@\"\n",
+            pid_file.display()
+        ),
+    );
+    let state = sb.state();
+    let child = sb
+        .cmd()
+        .args([
+            "install",
+            "--into-torch",
+            "--dry-run",
+            "--state-dir",
+            &state,
+        ])
+        .arg("--python")
+        .arg(&python)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !pid_file.exists() {
+        assert!(start.elapsed().as_secs() < 60, "python was never asked");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let run = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(run.code, Some(130), "{}", run.stderr);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: {} was stopped: interrupted\nhelp: nothing was left half-done; run the same command again to finish\n",
+            python.display()
+        )
+    );
+    assert_eq!(run.stdout, "");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{}", pid.trim())).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .unwrap_or_default()
+                .contains(") Z "),
+        "the python still runs"
+    );
+}
