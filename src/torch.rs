@@ -406,6 +406,18 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     })
 }
 
+/// The error for the torch in `dir` when its version.py says it is no ROCm
+/// build (a CUDA or CPU one): what a run on an AMD card needs to know
+/// before it imports it.
+pub fn not_a_rocm_build(dir: &Path) -> Option<anyhow::Error> {
+    let version = read_version(dir).ok()?;
+    let library = dir.join("lib").join(LIBRARY);
+    version
+        .hip
+        .is_none()
+        .then(|| not_rocm(dir, &version, &library))
+}
+
 /// The error for a torch that is no ROCm build.
 fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
     let named = version.version.as_deref().unwrap_or("(unknown version)");
