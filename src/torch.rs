@@ -510,8 +510,23 @@ pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
 /// assignments, and executing it is what we avoid.
 pub fn read_version(dir: &Path) -> Result<Version> {
     let path = dir.join("version.py");
-    let text = std::fs::read_to_string(&path).at("read", &path)?;
+    let text = match std::fs::read_to_string(&path).at("read", &path) {
+        Err(e) if crate::error::is_not_found(&e) => return Err(damaged(dir, "version.py")),
+        read => read?,
+    };
     Ok(parse_version(&text))
+}
+
+/// The error for a torch missing a file every torch has: damaged (a pip
+/// install stopped half-way, a file deleted), and reinstalled whole.
+pub fn damaged(dir: &Path, file: &str) -> anyhow::Error {
+    hint(
+        format!(
+            "torch at {} is damaged: its {file} is missing, and every torch has one",
+            dir.display()
+        ),
+        "reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again",
+    )
 }
 
 fn parse_version(text: &str) -> Version {

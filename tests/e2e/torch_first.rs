@@ -375,3 +375,21 @@ fn status_reads_an_unchanged_library_no_more() {
     });
     assert!(changed >= 1);
 }
+
+/// Issue 61: a torch with no version.py is damaged, named with the file,
+/// and reinstalled whole (not "cannot read ...: no such file").
+#[test]
+fn a_torch_missing_its_version_py_is_called_damaged() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let t = sb.torch(TorchKind::Rocm, crate::support::HIP);
+    std::fs::remove_file(t.dir.join("version.py")).unwrap();
+    let run = sb
+        .run_with_state(&["install", "--into-torch", "--dry-run"], &[])
+        .fails_with(&format!(
+            "error: torch at {} is damaged: its version.py is missing, and every torch has one
+help: reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again",
+            t.dir.display()
+        ));
+    assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
+}
