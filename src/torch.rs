@@ -517,6 +517,9 @@ pub fn read_version(dir: &Path) -> Result<Version> {
     Ok(parse_version(&text))
 }
 
+/// The fix for a damaged torch: the same torch again, whole.
+pub const REINSTALL: &str = "reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again";
+
 /// The error for a torch missing a file every torch has: damaged (a pip
 /// install stopped half-way, a file deleted), and reinstalled whole.
 pub fn damaged(dir: &Path, file: &str) -> anyhow::Error {
@@ -525,7 +528,7 @@ pub fn damaged(dir: &Path, file: &str) -> anyhow::Error {
             "torch at {} is damaged: its {file} is missing, and every torch has one",
             dir.display()
         ),
-        "reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again",
+        REINSTALL,
     )
 }
 

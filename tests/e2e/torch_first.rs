@@ -393,3 +393,38 @@ help: reinstall it with the pip command it came from plus --force-reinstall (`pi
         ));
     assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
 }
+
+/// Issue 61: a truncated libtorch_hip.so is a damaged torch, named with
+/// the file and reinstalled whole.
+#[test]
+fn a_truncated_libtorch_hip_is_a_damaged_torch() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    let lib = sb.root.join("site/torch/lib/libtorch_hip.so");
+    let len = std::fs::metadata(&lib).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+    f.set_len(len / 2).unwrap();
+    let run = sb.run(&["doctor"]).check_fails();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("FAIL  torch-gpu "))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(
+        line_matches(
+            &format!(
+                "FAIL  torch-gpu torch is damaged: {} is not a usable ELF file: its section header table ([..] bytes at offset [..]) lies past the end of the file ({} bytes)",
+                lib.display(),
+                len / 2
+            ),
+            lines[at]
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        lines[at + 1],
+        "                fix: reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again"
+    );
+}
