@@ -10,8 +10,9 @@ use anyhow::Result;
 use crate::error::hint;
 
 /// How long a python may take to print one line. A python answers in
-/// tens of milliseconds; one on slow network storage may take seconds.
-pub const LIMIT: Duration = Duration::from_secs(5);
+/// tens of milliseconds; one on slow network storage may take seconds, and
+/// python3 at nice 19 on a 2-core machine busy compiling took over 5 s.
+pub const LIMIT: Duration = Duration::from_secs(10);
 
 const PROBE: &str = "import sys; print('rdna1-patch python', sys.version_info[0])";
 

@@ -47,7 +47,7 @@ fn a_python_that_does_not_answer_is_said_not_to_answer() {
     let hung = script(&sb, "hung-python", "#!/bin/sh\nexec sleep 60\n");
     let start = Instant::now();
     let run = install_with(&sb, &hung).fails_with(&format!(
-        "error: {0} did not answer in 5 s when asked to run a line of python, and was stopped
+        "error: {0} did not answer in 10 s when asked to run a line of python, and was stopped
 help: check that `{0} -c 'print(1)'` answers (a python on slow storage may answer once its files are cached), then run this again; or pass the package with --torch-dir",
         hung.display()
     ));
