@@ -16,6 +16,7 @@ use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
 pub use system::System;
 
+mod probe;
 pub(crate) mod system;
 
 /// How the user pointed at torch.
@@ -253,16 +254,13 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         }
         Locator::Python(p) => p,
     };
+    probe::is_python(python)?;
     let mut cmd = crate::proc::python(python);
     cmd.args(["-c", FIND_SPEC]);
     const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
-    // A python that cannot run is the --python given: that, first.
-    let out = crate::proc::helper(cmd).map_err(|e| {
-        hint(
-            crate::error::chain(&e),
-            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
-        )
-    })?;
+    // A python that cannot run is the --python given: that, first. Ctrl-C
+    // while it is asked is an interruption (130), passed on as it is.
+    let out = crate::proc::helper(cmd).map_err(probe::unless_interrupted)?;
     if !out.status.success() {
         let said = match out.stderr.trim() {
             "" => match out.status.code() {
@@ -283,7 +281,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
                 python.display(),
                 out.stdout.trim().lines().next().unwrap_or("nothing")
             ),
-            "pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+            probe::NAME_IT,
         )
     };
     let found: Found = serde_json::from_str(&out.stdout).map_err(|_| unexpected())?;
@@ -408,6 +406,18 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     })
 }
 
+/// The error for the torch in `dir` when its version.py says it is no ROCm
+/// build (a CUDA or CPU one): what a run on an AMD card needs to know
+/// before it imports it.
+pub fn not_a_rocm_build(dir: &Path) -> Option<anyhow::Error> {
+    let version = read_version(dir).ok()?;
+    let library = dir.join("lib").join(LIBRARY);
+    version
+        .hip
+        .is_none()
+        .then(|| not_rocm(dir, &version, &library))
+}
+
 /// The error for a torch that is no ROCm build.
 fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
     let named = version.version.as_deref().unwrap_or("(unknown version)");
@@ -500,8 +510,26 @@ pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
 /// assignments, and executing it is what we avoid.
 pub fn read_version(dir: &Path) -> Result<Version> {
     let path = dir.join("version.py");
-    let text = std::fs::read_to_string(&path).at("read", &path)?;
+    let text = match std::fs::read_to_string(&path).at("read", &path) {
+        Err(e) if crate::error::is_not_found(&e) => return Err(damaged(dir, "version.py")),
+        read => read?,
+    };
     Ok(parse_version(&text))
+}
+
+/// The fix for a damaged torch: the same torch again, whole.
+pub const REINSTALL: &str = "reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again";
+
+/// The error for a torch missing a file every torch has: damaged (a pip
+/// install stopped half-way, a file deleted), and reinstalled whole.
+pub fn damaged(dir: &Path, file: &str) -> anyhow::Error {
+    hint(
+        format!(
+            "torch at {} is damaged: its {file} is missing, and every torch has one",
+            dir.display()
+        ),
+        REINSTALL,
+    )
 }
 
 fn parse_version(text: &str) -> Version {

@@ -14,21 +14,27 @@ pub struct Args {
     /// The verb whose page to print, e.g. build
     #[arg(conflicts_with = "install")]
     verb: Option<String>,
-    /// Write every page (rdna1-patch.1 and one per verb) into DIR/man1,
-    /// e.g. ~/.local/share/man, instead of printing one
-    #[arg(long, value_name = "DIR")]
-    install: Option<PathBuf>,
+    /// Write every page (rdna1-patch.1 and one per verb) into DIR/man1
+    /// instead of printing one; with no DIR, into share/man beside the
+    /// binary's bin directory (~/.cargo/share/man for ~/.cargo/bin), where
+    /// man-db looks for the pages of a program on PATH
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    install: Option<Option<PathBuf>>,
 }
 
 pub fn run(cli: clap::Command, args: Args) -> Result<ExitCode> {
     match args.install {
         Some(dir) => {
+            let dir = match dir {
+                Some(d) => d,
+                None => beside_the_binary()?,
+            };
             let (man1, count) = install(cli, &dir)?;
             let term = super::term::Term::new();
             Ui::new(&term).stage(
                 "Installed",
                 format!(
-                    "{count} pages into {}: `man rdna1-patch` reads them where man looks (man-db looks in ~/.local/share/man when ~/.local/bin is on PATH; else MANPATH)",
+                    "{count} pages into {}: man-db finds them for a program on PATH in ../share/man beside its bin (else name the directory in MANPATH)",
                     man1.display()
                 ),
             );
@@ -80,6 +86,26 @@ fn page(mut cli: clap::Command, verb: Option<&str>) -> Result<String> {
         }
         None => text,
     })
+}
+
+/// `<bin>/../share/man` for the directory this binary was run from: the
+/// PATH entry that holds it, as man-db sees it (not a symlink's target,
+/// which /proc/self/exe gives).
+fn beside_the_binary() -> Result<PathBuf> {
+    let argv0 = PathBuf::from(std::env::args_os().next().unwrap_or_default());
+    let exe = if argv0.components().count() > 1 {
+        std::path::absolute(&argv0)?
+    } else {
+        std::env::var_os("PATH")
+            .and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join(&argv0))
+                    .find(|f| f.is_file())
+            })
+            .map_or_else(std::env::current_exe, Ok)?
+    };
+    let bin = exe.parent().context("the binary's path has no directory")?;
+    Ok(bin.parent().unwrap_or(bin).join("share/man"))
 }
 
 /// Every page into `dir/man1`; the directory and how many pages.

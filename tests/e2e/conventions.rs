@@ -420,3 +420,80 @@ fn the_json_contract() {
         "{torch}"
     );
 }
+
+/// Issue 61: README's completion and man steps, as a plain user in a fresh
+/// HOME (/etc/skel's .bashrc, as adduser gives) with the binary where
+/// cargo installs it: a new shell completes the verbs and `man` finds the
+/// page, with no MANPATH.
+#[test]
+fn readmes_completion_and_man_steps_work_for_a_fresh_user() {
+    if !root_for("a plain user's fresh HOME (setpriv to nobody)") {
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let steps = readme
+        .split_once("Completions and manual pages come from\nthe binary:\n\n```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block.to_owned())
+        .expect("README's completion and man steps");
+    let sb = Sandbox::new();
+    let home = sb.root.join("fresh-home");
+    let bin = home.join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(BIN, bin.join("rdna1-patch")).unwrap();
+    std::fs::copy("/etc/skel/.bashrc", home.join(".bashrc")).unwrap();
+    chown(&home, NOBODY);
+    let user = |program: &str, args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args([
+                &format!("--reuid={NOBODY}"),
+                &format!("--regid={NOBODY}"),
+                "--clear-groups",
+                program,
+            ])
+            .args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .current_dir(&home)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        Run::from(out)
+    };
+    let run = user("bash", &["-e", "-c", &steps]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let man1 = home.join(".cargo/share/man/man1");
+    assert_eq!(
+        run.stderr,
+        format!(
+            " Installed 15 pages into {}: man-db finds them for a program on PATH in ../share/man beside its bin (else name the directory in MANPATH)\n",
+            man1.display()
+        )
+    );
+    let found = user("man", &["-w", "rdna1-patch", "rdna1-patch-build"]);
+    assert_eq!(
+        found.stdout,
+        format!(
+            "{0}/rdna1-patch.1\n{0}/rdna1-patch-build.1\n",
+            man1.display()
+        ),
+        "{}",
+        found.stderr
+    );
+    // A new interactive shell loads the completion when it is first asked.
+    let shell = user(
+        "bash",
+        &[
+            "-i",
+            "-c",
+            "_completion_loader rdna1-patch; complete -p rdna1-patch",
+        ],
+    );
+    assert_eq!(
+        shell.stdout, "complete -o bashdefault -o default -o nosort -F _rdna1__patch rdna1-patch\n",
+        "{}",
+        shell.stderr
+    );
+}

@@ -209,3 +209,34 @@ fn without_a_topology_the_gfx_name_decides_and_a_failure_is_not_cached() {
         "{log}"
     );
 }
+
+/// Issue 61: the sysfs fixtures' README describes each tree once, as a
+/// list entry of its own or by its parts (two entries for one tree said
+/// different things).
+#[test]
+fn each_sysfs_tree_is_described_once() {
+    let dir = fixtures().join("sysfs");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut trees: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    trees.sort();
+    // A tree's own entry is "- `NAME`:"; the recorded ones are described
+    // by their parts ("- `rx5600xt-gfx1010/class/...`").
+    let entries = |t: &str| readme.matches(&format!("- `{t}`:")).count();
+    let parts = |t: &str| readme.matches(&format!("`{t}/")).count();
+    let described: Vec<(&str, bool)> = trees
+        .iter()
+        .map(|t| {
+            (
+                t.as_str(),
+                entries(t) == 1 || (entries(t) == 0 && parts(t) > 0),
+            )
+        })
+        .collect();
+    let all: Vec<(&str, bool)> = trees.iter().map(|t| (t.as_str(), true)).collect();
+    assert_eq!(described, all);
+}

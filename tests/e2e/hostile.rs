@@ -147,7 +147,7 @@ fn a_fat_binary_that_lies_about_its_sizes_is_an_error_not_a_crash() {
             let line = run
                 .stdout
                 .lines()
-                .find(|l| l.contains("torch-gpu"))
+                .find(|l| l.get(6..).is_some_and(|r| r.starts_with("torch-gpu ")))
                 .unwrap_or_else(|| panic!("no torch-gpu line:\n{}", run.stdout));
             let head = format!(
                 "{} is not a usable ELF file: its {what} ({size} bytes at offset ",

@@ -36,6 +36,7 @@ mod other_user;
 mod patches;
 mod prefix_guard;
 mod privilege;
+mod python_probe;
 mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;

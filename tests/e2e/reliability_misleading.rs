@@ -121,6 +121,43 @@ help: free space on the disk holding [..]/state (or pass a --state-dir on a disk
     assert_eq!(md5(&torch.miopen()), before);
 }
 
+/// Issue 61: a full disk in torch's own directory (where the new library
+/// is written beside the old) is the disk the help names; a --state-dir
+/// elsewhere would not help, so it is not offered.
+#[test]
+fn a_full_disk_in_torchs_directory_names_that_disk() {
+    let sb = Sandbox::built();
+    let torch = sb.torch(TorchKind::Rocm, HIP);
+    let lib = torch.miopen().parent().unwrap().to_owned();
+    let aside = sb.root.join("lib-aside");
+    std::fs::rename(&lib, &aside).unwrap();
+    let Some(_mount) = Tmpfs::mount(&lib, "4m") else {
+        return;
+    };
+    for e in std::fs::read_dir(&aside).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), lib.join(e.file_name())).unwrap();
+    }
+    let before = md5(&torch.miopen());
+    // Less room than the staged (relinked) library takes.
+    let staged = std::fs::metadata(sb.prefix.join("lib/libMIOpen.so.1.0.0"))
+        .unwrap()
+        .len();
+    let filler = free_bytes(&lib).saturating_sub(staged / 2);
+    std::fs::write(lib.join("filler"), vec![0u8; filler as usize]).unwrap();
+    let run = sb.install(&[]).fails_with(&format!(
+        "error: cannot write [..]: no space left on device; torch was not changed and the partial copy was removed
+help: free space on the disk holding {} (the new library is written beside the one it replaces), then run this again",
+        lib.display()
+    ));
+    assert_eq!(md5(&torch.miopen()), before);
+    assert!(!run.stderr.contains("--state-dir"), "{}", run.stderr);
+    std::fs::remove_file(lib.join("filler")).unwrap();
+    sb.install(&[]).ok();
+    sb.rollback(&[]).ok();
+    assert_eq!(md5(&torch.miopen()), before);
+}
+
 // 7. Smaller.
 
 #[test]

@@ -253,3 +253,46 @@ fn the_battery_needs_a_torch_that_sees_the_gpu_and_stops_at_its_limit() {
         ],
     );
 }
+
+/// Issue 61: a CUDA torch on an AMD card imports, then sees no GPU; the
+/// battery names the torch as CUDA's and the torch for the card as the
+/// fix, not the render and video groups.
+#[test]
+fn a_cuda_torch_on_an_amd_card_is_named_as_cudas() {
+    let sb = Sandbox::new();
+    let t = rdna1_testkit::FakeTorch::create(
+        &sb.root.join("site"),
+        crate::support::runtime(),
+        TorchKind::Cuda,
+        "2.15.0+cu132",
+        "",
+    );
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let state = sb.state();
+    let run = Run::from(
+        sb.cmd()
+            .args(["verify", "--smoke", "--state-dir", &state, "--torch-dir"])
+            .arg(&t.dir)
+            .output()
+            .unwrap(),
+    )
+    .check_fails();
+    let cuda = format!(
+        "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
+        t.dir.display()
+    );
+    let fix = "fix: install the torch built for gfx1010 (the card in this machine): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again (it replaces this one in this environment)";
+    assert_eq!(
+        run.stdout,
+        format!(
+            "verdict: problems to fix: torch, smoke
+skip  prefix    no rdna1-patch install in {state} to check; --smoke judges the torch as it is
+FAIL  torch     {cuda}
+                {fix}
+FAIL  smoke     the battery could not start: {cuda}
+                {fix}
+"
+        )
+    );
+    assert_eq!(run.stderr, "");
+}

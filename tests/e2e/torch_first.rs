@@ -138,10 +138,10 @@ fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
         "error: [..]/python3 ([..]) has no torch installed\n{}",
         help(OR_PYTHON)
     ));
-    install(&["--python", "/usr/bin/false"]).fails_with(&format!(
-        "error: /usr/bin/false could not look for torch: it exited with status 1 and printed nothing\n{}",
-        help(OR_PYTHON)
-    ));
+    install(&["--python", "/usr/bin/false"]).fails_with(
+        "error: /usr/bin/false is not a python: it did not run a line of python given with -c (exit status: 1)
+help: pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+    );
     let t = FakeTorch::create(
         &sb.root.join("site"),
         runtime(),
@@ -384,4 +384,57 @@ fn status_reads_an_unchanged_library_no_more() {
             .prints("replaced");
     });
     assert!(changed >= 1);
+}
+
+/// Issue 61: a torch with no version.py is damaged, named with the file,
+/// and reinstalled whole (not "cannot read ...: no such file").
+#[test]
+fn a_torch_missing_its_version_py_is_called_damaged() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let t = sb.torch(TorchKind::Rocm, crate::support::HIP);
+    std::fs::remove_file(t.dir.join("version.py")).unwrap();
+    let run = sb
+        .run_with_state(&["install", "--into-torch", "--dry-run"], &[])
+        .fails_with(&format!(
+            "error: torch at {} is damaged: its version.py is missing, and every torch has one
+help: reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again",
+            t.dir.display()
+        ));
+    assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
+}
+
+/// Issue 61: a truncated libtorch_hip.so is a damaged torch, named with
+/// the file and reinstalled whole.
+#[test]
+fn a_truncated_libtorch_hip_is_a_damaged_torch() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    let lib = sb.root.join("site/torch/lib/libtorch_hip.so");
+    let len = std::fs::metadata(&lib).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+    f.set_len(len / 2).unwrap();
+    let run = sb.run(&["doctor"]).check_fails();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("FAIL  torch-gpu "))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(
+        line_matches(
+            &format!(
+                "FAIL  torch-gpu torch is damaged: {} is not a usable ELF file: its section header table ([..] bytes at offset [..]) lies past the end of the file ({} bytes)",
+                lib.display(),
+                len / 2
+            ),
+            lines[at]
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        lines[at + 1],
+        "                fix: reinstall it with the pip command it came from plus --force-reinstall (`pip install --force-reinstall torch ...`, with the same --index-url), then run this again"
+    );
 }

@@ -9,14 +9,14 @@ fn the_uninstall_page_names_everything_the_tool_writes() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     // The completion file and the man pages where README puts them.
     assert!(readme.contains("~/.local/share/bash-completion/completions/rdna1-patch"));
-    assert!(readme.contains("man --install ~/.local/share/man"));
+    assert!(readme.contains("rdna1-patch man --install "));
     for place in [
         "~/.local/share/rdna1-patch",
         "~/.cache/rdna1-patch",
         "~/.local/state/rdna1-patch",
         "~/.config/rdna1-patch",
         "~/.local/share/bash-completion/completions/rdna1-patch",
-        "~/.local/share/man/man1/rdna1-patch",
+        "~/.cargo/share/man/man1/rdna1-patch",
         "cargo uninstall rdna1-patch",
         "cargo clean",
     ] {

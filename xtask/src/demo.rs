@@ -46,7 +46,7 @@ pub fn run_demo(root: &Path, args: &[String]) -> Result<()> {
     check_args(args)?;
     eprintln!("demo: building rdna1-patch (cargo shows its progress)");
     crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
-    let bin = root.join("target/debug/rdna1-patch");
+    let bin = crate::target_dir(root).join("debug/rdna1-patch");
     let keep = !args.is_empty();
     let dir = tempfile::Builder::new()
         .prefix("rdna1-patch-demo-")

@@ -26,7 +26,7 @@ pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
     }
     eprintln!("demo: building rdna1-patch (cargo shows its progress)");
     crate::run(crate::cargo().args(["build", "--bin", "rdna1-patch"]))?;
-    let bin = root.join("target/debug/rdna1-patch");
+    let bin = crate::target_dir(root).join("debug/rdna1-patch");
     let dir = tempfile::Builder::new()
         .prefix("rdna1-patch-demo-")
         .tempdir()?;

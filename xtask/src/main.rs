@@ -128,6 +128,13 @@ pub fn root() -> PathBuf {
         .to_owned()
 }
 
+/// Where cargo builds: CARGO_TARGET_DIR when it is set.
+pub fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
 pub fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: $ {cmd:?}");
     let status = cmd
@@ -139,10 +146,97 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// A nested cargo, run from the workspace's root. `cargo xtask` is `cargo
+/// run`, which gives xtask the variables of a running package
+/// (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...); passed down, a build script that
+/// watches one (ring's watches CARGO_MANIFEST_DIR) sees it change between
+/// this build and the next plain one, and each undoes the other's (113 s a
+/// demo). The user's own (CARGO_HOME, CARGO_TARGET_DIR, CARGO_BUILD_*)
+/// stay.
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_for_a_running_package) {
+            c.env_remove(name);
+        }
+    }
     c
+}
+
+/// The variables cargo sets for the package it runs, builds or tests
+/// (cargo's "Environment variables Cargo sets for crates").
+fn set_for_a_running_package(name: &str) -> bool {
+    const EXACT: [&str; 7] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    EXACT.contains(&name)
+        || ["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_RUSTC_CURRENT_DIR"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whole list: what goes and what stays.
+    #[test]
+    fn nested_cargo_drops_the_running_packages_variables() {
+        let names = [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "CARGO_INCREMENTAL",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_BIN_EXE_xtask",
+            "CARGO_TARGET_TMPDIR",
+        ];
+        let dropped: Vec<&str> = names
+            .into_iter()
+            .filter(|n| set_for_a_running_package(n))
+            .collect();
+        assert_eq!(
+            dropped,
+            [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_PKG_NAME",
+                "CARGO_PKG_VERSION_MAJOR",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_BIN_EXE_xtask",
+                "CARGO_TARGET_TMPDIR",
+            ]
+        );
+        // This test runs under cargo, which set CARGO_MANIFEST_DIR and
+        // CARGO_PKG_NAME: the command removes both.
+        let c = cargo();
+        let removed: Vec<_> = c
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"),
+            "{removed:?}"
+        );
+        assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
+    }
 }
 
 fn ci() -> Result<()> {

@@ -141,7 +141,7 @@ fn ci_names_the_missing_system_packages_first() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(
         lines[0],
-        "xtask: no dpkg here, so these were not checked (Debian's names; your distribution's may differ): clang-tools-14, libamd-comgr2, libclang-common-15-dev, libamdhip64-5, hipcc, libamdhip64-dev, libssl-dev",
+        "xtask: no dpkg here, so these were not checked (Debian's names; your distribution's may differ): bash-completion, clang-tools-14, libamd-comgr2, libclang-common-15-dev, libamdhip64-5, hipcc, libamdhip64-dev, libssl-dev",
         "{stderr}"
     );
     assert!(

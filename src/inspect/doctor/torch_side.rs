@@ -227,6 +227,17 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
             );
             None
         }
+        // torch's own library, there but unreadable: torch is damaged (a
+        // download or copy cut short), whatever the route.
+        Err(e) if lib.is_file() => {
+            r.push_fix(
+                "torch-gpu",
+                Status::Fail,
+                format!("torch is damaged: {e}"),
+                torch::REINSTALL,
+            );
+            None
+        }
         Err(e) => {
             r.push("torch-gpu", Status::Skip, e);
             None

@@ -103,6 +103,12 @@ pub fn run(s: &Subject, r: &mut CheckReport) -> Battery {
     if let Err(e) = crate::owner::ensure_root_may_trust_torch(dir) {
         return cannot_start(battery, &crate::error::chain(&e), r);
     }
+    // A CUDA torch imports, then sees no GPU on an AMD card: the torch is
+    // the problem, not the user's groups.
+    if let Some(e) = crate::torch::not_a_rocm_build(dir) {
+        let fix = crate::error::help(&e).unwrap_or_default().to_owned();
+        return cannot_start_for(battery, &crate::error::chain(&e), &fix, r);
+    }
     let deadline = Instant::now() + req.timeout * BATTERY_FACTOR;
     let out = child(req, dir, &["info"], req.timeout);
     if let Some(sig) = crate::interrupt::interrupted() {
@@ -180,12 +186,21 @@ fn stopped(mut battery: Battery, sig: i32, r: &mut CheckReport) -> Battery {
     battery
 }
 
-fn cannot_start(mut battery: Battery, why: &str, r: &mut CheckReport) -> Battery {
+fn cannot_start(battery: Battery, why: &str, r: &mut CheckReport) -> Battery {
+    cannot_start_for(
+        battery,
+        why,
+        "run `rdna1-patch verify --runtime` to see what torch loads; if torch sees no GPU, add your user to the render and video groups and log in again",
+        r,
+    )
+}
+
+fn cannot_start_for(mut battery: Battery, why: &str, fix: &str, r: &mut CheckReport) -> Battery {
     r.push_fix(
         "smoke",
         Status::Fail,
         format!("the battery could not start: {why}"),
-        "run `rdna1-patch verify --runtime` to see what torch loads; if torch sees no GPU, add your user to the render and video groups and log in again",
+        fix,
     );
     battery.skipped = Some(why.to_owned());
     battery.status = BatteryStatus::NothingRun;

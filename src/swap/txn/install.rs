@@ -152,7 +152,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     if let Err(e) = written.and_then(|()| (swap.check)(&temp)) {
         let _ = fsutil::remove_own_file(&temp);
         locked.set(&mut j, State::Aborted)?;
-        return Err(out_of_space(e, dir, "torch was not changed"));
+        return Err(library_out_of_space(e, dir, "torch was not changed"));
     }
     swap_in(locked, &mut j)?;
     locked.set(&mut j, State::Installed)?;
@@ -344,6 +344,23 @@ pub fn out_of_space(e: anyhow::Error, place: &Path, unchanged: &str) -> anyhow::
             format!(
                 "free space on the disk holding {} (or pass a --state-dir on a disk with room), then run this again",
                 place.display()
+            ),
+        )
+    } else {
+        e.context(unchanged.to_owned())
+    }
+}
+
+/// [`out_of_space`] where the disk that is full is the library's own (the
+/// new one is written beside the one it replaces): a --state-dir
+/// elsewhere would not help, so the help names only that disk.
+pub fn library_out_of_space(e: anyhow::Error, dir: &Path, unchanged: &str) -> anyhow::Error {
+    if fsutil::is_disk_full(&e) {
+        hint(
+            format!("{e:#}; {unchanged} and the partial copy was removed"),
+            format!(
+                "free space on the disk holding {} (the new library is written beside the one it replaces), then run this again",
+                dir.display()
             ),
         )
     } else {

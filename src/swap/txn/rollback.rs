@@ -8,7 +8,7 @@ use crate::checksum;
 use crate::error::hint;
 use crate::fsutil;
 
-use super::install::{ensure_root_may_change, out_of_space};
+use super::install::{ensure_root_may_change, library_out_of_space};
 use super::journal::{Journal, State, check_backup};
 use super::recover::{Found, changed_elsewhere, linked_to_prefix};
 use super::state::Locked;
@@ -221,7 +221,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
         Err(e) => {
             let _ = fsutil::remove_own_file(&temp);
             locked.set(j, State::Installed)?;
-            return Err(out_of_space(e, &dir, "torch was not changed"));
+            return Err(library_out_of_space(e, &dir, "torch was not changed"));
         }
     };
     if copy != j.original.md5 {

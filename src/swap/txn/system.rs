@@ -114,7 +114,7 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     if let Err(e) = written {
         j.remove_temps();
         locked.set(&mut j, State::Aborted)?;
-        return Err(super::install::out_of_space(
+        return Err(super::install::library_out_of_space(
             e,
             lib_dir,
             "torch was not changed",
