@@ -182,63 +182,6 @@ fn set_for_a_running_package(name: &str) -> bool {
             .any(|p| name.starts_with(p))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whole list: what goes and what stays.
-    #[test]
-    fn nested_cargo_drops_the_running_packages_variables() {
-        let names = [
-            "CARGO",
-            "CARGO_HOME",
-            "CARGO_TARGET_DIR",
-            "CARGO_BUILD_JOBS",
-            "CARGO_INCREMENTAL",
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_PKG_NAME",
-            "CARGO_PKG_VERSION_MAJOR",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_BIN_EXE_xtask",
-            "CARGO_TARGET_TMPDIR",
-        ];
-        let dropped: Vec<&str> = names
-            .into_iter()
-            .filter(|n| set_for_a_running_package(n))
-            .collect();
-        assert_eq!(
-            dropped,
-            [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_PKG_NAME",
-                "CARGO_PKG_VERSION_MAJOR",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_BIN_EXE_xtask",
-                "CARGO_TARGET_TMPDIR",
-            ]
-        );
-        // This test runs under cargo, which set CARGO_MANIFEST_DIR and
-        // CARGO_PKG_NAME: the command removes both.
-        let c = cargo();
-        let removed: Vec<_> = c
-            .get_envs()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"),
-            "{removed:?}"
-        );
-        assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
-    }
-}
-
 fn ci() -> Result<()> {
     needs::check(&root())?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -303,4 +246,61 @@ fn wheel() -> Result<PathBuf> {
         t0.elapsed().as_secs_f64()
     );
     Ok(wheel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whole list: what goes and what stays.
+    #[test]
+    fn nested_cargo_drops_the_running_packages_variables() {
+        let names = [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "CARGO_INCREMENTAL",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_BIN_EXE_xtask",
+            "CARGO_TARGET_TMPDIR",
+        ];
+        let dropped: Vec<&str> = names
+            .into_iter()
+            .filter(|n| set_for_a_running_package(n))
+            .collect();
+        assert_eq!(
+            dropped,
+            [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_PKG_NAME",
+                "CARGO_PKG_VERSION_MAJOR",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_BIN_EXE_xtask",
+                "CARGO_TARGET_TMPDIR",
+            ]
+        );
+        // This test runs under cargo, which set CARGO_MANIFEST_DIR and
+        // CARGO_PKG_NAME: the command removes both.
+        let c = cargo();
+        let removed: Vec<_> = c
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"),
+            "{removed:?}"
+        );
+        assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
+    }
 }

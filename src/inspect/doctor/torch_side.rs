@@ -152,6 +152,35 @@ fn devel_sdk(python: &Path, r: &mut CheckReport) {
     }
 }
 
+/// The torch-gpu row for code torch has: ok when it runs on every card,
+/// else a failure naming the cards and the torch for them.
+fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckReport) {
+    let notes = gpucode::library_notes(c);
+    let has = format!(
+        "{} has code for {}",
+        lib.display(),
+        c.all_targets().join(", ")
+    );
+    let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
+    let missing = crate::swap::route::cards_without_code(c);
+    if missing.is_empty() {
+        let gfx101x = if c.has_gfx101x() { "" } else { " (no gfx101x)" };
+        r.push("torch-gpu", Status::Ok, format!("{has}{gfx101x}{notes}"));
+        return;
+    }
+    let cards = missing.join(", ");
+    r.push_breaks(
+        "torch-gpu",
+        Status::Fail,
+        format!("{has} and none for {cards}: torch runs nothing on that card{notes}"),
+        format!(
+            "everything: torch has no code for {cards}; the torch for {} first (see torch-gpu)",
+            missing[0]
+        ),
+        Some(crate::swap::route::torch_for(&missing)),
+    );
+}
+
 /// Which GPUs torch's own GPU code is for: the offload bundles of
 /// torch/lib/libtorch_hip.so, read as every library is (compressed ones
 /// too). `None` when that cannot be told.
@@ -159,36 +188,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
     let lib = t.dir.join("lib/libtorch_hip.so");
     match t.gpu_code() {
         Ok(Some(c)) if !c.all_targets().is_empty() => {
-            let notes = gpucode::library_notes(c);
-            let has = format!(
-                "{} has code for {}",
-                lib.display(),
-                c.all_targets().join(", ")
-            );
-            let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
-            let missing = crate::swap::route::cards_without_code(c);
-            if missing.is_empty() {
-                r.push(
-                    "torch-gpu",
-                    Status::Ok,
-                    format!(
-                        "{has}{}{notes}",
-                        if c.has_gfx101x() { "" } else { " (no gfx101x)" }
-                    ),
-                );
-            } else {
-                let cards = missing.join(", ");
-                r.push_breaks(
-                    "torch-gpu",
-                    Status::Fail,
-                    format!("{has} and none for {cards}: torch runs nothing on that card{notes}"),
-                    format!(
-                        "everything: torch has no code for {cards}; the torch for {} first (see torch-gpu)",
-                        missing[0]
-                    ),
-                    Some(crate::swap::route::torch_for(&missing)),
-                );
-            }
+            judge_torch_code(&lib, c, r);
             Some(c.clone())
         }
         Ok(Some(c)) if c.compressed > 0 => {
