@@ -94,57 +94,32 @@ impl Dir {
     /// A new file at `name`, made here and nowhere else: an existing name,
     /// a symlink included, is an error (O_EXCL, O_NOFOLLOW).
     pub fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
-        let c = Dir::c(name)?;
-        self.as_owner(|| {
-            // SAFETY: a valid fd and name; the result is checked.
-            let fd = unsafe {
-                libc::openat(
-                    self.fd(),
-                    c.as_ptr(),
-                    libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_RDWR
-                        | libc::O_CLOEXEC,
-                    mode as libc::c_uint,
-                )
-            };
-            match fd {
-                -1 => Err(io::Error::last_os_error()),
-                // SAFETY: a descriptor just opened, owned by nothing else.
-                fd => Ok(unsafe { File::from_raw_fd(fd) }),
-            }
-        })
+        self.open_new(name, libc::O_EXCL, mode)
     }
 
     /// Open the regular file at `name` for reading and writing, made if it
     /// is not there; a symlink or anything but a regular file is refused.
     pub fn open_or_create(&self, name: &OsStr, mode: u32) -> io::Result<File> {
-        let c = Dir::c(name)?;
-        let file = self.as_owner(|| {
-            // SAFETY: a valid fd and name; the result is checked.
-            let fd = unsafe {
-                libc::openat(
-                    self.fd(),
-                    c.as_ptr(),
-                    libc::O_CREAT
-                        | libc::O_NOFOLLOW
-                        | libc::O_NONBLOCK
-                        | libc::O_RDWR
-                        | libc::O_CLOEXEC,
-                    mode as libc::c_uint,
-                )
-            };
-            match fd {
-                -1 => Err(io::Error::last_os_error()),
-                // SAFETY: a descriptor just opened, owned by nothing else.
-                fd => Ok(unsafe { File::from_raw_fd(fd) }),
-            }
-        })?;
+        let file = self.open_new(name, libc::O_NONBLOCK, mode)?;
         if !file.metadata()?.is_file() {
             return Err(io::Error::other("not a regular file"));
         }
         Ok(file)
+    }
+
+    /// openat(O_CREAT | O_NOFOLLOW | O_RDWR | `flags`) of `name` here, as
+    /// this directory's owner.
+    fn open_new(&self, name: &OsStr, flags: i32, mode: u32) -> io::Result<File> {
+        let c = Dir::c(name)?;
+        let flags = libc::O_CREAT | libc::O_NOFOLLOW | libc::O_RDWR | libc::O_CLOEXEC | flags;
+        self.as_owner(|| {
+            // SAFETY: a valid fd and name; the result is checked.
+            match unsafe { libc::openat(self.fd(), c.as_ptr(), flags, mode as libc::c_uint) } {
+                -1 => Err(io::Error::last_os_error()),
+                // SAFETY: a descriptor just opened, owned by nothing else.
+                fd => Ok(unsafe { File::from_raw_fd(fd) }),
+            }
+        })
     }
 
     /// Give `from` the name `to` in this directory, replacing what is
