@@ -106,22 +106,9 @@ impl Writers {
                 }
                 Err(e) => return Err(e),
             };
-            let mode = meta.mode();
-            let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
-            let mut add = |who: Who| {
+            for who in entry_writers(&meta, leaf) {
                 if w.set.insert(who) && w.first.is_none() {
                     w.first = Some(p.to_owned());
-                }
-            };
-            if meta.uid() != 0 {
-                add(Who::User(meta.uid()));
-            }
-            if !sticky_dir || leaf {
-                if mode & 0o020 != 0 && meta.gid() != 0 {
-                    add(Who::Group(meta.gid()));
-                }
-                if mode & 0o002 != 0 {
-                    add(Who::Anyone);
                 }
             }
             leaf = false;
@@ -151,6 +138,27 @@ impl Writers {
             .copied()
             .collect()
     }
+}
+
+/// Who besides root can change what stands at one path, from its own
+/// owner and mode: `leaf` is the path itself; a sticky directory that is
+/// not (one above it, as /tmp) lets only its owner move the entry.
+fn entry_writers(meta: &std::fs::Metadata, leaf: bool) -> Vec<Who> {
+    let mode = meta.mode();
+    let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
+    let mut who = Vec::new();
+    if meta.uid() != 0 {
+        who.push(Who::User(meta.uid()));
+    }
+    if !sticky_dir || leaf {
+        if mode & 0o020 != 0 && meta.gid() != 0 {
+            who.push(Who::Group(meta.gid()));
+        }
+        if mode & 0o002 != 0 {
+            who.push(Who::Anyone);
+        }
+    }
+    who
 }
 
 /// A user's name and home directory, from the password database (never
@@ -223,19 +231,12 @@ pub fn tree_writers(dir: &Path) -> std::io::Result<Option<(Vec<Who>, PathBuf)>> 
             }
             continue;
         }
-        let mut who = Vec::new();
-        if meta.uid() != 0 && Some(meta.uid()) != user {
-            who.push(Who::User(meta.uid()));
-        }
-        if meta.mode() & 0o020 != 0 && meta.gid() != 0 && meta.mode() & 0o1000 == 0 {
-            who.push(Who::Group(meta.gid()));
-        }
-        // A sticky directory (as /tmp) lets others add names, never move
-        // or replace one of ours: as `Writers` judges the ones above.
-        let sticky_dir = meta.is_dir() && meta.mode() & 0o1000 != 0;
-        if meta.mode() & 0o002 != 0 && !sticky_dir {
-            who.push(Who::Anyone);
-        }
+        // A directory inside is judged as one above a file: sticky (as
+        // /tmp), others may add names but never move or replace ours.
+        let who: Vec<Who> = entry_writers(&meta, !meta.is_dir())
+            .into_iter()
+            .filter(|w| Some(*w) != user.map(Who::User))
+            .collect();
         if !who.is_empty() {
             return Ok(Some((who, entry.path().to_owned())));
         }

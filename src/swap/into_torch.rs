@@ -382,9 +382,7 @@ fn in_place<'a>(
     }
     route::check_in_place_prefix(&req.prefix, torch, profile)?;
     // Another user's torch is refused before its comgr is even looked at.
-    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
-    crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
-    ensure_text_path(torch)?;
+    ensure_may_change(torch)?;
     ui.stage("Route", &route.why);
     // What fails is established from the library itself before anything
     // is decided; the fix is made and proven in memory, dry run or not.
@@ -469,6 +467,15 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
     }
 }
 
+/// What refuses a torch before anything is written: one another user
+/// controls (its library, or any file of the package, run as root), or
+/// one whose path is not UTF-8, which its journal could not record.
+fn ensure_may_change(torch: &Torch) -> Result<()> {
+    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
+    crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
+    ensure_text_path(torch)
+}
+
 /// A torch whose path is not UTF-8 is refused before anything is written:
 /// the journal that makes a change reversible records its paths as text.
 fn ensure_text_path(torch: &Torch) -> Result<()> {
@@ -489,9 +496,7 @@ fn ensure_text_path(torch: &Torch) -> Result<()> {
 
 /// Settle what killed runs left; refuse a torch whose transaction is open.
 fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
-    txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
-    crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
-    ensure_text_path(torch)?;
+    ensure_may_change(torch)?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {
         ui.stage("Recovered", note);
