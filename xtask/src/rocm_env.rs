@@ -14,8 +14,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::run;
 
-/// What the chroot holds: ROCm's development packages and what MIOpen's
-/// build needs besides. A change here rebuilds the chroot.
+/// What the chroot holds: ROCm's development packages and what the MIOpen
+/// and rocBLAS builds need besides (rocBLAS: roctx's header, msgpack, and
+/// Tensile's python modules; Debian's rocblas 6.4.4 build-depends on
+/// them). A change here rebuilds the chroot.
 const PACKAGES: &[&str] = &[
     "hipcc",
     "libamdhip64-dev",
@@ -39,6 +41,14 @@ const PACKAGES: &[&str] = &[
     "pkg-config",
     "python3",
     "patchelf",
+    "ccache",
+    "libroctx-dev",
+    "libhsa-runtime-dev",
+    "libmsgpack-cxx-dev",
+    "python3-joblib",
+    "python3-msgpack",
+    "python3-yaml",
+    "python3-venv",
 ];
 
 /// The mirror serves a dated snapshot whose Release file has expired.
