@@ -38,6 +38,19 @@ pub fn invoking_user() -> Option<u32> {
         .filter(|&u| u != 0)
 }
 
+/// Under sudo, who the user's programs (python, torch's import, the
+/// compile child) run as, in words ("nobody (uid 65534, who ran sudo)");
+/// None otherwise.
+pub fn acting_for() -> Option<String> {
+    let uid = invoking_user()?;
+    Some(match std::env::var("SUDO_USER") {
+        Ok(name) if !name.is_empty() && name.len() <= 64 && !name.contains(char::is_control) => {
+            format!("{name} (uid {uid}, who ran sudo)")
+        }
+        _ => format!("uid {uid} (who ran sudo)"),
+    })
+}
+
 /// Whom root runs the compile child as under sudo: sudo's user and group
 /// (`SUDO_UID`, `SUDO_GID`); None when not root or not under sudo (a root
 /// shell compiles as root, and then loads root's files alone).

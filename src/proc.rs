@@ -314,7 +314,11 @@ pub const HELPER_LIMIT: Duration = Duration::from_secs(120);
 /// `PYTHONSAFEPATH` says the same to python 3.11 and newer. The user's
 /// environment (PYTHONPATH, a venv) still decides which torch is seen: it
 /// is theirs, given on purpose, unlike the directory they happen to be in.
-pub fn python(program: &Path) -> Command {
+/// Under sudo it runs as sudo's user and group, with no supplementary
+/// groups: python runs a venv's `.pth` files and `sitecustomize` as it
+/// starts, and those are the user's code, which gets no more than the user
+/// has. What it answers is data, read as such.
+pub fn python(program: &Path) -> Result<Command> {
     // A relative path with a slash is the caller's, not `/`'s.
     let program = if program.components().count() > 1 && program.is_relative() {
         std::path::absolute(program).unwrap_or_else(|_| program.to_owned())
@@ -323,7 +327,10 @@ pub fn python(program: &Path) -> Command {
     };
     let mut c = Command::new(program);
     c.current_dir("/").env("PYTHONSAFEPATH", "1");
-    c
+    if let Some((uid, gid)) = crate::owner::sudo_identity()? {
+        c.uid(uid).gid(gid);
+    }
+    Ok(c)
 }
 
 /// Run a helper program to the end within [`HELPER_LIMIT`]; a hang is an

@@ -243,7 +243,7 @@ fn in_site(mut sdk: Sdk, site: &Path) -> Result<Sdk> {
 const QUERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 fn ask(python: &Path) -> Result<Answer> {
-    let mut cmd = crate::proc::python(python);
+    let mut cmd = crate::proc::python(python)?;
     cmd.args(["-c", QUERY]);
     let out = crate::proc::run(cmd, QUERY_LIMIT)?;
     let Some(status) = out.status else {

@@ -255,7 +255,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
         Locator::Python(p) => p,
     };
     probe::is_python(python)?;
-    let mut cmd = crate::proc::python(python);
+    let mut cmd = crate::proc::python(python)?;
     cmd.args(["-c", FIND_SPEC]);
     const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
     // A python that cannot run is the --python given: that, first. Ctrl-C
@@ -288,14 +288,24 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     let executable = unhex(&found.executable).ok_or_else(unexpected)?;
     match found.torch {
         Some(t) => unhex(&t).ok_or_else(unexpected),
-        None => Err(no_rocm_torch(
-            format!(
-                "{} ({}) has no torch installed",
-                python.display(),
-                executable.display()
+        None => Err(match crate::owner::acting_for() {
+            Some(who) => no_rocm_torch(
+                format!(
+                    "{} ({}) has no torch that {who} can import (python runs as that user)",
+                    python.display(),
+                    executable.display()
+                ),
+                &format!("; or {}{OR_PYTHON}", probe::UNDER_SUDO),
             ),
-            OR_PYTHON,
-        )),
+            None => no_rocm_torch(
+                format!(
+                    "{} ({}) has no torch installed",
+                    python.display(),
+                    executable.display()
+                ),
+                OR_PYTHON,
+            ),
+        }),
     }
 }
 

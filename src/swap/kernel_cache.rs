@@ -84,7 +84,7 @@ pub fn forget_batch_norm(python: &Path) -> Result<Forgotten> {
     let mut files = Vec::new();
     for dir in cache_dirs() {
         for file in gfx101x_caches(&dir) {
-            let mut cmd = crate::proc::python(python);
+            let mut cmd = crate::proc::python(python)?;
             cmd.args(["-c", FORGET]).arg(&file);
             let out = crate::proc::run(cmd, FORGET_LIMIT)?;
             let ok = out.status.is_some_and(|s| s.success());

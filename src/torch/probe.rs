@@ -20,7 +20,7 @@ pub const NAME_IT: &str = "pass the python your torch is installed in with --pyt
 
 /// Ok when `python` runs a line of python within [`LIMIT`].
 pub fn is_python(python: &Path) -> Result<()> {
-    let mut cmd = crate::proc::python(python);
+    let mut cmd = crate::proc::python(python)?;
     cmd.args(["-c", PROBE]);
     let out = crate::proc::run(cmd, LIMIT).map_err(unless_interrupted)?;
     let shown = python.display();
@@ -48,5 +48,15 @@ pub fn unless_interrupted(e: anyhow::Error) -> anyhow::Error {
     if crate::error::exit_code(&e) != crate::error::FAILED {
         return e;
     }
-    hint(crate::error::chain(&e), NAME_IT)
+    match crate::owner::acting_for() {
+        Some(who) => hint(
+            format!("{}; python runs as {who}", crate::error::chain(&e)),
+            format!("{UNDER_SUDO}; or {NAME_IT}"),
+        ),
+        None => hint(crate::error::chain(&e), NAME_IT),
+    }
 }
+
+/// Under sudo python is the user's, run as them: what only root can read
+/// is not theirs to import.
+pub const UNDER_SUDO: &str = "run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user";

@@ -49,19 +49,18 @@ pub(crate) fn verify_compile(sb: &Sandbox, extra: &[&str]) -> Run {
 
 /// The command [`verify_compile`] runs, for a test to add its environment.
 pub(crate) fn verify_compile_cmd(sb: &Sandbox) -> Command {
+    verify_compile_cmd_with(sb, "python3")
+}
+
+/// [`verify_compile_cmd`] asking `python` where torch is.
+pub(crate) fn verify_compile_cmd_with(sb: &Sandbox, python: &str) -> Command {
     let prefix = sb.prefix.display().to_string();
     let state = sb.state();
     let mut c = Command::new("timeout");
     c.arg("300").arg(crate::support::BIN);
     sb.env(&mut c);
     c.args(["verify", "--prefix", &prefix, "--state-dir", &state])
-        .args([
-            "--profile",
-            "rocm-6.4.3",
-            "--python",
-            "python3",
-            "--compile",
-        ]);
+        .args(["--profile", "rocm-6.4.3", "--python", python, "--compile"]);
     c
 }
 

@@ -56,6 +56,23 @@ pub fn reachable_by_others(path: &Path) -> bool {
     dirs_open && mode(&real).is_ok_and(|m| m & 0o005 == 0o005)
 }
 
+/// The python a test under sudo names with --python: under sudo the tool
+/// runs python as sudo's user, who cannot reach the harness's tools dir
+/// (the clone may lie under a 0700 parent). None, said on stderr, when
+/// no system python3 is reachable by others.
+pub fn python_for_sudo(what: &str) -> Option<&'static str> {
+    const PY: &str = "/usr/bin/python3";
+    if reachable_by_others(Path::new(PY)) {
+        return Some(PY);
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "not checked (no {PY} others can run): {what}"
+    );
+    None
+}
+
 /// Where sandboxes are made: the temp dir when others can enter it, else
 /// /tmp (a TMPDIR of pam_tmpdir's, /tmp/user/0, is root's alone).
 pub fn enterable_tmp() -> PathBuf {

@@ -51,6 +51,11 @@ fn root_never_writes_a_setuid_or_root_owned_library_into_a_users_torch() {
     if !root_for("root's install into a user's setuid library") {
         return;
     }
+    let Some(python) =
+        crate::other_user::python_for_sudo("root's install into a user's setuid library")
+    else {
+        return;
+    };
     let sb = Sandbox::new();
     let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
     let original = std::fs::read(torch.miopen()).unwrap();
@@ -72,7 +77,8 @@ help: run rdna1-patch as the user who owns that torch, without sudo (a torch in 
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
     assert_eq!(mode_and_owner(&torch.miopen()), (0o4755, NOBODY));
 
-    run_as(&sb, Some(NOBODY), &args).ok().says("Installed");
+    let as_sudo = [&args[..], &["--python", python]].concat();
+    run_as(&sb, Some(NOBODY), &as_sudo).ok().says("Installed");
     assert_ne!(std::fs::read(torch.miopen()).unwrap(), original);
     assert_eq!(
         mode_and_owner(&torch.miopen()),

@@ -47,6 +47,11 @@ fn root_under_sudo_e_believes_no_memo_the_user_planted() {
     if !root_for("root and a diagnosis cache the user can write") {
         return;
     }
+    let Some(python) =
+        crate::other_user::python_for_sudo("root and a diagnosis cache the user can write")
+    else {
+        return;
+    };
     let sb = Sandbox::new();
     let home = sb.root.join("user-home");
     std::fs::create_dir(&home).unwrap();
@@ -125,6 +130,8 @@ fn root_under_sudo_e_believes_no_memo_the_user_planted() {
         &[
             "install",
             "--into-torch",
+            "--python",
+            python,
             "--profile",
             "rocm-6.4.3",
             "--prefix",
@@ -152,9 +159,13 @@ fn root_under_sudo_e_writes_nothing_in_the_users_home_nor_through_their_symlink(
     if !root_for("root and a user's home under sudo -E") {
         return;
     }
+    let Some(python) = crate::other_user::python_for_sudo("root and a user's home under sudo -E")
+    else {
+        return;
+    };
     let sb = Sandbox::new();
     torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
-    let doctor = ["doctor", "--profile", "rocm-6.4.3", "--python", "python3"];
+    let doctor = ["doctor", "--profile", "rocm-6.4.3", "--python", python];
     // A home with no cache yet.
     let home = sb.root.join("user-home");
     std::fs::create_dir(&home).unwrap();

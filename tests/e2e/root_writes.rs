@@ -99,6 +99,10 @@ fn roots_install_leaves_nothing_of_roots_in_a_users_state_dir() {
     if !root_for("root's install with a user's state dir") {
         return;
     }
+    let Some(python) = crate::other_user::python_for_sudo("root's install with a user's state dir")
+    else {
+        return;
+    };
     let sb = Sandbox::new();
     let torch = torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
     chown(&sb.root.join("site"), NOBODY);
@@ -109,6 +113,7 @@ fn roots_install_leaves_nothing_of_roots_in_a_users_state_dir() {
     let mut c = sb.cmd();
     c.args(["install", "--into-torch", "--prefix", &prefix])
         .args(["--profile", "rocm-6.4.3", "--state-dir", &sb.state()])
+        .args(["--python", python])
         .env("SUDO_UID", NOBODY.to_string())
         .env("SUDO_GID", NOBODY.to_string())
         .env("SUDO_USER", "nobody");
@@ -185,12 +190,7 @@ fn under_sudo_torch_is_imported_as_its_user_and_never_when_others_can_change_it(
     if !root_for("torch's import under sudo") {
         return;
     }
-    if !crate::other_user::reachable_by_others(Path::new("/usr/bin/python3")) {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "not checked (no /usr/bin/python3 others can run): torch's import under sudo"
-        );
+    if crate::other_user::python_for_sudo("torch's import under sudo").is_none() {
         return;
     }
     let sb = Sandbox::new();
@@ -223,4 +223,80 @@ fn under_sudo_torch_is_imported_as_its_user_and_never_when_others_can_change_it(
                 fix: run rdna1-patch as the user who owns that torch, without sudo (a torch in a venv is its owner's), or take the write bits away from others (`chmod -R go-w` on that torch)",
         init.display()
     ));
+}
+
+/// Under sudo, every python the tool asks something of (where torch is,
+/// whether it is a python, rocm_sdk's paths) runs as sudo's user: python
+/// runs a `sitecustomize` on its path and a venv's `.pth` files as it
+/// starts, and those are the user's code. Before, doctor and install ran
+/// them as root (the marker was RAN-0).
+#[test]
+fn under_sudo_python_is_asked_about_torch_as_its_user() {
+    if !root_for("python's questions under sudo") {
+        return;
+    }
+    let Some(python) = crate::other_user::python_for_sudo("python's questions under sudo") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let site = sb.root.join("site");
+    std::fs::write(
+        site.join("sitecustomize.py"),
+        "import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'RAN-%d' % os.geteuid()), 'w').close()\n",
+    )
+    .unwrap();
+    chown(&site, NOBODY);
+
+    for args in [
+        &["doctor"][..],
+        &["install", "--into-torch", "--dry-run"][..],
+    ] {
+        let mut c = sb.cmd();
+        c.args(args)
+            .args(["--python", python, "--state-dir", &sb.state()])
+            .env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody");
+        let run = Run::from(c.output().unwrap());
+        assert_eq!(
+            markers(&site),
+            [format!("RAN-{NOBODY}")],
+            "{args:?} asked python as sudo's user only: {}{}",
+            run.stdout,
+            run.stderr
+        );
+        assert!(
+            run.stdout.contains("torch"),
+            "{args:?} found torch: {}{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
+/// A torch only root can read is not found under sudo, and the row says
+/// why: python runs as the user who ran sudo.
+#[test]
+fn under_sudo_a_torch_only_root_can_read_is_named_as_such() {
+    if !root_for("python's questions under sudo") {
+        return;
+    }
+    let Some(python) = crate::other_user::python_for_sudo("python's questions under sudo") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let site = sb.root.join("site");
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut c = sb.cmd();
+    c.args(["install", "--into-torch", "--python", python])
+        .args(["--state-dir", &sb.state()])
+        .env("SUDO_UID", NOBODY.to_string())
+        .env("SUDO_GID", NOBODY.to_string())
+        .env("SUDO_USER", "nobody");
+    Run::from(c.output().unwrap()).fails_with(
+        "error: /usr/bin/python3 (/usr/bin/python3) has no torch that nobody (uid 65534, who ran sudo) can import (python runs as that user)
+help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again; or run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+    );
 }

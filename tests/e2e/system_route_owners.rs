@@ -273,6 +273,9 @@ fn system_route_under_sudo_leaves_the_users_files_the_users() {
     if !crate::other_user::root_for("the system route under sudo") {
         return;
     }
+    let Some(python) = crate::other_user::python_for_sudo("the system route under sudo") else {
+        return;
+    };
     use crate::other_user::NOBODY;
     let sb = Sandbox::new();
     let st = SystemTorch::new(&sb, false);
@@ -304,7 +307,7 @@ fn system_route_under_sudo_leaves_the_users_files_the_users() {
         "--prefix",
         &prefix,
         "--python",
-        "python3",
+        python,
     ])
     .ok()
     .says("Installed");

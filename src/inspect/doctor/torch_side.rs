@@ -130,9 +130,11 @@ fn system_route(t: &torch::Torch, sys: &torch::System, r: &mut CheckReport) {
 /// On the rocm-sdk layout the build wants that environment's devel SDK:
 /// `python -m rocm_sdk path --root` names it (and expands it on first use).
 fn devel_sdk(python: &Path, r: &mut CheckReport) {
-    let mut cmd = crate::proc::python(python);
-    cmd.args(["-m", "rocm_sdk", "path", "--root"]);
-    match crate::proc::helper(cmd) {
+    let asked = crate::proc::python(python).and_then(|mut cmd| {
+        cmd.args(["-m", "rocm_sdk", "path", "--root"]);
+        crate::proc::helper(cmd)
+    });
+    match asked {
         Ok(out) if out.status.success() => r.push(
             "rocm-sdk",
             Status::Ok,

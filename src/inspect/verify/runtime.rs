@@ -28,15 +28,19 @@ struct Maps {
 /// made absolute), and isolated too (`-I`: no user site, no PYTHON*
 /// variables), with torch's parent dir put first on sys.path from its
 /// first argument; the script's own arguments follow.
-pub(super) fn python(req: &VerifyRequest, torch_dir: &Path, script: &str) -> Command {
-    let mut c = proc::python(&req.python);
+pub(super) fn python(
+    req: &VerifyRequest,
+    torch_dir: &Path,
+    script: &str,
+) -> anyhow::Result<Command> {
+    let mut c = proc::python(&req.python)?;
     c.arg("-I")
         .arg("-c")
         .arg(format!(
             "import sys; sys.path.insert(0, sys.argv.pop(1))\n{script}"
         ))
         .arg(torch_dir.parent().unwrap_or(Path::new("/")));
-    c
+    Ok(c)
 }
 
 pub(super) fn failed_run(out: &proc::Output, what: &str, limit: Duration) -> String {
@@ -62,7 +66,8 @@ fn import_torch(req: &VerifyRequest, torch: &Torch, r: &mut CheckReport) -> Opti
         r.push_fix("runtime", Status::Fail, crate::error::chain(&e), help);
         return None;
     }
-    let detail = match proc::run_contained(python(req, &torch.dir, MAPS), req.timeout) {
+    let run = python(req, &torch.dir, MAPS).and_then(|c| proc::run_contained(c, req.timeout));
+    let detail = match run {
         Ok(o) if o.status.is_some_and(|s| s.success()) => return Some(o),
         Ok(o) => failed_run(&o, "import torch", req.timeout),
         Err(e) => format!("{e:#}"),

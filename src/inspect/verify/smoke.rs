@@ -225,7 +225,7 @@ fn child(
     args: &[&str],
     limit: Duration,
 ) -> anyhow::Result<proc::Output> {
-    let mut cmd = python(req, dir, SMOKE);
+    let mut cmd = python(req, dir, SMOKE)?;
     let device = match req.smoke_device {
         Device::Gpu => "cuda",
         Device::Cpu => "cpu",
