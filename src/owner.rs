@@ -43,11 +43,9 @@ pub fn invoking_user() -> Option<u32> {
 /// None otherwise.
 pub fn acting_for() -> Option<String> {
     let uid = invoking_user()?;
-    Some(match std::env::var("SUDO_USER") {
-        Ok(name) if !name.is_empty() && name.len() <= 64 && !name.contains(char::is_control) => {
-            format!("{name} (uid {uid}, who ran sudo)")
-        }
-        _ => format!("uid {uid} (who ran sudo)"),
+    Some(match passwd(uid) {
+        Some((name, _)) => format!("{name} (uid {uid}, who ran sudo)"),
+        None => format!("uid {uid} (who ran sudo)"),
     })
 }
 
@@ -175,8 +173,9 @@ fn entry_writers(meta: &std::fs::Metadata, leaf: bool) -> Vec<Who> {
 }
 
 /// A user's name and home directory, from the password database (never
-/// the environment): said to the user, never made a path by the caller
-/// unless it is root's own entry.
+/// the environment): said to the user, and made a path by the caller only
+/// where root lists, and what is changed there is changed as that user
+/// (MIOpen's kernel cache under sudo).
 pub fn passwd(uid: u32) -> Option<(String, PathBuf)> {
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 * 1024];

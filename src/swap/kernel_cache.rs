@@ -23,21 +23,32 @@ pub struct Forgotten {
     pub note: Option<String>,
 }
 
+/// The home of the user whose torch runs MIOpen: under sudo, sudo's user's
+/// (sudo sets HOME to root's, whose cache that user's torch never reads);
+/// else HOME. Only listed here: what is changed in it, python changes as
+/// that user (`proc::python`).
+fn torch_users_home() -> Option<PathBuf> {
+    match crate::owner::invoking_user() {
+        Some(uid) => crate::owner::passwd(uid).map(|(_, home)| home),
+        None => std::env::var_os("HOME").map(PathBuf::from),
+    }
+}
+
 /// The cache directories MIOpen of any version uses for this user.
 fn cache_dirs() -> Vec<PathBuf> {
     if let Some(custom) = std::env::var_os("MIOPEN_CUSTOM_CACHE_DIR").filter(|v| !v.is_empty()) {
         let custom = PathBuf::from(custom);
-        let custom = match (custom.strip_prefix("~"), std::env::var_os("HOME")) {
-            (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        let custom = match (custom.strip_prefix("~"), torch_users_home()) {
+            (Ok(rest), Some(home)) => home.join(rest),
             _ => custom,
         };
         // The python that edits it runs in `/`: a relative dir is ours.
         return vec![std::path::absolute(&custom).unwrap_or(custom)];
     }
-    let Some(home) = std::env::var_os("HOME") else {
+    let Some(home) = torch_users_home() else {
         return Vec::new();
     };
-    let root = PathBuf::from(home).join(".cache/miopen");
+    let root = home.join(".cache/miopen");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .into_iter()
         .flatten()
@@ -85,7 +96,8 @@ pub fn forget_batch_norm(python: &Path) -> Result<Forgotten> {
     for dir in cache_dirs() {
         for file in gfx101x_caches(&dir) {
             let mut cmd = crate::proc::python(python)?;
-            cmd.args(["-c", FORGET]).arg(&file);
+            // sqlite3 alone: no site (no .pth, no sitecustomize), no PYTHON*.
+            cmd.args(["-I", "-S", "-c", FORGET]).arg(&file);
             let out = crate::proc::run(cmd, FORGET_LIMIT)?;
             let ok = out.status.is_some_and(|s| s.success());
             let n = out.stdout.trim().parse::<usize>().ok().filter(|_| ok);

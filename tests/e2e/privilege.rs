@@ -238,3 +238,33 @@ fn root_runs_no_program_from_a_directory_a_user_can_write() {
         .collect();
     assert!(ran.is_empty(), "ran as root: {ran:?}");
 }
+
+/// Under sudo, HOME is root's, and MIOpen's cache there is not the one the
+/// user's torch reads: install neither edits it (before: its batch-norm
+/// rows were deleted, by root's python) nor warns that it could not (python
+/// runs as the user, who may not write root's files). The user's own cache, in
+/// their home from the password database, is the one cleaned.
+#[test]
+fn under_sudo_roots_kernel_cache_is_not_the_one_cleaned() {
+    if !root_for("MIOpen's cache under sudo") {
+        return;
+    }
+    let Some(python) = crate::other_user::python_for_sudo("MIOpen's cache under sudo") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    chown(&sb.root.join("site"), NOBODY);
+    let roots = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
+    kernel_cache(&roots);
+    let before = std::fs::read(&roots).unwrap();
+    let install = install_args(&sb);
+    let install: Vec<&str> = install.iter().map(String::as_str).collect();
+    let as_sudo = [&install[..], &["--python", python]].concat();
+    let run = run_as(&sb, Some(NOBODY), &as_sudo).ok();
+    run.says("Installed");
+    for not in ["Cache forgot", "MIOpen's cache"] {
+        assert!(!run.stderr.contains(not), "{}", run.stderr);
+    }
+    assert_eq!(std::fs::read(&roots).unwrap(), before, "root's cache kept");
+}
