@@ -73,6 +73,29 @@ pub fn python_for_sudo(what: &str) -> Option<&'static str> {
     None
 }
 
+/// Root, and the python a test under sudo names ([`python_for_sudo`]);
+/// None, said on stderr, when either is missing.
+pub fn root_and_python_for_sudo(what: &str) -> Option<&'static str> {
+    if !root_for(what) {
+        return None;
+    }
+    python_for_sudo(what)
+}
+
+/// `c` as sudo runs it for `uid` (its SUDO_UID, SUDO_GID and SUDO_USER).
+pub fn as_sudo_for(c: &mut Command, uid: u32) -> &mut Command {
+    c.env("SUDO_UID", uid.to_string())
+        .env("SUDO_GID", uid.to_string())
+        .env("SUDO_USER", name_of(uid))
+}
+
+fn name_of(uid: u32) -> &'static str {
+    match uid {
+        NOBODY => "nobody",
+        _ => "someone",
+    }
+}
+
 /// Where sandboxes are made: the temp dir when others can enter it, else
 /// /tmp (a TMPDIR of pam_tmpdir's, /tmp/user/0, is root's alone).
 pub fn enterable_tmp() -> PathBuf {

@@ -246,10 +246,8 @@ fn root_runs_no_program_from_a_directory_a_user_can_write() {
 /// their home from the password database, is the one cleaned.
 #[test]
 fn under_sudo_roots_kernel_cache_is_not_the_one_cleaned() {
-    if !root_for("MIOpen's cache under sudo") {
-        return;
-    }
-    let Some(python) = crate::other_user::python_for_sudo("MIOpen's cache under sudo") else {
+    let Some(python) = crate::other_user::root_and_python_for_sudo("MIOpen's cache under sudo")
+    else {
         return;
     };
     let sb = Sandbox::new();

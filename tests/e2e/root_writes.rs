@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::in_place::{HIP64, torch_of};
-use crate::other_user::{NOBODY, chown, root_for};
+use crate::other_user::{NOBODY, as_sudo_for, chown, root_for};
 use crate::support::{Run, Sandbox};
 
 /// The first of our temp files (`.rdna1-patch-*`) to appear in `dir`.
@@ -232,10 +232,8 @@ fn under_sudo_torch_is_imported_as_its_user_and_never_when_others_can_change_it(
 /// them as root (the marker was RAN-0).
 #[test]
 fn under_sudo_python_is_asked_about_torch_as_its_user() {
-    if !root_for("python's questions under sudo") {
-        return;
-    }
-    let Some(python) = crate::other_user::python_for_sudo("python's questions under sudo") else {
+    let Some(python) = crate::other_user::root_and_python_for_sudo("python's questions under sudo")
+    else {
         return;
     };
     let sb = Sandbox::new();
@@ -254,11 +252,8 @@ fn under_sudo_python_is_asked_about_torch_as_its_user() {
     ] {
         let mut c = sb.cmd();
         c.args(args)
-            .args(["--python", python, "--state-dir", &sb.state()])
-            .env("SUDO_UID", NOBODY.to_string())
-            .env("SUDO_GID", NOBODY.to_string())
-            .env("SUDO_USER", "nobody");
-        let run = Run::from(c.output().unwrap());
+            .args(["--python", python, "--state-dir", &sb.state()]);
+        let run = Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap());
         assert_eq!(
             markers(&site),
             [format!("RAN-{NOBODY}")],
@@ -279,10 +274,8 @@ fn under_sudo_python_is_asked_about_torch_as_its_user() {
 /// why: python runs as the user who ran sudo.
 #[test]
 fn under_sudo_a_torch_only_root_can_read_is_named_as_such() {
-    if !root_for("python's questions under sudo") {
-        return;
-    }
-    let Some(python) = crate::other_user::python_for_sudo("python's questions under sudo") else {
+    let Some(python) = crate::other_user::root_and_python_for_sudo("python's questions under sudo")
+    else {
         return;
     };
     let sb = Sandbox::new();
@@ -291,11 +284,8 @@ fn under_sudo_a_torch_only_root_can_read_is_named_as_such() {
     std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o700)).unwrap();
     let mut c = sb.cmd();
     c.args(["install", "--into-torch", "--python", python])
-        .args(["--state-dir", &sb.state()])
-        .env("SUDO_UID", NOBODY.to_string())
-        .env("SUDO_GID", NOBODY.to_string())
-        .env("SUDO_USER", "nobody");
-    Run::from(c.output().unwrap()).fails_with(
+        .args(["--state-dir", &sb.state()]);
+    Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap()).fails_with(
         "error: /usr/bin/python3 (/usr/bin/python3) has no torch that nobody (uid 65534, who ran sudo) can import (python runs as that user)
 help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again; or run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
     );
