@@ -292,7 +292,9 @@ fn provenance(
             tag: "fixed in place".to_owned(),
             commit: format!("sha256:{source_sha256}"),
             subdir: None,
+            sha256: None,
         },
+        with: Default::default(),
         patches: vec![prefix::ProvPatch {
             name: "bn-gfx101x (kernel text, in place)".to_owned(),
             series: "in-place".to_owned(),

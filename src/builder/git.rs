@@ -134,6 +134,31 @@ impl Git {
         Ok(out)
     }
 
+    /// Commit every file of the work tree (ignored ones too) as one
+    /// commit with no parent, by a fixed author at a fixed date: the same
+    /// tree always makes the same commit. Its id.
+    pub fn commit_all_fixed(&self, message: &str) -> Result<String> {
+        self.run(&["add", "-A", "-f", "--", "."])?;
+        let tree = self.run(&["write-tree"])?;
+        let mut c = self.command(&["commit-tree", tree.trim(), "-m", message]);
+        for (who, what) in [("AUTHOR", "NAME"), ("COMMITTER", "NAME")] {
+            c.env(format!("GIT_{who}_{what}"), "rdna1-patch");
+        }
+        for who in ["AUTHOR", "COMMITTER"] {
+            c.env(format!("GIT_{who}_EMAIL"), "rdna1-patch@localhost");
+            c.env(format!("GIT_{who}_DATE"), "1970-01-01T00:00:00Z");
+        }
+        let out = proc::helper(c)?;
+        if !out.status.success() {
+            bail!(
+                "`git commit-tree` in {} failed: {}",
+                self.dir.display(),
+                last_message(out.stderr.lines())
+            );
+        }
+        Ok(out.stdout.trim().to_owned())
+    }
+
     /// Run git to the end; None when it exits non-zero (a query whose
     /// answer is "no", like `rev-parse --verify -q`).
     pub fn query(&self, args: &[&str]) -> Result<Option<String>> {

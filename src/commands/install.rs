@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use super::{PrefixArg, StateArg, TorchArg};
 use crate::swap::into_torch::{self, InstallRequest};
@@ -50,10 +50,13 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     if args.component != "miopen" {
-        bail!(
-            "only miopen can be installed into torch, not {}",
-            args.component
-        );
+        return Err(crate::error::hint(
+            format!(
+                "only miopen can be installed into torch yet, not {}",
+                args.component
+            ),
+            "`rdna1-patch build COMPONENT` builds and checks it into its prefix; swapping it into torch comes later",
+        ));
     }
     if args.json {
         return Err(crate::error::hint(

@@ -60,9 +60,14 @@ impl clap::builder::TypedValueParser for Offered {
     }
 }
 
-/// The components a built-in profile builds.
+/// The components a built-in profile builds, each once, in name order.
 pub fn offered_components() -> Vec<String> {
-    vec!["miopen".to_owned()]
+    let all: std::collections::BTreeSet<String> = crate::builder::profile::builtin_names()
+        .iter()
+        .filter_map(|n| Profile::load(n).ok())
+        .flat_map(|p| p.components.into_keys())
+        .collect();
+    all.into_iter().collect()
 }
 
 impl ProfileArg {

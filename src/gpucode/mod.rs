@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{Cache, stamp_key};
 use crate::fatbin;
 
+pub mod catalogue;
 mod db;
 mod tensile;
 pub mod therock;

@@ -36,6 +36,10 @@ pub struct KeyInputs {
     /// GPU_TARGETS is its own input.
     pub defines: BTreeMap<String, String>,
     pub gpu_targets: Vec<String>,
+    /// The sources the build reads besides its own, by name: `url pin
+    /// commit` (rocBLAS's Tensile).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub with: BTreeMap<String, String>,
     pub toolchain: Toolchain,
 }
 
@@ -112,6 +116,9 @@ impl KeyInputs {
             && theirs.commit.as_ref() != Some(c)
         {
             return differ("the commit", c, &theirs.commit);
+        }
+        if self.with != theirs.with {
+            return differ("the sources read besides", &self.with, &theirs.with);
         }
         if self.patches != theirs.patches {
             return Err(first_list_difference(
@@ -244,6 +251,7 @@ mod tests {
             patches: vec!["aa  miopen/rocm-6.2.4/0001-a.patch".into()],
             defines: [("MIOPEN_BACKEND".to_owned(), "HIP".to_owned())].into(),
             gpu_targets: vec!["gfx1010".into(), "gfx1011".into(), "gfx1012".into()],
+            with: BTreeMap::new(),
             toolchain: Toolchain {
                 rocm_version: Some("6.2.4".into()),
                 compiler: Some("AMD clang version 18.0.0git".into()),

@@ -23,6 +23,9 @@ pub struct Provenance {
     pub component: String,
     pub rocm: ProvRocm,
     pub source: ProvSource,
+    /// The sources the build read besides its own (rocBLAS's Tensile).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub with: BTreeMap<String, ProvSource>,
     pub patches: Vec<ProvPatch>,
     pub cmake: ProvCmake,
     pub library: ProvLibrary,
@@ -87,6 +90,10 @@ pub struct ProvSource {
     /// The monorepo project built, e.g. "projects/miopen".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subdir: Option<String>,
+    /// A tarball's SHA-256 (`commit` is then the commit its unpacked tree
+    /// was made into).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +151,7 @@ impl Provenance {
         let mut p = self.clone();
         strip(&mut p.rocm.path);
         strip(&mut p.source.url);
+        p.with.values_mut().for_each(|w| strip(&mut w.url));
         p.patches.iter_mut().for_each(|x| strip(&mut x.series));
         p.cmake.defines.values_mut().for_each(strip);
         if let Some(i) = &mut p.in_place {

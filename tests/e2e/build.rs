@@ -220,23 +220,23 @@ fn a_bad_profile_is_named_with_line_and_column() {
         )
     });
     let run = sb.build(&[]).fails_with(
-        r#"error: invalid profile [..]/mini.toml: TOML parse error at line 21, column 1
+        r#"error: invalid profile [..]/mini.toml: TOML parse error at line 27, column 1
    |
-21 | build_typo = "Debug"
+27 | build_typo = "Debug"
    | ^^^^^^^^^^
 unknown field `build_typo`, expected one of `generator`, `build_type`, `defines`, `launcher`
 help: fix the profile; `rdna1-patch profiles show` prints a valid one to start from"#,
     );
     run.error_is(
-        "error: invalid profile [..]/mini.toml: TOML parse error at line 21, column 1
+        "error: invalid profile [..]/mini.toml: TOML parse error at line 27, column 1
    |
-21 | build_typo = \"Debug\"
+27 | build_typo = \"Debug\"
    | ^^^^^^^^^^
 unknown field `build_typo`, expected one of `generator`, `build_type`, `defines`, `launcher`
 help: fix the profile; `rdna1-patch profiles show` prints a valid one to start from",
     );
     run.says("mini.toml");
-    run.says("line 21, column 1");
+    run.says("line 27, column 1");
     run.says("build_typo");
     assert!(!sb.work.exists());
 

@@ -40,6 +40,7 @@ mod python_probe;
 mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;
+mod rocblas;
 mod rocm_sdk;
 mod rollback;
 mod root_cache;

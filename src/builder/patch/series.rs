@@ -71,6 +71,12 @@ impl Series {
 
     pub fn load(dir: &SeriesDir) -> Result<Series> {
         let origin = dir.to_string();
+        if let SeriesDir::Empty = dir {
+            return Ok(Series {
+                origin,
+                patches: Vec::new(),
+            });
+        }
         let series = dir.read("series")?.ok_or_else(|| {
             hint(
                 format!("{origin} has no `series` file"),

@@ -52,20 +52,23 @@ impl BuildPlan<'_> {
     /// The local build's plan: source, patches, compiler, configure, build.
     fn compile_lines(&self) -> Result<Vec<String>> {
         let mut lines = Vec::new();
-        let c = self.component;
+        let c = &self.source;
         let commit = source::planned_commit(&self.source_request())?
             .unwrap_or_else(|| "(resolved on first fetch)".into());
+        let pin = match (&c.sha256, &c.tag) {
+            (Some(sha), _) => format!("tarball sha256 {sha}"),
+            (None, Some(t)) => format!("tag {t}"),
+            (None, None) => "(commit pin)".to_owned(),
+        };
         lines.push(format!(
-            "source:    {} {} commit {}{}",
+            "source:    {} {pin} commit {}{}",
             c.url,
-            c.tag
-                .as_ref()
-                .map_or("(commit pin)".to_owned(), |t| format!("tag {t}")),
             commit,
             c.subdir
                 .as_ref()
                 .map_or(String::new(), |d| format!(", {d} only (blobless, sparse)"))
         ));
+        lines.extend(self.with_lines()?);
         lines.push(format!("checkout:  {}", self.tree.display()));
         lines.push(format!(
             "patches:   {} ({})",
@@ -143,8 +146,8 @@ impl BuildPlan<'_> {
         let mut lines: Vec<String> = std::iter::once(key).chain(shared).collect();
         if matches!(pulls, Ok(false)) && self.opts.stop_after >= Stage::Build {
             lines.push(format!(
-                "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor` checks the space); a published build, if one were found, would take seconds",
-                self.dirs.build.parent().unwrap_or(&self.dirs.build).display()
+                "cost:      {}; a published build, if one were found, would take seconds",
+                self.cost()
             ));
         }
         Ok((lines, pulls))

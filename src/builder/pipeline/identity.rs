@@ -38,6 +38,7 @@ impl BuildPlan<'_> {
             commit,
             patches: ours.iter().map(line).collect(),
             defines: asked,
+            with: self.with_inputs().unwrap_or_default(),
             gpu_targets: self
                 .defines
                 .get(TARGETS)
@@ -147,12 +148,8 @@ impl BuildPlan<'_> {
                 found: tools.rocm.version.clone(),
                 torch_hip: p.rocm.torch_hip.clone(),
             },
-            source: prefix::ProvSource {
-                url: self.component.url.clone(),
-                tag: self.component.pin(),
-                commit: commit.to_owned(),
-                subdir: self.component.subdir.clone(),
-            },
+            source: sources::prov_source(&self.source, commit.to_owned()),
+            with: BTreeMap::new(),
             patches: self
                 .series
                 .patches

@@ -27,14 +27,17 @@ use crate::prefix::{self, Provenance};
 use crate::share::choose::{Choice, Want};
 use crate::ui::Ui;
 
+mod checks;
 mod dry_run;
 mod identity;
 mod patches;
 mod plan;
 mod route_line;
+mod sources;
 
 use patches::PatchRecord;
 pub use route_line::Route;
+use sources::With;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Stage {
@@ -96,6 +99,10 @@ pub struct ForTorch {
 struct BuildPlan<'a> {
     opts: &'a Options,
     component: &'a crate::builder::profile::Component,
+    /// The component's own source, pinned.
+    source: crate::builder::profile::Source,
+    /// The sources it reads besides (`{NAME}` in the defines).
+    with: Vec<With>,
     series: Series,
     dirs: ComponentDirs,
     /// The project's directory in the checkout (see `ComponentDirs::project`).
@@ -179,7 +186,7 @@ impl BuildPlan<'_> {
     fn source_request(&self) -> source::FetchRequest<'_> {
         source::FetchRequest {
             name: &self.opts.component,
-            component: self.component,
+            source: &self.source,
             src: &self.dirs.src,
             lock_file: &self.lock_file,
             update: self.opts.update,
@@ -216,6 +223,9 @@ impl BuildPlan<'_> {
             ui.stage("Compiler", note);
         }
         ui.stage("Targets", &self.targets_note);
+        if self.opts.stop_after >= Stage::Build {
+            ui.stage("Cost", self.cost());
+        }
         for n in &self.compat {
             ui.stage("Compat", n.describe());
         }
@@ -269,18 +279,9 @@ impl BuildPlan<'_> {
         self.say_route_if_ready(ui);
         ui.stage(
             "Source",
-            format!(
-                "{} {} at {}{}",
-                self.opts.component,
-                self.component.pin(),
-                short(&checkout.commit),
-                if checkout.fetched {
-                    ""
-                } else {
-                    " (cached, no network)"
-                }
-            ),
+            sources::source_line(&self.opts.component, &self.source, &checkout),
         );
+        let with = self.fetch_with(ui)?;
         self.check_tree()?;
         if stop == Stage::Fetch {
             return Ok(());
@@ -321,7 +322,7 @@ impl BuildPlan<'_> {
         if stop == Stage::Build {
             return Ok(());
         }
-        self.install(&checkout, &tools, local, built.steps, &mut log, ui)
+        self.install(&checkout, &with, &tools, local, built.steps, &mut log, ui)
     }
 
     /// Every dir of this build that the tool writes must be reached from
@@ -390,6 +391,7 @@ impl BuildPlan<'_> {
     /// the fetch.
     pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
         let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
+        self.check_requires()?;
         use crate::builder::profile::{RocmFit, rocm_fit};
         let Some(v) = t.rocm.version.as_deref() else {
             return Ok(t);
@@ -401,8 +403,9 @@ impl BuildPlan<'_> {
         match &self.opts.torch {
             Some(torch) if crate::version::major_minor(&torch.rocm) != line => Err(hint(
                 format!(
-                    "ROCm {v} at {} would build MIOpen for ROCm {line}, but {} is for ROCm {}: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)",
+                    "ROCm {v} at {} would build {} for ROCm {line}, but {} is for ROCm {}: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)",
                     self.rocm.display(),
+                    self.project(),
                     torch.label,
                     crate::version::major_minor(&torch.rocm)
                 ),
@@ -462,9 +465,11 @@ impl BuildPlan<'_> {
     }
 
     /// The install stage, unless the prefix already holds exactly this build.
+    #[allow(clippy::too_many_arguments)]
     fn install(
         &self,
         checkout: &source::Checkout,
+        with: &BTreeMap<String, String>,
         tools: &tools::Toolchain,
         local: Vec<String>,
         steps: usize,
@@ -473,6 +478,7 @@ impl BuildPlan<'_> {
     ) -> Result<()> {
         let mut provenance = self.provenance(&checkout.commit, tools);
         provenance.local_edits = local;
+        provenance.with = self.with_provenance(with);
         let key = self.key_inputs(Some(checkout.commit.clone()));
         let stamp_path = self.install_stamp();
         if steps == 0
@@ -487,8 +493,17 @@ impl BuildPlan<'_> {
             return Ok(());
         }
         ui.stage("Install", self.prefix.display());
+        let existed = self.prefix.exists();
         let staging = prefix::begin(&self.prefix)?;
         let manifest = cmake::install_to_staging(&self.dirs.build, &staging, tools, log)?;
+        if let Err(e) = self.check_set(&staging, &manifest, log, ui) {
+            let _ = crate::fsutil::remove_path(&staging);
+            if !existed {
+                // Made by begin() a moment ago, and empty again.
+                let _ = std::fs::remove_dir(&self.prefix);
+            }
+            return Err(e);
+        }
         let installed = prefix::commit(
             &self.prefix,
             &staging,

@@ -4,6 +4,18 @@
 use super::*;
 
 impl BuildPlan<'_> {
+    /// What the patch stage is about to write, as its note says it.
+    fn patch_note(&self, writes: &[(String, Option<String>)]) -> String {
+        if self.series.patches.is_empty() {
+            format!("no patch series: {} is built as released", self.project())
+        } else if writes.is_empty() {
+            "source tree already patched; no file written".to_owned()
+        } else {
+            let names: Vec<&str> = writes.iter().map(|(p, _)| p.as_str()).collect();
+            format!("writing {} file(s): {}", writes.len(), names.join(", "))
+        }
+    }
+
     pub(super) fn patch_record(&self) -> PathBuf {
         self.dirs.state.join("patched-files")
     }
@@ -78,19 +90,7 @@ impl BuildPlan<'_> {
             }
             !keep
         });
-        if plan.writes.is_empty() {
-            ui.note("source tree already patched; no file written");
-        } else {
-            ui.note(format!(
-                "writing {} file(s): {}",
-                plan.writes.len(),
-                plan.writes
-                    .iter()
-                    .map(|(p, _)| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+        ui.note(self.patch_note(&plan.writes));
         // Record first, old and new content both: if we die mid-write the
         // next run still knows which files are ours to put back.
         for (path, content) in &plan.writes {

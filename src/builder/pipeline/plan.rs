@@ -17,7 +17,22 @@ impl Options {
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher =
             crate::builder::launcher::resolve(self.launcher.or(component.cmake.launcher))?;
-        let mut defines = component.cmake.effective_defines(&rocm, &self.defines);
+        let with: Vec<With> = component
+            .with
+            .iter()
+            .map(|(name, source)| With {
+                name: name.clone(),
+                source: source.clone(),
+                dirs: self.work_dir.component(&self.profile.name, name),
+            })
+            .collect();
+        let places: Vec<(&str, &Path)> = with
+            .iter()
+            .map(|w| (w.name.as_str(), w.dirs.src.as_path()))
+            .collect();
+        let mut defines = component
+            .cmake
+            .expanded_defines(&rocm, &places, &self.defines);
         let asked = defines.clone();
         let source_patches = series.patches.len();
         let compat = self.meet_compat(component, &rocm, &mut series, &mut defines)?;
@@ -42,6 +57,8 @@ impl Options {
         Ok(BuildPlan {
             opts: self,
             component,
+            source: component.source(),
+            with,
             series,
             tree: self
                 .work_dir

@@ -18,6 +18,8 @@ pub(super) static PATCHES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/patc
 pub enum SeriesDir {
     Embedded(&'static Dir<'static>, String),
     Disk(PathBuf),
+    /// No series: the project is built as released.
+    Empty,
 }
 
 /// A series line that names a patch of a sibling series, `../SERIES/FILE`:
@@ -65,13 +67,14 @@ impl SeriesDir {
                 }
                 crate::fsutil::read_small(&path, 16 << 20).map(Some)
             }
+            SeriesDir::Empty => Ok(None),
         }
     }
 
     /// The directory on disk, when there is one (`patches refresh` writes there).
     pub fn disk_path(&self) -> Option<&Path> {
         match self {
-            SeriesDir::Embedded(..) => None,
+            SeriesDir::Embedded(..) | SeriesDir::Empty => None,
             SeriesDir::Disk(p) => Some(p),
         }
     }
@@ -82,6 +85,7 @@ impl std::fmt::Display for SeriesDir {
         match self {
             SeriesDir::Embedded(_, rel) => write!(f, "built-in patches/{rel}"),
             SeriesDir::Disk(p) => write!(f, "{}", p.display()),
+            SeriesDir::Empty => f.write_str("no patch series"),
         }
     }
 }
@@ -154,10 +158,14 @@ pub fn export(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
     let profile = Profile::parse(text, name, Origin::Embedded)?;
     let mut files: Vec<(PathBuf, &[u8])> =
         vec![(dir.join(format!("{name}.toml")), text.as_bytes())];
-    for c in profile.components.values() {
+    for patches in profile
+        .components
+        .values()
+        .filter_map(|c| c.patches.as_ref())
+    {
         let series = PATCHES
-            .get_dir(&c.patches)
-            .with_context(|| format!("patches/{} is not in this binary", c.patches))?;
+            .get_dir(patches)
+            .with_context(|| format!("patches/{patches} is not in this binary"))?;
         for f in series.files() {
             files.push((dir.join(f.path()), f.contents()));
         }

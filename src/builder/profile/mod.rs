@@ -14,12 +14,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::hint;
 
 mod builtin;
+mod check;
+mod pin;
 
 use builtin::{PATCHES, builtin};
 pub use builtin::{
     RocmFit, SeriesDir, builtin_names, builtin_series, builtin_text, export, list_json, rocm_fit,
     sibling,
 };
+use check::{check_compat, component_problem, is_inner_path, is_plain_name};
+pub use pin::Source;
 
 /// A profile is a few KB of TOML; reading anything much larger is a mistake.
 const PROFILE_LIMIT: u64 = 1 << 20;
@@ -62,6 +66,11 @@ pub struct Rocm {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Component {
+    /// What the project calls itself in messages ("rocBLAS"); the
+    /// component's key when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// A git repository, or with `sha256` a tarball.
     pub url: String,
     /// The tag to fetch. A profile may pin a `commit` alone instead (a
     /// monorepo's release pins a commit of a branch); it must then be the
@@ -72,6 +81,10 @@ pub struct Component {
     /// recorded in the work dir's lock file and later fetches must agree.
     #[serde(default)]
     pub commit: Option<String>,
+    /// The SHA-256 of the tarball at `url` (a source with no git history
+    /// that can be reached, e.g. Debian's `.orig.tar.gz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// The project's directory in a monorepo, e.g. "projects/miopen". The
     /// fetch is then blobless and checks out only this directory and
     /// `sparse`; CMake's source dir and the patches' root are this directory.
@@ -80,20 +93,56 @@ pub struct Component {
     /// Directories outside `subdir` that the project's CMake reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sparse: Vec<String>,
+    /// Other sources the build reads, each pinned as the component's own
+    /// and fetched beside it; `{NAME}` in a define is its directory.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub with: BTreeMap<String, Source>,
     /// The patch series directory, below `patches/` (embedded profiles) or
-    /// relative to the profile file (profiles loaded from disk).
-    pub patches: String,
+    /// relative to the profile file (profiles loaded from disk); none for a
+    /// project built as it is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<String>,
     /// A series of the user's own, applied after `patches` (relative to the
     /// profile file); `--extra-patches` overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_patches: Option<String>,
     /// SONAME of the library the component installs, e.g. "libMIOpen.so.1".
     pub soname: String,
+    /// The Tensile directory the component installs, relative to the
+    /// prefix (rocBLAS's `lib/rocblas/library`): checked before install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensile: Option<String>,
     /// What a toolchain may need of this release that is known to apply to
     /// it (`builder::compat::KNOWN`): met when the toolchain needs it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compat: Vec<String>,
+    /// What a first build costs, said before it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+    /// Files the build needs in the ROCm install, checked before the fetch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Require>,
     pub cmake: CmakeSettings,
+}
+
+/// A file of the ROCm install a build needs, and where it comes from.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Require {
+    /// Relative to the ROCm path, e.g. "include/roctracer/roctx.h".
+    pub file: String,
+    /// The package that has it, for the help line.
+    pub from: String,
+}
+
+/// A first build's time and disk, as measured (or "not yet measured").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cost {
+    pub time: String,
+    /// Unset until measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -277,34 +326,37 @@ impl Profile {
 
     /// The patch series of a component, embedded or on disk.
     pub fn series_dir(&self, component: &Component) -> Result<SeriesDir> {
+        let Some(patches) = &component.patches else {
+            return Ok(SeriesDir::Empty);
+        };
         match &self.origin {
             Origin::Embedded => {
-                let dir = PATCHES.get_dir(&component.patches).ok_or_else(|| {
+                let dir = PATCHES.get_dir(patches).ok_or_else(|| {
                     anyhow::anyhow!(
                         "built-in profile {} names patches/{}, which is not in this binary",
                         self.name,
-                        component.patches
+                        patches
                     )
                 })?;
-                Ok(SeriesDir::Embedded(dir, component.patches.clone()))
+                Ok(SeriesDir::Embedded(dir, patches.clone()))
             }
             Origin::File(file) => {
                 let base = file.parent().unwrap_or(Path::new("."));
-                let dir = base.join(&component.patches);
+                let dir = base.join(patches);
                 if dir.is_dir() {
                     return Ok(SeriesDir::Disk(dir));
                 }
                 // A profile file copied from `profiles show` names a built-in
                 // series; with no directory of that name beside it, that is
                 // the one meant.
-                if let Some(embedded) = PATCHES.get_dir(&component.patches) {
-                    return Ok(SeriesDir::Embedded(embedded, component.patches.clone()));
+                if let Some(embedded) = PATCHES.get_dir(patches) {
+                    return Ok(SeriesDir::Embedded(embedded, patches.clone()));
                 }
                 Err(hint(
                     format!(
                         "profile {} names the patch series `{}`, but {} is not a directory, and no built-in series has that name",
                         file.display(),
-                        component.patches,
+                        patches,
                         dir.display()
                     ),
                     format!(
@@ -318,18 +370,37 @@ impl Profile {
 }
 
 impl CmakeSettings {
-    /// The defines with `{rocm}` expanded and `extra` (from `-D` on the command
-    /// line) applied on top, in a stable order.
+    /// The defines with `{rocm}` expanded and `extra` (from `-D` on the
+    /// command line) applied on top, in a stable order.
     pub fn effective_defines(
         &self,
         rocm: &Path,
         extra: &[(String, String)],
     ) -> BTreeMap<String, String> {
-        let rocm = rocm.display().to_string();
+        self.expanded_defines(rocm, &[], extra)
+    }
+
+    /// [`CmakeSettings::effective_defines`], each source read besides
+    /// (`{NAME}`, in `with`) expanded too.
+    pub fn expanded_defines(
+        &self,
+        rocm: &Path,
+        with: &[(&str, &Path)],
+        extra: &[(String, String)],
+    ) -> BTreeMap<String, String> {
+        let places: Vec<(String, String)> = std::iter::once(("rocm", rocm))
+            .chain(with.iter().copied())
+            .map(|(name, path)| (format!("{{{name}}}"), path.display().to_string()))
+            .collect();
+        let expand = |v: &str| {
+            places
+                .iter()
+                .fold(v.to_owned(), |v, (from, to)| v.replace(from, to))
+        };
         let mut defines: BTreeMap<String, String> = self
             .defines
             .iter()
-            .map(|(k, v)| (k.clone(), v.replace("{rocm}", &rocm)))
+            .map(|(k, v)| (k.clone(), expand(v)))
             .collect();
         defines.insert("CMAKE_BUILD_TYPE".into(), self.build_type.clone());
         for (k, v) in extra {
@@ -339,125 +410,23 @@ impl CmakeSettings {
     }
 }
 
-/// What is wrong with component `name`, as [`Profile::problem`] says it.
-fn component_problem(name: &str, c: &Component) -> Option<(String, Option<&'static str>)> {
-    let at = |key: &str, what: &str| format!("components.{name}{key} {what}");
-    if c.url.trim().is_empty() {
-        return Some((at("", "needs a `url`"), None));
-    }
-    match (&c.tag, &c.commit) {
-        (Some(tag), _) if tag.trim().is_empty() => return Some((at(".tag", "is empty"), None)),
-        (None, None) => {
-            return Some((
-                at("", "pins no source"),
-                Some("give a `tag`, a `commit` (the full 40-digit id), or both"),
-            ));
-        }
-        _ => {}
-    }
-    if let Some(commit) = &c.commit {
-        let full = c.tag.is_some() || commit.len() == 40;
-        if commit.len() < 7 || !commit.chars().all(|ch| ch.is_ascii_hexdigit()) || !full {
-            let want = match c.tag {
-                Some(_) => "a hex commit id",
-                None => "a full 40-digit commit id",
-            };
-            return Some((
-                at(".commit", &format!("`{commit}` is not {want}")),
-                Some("without a tag the commit is fetched by its id, which git needs in full"),
-            ));
-        }
-    }
-    let paths = c.subdir.iter().map(|p| (".subdir", p));
-    if let Some((key, path)) = paths
-        .chain(c.sparse.iter().map(|p| (".sparse", p)))
-        .find(|(_, p)| !is_inner_path(p))
-    {
-        return Some((
-            at(
-                key,
-                &format!(
-                    "`{}` is not a directory inside the repository",
-                    path.escape_debug()
-                ),
-            ),
-            Some(
-                "give a relative path without `..` and outside `.git`, e.g. subdir = \"projects/miopen\"",
-            ),
-        ));
-    }
-    if !c.sparse.is_empty() && c.subdir.is_none() {
-        return Some((
-            at(
-                ".sparse",
-                "needs a `subdir` (without one, the whole repository is checked out)",
-            ),
-            None,
-        ));
-    }
-    c.cmake
-        .defines
-        .contains_key("CMAKE_INSTALL_PREFIX")
-        .then(|| {
-            (
-                "set the install prefix with the top-level `prefix` key, not CMAKE_INSTALL_PREFIX"
-                    .into(),
-                None,
-            )
-        })
-}
-
-/// A component's `compat` names only fixes this version knows.
-fn check_compat(label: &str, name: &str, c: &Component) -> Result<()> {
-    match c
-        .compat
-        .iter()
-        .find(|n| !crate::builder::compat::KNOWN.contains(&n.as_str()))
-    {
-        Some(bad) => Err(hint(
-            format!("invalid profile {label}: components.{name}.compat names `{bad}`"),
-            format!(
-                "known compat names: {}",
-                crate::builder::compat::KNOWN.join(", ")
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A name that is one plain directory name: no `/`, no `..`, not hidden.
-fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 100
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-/// `projects/miopen`: relative, `/`-separated plain names, no `..` (git
-/// paths, and a directory of the checkout).
-fn is_inner_path(path: &str) -> bool {
-    !path.is_empty()
-        && path.split('/').all(|part| {
-            !part.is_empty()
-                && part != "."
-                && part != ".."
-                && !crate::fsutil::is_git_dir_name(part.as_ref())
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        })
-}
-
 impl Component {
-    /// What the source is pinned to, for messages: the tag, or the commit.
-    pub fn pin(&self) -> String {
-        match (&self.tag, &self.commit) {
-            (Some(tag), _) => tag.clone(),
-            (None, Some(commit)) => format!("commit {}", crate::builder::git::short(commit)),
-            (None, None) => "(no pin)".to_owned(),
+    /// The component's own source, pinned.
+    pub fn source(&self) -> Source {
+        Source {
+            url: self.url.clone(),
+            tag: self.tag.clone(),
+            commit: self.commit.clone(),
+            sha256: self.sha256.clone(),
+            subdir: self.subdir.clone(),
+            sparse: self.sparse.clone(),
         }
+    }
+
+    /// What the source is pinned to, for messages: the tag, the commit, or
+    /// the tarball.
+    pub fn pin(&self) -> String {
+        self.source().pin()
     }
 }
 
@@ -536,7 +505,8 @@ mod tests {
         for name in builtin_names() {
             let p = Profile::load(&name).unwrap();
             assert_eq!(p.name, name, "profile file name and `name` key must agree");
-            for c in p.components.values() {
+            // A component built as released names no series.
+            for c in p.components.values().filter(|c| c.patches.is_some()) {
                 let dir = p.series_dir(c).unwrap();
                 // Loading parses every patch and rejects paths outside the tree.
                 let series = crate::builder::patch::Series::load(&dir).unwrap();
@@ -579,5 +549,13 @@ mod tests {
         assert_eq!(d["CMAKE_PREFIX_PATH"], "/r");
         assert_eq!(d["MIOPEN_BACKEND"], "HIPNOGPU");
         assert_eq!(d["CMAKE_BUILD_TYPE"], "Release");
+        // A source read besides is `{NAME}`: rocBLAS's Tensile.
+        let p = Profile::load("rocm-6.4.3").unwrap();
+        let c = p.component("rocblas").unwrap();
+        let d =
+            c.cmake
+                .expanded_defines(Path::new("/r"), &[("tensile", Path::new("/w/t/src"))], &[]);
+        assert_eq!(d["Tensile_TEST_LOCAL_PATH"], "/w/t/src");
+        assert_eq!(d["CMAKE_CXX_COMPILER"], "/r/llvm/bin/amdclang++");
     }
 }

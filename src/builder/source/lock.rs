@@ -40,26 +40,34 @@ fn read_lock(path: &Path) -> Result<LockFile> {
 
 /// The commit a build will use, as far as it is known without the network.
 pub fn planned_commit(req: &FetchRequest) -> Result<Option<String>> {
-    if let Some(c) = &req.component.commit {
+    if let Some(c) = &req.source.commit {
         return Ok(Some(c.clone()));
     }
+    let Some(pin) = lock_pin(req.source) else {
+        return Ok(None);
+    };
     let lock = read_lock(req.lock_file)?;
     Ok(lock
         .get(req.name)
-        .filter(|e| e.url == req.component.url && Some(&e.tag) == req.component.tag.as_ref())
+        .filter(|e| e.url == req.source.url && e.tag == pin)
         .map(|e| e.commit.clone()))
 }
 
+/// What a lock entry is keyed by besides the URL: the tag, or for a
+/// tarball `sha256:HEX` (its entry records the commit its unpacked tree
+/// was made into, so the build key is known before the next unpack).
+pub(super) fn lock_pin(source: &crate::builder::profile::Source) -> Option<String> {
+    match (&source.sha256, &source.tag) {
+        (Some(sha), _) => Some(format!("sha256:{sha}")),
+        (None, tag) => tag.clone(),
+    }
+}
+
 pub(super) fn check_lock(req: &FetchRequest, tag: &str, commit: &str, ui: &Ui) -> Result<()> {
-    let c = req.component;
-    let mut lock = read_lock(req.lock_file)?;
-    let wanted = LockEntry {
-        url: c.url.clone(),
-        tag: tag.to_owned(),
-        commit: commit.to_owned(),
-    };
+    let c = req.source;
+    let lock = read_lock(req.lock_file)?;
     match lock.get(req.name) {
-        Some(e) if *e == wanted => return Ok(()),
+        Some(e) if e.url == c.url && e.tag == tag && e.commit == commit => return Ok(()),
         Some(e) if e.url == c.url && e.tag == tag => {
             if !req.update {
                 return Err(hint(
@@ -82,6 +90,20 @@ pub(super) fn check_lock(req: &FetchRequest, tag: &str, commit: &str, ui: &Ui) -
             ));
         }
         _ => {}
+    }
+    record(req, tag, commit)
+}
+
+/// Write `tag` -> `commit` for this source into the lock file.
+pub(super) fn record(req: &FetchRequest, tag: &str, commit: &str) -> Result<()> {
+    let mut lock = read_lock(req.lock_file)?;
+    let wanted = LockEntry {
+        url: req.source.url.clone(),
+        tag: tag.to_owned(),
+        commit: commit.to_owned(),
+    };
+    if lock.get(req.name) == Some(&wanted) {
+        return Ok(());
     }
     lock.insert(req.name.to_owned(), wanted);
     let text = format!(

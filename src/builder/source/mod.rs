@@ -14,19 +14,20 @@ use anyhow::{Context, Result, anyhow};
 
 use crate::builder::git::short;
 use crate::builder::git::{self, Git};
-use crate::builder::profile::Component;
+use crate::builder::profile::Source;
 use crate::error::hint;
 use crate::fsutil;
 use crate::ui::Ui;
 
 mod lock;
+mod tarball;
 
 use lock::check_lock;
 pub use lock::planned_commit;
 
 pub struct FetchRequest<'a> {
     pub name: &'a str,
-    pub component: &'a Component,
+    pub source: &'a Source,
     /// The git checkout's root (a monorepo's, with `subdir` below it).
     pub src: &'a Path,
     pub lock_file: &'a Path,
@@ -190,7 +191,10 @@ const UPLOAD_PACK: &str = "--upload-pack=git-upload-pack";
 const PIN_REF: &str = "refs/rdna1-patch/pin";
 
 pub fn fetch(req: &FetchRequest, ui: &Ui) -> Result<Checkout> {
-    let c = req.component;
+    let c = req.source;
+    if let Some(sha) = &c.sha256 {
+        return tarball::fetch(req, sha, ui);
+    }
     git::check_version()?;
     let git = open_or_init(req.src, c)?;
     git.protect()?;
@@ -259,7 +263,7 @@ fn not_yours(src: &Path, owner: u32, me: u32) -> anyhow::Error {
     )
 }
 
-fn open_or_init(src: &Path, c: &Component) -> Result<Git> {
+fn open_or_init(src: &Path, c: &Source) -> Result<Git> {
     let git = Git::new(src);
     if src.join(".git").exists() {
         check_owner(src)?;
@@ -320,7 +324,7 @@ fn git_url(url: &str) -> String {
 
 /// The remote is named so that a partial clone can fetch the blobs a
 /// checkout needs from it later (git's promisor remote).
-fn configure_remote(git: &Git, c: &Component) -> Result<()> {
+fn configure_remote(git: &Git, c: &Source) -> Result<()> {
     let url = git_url(&c.url);
     let current = git.query(&["config", "--get", "remote.origin.url"])?;
     if current.as_deref() != Some(url.as_str()) {
@@ -336,7 +340,7 @@ fn configure_remote(git: &Git, c: &Component) -> Result<()> {
     Ok(())
 }
 
-fn remote_fetch(git: &Git, c: &Component, net_timeout: Duration, ui: &Ui) -> Result<String> {
+fn remote_fetch(git: &Git, c: &Source, net_timeout: Duration, ui: &Ui) -> Result<String> {
     let local = is_local(&c.url);
     let mut how = Vec::new();
     if !local {
@@ -416,7 +420,7 @@ fn resolve(git: &Git, rev: &str) -> Result<Option<String>> {
 
 /// Why git could not fetch, from what it said, with what to do.
 fn fetch_error(
-    c: &Component,
+    c: &Source,
     what: &str,
     run: &git::Streamed,
     net_timeout: Duration,
@@ -470,7 +474,7 @@ fn pack_stats(git: &Git) -> Result<(u64, u64)> {
 
 /// Only the project's directory, and those its CMake reads, in the work
 /// tree; a profile without `subdir` gets the whole tree.
-fn sparse(git: &Git, c: &Component) -> Result<()> {
+fn sparse(git: &Git, c: &Source) -> Result<()> {
     let enabled = git
         .query(&["config", "--bool", "core.sparseCheckout"])?
         .as_deref()

@@ -6,8 +6,10 @@
 
 pub mod figures;
 pub mod registry;
+mod rocblas;
 mod rocm_sdk;
 
+pub use rocblas::{RocblasFixture, TENSILE_TAG};
 pub use rocm_sdk::{FakeRocmSdk, SdkShape, TORCH_PRELOADS, record_hash};
 
 use std::path::{Path, PathBuf};
