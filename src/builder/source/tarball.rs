@@ -175,6 +175,12 @@ fn unpack(tarball: &Path, dest: &Path) -> Result<()> {
     let mut top: Option<std::ffi::OsString> = None;
     for entry in archive.entries()? {
         let mut entry = entry?;
+        // `git archive` (GitHub's tarballs, and Debian's orig tarballs made
+        // from them) opens with a pax global header holding the commit id:
+        // metadata, not a member.
+        if entry.header().entry_type() == tar::EntryType::XGlobalHeader {
+            continue;
+        }
         let path = entry.path()?.into_owned();
         let mut parts = path.components().filter(|c| *c != Component::CurDir);
         let first = match parts.next() {

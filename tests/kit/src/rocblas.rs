@@ -28,18 +28,26 @@ pub struct RocblasFixture {
 
 impl RocblasFixture {
     pub fn create(root: &Path) -> RocblasFixture {
+        // Made as GitHub makes a tag's tarball (and Debian's orig tarball
+        // of rocBLAS is one): `git archive`, whose first member is a pax
+        // global header holding the commit, beside the one top directory.
         let staged = root.join("tarball-tree");
-        copy_dir(
-            &fixtures().join("rocblas-mini"),
-            &staged.join("rocBLAS-rocm-6.4.4"),
-        );
+        copy_dir(&fixtures().join("rocblas-mini"), &staged);
+        git(&staged, &["init", "-q", "-b", "main"]);
+        git(&staged, &["add", "-A"]);
+        git(&staged, &["commit", "-q", "-m", "rocBLAS mini"]);
         let tarball = root.join("rocblas_6.4.4.orig.tar.gz");
-        run(Command::new("tar")
-            .arg("-czf")
-            .arg(&tarball)
-            .arg("-C")
-            .arg(&staged)
-            .arg("rocBLAS-rocm-6.4.4"));
+        git(
+            &staged,
+            &[
+                "archive",
+                "--format=tar.gz",
+                "--prefix=rocBLAS-rocm-6.4.4/",
+                "-o",
+                &tarball.display().to_string(),
+                "HEAD",
+            ],
+        );
         let tensile = root.join("tensile-origin");
         copy_dir(&fixtures().join("tensile-mini"), &tensile);
         git(&tensile, &["init", "-q", "-b", "main"]);
