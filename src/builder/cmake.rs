@@ -146,7 +146,7 @@ fn cpu_times() -> (f64, f64) {
 
 fn cmake_cmd(tools: &Toolchain, args: &[String]) -> Command {
     let mut c = Command::new(&tools.cmake);
-    c.args(args);
+    c.args(args).envs(tools.env.iter().map(|(k, v)| (k, v)));
     c
 }
 

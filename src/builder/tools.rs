@@ -40,6 +40,9 @@ pub struct Toolchain {
     /// Set when Ninja was asked for but is missing and Make is used instead.
     pub generator_fallback: bool,
     pub rocm: RocmInstall,
+    /// What every cmake run gets in its environment besides ours (the
+    /// tools Tensile runs, where it would not find them).
+    pub env: Vec<(String, PathBuf)>,
 }
 
 #[derive(Debug, Clone)]
@@ -126,6 +129,32 @@ pub fn preflight(
         generator,
         generator_fallback,
         rocm: rocm.expect("checked above"),
+        env: Vec::new(),
+    })
+}
+
+/// Where Tensile's assembler and offload bundler are, when Tensile would
+/// not find them itself: it looks in `<rocm>/llvm/bin` (AMD's layout), and
+/// a distribution's ROCm (Debian: /usr/lib/llvm-N/bin) has none there, so
+/// its kernels fail to assemble ("No bundler available"). HIP's clang dir
+/// (`hipconfig --hipclangpath`) then, with both tools in it; None when
+/// Tensile finds its own or there is no such dir.
+pub fn tensile_tools(rocm: &Path) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
+    const BUNDLER: &str = "clang-offload-bundler";
+    if rocm.join("llvm/bin").join(BUNDLER).is_file() {
+        return None;
+    }
+    let dir = hip_clang_dir(rocm)?;
+    let bundler = dir.join(BUNDLER);
+    bundler.is_file().then(|| {
+        let env = vec![
+            (
+                "TENSILE_ROCM_ASSEMBLER_PATH".to_owned(),
+                dir.join("clang++"),
+            ),
+            ("TENSILE_ROCM_OFFLOAD_BUNDLER_PATH".to_owned(), bundler),
+        ];
+        (dir, env)
     })
 }
 
@@ -257,5 +286,55 @@ mod tests {
         std::fs::write(d.path().join(".info/version"), "6.2.4-120\n").unwrap();
         assert_eq!(rocm_version(d.path()).as_deref(), Some("6.2.4"));
         assert_eq!(crate::version::major_minor("6.2.4"), "6.2");
+    }
+}
+
+#[cfg(test)]
+mod tensile_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::tensile_tools;
+
+    fn exe(path: &std::path::Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Debian's layout: no <rocm>/llvm/bin, hipconfig names HIP's clang
+    /// dir; Tensile is told both tools there. AMD's layout: nothing.
+    #[test]
+    fn tensile_is_told_hips_clang_only_where_it_would_not_find_it() {
+        let d = tempfile::tempdir().unwrap();
+        let rocm = d.path().join("usr");
+        let clang = d.path().join("llvm-21/bin");
+        exe(&clang.join("clang++"), "#!/bin/sh\n");
+        exe(
+            &rocm.join("bin/hipconfig"),
+            &format!("#!/bin/sh\necho {}\n", clang.display()),
+        );
+        assert_eq!(tensile_tools(&rocm), None, "no bundler beside HIP's clang");
+        exe(&clang.join("clang-offload-bundler"), "#!/bin/sh\n");
+        let (dir, env) = tensile_tools(&rocm).expect("told");
+        assert_eq!(dir, clang);
+        assert_eq!(
+            env,
+            [
+                (
+                    "TENSILE_ROCM_ASSEMBLER_PATH".to_owned(),
+                    clang.join("clang++")
+                ),
+                (
+                    "TENSILE_ROCM_OFFLOAD_BUNDLER_PATH".to_owned(),
+                    clang.join("clang-offload-bundler")
+                ),
+            ]
+        );
+        exe(&rocm.join("llvm/bin/clang-offload-bundler"), "#!/bin/sh\n");
+        assert_eq!(
+            tensile_tools(&rocm),
+            None,
+            "AMD's layout: Tensile finds its own"
+        );
     }
 }

@@ -65,7 +65,7 @@ fn rocblas_builds_for_the_machines_card_and_installs_checked() {
     Source tensile rocm-6.4.4 at {tensile}
            no patch series: rocBLAS is built as released
  Configure {work}/rocblas-mini/rocblas/build (cmake [..])
-           cmake -S {work}/rocblas-mini/rocblas/src [..] -DGPU_TARGETS=gfx1012 [..] -DTensile_TEST_LOCAL_PATH={work}/rocblas-mini/tensile/src
+           cmake -S {work}/rocblas-mini/rocblas/src [..] -DGPU_TARGETS=gfx1012 [..] -DTensile_ROOT={work}/rocblas-mini/tensile/src/Tensile [..]
            [1/4] TensileCreateLibrary for gfx1012
            [2/4] Building CXX object CMakeFiles/rocblas.dir/library/src/rocblas_gemm.hip.o
            [3/4] Linking CXX shared library librocblas.so.4.4.1

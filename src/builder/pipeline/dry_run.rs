@@ -82,6 +82,9 @@ impl BuildPlan<'_> {
         if let Some(note) = &self.compiler_note {
             lines.push(format!("compiler:  {note}"));
         }
+        if let Some(note) = self.tensile_note() {
+            lines.push(format!("tensile:   {note}"));
+        }
         lines.push(format!("targets:   {}", self.targets_note));
         for n in &self.compat {
             lines.push(format!(

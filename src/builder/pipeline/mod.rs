@@ -116,6 +116,9 @@ struct BuildPlan<'a> {
     launcher: Option<crate::builder::launcher::Launcher>,
     /// Set when the profile's compiler was replaced by the one hipconfig names.
     compiler_note: Option<String>,
+    /// Where Tensile's assembler and bundler are, when it would not find
+    /// them (`tools::tensile_tools`), and the environment that says so.
+    tensile_tools: Option<(PathBuf, Vec<(String, PathBuf)>)>,
     /// GPU_TARGETS, and where it came from.
     targets_note: String,
     /// What this toolchain needs of the build, and how it is met.
@@ -221,6 +224,9 @@ impl BuildPlan<'_> {
         self.say_route_if_ready(ui);
         if let Some(note) = &self.compiler_note {
             ui.stage("Compiler", note);
+        }
+        if let Some(note) = self.tensile_note() {
+            ui.stage("Tensile", note);
         }
         ui.stage("Targets", &self.targets_note);
         if self.opts.stop_after >= Stage::Build {
@@ -362,7 +368,10 @@ impl BuildPlan<'_> {
     /// The tools configure and build need, with warnings about what differs
     /// from the profile.
     fn toolchain(&self, ui: &Ui) -> Result<tools::Toolchain> {
-        let t = self.preflight()?;
+        let mut t = self.preflight()?;
+        if let Some((_, env)) = &self.tensile_tools {
+            t.env = env.clone();
+        }
         if t.generator_fallback {
             ui.warn(format!(
                 "{} is not installed; using {} instead",
@@ -382,6 +391,16 @@ impl BuildPlan<'_> {
             _ => {}
         }
         Ok(t)
+    }
+
+    /// What the build tells Tensile, for the plan and the stages.
+    fn tensile_note(&self) -> Option<String> {
+        let (dir, _) = self.tensile_tools.as_ref()?;
+        Some(format!(
+            "assembler and offload bundler from HIP's clang in {} ({} has no llvm/bin, where Tensile looks)",
+            dir.display(),
+            self.rocm.display()
+        ))
     }
 
     /// The tools configure and build need, and a ROCm some profile is for:

@@ -37,6 +37,13 @@ impl Options {
         let source_patches = series.patches.len();
         let compat = self.meet_compat(component, &rocm, &mut series, &mut defines)?;
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
+        // Tensile, built beside a library (rocBLAS), runs an assembler and
+        // a bundler of its own finding.
+        let tensile_tools = with
+            .iter()
+            .any(|w| w.name == "tensile")
+            .then(|| tools::tensile_tools(&rocm))
+            .flatten();
         let targets_note = self.choose_gpu_targets(&mut defines);
         // The profile's and the user's own launcher defines win.
         for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
@@ -77,6 +84,7 @@ impl Options {
                 .max(1),
             launcher,
             compiler_note,
+            tensile_tools,
             targets_note,
             compat,
             asked,

@@ -555,7 +555,8 @@ mod tests {
         let d =
             c.cmake
                 .expanded_defines(Path::new("/r"), &[("tensile", Path::new("/w/t/src"))], &[]);
-        assert_eq!(d["Tensile_TEST_LOCAL_PATH"], "/w/t/src");
+        assert_eq!(d["Tensile_ROOT"], "/w/t/src/Tensile");
+        assert_eq!(d["CMAKE_PREFIX_PATH"], "/r;/w/t/src/Tensile/cmake");
         assert_eq!(d["CMAKE_CXX_COMPILER"], "/r/llvm/bin/amdclang++");
     }
 }
