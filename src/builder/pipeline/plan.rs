@@ -39,11 +39,7 @@ impl Options {
         let compiler_note = self.find_hip_clang(&rocm, &mut defines);
         // Tensile, built beside a library (rocBLAS), runs an assembler and
         // a bundler of its own finding.
-        let tensile_tools = with
-            .iter()
-            .any(|w| w.name == "tensile")
-            .then(|| tools::tensile_tools(&rocm))
-            .flatten();
+        let tensile_tools = tensile_tools(&with, &rocm);
         let targets_note = self.choose_gpu_targets(&mut defines);
         // The profile's and the user's own launcher defines win.
         for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
@@ -220,4 +216,12 @@ impl Options {
             dir.display()
         ))
     }
+}
+
+/// [`tools::tensile_tools`] for a build that fetches Tensile beside it.
+fn tensile_tools(with: &[With], rocm: &Path) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
+    with.iter()
+        .any(|w| w.name == "tensile")
+        .then(|| tools::tensile_tools(rocm))
+        .flatten()
 }
