@@ -217,6 +217,22 @@ pub fn native_torch(target: &str) -> String {
 /// whose fix is the torch for the card in the machine.
 pub const NO_ROCM_TORCH_HELP: &str = "install the torch built for";
 
+/// Where the help for no ROCm torch says what comes after the torch: the
+/// command the user ran, again. `build` says its own (`for_build`).
+const AGAIN: &str = ", then run this again";
+
+/// The help of an error for no ROCm torch, as `build` gives it: that
+/// torch's route needs no build, and `--profile` builds for another torch.
+/// `None` for any other help.
+pub fn for_build(help: &str) -> Option<String> {
+    let (get, rest) = help.split_once(AGAIN)?;
+    help.starts_with(NO_ROCM_TORCH_HELP).then(|| {
+        format!(
+            "{get}, then `rdna1-patch install --into-torch` (that torch's route: its own MIOpen fixed in place, no build){rest}; to build for a torch that is not here, name its profile with --profile"
+        )
+    })
+}
+
 /// The error for no ROCm torch: what was found, and the torch to install
 /// for this machine's card.
 fn no_rocm_torch(what: String, or: &str) -> anyhow::Error {
@@ -231,7 +247,7 @@ fn no_rocm_torch(what: String, or: &str) -> anyhow::Error {
     hint(
         what,
         format!(
-            "{NO_ROCM_TORCH_HELP} {target} ({which}): `{}`, then run this again{or}",
+            "{NO_ROCM_TORCH_HELP} {target} ({which}): `{}`{AGAIN}{or}",
             native_torch(&target)
         ),
     )

@@ -164,6 +164,70 @@ help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 550
     assert!(!sb.root.join("state").exists(), "nothing was written");
 }
 
+/// Issue 61: `build` with no ROCm torch (none, or PyPI's CUDA one) chose
+/// rocm-6.2.4 and stopped at `ROCm at /opt/rocm`; a gfx101x owner's route
+/// needs no build: the torch for the card first, as doctor says, for the
+/// build, its dry run and a pull alike, before any plan is printed.
+#[test]
+fn build_with_no_rocm_torch_points_at_the_torch_for_the_card() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let then = "then `rdna1-patch install --into-torch` (that torch's route: its own MIOpen fixed in place, no build)";
+    let tail = "; to build for a torch that is not here, name its profile with --profile";
+    let builds: [&[&str]; 4] = [
+        &["build", "miopen"],
+        &["build"],
+        &["build", "miopen", "--dry-run"],
+        &[
+            "build",
+            "--from",
+            "oci://127.0.0.1:1/you/miopen-rdna1",
+            "--dry-run",
+        ],
+    ];
+    let expect = |found: &str, or: &str| {
+        format!(
+            "error: no ROCm torch to build for: {found}
+help: install the torch built for gfx1010 (the card in this machine): `{PIP} \"torch[device-gfx1010]\"`, {then}{or}{tail}
+"
+        )
+    };
+    let each = |want: &str| {
+        for args in builds {
+            let run = sb.run(args).fails();
+            run.error_is(want);
+            assert!(
+                run.stderr.starts_with("error: ") && run.stdout.is_empty(),
+                "{args:?}: nothing before the error\nstdout:\n{}\nstderr:\n{}",
+                run.stdout,
+                run.stderr
+            );
+        }
+    };
+    each(&expect(
+        "[..]/python3 ([..]) has no torch installed",
+        OR_PYTHON,
+    ));
+    let t = FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Cuda,
+        "2.15.0+cu132",
+        "",
+    );
+    each(&expect(
+        &format!(
+            "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
+            t.dir.display()
+        ),
+        REPLACES,
+    ));
+    assert!(
+        !sb.root.join("xdg-cache/rdna1-patch").exists(),
+        "nothing was fetched"
+    );
+}
+
 #[test]
 fn doctor_shows_the_rows_of_the_in_place_route_and_not_the_builds() {
     let sb = Sandbox::new();
