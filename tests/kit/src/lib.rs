@@ -7,8 +7,10 @@
 pub mod figures;
 pub mod registry;
 mod rocm_sdk;
+mod wheel;
 
 pub use rocm_sdk::{FakeRocmSdk, SdkShape, TORCH_PRELOADS, record_hash};
+pub use wheel::torch_wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
