@@ -38,6 +38,7 @@ mod patches;
 mod prefix_guard;
 mod privilege;
 mod python_probe;
+mod readme_answer;
 mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;
