@@ -176,7 +176,7 @@ fn build_plan(
             format!("nothing to build for torch {}: {why}", t.version),
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
-                crate::torch::NATIVE_TORCH
+                crate::torch::native_torch("gfx1010")
             ),
         ));
     }
@@ -219,7 +219,9 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
             torch: None,
         });
     }
-    let found = torch::locate(loc);
+    // No ROCm torch: torch first, as doctor says, never a build of the
+    // default profile for a torch that is not there.
+    let found = Ok(torch::locate(loc).map_err(torch_first)?);
     let (profile, why) = match named {
         Some(p) => (Profile::load(p)?, None),
         None => {
@@ -237,6 +239,16 @@ pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
         route: Route::known(route),
         torch,
     })
+}
+
+/// The error for a torch `build` cannot choose a profile for: the torch
+/// for the card first, with that torch's route, which builds nothing.
+fn torch_first(e: anyhow::Error) -> anyhow::Error {
+    let help = crate::error::help(&e).and_then(torch::for_build);
+    match help {
+        Some(help) => hint(format!("no ROCm torch to build for: {e:#}"), help),
+        None => e,
+    }
 }
 
 fn route_line(plan: Plan) -> Option<String> {

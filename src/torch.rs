@@ -14,8 +14,10 @@ use serde::Deserialize;
 use crate::error::hint;
 use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
+pub use get::{NATIVE_TORCH, for_build, native_torch};
 pub use system::System;
 
+pub mod get;
 mod probe;
 pub(crate) mod system;
 
@@ -177,18 +179,22 @@ pub const LIBRARY: &str = "libMIOpen.so";
 /// Paths come back as the hex of their bytes (`os.fsencode`): a path that
 /// is not UTF-8 is a string of lone surrogates to python, which JSON
 /// readers refuse (issue 59: "lone leading surrogate").
+/// `managed`: PEP 668's marker in the stdlib, outside a venv: pip refuses
+/// to install there, so the help to get a torch makes a venv first.
 const FIND_SPEC: &str = r#"
-import importlib.util, json, os, sys
+import importlib.util, json, os, sys, sysconfig
 spec = importlib.util.find_spec("torch")
 dirs = list(spec.submodule_search_locations or []) if spec else []
 hexed = lambda p: os.fsencode(p).hex()
-print(json.dumps({"executable": hexed(sys.executable), "torch": hexed(dirs[0]) if dirs else None}))
+managed = sys.prefix == sys.base_prefix and os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+print(json.dumps({"executable": hexed(sys.executable), "torch": hexed(dirs[0]) if dirs else None, "managed": managed}))
 "#;
 
 #[derive(Deserialize)]
 struct Found {
     executable: String,
     torch: Option<String>,
+    managed: bool,
 }
 
 /// A path from the hex of its bytes.
@@ -201,44 +207,14 @@ fn unhex(hex: &str) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
-/// TheRock's native gfx101x torch, as its RELEASES.md installs a multi-arch
-/// torch with one device's code: the torch with an MIOpen of its own that
-/// sees the real chip.
-pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
-
-/// [`NATIVE_TORCH`] for `target` (gfx1010, gfx1011 or gfx1012): TheRock
-/// names a device extra for each.
-pub fn native_torch(target: &str) -> String {
-    NATIVE_TORCH.replace("device-gfx1010", &format!("device-{target}"))
-}
-
-/// How the error for no ROCm torch (none installed, a CPU or CUDA build,
-/// a python that could not say) starts its help: a torch problem, first,
-/// whose fix is the torch for the card in the machine.
-pub const NO_ROCM_TORCH_HELP: &str = "install the torch built for";
-
-/// The error for no ROCm torch: what was found, and the torch to install
-/// for this machine's card.
-fn no_rocm_torch(what: String, or: &str) -> anyhow::Error {
-    let sysfs = crate::gpu::sysfs_root();
-    let (target, which) = match crate::gpu::rdna1_targets(&sysfs).into_iter().next() {
-        Some(t) => (t, "the card in this machine"),
-        None => (
-            "gfx1010".to_owned(),
-            "no RDNA1 card is seen here; an RX 5500's is gfx1012",
-        ),
-    };
-    hint(
-        what,
-        format!(
-            "{NO_ROCM_TORCH_HELP} {target} ({which}): `{}`, then run this again{or}",
-            native_torch(&target)
-        ),
-    )
-}
-
 /// The torch package directory.
 pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
+    find(loc).map(|(dir, _)| dir)
+}
+
+/// The torch package directory, and the python that was asked for it
+/// (none with --torch-dir).
+fn find(loc: &Locator) -> Result<(PathBuf, Option<get::Asked>)> {
     let python = match loc {
         Locator::Dir(d) => {
             if !d.join("version.py").is_file() {
@@ -250,7 +226,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
                     "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints",
                 ));
             }
-            return Ok(std::path::absolute(d)?);
+            return Ok((std::path::absolute(d)?, None));
         }
         Locator::Python(p) => p,
     };
@@ -269,8 +245,10 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
             },
             s => s.lines().last().unwrap_or(s).to_owned(),
         };
-        return Err(no_rocm_torch(
+        return Err(get::no_rocm_torch(
             format!("{} could not look for torch: {said}", python.display()),
+            None,
+            false,
             OR_PYTHON,
         ));
     }
@@ -286,23 +264,31 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
     };
     let found: Found = serde_json::from_str(&out.stdout).map_err(|_| unexpected())?;
     let executable = unhex(&found.executable).ok_or_else(unexpected)?;
+    let asked = get::Asked {
+        executable,
+        managed: found.managed,
+    };
     match found.torch {
-        Some(t) => unhex(&t).ok_or_else(unexpected),
+        Some(t) => Ok((unhex(&t).ok_or_else(unexpected)?, Some(asked))),
         None => Err(match crate::owner::acting_for() {
-            Some(who) => no_rocm_torch(
+            Some(who) => get::no_rocm_torch(
                 format!(
                     "{} ({}) has no torch that {who} can import (python runs as that user)",
                     python.display(),
-                    executable.display()
+                    asked.executable.display()
                 ),
+                Some(&asked),
+                false,
                 &format!("; or {}{OR_PYTHON}", probe::UNDER_SUDO),
             ),
-            None => no_rocm_torch(
+            None => get::no_rocm_torch(
                 format!(
                     "{} ({}) has no torch installed",
                     python.display(),
-                    executable.display()
+                    asked.executable.display()
                 ),
+                Some(&asked),
+                false,
                 OR_PYTHON,
             ),
         }),
@@ -340,7 +326,7 @@ fn refuse_lib_outside(lib_dir: &Path, dir: &Path) -> Result<()> {
 /// names what was found.
 pub fn locate(loc: &Locator) -> Result<Torch> {
     crate::tally::count(crate::tally::What::TorchLocated);
-    let found = find_dir(loc)?;
+    let (found, asked) = find(loc)?;
     // Canonical, so that "inside torch" below compares like with like.
     let dir = found.canonicalize().unwrap_or(found);
     let version = read_version(&dir)?;
@@ -349,7 +335,7 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
     let library = lib_dir.join(LIBRARY);
     let named = version.version.as_deref().unwrap_or("(unknown version)");
     let Some(hip) = version.hip.clone() else {
-        return Err(not_rocm(&dir, &version, &library));
+        return Err(not_rocm(&dir, &version, &library, asked.as_ref()));
     };
     let python = match loc {
         Locator::Python(p) => Some(p.as_path()),
@@ -425,17 +411,22 @@ pub fn not_a_rocm_build(dir: &Path) -> Option<anyhow::Error> {
     version
         .hip
         .is_none()
-        .then(|| not_rocm(dir, &version, &library))
+        .then(|| not_rocm(dir, &version, &library, None))
 }
 
-/// The error for a torch that is no ROCm build.
-fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
+/// The error for a torch that is no ROCm build, found by `asked`.
+fn not_rocm(
+    dir: &Path,
+    version: &Version,
+    library: &Path,
+    asked: Option<&get::Asked>,
+) -> anyhow::Error {
     let named = version.version.as_deref().unwrap_or("(unknown version)");
     let kind = match &version.cuda {
         Some(c) => format!("a CUDA {c} build"),
         None => "a CPU-only build".to_owned(),
     };
-    no_rocm_torch(
+    get::no_rocm_torch(
         format!(
             "torch {named} at {} is {kind}, not a ROCm one: torch.version.hip is None{}",
             dir.display(),
@@ -445,7 +436,9 @@ fn not_rocm(dir: &Path, version: &Version, library: &Path) -> anyhow::Error {
                 " and torch/lib has no libMIOpen.so"
             }
         ),
-        " (it replaces this one in this environment)",
+        asked,
+        true,
+        "",
     )
 }
 
@@ -511,7 +504,8 @@ pub fn refuse_packaged_torch(torch_dir: &Path, version: &str) -> Result<()> {
             manager.program()
         ),
         format!(
-            "{PACKAGED_HELP} and fix that one: TheRock's native torch (`{NATIVE_TORCH}`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm"
+            "{PACKAGED_HELP} and fix that one: TheRock's native torch (`{}`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm",
+            native_torch("gfx1010")
         ),
     ))
 }

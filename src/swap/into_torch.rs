@@ -305,11 +305,16 @@ fn prepare<'a>(
         InPlace::Made(build, known) => return Ok(Some((*build, known))),
     }
     let build = check_build(&req.prefix, req.jobs)?;
+    // What the real run refuses first, the dry run refuses too: a python
+    // with no torch has nothing to install into, and a fix made from
+    // another library is not this torch's.
+    let torch = req.stack.found()?;
+    crate::swap::source::check(&build.prefix, &build.provenance, torch, &req.state)?;
     if req.dry_run {
-        // What the real run refuses first, the dry run refuses too: a
-        // python with no torch has nothing to install into.
-        let torch = req.stack.found()?;
-        check_versions(&build, torch, req.force, ui)?;
+        // A library fixed in place is torch's own: its ROCm is torch's.
+        if build.provenance.in_place.is_none() {
+            check_versions(&build, torch, req.force, ui)?;
+        }
         crate::swap::dry_run::check(&req.state, torch, None)?;
         // Why this route: the prefix holds a build (not an in-place fix)
         // for torch's ROCm line, which `check_versions` has just checked.

@@ -16,4 +16,5 @@ pub(crate) mod links;
 pub(crate) mod out_of_torch;
 pub(crate) mod relink;
 pub(crate) mod route;
+pub(crate) mod source;
 pub mod txn;

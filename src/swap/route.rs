@@ -14,7 +14,7 @@ use anyhow::Result;
 
 use crate::builder::profile::Profile;
 use crate::error::hint;
-use crate::torch::{Layout, NATIVE_TORCH, Torch};
+use crate::torch::{Layout, Torch};
 
 /// The targets whose batch norm the fix is for.
 const RDNA1: [&str; 3] = ["gfx1010", "gfx1011", "gfx1012"];
@@ -317,7 +317,8 @@ fn inert(torch: &Torch, what: &str) -> anyhow::Error {
             torch.version
         ),
         format!(
-            "for the fix to act, use a torch with gfx101x code: TheRock's `{NATIVE_TORCH}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"
+            "for the fix to act, use a torch with gfx101x code: TheRock's `{}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
+            crate::torch::native_torch("gfx1010")
         ),
     )
 }

@@ -24,6 +24,10 @@ const NEEDS_THE_WORLD: &[(&str, &str)] = &[
     // (`localize`) holds none, whatever the machine's /usr does.
     ("build miopen --rocm ~/usr", "missing what the build needs"),
     (
+        "--profile rocm-6.2.4 --rocm ~/usr",
+        "missing what the build needs",
+    ),
+    (
         "--profile rocm-6.3.1 --rocm ~/usr",
         "missing what the build needs",
     ),
@@ -328,6 +332,7 @@ fn check(env: &Env, reg: &Registry, examples: &[String], failures: &mut Vec<Stri
 /// pages before it made.
 const DOCUMENTS: &[&str] = &[
     "README.md",
+    "docs/routes.md",
     "docs/build.md",
     "docs/install.md",
     "docs/verify.md",
@@ -357,8 +362,9 @@ fn every_readme_and_help_example_runs() {
         let text = std::fs::read_to_string(root.join(doc)).unwrap();
         let examples = document_examples(&text);
         assert!(
-            // Measurements, and the vocabulary of doctor's and verify's rows.
-            !examples.is_empty() || ["docs/hardware.md"].contains(doc),
+            // Measurements, and the vocabulary of doctor's and verify's rows;
+            // each route's why and cost, whose commands are README's.
+            !examples.is_empty() || ["docs/hardware.md", "docs/routes.md"].contains(doc),
             "{doc} has no examples"
         );
         from_docs.extend(examples);

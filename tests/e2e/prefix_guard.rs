@@ -41,3 +41,106 @@ help: give the in-place fix its own --prefix DIR (or leave --prefix out), or mov
         ));
     assert_eq!(snapshot(&sb.prefix), before);
 }
+
+/// Issue 61: a prefix the in-place fix made from torch A's library,
+/// installed with `--built` into torch B, whose library is another build:
+/// the dry run said it would install it (exit 0) and the real run refused
+/// with "torch's library changed while it was being fixed (a pip install
+/// or upgrade?)". Both now give the one answer, the real reason, before
+/// anything is said or written; B is left as it was.
+#[test]
+fn a_prefix_made_from_another_torch_is_refused_alike_by_dry_and_real_runs() {
+    use crate::in_place::torch_in;
+    let sb = Sandbox::new();
+    let a = torch_in(&sb, "site", "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let b = torch_in(&sb, "site-b", "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let mut other = std::fs::read(b.miopen()).unwrap();
+    other.extend_from_slice(b"another build of libMIOpen");
+    std::fs::write(b.miopen(), &other).unwrap();
+    let prefix = sb.prefix.to_str().unwrap();
+    let install = |torch: &rdna1_testkit::FakeTorch, extra: &[&str]| {
+        let mut args = vec!["install", "--into-torch", "--profile", "rocm-6.4.3"];
+        args.extend([
+            "--prefix",
+            prefix,
+            "--torch-dir",
+            torch.dir.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        sb.run_with_state(&args, &[])
+    };
+    install(&a, &[]).ok();
+    let before = snapshot(&b.dir);
+    let want = format!(
+        "error: the prefix {prefix} is the in-place fix of another torch's library, {}, not of torch 2.6.0+rocm6.4's {}: it fits only the library it was made from; nothing was changed
+help: leave out --built: `rdna1-patch install --into-torch` fixes torch 2.6.0+rocm6.4's own library in place (with --prefix DIR, into a prefix of its own, keeping {prefix} for the other torch)
+",
+        a.miopen().canonicalize().unwrap().display(),
+        b.miopen().canonicalize().unwrap().display()
+    );
+    for dry in [true, false] {
+        let mut extra = vec!["--built"];
+        if dry {
+            extra.push("--dry-run");
+        }
+        let run = install(&b, &extra).fails();
+        assert_eq!(
+            (run.stdout.as_str(), run.stderr.as_str()),
+            ("", want.as_str()),
+            "dry run: {dry}"
+        );
+    }
+    assert!(snapshot(&b.dir) == before, "torch B was changed");
+    // A's own library replaced since its fix was made (a pip upgrade).
+    let sha = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut c = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(bytes).unwrap();
+        let out = c.wait_with_output().unwrap();
+        String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+    };
+    let mut upgraded = std::fs::read(a.miopen()).unwrap();
+    upgraded.extend_from_slice(b"the upgrade");
+    let library = a.miopen().canonicalize().unwrap();
+    let was = std::fs::read(
+        sb.root
+            .join("state/backups")
+            .read_dir()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    // pip writes a new file and renames it over (the installed one is a
+    // hard link of the prefix's).
+    let tmp = library.with_extension("upgrade");
+    std::fs::write(&tmp, &upgraded).unwrap();
+    std::fs::rename(&tmp, &library).unwrap();
+    let want = format!(
+        "error: the prefix {prefix} is the in-place fix of {} as it was (SHA-256 {}), and that file has changed since (SHA-256 {}: a pip install or upgrade?); nothing was changed
+help: leave out --built: `rdna1-patch install --into-torch` fixes the library torch 2.6.0+rocm6.4 has now, in place
+",
+        library.display(),
+        sha(&was),
+        sha(&upgraded)
+    );
+    for dry in [true, false] {
+        let mut extra = vec!["--built"];
+        if dry {
+            extra.push("--dry-run");
+        }
+        let run = install(&a, &extra).fails();
+        assert_eq!(
+            (run.stdout.as_str(), run.stderr.as_str()),
+            ("", want.as_str()),
+            "dry run: {dry}"
+        );
+    }
+    assert_eq!(std::fs::read(&library).unwrap(), upgraded);
+}

@@ -79,11 +79,14 @@ fn a_dry_run_from_a_registry_shows_the_pull_not_a_compile() {
         "--from",
         "oci://127.0.0.1:1/you/miopen-rdna1",
         "--dry-run",
+        // No torch here to choose for: the profile of the build to pull.
+        "--profile",
+        "rocm-6.2.4",
     ]);
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     let lines: Vec<&str> = run.stdout.lines().collect();
     let want = [
-        "profile:   rocm-6.2.4 (built-in), chosen the default: no ROCm torch to match ([..]); --profile chooses",
+        "profile:   rocm-6.2.4 (built-in)",
         "compile:   never: --from pulls the build or stops (leave out --from for the local build's plan)",
         "install:   [..]/rdna1-patch/rocm-6.2.4",
         "key:       [..] (tag rocm-6.2.4-[..])",

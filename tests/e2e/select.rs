@@ -60,18 +60,19 @@ help: a library built for another ROCm line crashes in this torch, so none is pi
 }
 
 #[test]
-fn a_therock_torch_gets_the_therock_profile_and_no_torch_gets_the_default() {
+fn a_therock_torch_gets_the_therock_profile_and_no_torch_gets_none() {
     let sb = Sandbox::new();
     let sdk = crate::rocm_sdk::multi(&sb, &["gfx1010"]);
     dry_run(&sb).ok().prints(&format!(
         "profile:   therock-7.14 (built-in), chosen for torch 2.11.0+rocm7.14.0 at {} (rocm-sdk 7.14.0: ROCm 7.14)",
         sdk.torch.dir.canonicalize().unwrap().display()
     ));
-    // No torch where python3 looks: the default, said as such.
+    // No torch where python3 looks: the torch first, no profile's plan
+    // (torch_first.rs has the whole error).
     let sb = Sandbox::new();
-    dry_run(&sb)
-        .ok()
-        .prints("profile:   rocm-6.2.4 (built-in), chosen the default: no ROCm torch to match (");
+    let run = dry_run(&sb).fails();
+    run.error_is("error: no ROCm torch to build for: [..]/python3 ([..]) has no torch installed\nhelp: install the torch built for gfx1010 [..]");
+    assert_eq!(run.stdout, "");
 }
 
 #[test]

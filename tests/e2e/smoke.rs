@@ -281,7 +281,8 @@ fn a_cuda_torch_on_an_amd_card_is_named_as_cudas() {
         "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
         t.dir.display()
     );
-    let fix = "fix: install the torch built for gfx1010 (the card in this machine): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again (it replaces this one in this environment)";
+    // --torch-dir: which python's pip is torch's is not known here.
+    let fix = "fix: install the torch built for gfx1010 (the card in this machine) in place of this one (pip keeps a torch it has, whatever the index), with the pip of torch's environment: `pip uninstall --yes torch && pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again";
     assert_eq!(
         run.stdout,
         format!(

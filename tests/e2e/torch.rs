@@ -172,17 +172,20 @@ help: build with a profile for ROCm 6.1 (`rdna1-patch profiles list`), or instal
 fn a_cpu_torch_is_refused_by_name() {
     let sb = Sandbox::built();
     let torch = sb.torch(TorchKind::Cpu, HIP);
-    let help = "help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again";
+    let which = "no RDNA1 card is seen here; an RX 5500's is gfx1012";
+    let or = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
     sb.install(&[]).fails_with(&format!(
         "error: torch 2.5.1+rocm6.2 at {} is a CPU-only build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so
-{help} (it replaces this one in this environment)",
-        torch.dir.display()
+help: {}",
+        torch.dir.display(),
+        crate::help_lines::python3_help("gfx1010", which, true, "")
     ));
     // A python without torch at all.
     std::fs::remove_dir_all(&torch.dir).unwrap();
     sb.install(&[]).fails_with(&format!(
         "error: [..]/python3 ([..]) has no torch installed
-{help}; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir"
+help: {}",
+        crate::help_lines::python3_help("gfx1010", which, false, or)
     ));
 }
 

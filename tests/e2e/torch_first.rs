@@ -8,9 +8,8 @@ use std::path::Path;
 
 use rdna1_testkit::{FakeTorch, TorchKind, gpus};
 
+use crate::help_lines::python3_help;
 use crate::support::{Run, Sandbox, line_matches, runtime};
-
-const PIP: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/";
 
 /// stdout, line by line, is `expected` (`[..]` matches any text).
 #[track_caller]
@@ -38,17 +37,25 @@ fn rows(report: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The torch row and its fix for what doctor found, on `card`'s machine.
-fn torch_rows(found: &str, target: &str, which: &str, or: &str) -> String {
+/// The torch row and its fix for what doctor found in the sandbox's
+/// python3, on `card`'s machine; `installed`, a torch to replace.
+fn torch_rows(found: &str, target: &str, which: &str, installed: bool) -> String {
     format!(
         "FAIL  torch     {found}
-                fix: install the torch built for {target} ({which}): `{PIP} \"torch[device-{target}]\"`, then run this again{or}
-skip  route     a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix"
+                fix: {}
+skip  route     a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix",
+        help_for(target, which, installed)
     )
 }
 
 const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
-const REPLACES: &str = " (it replaces this one in this environment)";
+
+/// The help for no ROCm torch in the sandbox's python3: with none there,
+/// the other pythons are named too; a torch there is replaced.
+fn help_for(target: &str, which: &str, installed: bool) -> String {
+    let or = if installed { "" } else { OR_PYTHON };
+    python3_help(target, which, installed, or)
+}
 
 #[test]
 fn doctor_with_no_rocm_torch_names_the_torch_for_the_card_first() {
@@ -82,7 +89,7 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
                     "[..]/python3 ([..]) has no torch installed",
                     target,
                     "the card in this machine",
-                    OR_PYTHON
+                    false
                 )
             ),
         );
@@ -106,7 +113,7 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
                     ),
                     target,
                     "the card in this machine",
-                    REPLACES
+                    true
                 )
             ),
         );
@@ -124,9 +131,10 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
 fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
     let sb = Sandbox::new();
     sb.set_gpus(gpus("rx5500xt-gfx1012"));
-    let help = |or: &str| {
+    let help = |installed: bool| {
         format!(
-            "help: install the torch built for gfx1012 (the card in this machine): `{PIP} \"torch[device-gfx1012]\"`, then run this again{or}"
+            "help: {}",
+            help_for("gfx1012", "the card in this machine", installed)
         )
     };
     let install = |extra: &[&str]| {
@@ -136,7 +144,7 @@ fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
     };
     install(&[]).fails_with(&format!(
         "error: [..]/python3 ([..]) has no torch installed\n{}",
-        help(OR_PYTHON)
+        help(false)
     ));
     install(&["--python", "/usr/bin/false"]).fails_with(
         "error: /usr/bin/false is not a python: it did not run a line of python given with -c (exit status: 1)
@@ -152,16 +160,87 @@ help: pass the python your torch is installed in with --python (e.g. --python ~/
     install(&[]).fails_with(&format!(
         "error: torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so\n{}",
         t.dir.display(),
-        help(REPLACES)
+        help(true)
     ));
     // With no card seen, gfx1010's, and the RX 5500's named.
     sb.set_gpus(gpus("no-gpu"));
     install(&[]).fails_with(&format!(
         "error: torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so
-help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `{PIP} \"torch[device-gfx1010]\"`, then run this again{REPLACES}",
+help: {}",
         t.dir.display(),
+        help_for(
+            "gfx1010",
+            "no RDNA1 card is seen here; an RX 5500's is gfx1012",
+            true
+        )
     ));
     assert!(!sb.root.join("state").exists(), "nothing was written");
+}
+
+/// Issue 61: `build` with no ROCm torch (none, or PyPI's CUDA one) chose
+/// rocm-6.2.4 and stopped at `ROCm at /opt/rocm`; a gfx101x owner's route
+/// needs no build: the torch for the card first, as doctor says, for the
+/// build, its dry run and a pull alike, before any plan is printed.
+#[test]
+fn build_with_no_rocm_torch_points_at_the_torch_for_the_card() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    let then = "then `rdna1-patch install --into-torch` (that torch's route: its own MIOpen fixed in place, no build)";
+    let tail = "; to build for a torch that is not here, name its profile with --profile";
+    let builds: [&[&str]; 4] = [
+        &["build", "miopen"],
+        &["build"],
+        &["build", "miopen", "--dry-run"],
+        &[
+            "build",
+            "--from",
+            "oci://127.0.0.1:1/you/miopen-rdna1",
+            "--dry-run",
+        ],
+    ];
+    let expect = |found: &str, installed: bool| {
+        let help = help_for("gfx1010", "the card in this machine", installed);
+        let (get, rest) = help.split_once(", then run this again").unwrap();
+        let (then, rest) = match rest.strip_prefix(" with --python ~/venv/bin/python") {
+            Some(r) => (
+                then.replace("--into-torch`", "--into-torch --python ~/venv/bin/python`"),
+                r,
+            ),
+            None => (then.to_owned(), rest),
+        };
+        format!("error: no ROCm torch to build for: {found}\nhelp: {get}, {then}{rest}{tail}\n")
+    };
+    let each = |want: &str| {
+        for args in builds {
+            let run = sb.run(args).fails();
+            run.error_is(want);
+            assert!(
+                run.stderr.starts_with("error: ") && run.stdout.is_empty(),
+                "{args:?}: nothing before the error\nstdout:\n{}\nstderr:\n{}",
+                run.stdout,
+                run.stderr
+            );
+        }
+    };
+    each(&expect("[..]/python3 ([..]) has no torch installed", false));
+    let t = FakeTorch::create(
+        &sb.root.join("site"),
+        runtime(),
+        TorchKind::Cuda,
+        "2.15.0+cu132",
+        "",
+    );
+    each(&expect(
+        &format!(
+            "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
+            t.dir.display()
+        ),
+        true,
+    ));
+    assert!(
+        !sb.root.join("xdg-cache/rdna1-patch").exists(),
+        "nothing was fetched"
+    );
 }
 
 #[test]

@@ -11,6 +11,23 @@ use rdna1_testkit::Fixture;
 /// and its arguments, the sandbox written `$SANDBOX` (not Command's debug
 /// form, four lines of paths and environment a step).
 pub(crate) fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
+    let shown = show(sandbox, cmd);
+    let status = cmd.status()?;
+    if !status.success() {
+        anyhow::bail!("`{shown}` failed: {status}");
+    }
+    Ok(())
+}
+
+/// `cmd` shown as [`step`] does, then run with its output kept.
+pub(crate) fn shown_output(sandbox: &Path, cmd: &mut Command) -> Result<std::process::Output> {
+    show(sandbox, cmd);
+    Ok(cmd.output()?)
+}
+
+/// Prints `cmd` as a user would type it: the tool by its name, the
+/// sandbox as $SANDBOX; returns what it printed after the `$ `.
+fn show(sandbox: &Path, cmd: &Command) -> String {
     let shown: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| {
@@ -24,12 +41,9 @@ pub(crate) fn step(sandbox: &Path, cmd: &mut Command) -> Result<()> {
             }
         })
         .collect();
-    println!("$ {}", shown.join(" "));
-    let status = cmd.status()?;
-    if !status.success() {
-        anyhow::bail!("`{}` failed: {status}", shown.join(" "));
-    }
-    Ok(())
+    let shown = shown.join(" ");
+    println!("$ {shown}");
+    shown
 }
 
 /// The demo's flags: --in-place (main.rs runs that demo) and --keep.

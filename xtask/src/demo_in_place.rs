@@ -17,8 +17,17 @@ use crate::demo::step;
 /// Debian's comgr (libamd-comgr2), the compiler MIOpen loads.
 const COMGR: &str = rdna1_testkit::DEBIAN_COMGR;
 
-/// Runs the demo; the time its steps took (after the fake torch is built).
-pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
+/// What a run of the demo gives `cargo xtask figures`: the time its steps
+/// took (after the fake torch is built), and doctor's report on the torch
+/// before the fix and after it, with the sandbox's path as `~`.
+pub struct Ran {
+    pub steps: std::time::Duration,
+    pub before: String,
+    pub after: String,
+}
+
+/// Runs the demo.
+pub fn run(root: &Path, keep: bool) -> Result<Ran> {
     if !Path::new(COMGR).is_file() {
         bail!(
             "the in-place demo compiles kernels with Debian's comgr, which is not at {COMGR}: `sudo apt-get install libamd-comgr2 libclang-common-15-dev`, then run this again"
@@ -67,7 +76,9 @@ pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
     };
     let start = std::time::Instant::now();
     println!("\n== doctor: the torch, its kernels compiled for the card, its route");
-    step(sb, &mut verb(&["doctor", "--profile", "rocm-6.4.3"]))?;
+    let doctor = || verb(&["doctor", "--profile", "rocm-6.4.3", "--state-dir", &state]);
+    // Exit 1: a problem to fix, which the fix below fixes.
+    let before = report(sb, &mut doctor(), 1)?;
     let install = |extra: &[&str]| {
         let mut args = vec![
             "install",
@@ -84,6 +95,8 @@ pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
     step(sb, &mut install(&["--dry-run"]))?;
     println!("\n== the in-place fix, proven by compiling, swapped in (journaled)");
     step(sb, &mut install(&[]))?;
+    println!("\n== doctor again: the same torch, fixed");
+    let after = report(sb, &mut doctor(), 0)?;
     println!("\n== verify --compile: torch's kernels compiled again, through torch's comgr");
     step(
         sb,
@@ -103,5 +116,22 @@ pub fn run(root: &Path, keep: bool) -> Result<std::time::Duration> {
             kept.display()
         );
     }
-    Ok(took)
+    Ok(Ran {
+        steps: took,
+        before,
+        after,
+    })
+}
+
+/// `cmd` shown and run as [`step`] does, its report printed and returned
+/// with the sandbox's path as `~`; it must exit with `code`.
+fn report(sb: &Path, cmd: &mut Command, code: i32) -> Result<String> {
+    let out = crate::demo::shown_output(sb, cmd)?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    if out.status.code() != Some(code) {
+        bail!("doctor exited with {}, not {code}", out.status);
+    }
+    Ok(stdout.replace(&*sb.to_string_lossy(), "~"))
 }

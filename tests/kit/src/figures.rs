@@ -157,6 +157,78 @@ pub fn rewrite(doc: &str, figures: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// Where README's block of doctor's first lines starts and ends (a
+/// failing torch, then the same torch fixed), written by `cargo xtask
+/// figures` from the in-place demo and held to the binary's output by a
+/// test.
+pub const ANSWER_START: &str = "<!-- answer: written by `cargo xtask figures` -->";
+pub const ANSWER_END: &str = "<!-- /answer -->";
+
+/// The lines of a doctor report the block shows: the verdict (the first
+/// line: the answer) and the kernels row's first line (what fails, or
+/// that it is fixed), as printed.
+pub fn answer_lines(report: &str) -> Vec<&str> {
+    let mut lines = report.lines();
+    let verdict = lines.next().into_iter();
+    verdict
+        .chain(lines.find(|l| l.get(6..).is_some_and(|r| r.starts_with("kernels "))))
+        .collect()
+}
+
+/// README's block from doctor's report before the fix and after it.
+pub fn answer_block(before: &str, after: &str) -> String {
+    format!(
+        "{ANSWER_START}\n```text\n$ rdna1-patch doctor\n{}\n$ rdna1-patch install --into-torch\n$ rdna1-patch doctor\n{}\n```\n{ANSWER_END}",
+        answer_lines(before).join("\n"),
+        answer_lines(after).join("\n")
+    )
+}
+
+/// The block in `readme`, markers included; `None` when it has none.
+pub fn find_answer(readme: &str) -> Option<&str> {
+    let start = readme.find(ANSWER_START)?;
+    let end = readme[start..].find(ANSWER_END)? + start + ANSWER_END.len();
+    Some(&readme[start..end])
+}
+
+/// `readme` with its block replaced by `block`.
+pub fn set_answer(readme: &str, block: &str) -> Option<String> {
+    let old = find_answer(readme)?;
+    Some(readme.replacen(old, block, 1))
+}
+
+/// `text` with what differs from run to run made plain: a time like
+/// `4.37 s` becomes `N.N s`, a date-time `2026-11-28T10:34:31Z` `DATE`.
+/// Everything else (counts, targets, names) must be as printed.
+pub fn steady(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split(' ')
+                .map(|w| {
+                    let open = w.trim_start_matches('(');
+                    let head = &w[..w.len() - open.len()];
+                    let core = open.trim_end_matches([':', ',', ')', ';']);
+                    let tail = &open[core.len()..];
+                    let digits = |c: char| c.is_ascii_digit();
+                    if core.len() >= 20
+                        && core.contains('T')
+                        && core.ends_with('Z')
+                        && core.starts_with(digits)
+                    {
+                        format!("{head}DATE{tail}")
+                    } else if core.contains('.') && is_number(core) {
+                        format!("{head}N.N{tail}")
+                    } else {
+                        w.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +263,24 @@ mod tests {
         assert!(!is_value("8 min 40"));
         assert!(!is_value("about 9 min"));
         assert!(!is_value(""));
+    }
+
+    #[test]
+    fn the_answer_block_keeps_the_verdict_and_the_kernels_row() {
+        let before = "verdict: 1 problem to fix\nok    torch     x\nFAIL  kernels   2 of 2 fail (4.37 s)\ndetail\nok    gpu       y\n";
+        let after = "verdict: no problem found\nok    kernels   fixed by transaction 1 of 2026-11-28T10:34:31Z: 0 of 2\n";
+        let block = answer_block(before, after);
+        assert!(block.contains("verdict: 1 problem to fix\nFAIL  kernels   2 of 2 fail (4.37 s)\n$ rdna1-patch install"), "{block}");
+        let readme = format!("top\n{}\nbottom\n", answer_block("verdict: old\n", ""));
+        let new = set_answer(&readme, &block).unwrap();
+        assert_eq!(find_answer(&new), Some(block.as_str()));
+        assert_eq!(
+            steady(&block),
+            steady(&answer_block(
+                &before.replace("4.37", "10.5"),
+                &after.replace("10:34:31", "09:00:00")
+            ))
+        );
+        assert_ne!(steady(&block), steady(&block.replace("2 of 2", "1 of 2")));
     }
 }

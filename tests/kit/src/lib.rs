@@ -8,9 +8,11 @@ pub mod figures;
 pub mod registry;
 mod rocblas;
 mod rocm_sdk;
+mod wheel;
 
 pub use rocblas::{RocblasFixture, TENSILE_TAG};
 pub use rocm_sdk::{FakeRocmSdk, SdkShape, TORCH_PRELOADS, record_hash};
+pub use wheel::torch_wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,39 @@
+//! Issue 64: README's first screen shows doctor's first lines for a
+//! failing torch and for the same torch fixed. `cargo xtask figures`
+//! writes that block from the in-place demo; this test runs the same
+//! scenario (a native gfx1010 torch whose batch norm fails, an RX 5600
+//! XT's topology, Debian's comgr) and holds the block to what the binary
+//! prints now, times and dates aside.
+
+use rdna1_testkit::figures;
+
+use crate::in_place::{HIP64, install, torch_of};
+use crate::support::{Sandbox, gpus};
+
+#[test]
+fn readmes_answer_is_what_doctor_prints_before_and_after_the_fix() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5600xt-gfx1010"));
+    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let state = sb.state();
+    let doctor = || sb.run(&["doctor", "--profile", "rocm-6.4.3", "--state-dir", &state]);
+    let before = doctor().check_fails().stdout;
+    install(&sb, &[]).ok();
+    let after = doctor().ok().stdout;
+    let root = sb.root.canonicalize().unwrap().display().to_string();
+    let block = figures::answer_block(&before.replace(&root, "~"), &after.replace(&root, "~"));
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let text = std::fs::read_to_string(readme).unwrap();
+    let shown = figures::find_answer(&text).expect("README has the answer block");
+    assert_eq!(
+        figures::steady(shown),
+        figures::steady(&block),
+        "README's answer block is not what doctor prints: run `cargo xtask figures --only demos`"
+    );
+    // The first screen: the block starts within README's first 40 lines.
+    let at = text.find(figures::ANSWER_START).unwrap();
+    assert!(
+        text[..at].lines().count() < 40,
+        "the answer is below the first screen"
+    );
+}
