@@ -24,6 +24,10 @@ const NEEDS_THE_WORLD: &[(&str, &str)] = &[
     // (`localize`) holds none, whatever the machine's /usr does.
     ("build miopen --rocm ~/usr", "missing what the build needs"),
     (
+        "build rocblas --profile rocm-6.4.3 --rocm ~/usr",
+        "missing what the build needs",
+    ),
+    (
         "--profile rocm-6.3.1 --rocm ~/usr",
         "missing what the build needs",
     ),
