@@ -201,7 +201,13 @@ pub struct ForBuild {
 /// asks python: 100 ms through a pyenv shim). `named`: --profile's value;
 /// then the look only gives the route's line, so it runs beside the first
 /// stages (`Route::take` waits for it) instead of before them.
-pub fn for_build(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
+pub fn for_build(loc: &Locator, named: Option<&str>, component: &str) -> Result<ForBuild> {
+    // The route (in place, a built MIOpen, the torch first) is MIOpen's;
+    // another component's build goes into no torch yet, but is still held
+    // to the line of the torch it is for.
+    if component != "miopen" {
+        return other_component(loc, named);
+    }
     if let Some(name) = named {
         let profile = Profile::load(name)?;
         let (loc, chosen) = (loc.clone(), profile.clone());
@@ -249,6 +255,30 @@ fn torch_first(e: anyhow::Error) -> anyhow::Error {
         Some(help) => hint(format!("no ROCm torch to build for: {e:#}"), help),
         None => e,
     }
+}
+
+/// [`for_build`] for a component with no route into torch yet.
+fn other_component(loc: &Locator, named: Option<&str>) -> Result<ForBuild> {
+    if let Some(name) = named {
+        return Ok(ForBuild {
+            profile: Profile::load(name)?,
+            why: None,
+            route: Route::known(None),
+            torch: None,
+        });
+    }
+    let found = torch::locate(loc);
+    let c = profile_for_found(&found)?;
+    let torch = found.as_ref().ok().map(|t| ForTorch {
+        label: format!("torch {} at {}", t.version, t.dir.display()),
+        rocm: t.rocm().to_owned(),
+    });
+    Ok(ForBuild {
+        profile: c.profile,
+        why: Some(c.why),
+        route: Route::known(None),
+        torch,
+    })
 }
 
 fn route_line(plan: Plan) -> Option<String> {

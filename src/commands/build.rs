@@ -132,7 +132,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         why: profile_why,
         route,
         torch,
-    } = crate::select::for_build(&args.torch.locator(), args.profile.profile.as_deref())?;
+    } = crate::select::for_build(
+        &args.torch.locator(),
+        args.profile.profile.as_deref(),
+        &args.component,
+    )?;
     let config = crate::share::config::Config::load()?;
     let caches: Vec<_> = if args.no_caches {
         Vec::new()

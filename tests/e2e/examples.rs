@@ -28,6 +28,10 @@ const NEEDS_THE_WORLD: &[(&str, &str)] = &[
         "missing what the build needs",
     ),
     (
+        "build rocblas --profile rocm-6.4.3 --rocm ~/usr",
+        "missing what the build needs",
+    ),
+    (
         "--profile rocm-6.3.1 --rocm ~/usr",
         "missing what the build needs",
     ),

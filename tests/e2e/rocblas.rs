@@ -287,3 +287,74 @@ help: install libroctracer-dev (Debian's ROCm) or roctracer-dev (AMD's); nothing
     ));
     assert!(!rb.work.join("rocblas-mini/rocblas/src").exists());
 }
+
+/// rocBLAS is in one built-in profile: a build of it under another (the
+/// default, with no torch to choose by) names that one.
+#[test]
+fn a_profile_without_rocblas_names_the_one_with_it() {
+    let (sb, rb) = sandbox();
+    let run = Run::from(
+        sb.cmd()
+            .args(["build", "rocblas", "--dry-run", "--work-dir"])
+            .arg(&rb.work)
+            .output()
+            .unwrap(),
+    );
+    run.fails_with(
+        "error: profile rocm-6.2.4 has no component `rocblas`
+help: components in this profile: miopen; `rocblas` is in the built-in profile(s) rocm-6.4.3: --profile rocm-6.4.3",
+    );
+}
+
+/// The route line is MIOpen's way into torch; a rocBLAS build, which goes
+/// into no torch yet, says none, with a torch there or not.
+#[test]
+fn a_rocblas_plan_says_no_miopen_route() {
+    let (sb, rb) = sandbox();
+    sb.torch(crate::support::TorchKind::Rocm, "6.4.43482-0f2d60242");
+    let run = Run::from(
+        sb.cmd()
+            .args([
+                "build",
+                "rocblas",
+                "--profile",
+                "rocm-6.4.3",
+                "--dry-run",
+                "--work-dir",
+            ])
+            .arg(&rb.work)
+            .arg("--rocm")
+            .arg(&rb.rocm)
+            .output()
+            .unwrap(),
+    )
+    .ok();
+    let heads: Vec<&str> = run
+        .stdout
+        .lines()
+        .map(|l| l.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "profile",
+            "source",
+            "with",
+            "checkout",
+            "patches",
+            "targets",
+            "launcher",
+            "configure",
+            "build",
+            "install",
+            "key",
+            "shared",
+            "cost",
+            "stop after",
+            "preflight",
+            "(dry run",
+        ],
+        "{}",
+        run.stdout
+    );
+}

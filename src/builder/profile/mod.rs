@@ -292,16 +292,21 @@ impl Profile {
 
     pub fn component(&self, name: &str) -> Result<&Component> {
         self.components.get(name).ok_or_else(|| {
+            let have: Vec<&str> = self.components.keys().map(String::as_str).collect();
+            let elsewhere: Vec<String> = builtin_names()
+                .into_iter()
+                .filter(|n| builtin(n).is_some_and(|t| t.contains(&format!("[components.{name}]"))))
+                .collect();
+            let also = match elsewhere.first() {
+                Some(first) => format!(
+                    "; `{name}` is in the built-in profile(s) {}: --profile {first}",
+                    elsewhere.join(", ")
+                ),
+                None => String::new(),
+            };
             hint(
                 format!("profile {} has no component `{name}`", self.name),
-                format!(
-                    "components in this profile: {}",
-                    self.components
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                format!("components in this profile: {}{also}", have.join(", ")),
             )
         })
     }
