@@ -287,6 +287,6 @@ fn under_sudo_a_torch_only_root_can_read_is_named_as_such() {
         .args(["--state-dir", &sb.state()]);
     Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap()).fails_with(
         "error: /usr/bin/python3 (/usr/bin/python3) has no torch that nobody (uid 65534, who ran sudo) can import (python runs as that user)
-help: install the torch built for gfx1010 (no RDNA1 card is seen here; an RX 5500's is gfx1012): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again; or run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+help: run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user; or install the torch built for gfx1010 [..]",
     );
 }
