@@ -252,3 +252,43 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
         run.stdout
     );
 }
+
+/// Two RDNA1 cards (an RX 5600 XT, gfx1010, and an RX 5500 XT, gfx1012)
+/// and a torch with code for both: the diagnosis judges both targets and
+/// the fix is proven for both. On 847bb00 both were judged and proven
+/// for gfx1010 alone.
+#[test]
+fn two_cards_are_both_judged_and_proven() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("two-cards-gfx1010-gfx1012"));
+    torch_with_code(&sb, &["gfx1010", "gfx1012"]);
+    let run = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010 + gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010 and gfx1012; `rdna1-patch install --into-torch` fixes them",
+            "ok    torch     [..]",
+            "ok    route     torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1012) and every fix of profile rocm-6.4.3 is kernel text: [..]",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 and gfx1012 (the cards in this machine), through comgr 2.4 ([..]) (4 compiles, [..])",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010, 1 of 1 case for gfx1012",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010, 1 of 1 case for gfx1012",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1012",
+            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+            "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 2, gfx_target_version 100102): RDNA1, what this tool is for",
+            "skip  amdgpu    module parameters not readable (amdgpu not loaded)",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    let dry = install(&sb, &["--dry-run"]).ok();
+    lines_are(
+        &dry.stderr,
+        &[
+            "     Route MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1012) and every fix profile rocm-6.4.3 makes is kernel text: [..]",
+            "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]; fails in 1 of 1 case for gfx1010, 1 of 1 case for gfx1012",
+            "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]; fails in 1 of 1 case for gfx1010, 1 of 1 case for gfx1012",
+            " Diagnosis 2 of 2 batch-norm kernels of [..] fail for gfx1010 and gfx1012 (the cards in this machine), [..]",
+            "    Proven 2 batch-norm kernels compile for gfx1010, gfx1012 (the cards in this machine) in every case [..]",
+        ],
+    );
+}

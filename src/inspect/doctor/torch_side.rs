@@ -340,7 +340,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
         }
     };
     let detail = || format!("{}\n{}", d.summary(), d.lines().join("\n"));
-    let failing = || d.judgement.as_ref().map_or(0, |j| j.failing().count());
+    let failing = || d.failing();
     match d.standing() {
         Standing::NoCompiler => r.push_breaks(
             "kernels",
@@ -368,7 +368,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             format!(
                 "batch-norm training: {} for {}; {INSTALL} fixes {}",
                 crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.target,
+                d.said_targets(),
                 if failing() == 1 { "it" } else { "them" }
             ),
             Some(format!(
@@ -382,7 +382,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             format!(
                 "batch-norm training: {} for {}, and not where the in-place fix reaches (see kernels)",
                 crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.target
+                d.said_targets()
             ),
             crate::error::help(&e).map(str::to_owned),
         ),
@@ -454,7 +454,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
+                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs))
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the
