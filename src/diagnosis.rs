@@ -25,7 +25,8 @@ pub struct Diagnosis {
     /// The library judged.
     pub library: PathBuf,
     /// The targets judged for (each RDNA1 card of this machine, or the
-    /// ones asked for), and why those.
+    /// ones asked for), and why those ("the card in this machine", "no
+    /// GPU visible").
     pub targets: Vec<String>,
     pub target_from: String,
     /// Whether those are this machine's cards or were asked for: a fix is
@@ -66,10 +67,14 @@ pub fn targets(sysfs: &Path, asked: &[String]) -> (Vec<String>, String, bool) {
     if !asked.is_empty() {
         return (asked.to_vec(), "asked with --target".into(), true);
     }
-    match crate::gpu::rdna1_targets(sysfs) {
+    let scan = crate::gpu::scan_all(sysfs);
+    match scan.rdna1_targets() {
+        // A container without /dev/kfd sees no GPU at all: said so, not
+        // as a machine with no RDNA1 card.
+        _ if scan.gpus.is_empty() => (vec!["gfx1010".into()], "no GPU visible".into(), false),
         cards if cards.is_empty() => (
             vec!["gfx1010".into()],
-            "no RDNA1 card in the KFD topology: judged for gfx1010".into(),
+            "no RDNA1 card in the KFD topology".into(),
             false,
         ),
         cards if cards.len() == 1 => (cards, "the card in this machine".into(), true),
@@ -339,8 +344,8 @@ impl Diagnosis {
                     ),
                 };
                 let which = match self.card {
-                    true => self.target_from.as_str(),
-                    false => "no RDNA1 card in the KFD topology: every RDNA1 target",
+                    true => self.target_from.clone(),
+                    false => format!("{}: every RDNA1 target", self.target_from),
                 };
                 format!(
                     "{} batch-norm kernels compile for {} ({which}) in every case and compile to unchanged {} code{now}, through {} ({} compiles, {} of them run){not}",

@@ -41,6 +41,14 @@ impl Stack {
         }
     }
 
+    /// The stack, judged for `targets` in place of this machine's cards.
+    pub fn asking(self, targets: Vec<String>) -> Stack {
+        Stack {
+            asked: targets,
+            ..self
+        }
+    }
+
     /// The diagnosis of `library` (torch's MIOpen, or the original one of
     /// ours replaced) for the card: made on the first ask, the same one
     /// after. A command judges one library; asking of another is a bug.

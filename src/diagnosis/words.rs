@@ -110,12 +110,16 @@ impl Diagnosis {
             (false, None) => format!("{compiles} compiles"),
         };
         let how = format!("{how}, {:.2} s", self.took.as_secs_f64());
+        let why = match self.card {
+            true => self.target_from.clone(),
+            false => format!("{}: judged for {}", self.target_from, self.said_targets()),
+        };
         format!(
             "{} of {} batch-norm kernels of {} {fail} ({}), through {} ({how})",
             counts[0],
             first.kernels.len(),
             self.library.display(),
-            self.target_from,
+            why,
             first.compiler
         )
     }

@@ -239,7 +239,7 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1030: no problem found; 1 warning",
             "ok    torch     [..]",
-            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it",
+            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it (--target gfx1010 judges for one)",
             "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
             "[..]",
@@ -291,4 +291,68 @@ fn two_cards_are_both_judged_and_proven() {
             "    Proven 2 batch-norm kernels compile for gfx1010, gfx1012 (the cards in this machine) in every case [..]",
         ],
     );
+}
+
+/// The same RX 6800 asking with --target: what a gfx1010 would need is
+/// judged, and the fix proposed, for that target. On 847bb00 doctor had
+/// no --target (`error: unexpected argument '--target' found`).
+#[test]
+fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx6800-gfx1030"));
+    torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+    let run = doctor(&sb, &["--target", "gfx1010"]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 for gfx1010 (--target): 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them; 1 warning",
+            "ok    torch     [..]",
+            "ok    route     torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1030) and every fix of profile rocm-6.4.3 is kernel text: [..]",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (asked with --target), through comgr 2.4 ([..]) ([..])",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
+            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
+            "[..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    doctor(&sb, &["--target", "gfx1030"]).fails_with(
+        "error: invalid value 'gfx1030' for '--target <GFX>': `gfx1030` is not an RDNA1 target: gfx1010 (RX 5600/5700), gfx1011 (Radeon Pro 5000) or gfx1012 (RX 5500)
+help: `rdna1-patch doctor --help` lists its arguments",
+    );
+}
+
+/// No GPU visible at all (the KFD topology shows none, as in a container
+/// without /dev/kfd): said in its own words, not as a machine with no
+/// RDNA1 card, and batch norm judged for every RDNA1 target. On 847bb00:
+/// `no AMD GPU in the KFD topology (...): a build works, running needs
+/// the card and the amdgpu driver` and `no RDNA1 card in the KFD
+/// topology: judged for gfx1010`.
+#[test]
+fn no_gpu_visible_is_said_in_its_own_words() {
+    let sb = Sandbox::new();
+    torch_with_code(&sb, &["gfx1010"]);
+    let run = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4, no GPU visible: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them; 1 warning",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (no GPU visible: judged for gfx1010), through comgr 2.4 ([..]) ([..])",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]",
+            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]",
+            "                fix: [..]",
+            "ok    torch-gpu [..]",
+            "warn  gpu       no GPU visible: the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes) shows none, as in a container without /dev/kfd or with no amdgpu driver; batch norm is judged for every RDNA1 target",
+            "                fix: in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and video groups",
+            "skip  amdgpu    module parameters not readable (amdgpu not loaded)",
+            "ok    override  [..]",
+        ],
+    );
+    install(&sb, &["--dry-run"])
+        .ok()
+        .says("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no GPU visible: every RDNA1 target) in every case");
 }

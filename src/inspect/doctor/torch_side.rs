@@ -261,10 +261,10 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
             "gpu",
             Status::Warn,
             format!(
-                "no AMD GPU in the KFD topology ({}): a build works, running needs the card and the amdgpu driver",
+                "no GPU visible: the KFD topology ({}) shows none, as in a container without /dev/kfd or with no amdgpu driver; batch norm is judged for every RDNA1 target",
                 gpu::topology(&req.stack.sysfs).display()
             ),
-            "on the GPU machine: check `lsmod | grep amdgpu` and that your user is in the render and video groups",
+            "in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and video groups",
         );
     }
     for g in &all {
@@ -424,15 +424,15 @@ pub(super) fn needs_no_sdk(r: &mut CheckReport) {
 /// The route for this torch, as build and install take it (`select::plan`).
 fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
     // GPUs, none of them RDNA1 (an RX 6800): nothing to fix, and nothing
-    // proposed for a gfx1010 that is not here.
+    // proposed for a gfx1010 that is not here, unless --target asks.
     let scan = gpu::scan_all(&req.stack.sysfs);
-    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() {
+    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() && req.stack.asked.is_empty() {
         let cards: Vec<String> = scan.gpus.iter().map(gpu::Gpu::gfx).collect();
         r.push(
             "route",
             Status::Ok,
             format!(
-                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it",
+                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it (--target gfx1010 judges for one)",
                 cards.join(", ")
             ),
         );
