@@ -323,15 +323,12 @@ impl Diagnosis {
         let names: Vec<&str> = targets.iter().map(String::as_str).collect();
         let line = match verdict::prove(c, original, fixed, &names)? {
             Ok(p) => {
+                // What changed for the control and what did not.
                 let now = match p.control_now_compiles {
                     0 => String::new(),
                     n => format!(
-                        " ({} that failed before the fix {} after it)",
-                        crate::output::count(
-                            n,
-                            &format!("{} case", verdict::CONTROL),
-                            &format!("{} cases", verdict::CONTROL)
-                        ),
+                        ", and {} that failed before the fix now {}",
+                        crate::output::count(n, "case", "cases"),
                         if n == 1 { "compiles" } else { "compile" }
                     ),
                 };
@@ -348,7 +345,7 @@ impl Diagnosis {
                     false => format!("{}: every RDNA1 target", self.target_from),
                 };
                 format!(
-                    "{} batch-norm kernels compile for {} ({which}) in every case and compile to unchanged {} code{now}, through {} ({} compiles, {} of them run){not}",
+                    "{} batch-norm kernels compile for {} ({which}) in every case; for {}: the same code as before wherever it compiled before{now}; through {} ({} compiles, {} of them run){not}",
                     p.kernels,
                     targets.join(", "),
                     verdict::CONTROL,

@@ -57,21 +57,30 @@ impl Diagnosis {
                     .map(|(_, k)| *k)
                     .find(|k| k.verdict.fails())
                     .unwrap_or(k);
-                let fails: Vec<String> = per
-                    .iter()
-                    .filter(|(_, k)| k.failing > 0)
-                    .map(|(t, k)| {
-                        format!(
-                            "{} of {} for {t}{}",
-                            k.failing,
-                            crate::output::count(k.cases, "case", "cases"),
-                            match k.control_too {
-                                0 => String::new(),
-                                n => format!(", {n} of them for {} too", verdict::CONTROL),
-                            }
-                        )
-                    })
-                    .collect();
+                let said = |k: &verdict::Kernel, t: &str| {
+                    format!(
+                        "{} of {} for {t}{}",
+                        k.failing,
+                        crate::output::count(k.cases, "case", "cases"),
+                        match k.control_too {
+                            0 => String::new(),
+                            n => format!(", {n} of them for {} too", verdict::CONTROL),
+                        }
+                    )
+                };
+                let failing: Vec<_> = per.iter().filter(|(_, k)| k.failing > 0).collect();
+                let alike = failing.windows(2).all(|w| {
+                    (w[0].1.failing, w[0].1.cases, w[0].1.control_too)
+                        == (w[1].1.failing, w[1].1.cases, w[1].1.control_too)
+                });
+                // The same for every target: said once, the targets named.
+                let fails: Vec<String> = match (alike, failing.first()) {
+                    (true, Some((_, k))) if failing.len() > 1 => {
+                        let targets: Vec<&str> = failing.iter().map(|(t, _)| *t).collect();
+                        vec![said(k, &targets.join(" and "))]
+                    }
+                    _ => failing.iter().map(|(t, k)| said(k, t)).collect(),
+                };
                 let failing = match (&k.verdict, fails.is_empty()) {
                     (verdict::Verdict::NotJudged { .. }, _) => "; never edited".to_owned(),
                     (_, true) => String::new(),

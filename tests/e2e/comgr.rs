@@ -54,14 +54,21 @@ pub(crate) fn verify_compile_cmd(sb: &Sandbox) -> Command {
     let mut c = Command::new("timeout");
     c.arg("300").arg(crate::support::BIN);
     sb.env(&mut c);
-    c.args(["verify", "--prefix", &prefix, "--state-dir", &state])
-        .args([
-            "--profile",
-            "rocm-6.4.3",
-            "--python",
-            "python3",
-            "--compile",
-        ]);
+    c.args([
+        "verify",
+        "--detail",
+        "--prefix",
+        &prefix,
+        "--state-dir",
+        &state,
+    ])
+    .args([
+        "--profile",
+        "rocm-6.4.3",
+        "--python",
+        "python3",
+        "--compile",
+    ]);
     c
 }
 

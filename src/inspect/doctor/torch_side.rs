@@ -77,9 +77,13 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
     if let Some(sys) = t.system() {
         system_route(t, sys, r);
     }
-    let route = route(req, t, r);
+    // Whether a fix of ours is what torch holds: asked by the route and
+    // the kernels rows, the library read for it once.
+    let fixed = std::cell::OnceCell::new();
+    let fixed = || fixed.get_or_init(|| fixed_by(req, t)).clone();
+    let route = route(req, t, r, &fixed);
     if route == Route::InPlace {
-        kernels(req, t, r);
+        kernels(req, t, r, &fixed);
     }
     if let (torch::Layout::RocmSdk(_), torch::Locator::Python(python), true) = (
         &t.layout,
@@ -325,7 +329,12 @@ pub(super) fn gfx_override(
 /// them for this machine's card through the comgr beside it. A failure the
 /// in-place fix removes is a failure until it is fixed; a compile check
 /// that cannot run is "not checked", never a pass.
-fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
+fn kernels(
+    req: &DoctorRequest,
+    t: &torch::Torch,
+    r: &mut CheckReport,
+    fixed: &dyn Fn() -> Option<String>,
+) {
     const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
@@ -349,7 +358,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             "batch norm: no comgr beside torch's MIOpen to judge its kernels",
             Some("torch bundles comgr with its MIOpen; reinstall torch if it is missing".into()),
         ),
-        Standing::NothingToFix(line) => match fixed_by(req, t) {
+        Standing::NothingToFix(line) => match fixed() {
             Some(by) => r.push(
                 "kernels",
                 Status::Ok,
@@ -393,16 +402,19 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
 /// of 2026-11-28T06:51:01Z"), if one does: read from install's journals.
 fn fixed_by(req: &DoctorRequest, t: &torch::Torch) -> Option<String> {
     let journals = req.state.as_ref()?.read().ok()?;
+    let installed = |j: &&crate::swap::txn::Journal| {
+        j.state == crate::swap::txn::State::Installed && j.torch.target == t.target
+    };
+    // The library is read for its MD5 only when a fix of it was installed:
+    // the route row asks too, and a cold doctor reads it once.
+    journals.list.iter().rev().find(installed)?;
     let md5 = crate::checksum::md5_file(&t.target).ok()?;
     journals
         .list
         .iter()
         .rev()
-        .find(|j| {
-            j.state == crate::swap::txn::State::Installed
-                && j.torch.target == t.target
-                && j.new.md5 == md5
-        })
+        .filter(installed)
+        .find(|j| j.new.md5 == md5)
         .map(|j| format!("transaction {} of {}", j.id, j.created))
 }
 
@@ -422,7 +434,12 @@ pub(super) fn needs_no_sdk(r: &mut CheckReport) {
 }
 
 /// The route for this torch, as build and install take it (`select::plan`).
-fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
+fn route(
+    req: &DoctorRequest,
+    t: &torch::Torch,
+    r: &mut CheckReport,
+    fixed: &dyn Fn() -> Option<String>,
+) -> Route {
     // GPUs, none of them RDNA1 (an RX 6800): nothing to fix, and nothing
     // proposed for a gfx1010 that is not here, unless --target asks.
     let scan = gpu::scan_all(&req.stack.sysfs);
@@ -469,6 +486,17 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
                     gpu::override_gfx(v).unwrap_or_else(|| "another chip".into())
                 ),
             ),
+            // After the fix, the present: fixed, and by which transaction.
+            (_, crate::swap::route::Chip::Native(what)) if route == Route::InPlace => match fixed() {
+                Some(by) => r.push(
+                    "route",
+                    Status::Ok,
+                    format!(
+                        "fixed in place by {by}: MIOpen sees the real chip ({what})"
+                    ),
+                ),
+                None => r.push("route", Status::Ok, other.detail()),
+            },
             _ => r.push("route", Status::Ok, other.detail()),
         },
     }
