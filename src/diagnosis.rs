@@ -13,8 +13,9 @@ use crate::cache::Cache;
 use crate::compiler::Child;
 use crate::error::hint;
 use crate::torch::Torch;
-use crate::ui::Ui;
-use crate::verdict::{self, Compiler, Judgement, Outcome};
+use crate::verdict::{self, Compiler, Judgement};
+
+mod words;
 
 /// The longest one compile may take: a batch-norm kernel compiles in
 /// well under a second; one that has not in this long is hung.
@@ -23,11 +24,13 @@ const COMPILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 pub struct Diagnosis {
     /// The library judged.
     pub library: PathBuf,
-    /// The target judged for, and why that one.
-    pub target: String,
+    /// The targets judged for (each RDNA1 card of this machine, or the
+    /// ones asked for), and why those ("the card in this machine", "no
+    /// GPU visible").
+    pub targets: Vec<String>,
     pub target_from: String,
-    /// Whether that is the card in this machine: a fix is then proven for
-    /// it alone, else for every RDNA1 target.
+    /// Whether those are this machine's cards or were asked for: a fix is
+    /// then proven for them alone, else for every RDNA1 target.
     pub card: bool,
     /// The compiler MIOpen loads; None when torch has none beside it.
     pub compiler_path: Option<PathBuf>,
@@ -39,8 +42,9 @@ pub struct Diagnosis {
     loaded: std::cell::OnceCell<Child>,
     /// Where the compiler was looked for.
     pub looked_in: Vec<PathBuf>,
-    /// The verdicts; None without a compiler.
-    pub judgement: Option<Judgement>,
+    /// The verdicts, one per target in `targets`' order; none without a
+    /// compiler.
+    pub judgements: Vec<Judgement>,
     /// How long the verdicts took: compiling, or reading them back.
     pub took: std::time::Duration,
     /// The cache of verdicts and proofs (`cache`), and the key the
@@ -56,37 +60,54 @@ pub struct Diagnosis {
     bytes: std::cell::RefCell<Option<(crate::fsutil::Stamp, Rc<Vec<u8>>)>>,
 }
 
-/// The target to judge for: the RDNA1 card of this machine, else gfx1010.
-pub fn target(sysfs: &Path) -> (String, String) {
-    match card(sysfs) {
-        Some(t) => (t, "the card in this machine".into()),
-        None => (
-            "gfx1010".into(),
-            "no RDNA1 card in the KFD topology: judged for gfx1010".into(),
+/// The targets to judge for: those `asked` (doctor's --target), else
+/// every RDNA1 card of this machine, else gfx1010; why those; and whether
+/// they are cards (asked, or here) rather than a stand-in.
+pub fn targets(sysfs: &Path, asked: &[String]) -> (Vec<String>, String, bool) {
+    if !asked.is_empty() {
+        return (asked.to_vec(), "asked with --target".into(), true);
+    }
+    let scan = crate::gpu::scan_all(sysfs);
+    match scan.rdna1_targets() {
+        // A container without /dev/kfd sees no GPU at all: said so, not
+        // as a machine with no RDNA1 card.
+        _ if scan.gpus.is_empty() => (vec!["gfx1010".into()], "no GPU visible".into(), false),
+        cards if cards.is_empty() => (
+            vec!["gfx1010".into()],
+            "no RDNA1 card in the KFD topology".into(),
+            false,
         ),
+        cards if cards.len() == 1 => (cards, "the card in this machine".into(), true),
+        cards => (cards, "the cards in this machine".into(), true),
     }
 }
 
-/// The RDNA1 card in this machine's KFD topology, if there is one.
-pub fn card(sysfs: &Path) -> Option<String> {
-    crate::gpu::rdna1_targets(sysfs).into_iter().next()
+/// The first target judged for: the RDNA1 card of this machine, else
+/// gfx1010.
+pub fn target(sysfs: &Path) -> String {
+    targets(sysfs, &[]).0.remove(0)
 }
 
-/// Judge `library` (torch's original MIOpen) for this machine's card,
-/// through the comgr beside torch's MIOpen.
-pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis> {
-    let (target, target_from) = target(sysfs);
+/// Judge `library` (torch's original MIOpen) for this machine's cards (or
+/// the targets `asked`), through the comgr beside torch's MIOpen.
+pub fn diagnose(
+    torch: &Torch,
+    library: &Path,
+    sysfs: &Path,
+    asked: &[String],
+) -> Result<Diagnosis> {
+    let (targets, target_from, card) = targets(sysfs, asked);
     let looked_in = torch.runtime_dirs();
     let mut d = Diagnosis {
         library: library.to_owned(),
-        card: card(sysfs).is_some(),
-        target,
+        card,
+        targets,
         target_from,
         compiler_path: crate::comgr::find(&looked_in),
         hiprtc_path: crate::comgr::hiprtc::find(&looked_in),
         loaded: std::cell::OnceCell::new(),
         looked_in,
-        judgement: None,
+        judgements: Vec::new(),
         took: std::time::Duration::ZERO,
         cache: None,
         compilers: None,
@@ -95,7 +116,7 @@ pub fn diagnose(torch: &Torch, library: &Path, sysfs: &Path) -> Result<Diagnosis
     if d.compiler_path.is_some() {
         let start = std::time::Instant::now();
         d.cache = d.cache_key();
-        d.judgement = Some(d.judged()?);
+        d.judgements = d.judged()?;
         d.took = start.elapsed();
     }
     Ok(d)
@@ -142,7 +163,7 @@ impl Diagnosis {
         let key = crate::prefix::sha256_hex(
             format!(
                 "{texts} {comgr} {hiprtc} [{loads}] {} {} {}",
-                self.target,
+                self.targets.join(","),
                 crate::version::VERSION,
                 verdict::RULES
             )
@@ -205,15 +226,19 @@ impl Diagnosis {
         }
     }
 
-    /// The verdicts: from the cache when these very files were judged
-    /// before, else by compiling.
-    fn judged(&self) -> Result<Judgement> {
+    /// The verdicts, one per target: from the cache when these very files
+    /// were judged before (named as this run's files), else by compiling.
+    fn judged(&self) -> Result<Vec<Judgement>> {
         crate::tally::count(crate::tally::What::Diagnosis);
         if let Some(text) = self.cached("json", 4 << 20)
-            && let Ok(mut j) = serde_json::from_str::<Judgement>(&text)
+            && let Ok(mut js) = serde_json::from_str::<Vec<Judgement>>(&text)
+            && js.len() == self.targets.len()
         {
-            j.cached = true;
-            return Ok(j);
+            for j in &mut js {
+                j.cached = true;
+                j.compiler = self.this_run(&j.compiler);
+            }
+            return Ok(js);
         }
         let bytes = self.read()?;
         // A library that cannot be read is said as such, before any
@@ -228,16 +253,54 @@ impl Diagnosis {
             ))
         })?;
         let c = self.compiler()?.expect("judged with a compiler");
-        let judged = verdict::judge(c, &bytes, &self.target)?;
-        self.keep("json", &serde_json::to_string(&judged)?);
+        let judged = self
+            .targets
+            .iter()
+            .map(|t| verdict::judge(c, &bytes, t))
+            .collect::<Result<Vec<_>>>()?;
+        let mut kept = judged.clone();
+        for j in &mut kept {
+            j.compiler = self.any_run(&j.compiler);
+        }
+        self.keep("json", &serde_json::to_string(&kept)?);
         Ok(judged)
+    }
+
+    /// `text` with this run's compiler paths in place of the words
+    /// [`any_run`] put there: a verdict kept by a run on the same files
+    /// elsewhere names the files of this one.
+    ///
+    /// [`any_run`]: Diagnosis::any_run
+    fn this_run(&self, text: &str) -> String {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let mut out = text.to_owned();
+        if let Some(p) = path(&self.hiprtc_path) {
+            out = out.replace("{hiprtc}", &p);
+        }
+        match path(&self.compiler_path) {
+            Some(p) => out.replace("{comgr}", &p),
+            None => out,
+        }
+    }
+
+    /// `text` with this run's compiler paths as words, for the cache.
+    fn any_run(&self, text: &str) -> String {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let mut out = text.to_owned();
+        if let Some(p) = path(&self.compiler_path) {
+            out = out.replace(&format!("({p})"), "({comgr})");
+        }
+        match path(&self.hiprtc_path) {
+            Some(p) => out.replace(&format!("({p})"), "({hiprtc})"),
+            None => out,
+        }
     }
 
     /// The targets a fix is proven for: the card in this machine, else
     /// every RDNA1 target.
     pub fn proven_for(&self) -> Vec<String> {
         match self.card {
-            true => vec![self.target.clone()],
+            true => self.targets.clone(),
             false => verdict::RDNA1.iter().map(|t| (*t).to_owned()).collect(),
         }
     }
@@ -251,6 +314,7 @@ impl Diagnosis {
         let targets = self.proven_for();
         let ext = format!("proof-{}", targets.join("-"));
         if let Some(line) = self.cached(&ext, 4096) {
+            let line = self.this_run(&line);
             return Ok(format!("{line} (proven before for these very texts)"));
         }
         let c = self.compiler()?.expect("a proof with a compiler");
@@ -259,15 +323,12 @@ impl Diagnosis {
         let names: Vec<&str> = targets.iter().map(String::as_str).collect();
         let line = match verdict::prove(c, original, fixed, &names)? {
             Ok(p) => {
+                // What changed for the control and what did not.
                 let now = match p.control_now_compiles {
                     0 => String::new(),
                     n => format!(
-                        " ({} that failed before the fix {} after it)",
-                        crate::output::count(
-                            n,
-                            &format!("{} case", verdict::CONTROL),
-                            &format!("{} cases", verdict::CONTROL)
-                        ),
+                        ", and {} that failed before the fix now {}",
+                        crate::output::count(n, "case", "cases"),
                         if n == 1 { "compiles" } else { "compile" }
                     ),
                 };
@@ -280,11 +341,11 @@ impl Diagnosis {
                     ),
                 };
                 let which = match self.card {
-                    true => "the card in this machine",
-                    false => "no RDNA1 card in the KFD topology: every RDNA1 target",
+                    true => self.target_from.clone(),
+                    false => format!("{}: every RDNA1 target", self.target_from),
                 };
                 format!(
-                    "{} batch-norm kernels compile for {} ({which}) in every case and compile to unchanged {} code{now}, through {} ({} compiles, {} of them run){not}",
+                    "{} batch-norm kernels compile for {} ({which}) in every case; for {}: the same code as before wherever it compiled before{now}; through {} ({} compiles, {} of them run){not}",
                     p.kernels,
                     targets.join(", "),
                     verdict::CONTROL,
@@ -303,7 +364,7 @@ impl Diagnosis {
                 ));
             }
         };
-        self.keep(&ext, &line);
+        self.keep(&ext, &self.any_run(&line));
         Ok(line)
     }
 
@@ -376,217 +437,4 @@ fn memoised_sha256(cache: &Cache, m: &std::fs::Metadata) -> Option<String> {
     cache
         .get(&memo_key(m), 128)
         .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-impl Diagnosis {
-    /// One line per kernel: "MIOPEN_KERNEL_X: fails at the DPP reduction
-    /// (fp32 NCHW: ...)".
-    pub fn lines(&self) -> Vec<String> {
-        let Some(j) = &self.judgement else {
-            return Vec::new();
-        };
-        j.kernels
-            .iter()
-            .map(|k| {
-                let failing = match (k.failing, &k.verdict) {
-                    (_, verdict::Verdict::NotJudged { .. }) => "; never edited".to_owned(),
-                    (0, _) => String::new(),
-                    (n, _) => format!(
-                        "; fails in {n} of {} for {}{}",
-                        crate::output::count(k.cases, "case", "cases"),
-                        self.target,
-                        match k.control_too {
-                            0 => String::new(),
-                            t => format!(", {t} of them for {} too", verdict::CONTROL),
-                        }
-                    ),
-                };
-                format!("{}: {}{failing}", k.name, k.verdict.describe())
-            })
-            .collect()
-    }
-
-    /// The stack's verdict in a line, for the target judged.
-    pub fn summary(&self) -> String {
-        let Some(j) = &self.judgement else {
-            return "not compiled: no compiler library beside torch's MIOpen".into();
-        };
-        let failing = j.failing().count();
-        let how = match (j.cached, self.loaded.get()) {
-            (true, _) => "known from an earlier diagnosis of these very texts".to_owned(),
-            (false, Some(c)) => format!("{} compiles, {} of them run", j.compiles, c.ran.get()),
-            (false, None) => format!("{} compiles", j.compiles),
-        };
-        let how = format!("{how}, {:.2} s", self.took.as_secs_f64());
-        format!(
-            "{failing} of {} batch-norm kernels of {} fail for {} ({}), through {} ({how})",
-            j.kernels.len(),
-            self.library.display(),
-            self.target,
-            self.target_from,
-            j.compiler
-        )
-    }
-
-    /// What the diagnosis says of the stack, decided here once: doctor's
-    /// kernels row and install's fix both take it.
-    pub fn standing(&self) -> Standing {
-        if self.compiler_path.is_none() {
-            return Standing::NoCompiler;
-        }
-        if let Some(e) = self.refusal() {
-            return Standing::Refused(e);
-        }
-        match self.judgement.as_ref().map(|j| j.outcome()) {
-            Some(Outcome::NothingToFix) => Standing::NothingToFix(self.nothing_to_fix_line()),
-            _ => Standing::Fixable,
-        }
-    }
-
-    /// The error for a stack the fix cannot help, or none.
-    fn refusal(&self) -> Option<anyhow::Error> {
-        let j = self.judgement.as_ref()?;
-        match j.outcome() {
-            Outcome::NotFixable { kernel, error } => Some(hint(
-                format!(
-                    "batch norm of {} is not fixable here: {kernel} {error} for {}, and not at the DPP reduction the fix removes; nothing was changed",
-                    self.library.display(),
-                    self.target
-                ),
-                match crate::compile::missing_std_header(&error) {
-                    Some(h) => format!(
-                        "hipRTC compiles MIOpen's HIP kernels with this machine's C++ standard library headers and finds no `{h}`: install them (Debian, Ubuntu: `sudo apt install g++`; Fedora: `sudo dnf install libstdc++-devel`), then run this again"
-                    ),
-                    None => "this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error".into(),
-                },
-            )),
-            Outcome::NoKernels => Some(hint(
-                format!(
-                    "{} embeds no batch-norm kernel text; nothing was changed",
-                    self.library.display()
-                ),
-                "it is not a MIOpen whose batch norm this fix knows",
-            )),
-            Outcome::NothingCompiles { kernel, error } => Some(hint(
-                format!(
-                    "the batch-norm kernels of {} cannot be judged: not one compiles, even for {}, through {} ({kernel}: {error}); nothing was changed",
-                    self.library.display(),
-                    verdict::CONTROL,
-                    j.compiler
-                ),
-                "this compiler builds nothing of MIOpen's here: reinstall torch (it bundles its comgr), and report the error if it stays",
-            )),
-            Outcome::Fixable | Outcome::NothingToFix => None,
-        }
-    }
-
-    /// Say the diagnosis, and make the fix it calls for in memory, proven
-    /// by compiling: None when there is nothing to fix (said, exit 0).
-    pub fn plan_fix(&self, unproven: bool, ui: &Ui) -> Result<Option<crate::inplace::Planned>> {
-        for line in self.lines() {
-            ui.stage("Kernel", line);
-        }
-        ui.stage("Diagnosis", self.summary());
-        match self.standing() {
-            Standing::NoCompiler if !unproven => return Err(self.no_compiler()),
-            Standing::Refused(e) => return Err(e),
-            Standing::NothingToFix(line) => {
-                ui.stage("Nothing", format!("{line}; torch was left as it is"));
-                return Ok(None);
-            }
-            Standing::NoCompiler | Standing::Fixable => {}
-        }
-        let prove = |a: &[u8], b: &[u8]| self.proof(a, b);
-        let prover: Option<crate::inplace::Prover> = match self.compiler_path {
-            Some(_) => Some(&prove),
-            None => None,
-        };
-        // The bytes the diagnosis read are not read twice.
-        let planned =
-            crate::inplace::plan(&self.library, prover, self.take_bytes(), &self.not_judged())?;
-        ui.stage("Proven", &planned.proof);
-        if self.compiler_path.is_none() {
-            ui.warn("--unproven: the fix is installed without a compile to prove it");
-        }
-        Ok(Some(planned))
-    }
-
-    /// The kernels not judged: compiled for no card in any case, the DPP
-    /// reduction aside, or needing a name no compiler is handed. Named,
-    /// never edited.
-    pub fn not_judged(&self) -> Vec<String> {
-        self.judgement
-            .iter()
-            .flat_map(|j| &j.kernels)
-            .filter(|k| {
-                matches!(
-                    k.verdict,
-                    verdict::Verdict::NotJudged { .. } | verdict::Verdict::Refused { .. }
-                )
-            })
-            .map(|k| k.name.clone())
-            .collect()
-    }
-
-    /// "to fix: ..." as the diagnosis found it: every case of every kernel
-    /// judged compiles; those that could not be judged are said, never
-    /// counted as compiling.
-    fn nothing_to_fix_line(&self) -> String {
-        let lib = self.library.display();
-        let kernels = || self.judgement.iter().flat_map(|j| &j.kernels);
-        let names = |v: &[&verdict::Kernel]| {
-            v.iter()
-                .map(|k| k.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let not: Vec<_> = kernels()
-            .filter(|k| matches!(k.verdict, verdict::Verdict::NotJudged { .. }))
-            .collect();
-        let refused: Vec<_> = kernels()
-            .filter(|k| matches!(k.verdict, verdict::Verdict::Refused { .. }))
-            .collect();
-        let mut line = match not.len() + refused.len() {
-            0 => format!(
-                "to fix: every batch-norm kernel of {lib} compiles for {} in every case",
-                self.target
-            ),
-            _ => format!(
-                "to fix in the kernels that could be judged: every other batch-norm kernel of {lib} compiles for {} in every case",
-                self.target
-            ),
-        };
-        if !not.is_empty() {
-            line.push_str(&format!(
-                "; {} not judged, no case of it compiling even for {} ({}), and left as it is",
-                crate::output::count(not.len(), "kernel was", "kernels were"),
-                verdict::CONTROL,
-                names(&not)
-            ));
-        }
-        if !refused.is_empty() {
-            line.push_str(&format!(
-                "; {} not judged, each needing a name no compiler is handed ({})",
-                crate::output::count(refused.len(), "kernel was", "kernels were"),
-                names(&refused)
-            ));
-        }
-        line
-    }
-
-    /// The error for no compiler, unless an unproven fix was asked for.
-    pub fn no_compiler(&self) -> anyhow::Error {
-        let dirs: Vec<String> = self
-            .looked_in
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
-        hint(
-            format!(
-                "no compiler library (libamd_comgr.so*) beside torch's MIOpen ({}), so whether its batch norm fails, and whether a fix works, cannot be proven; nothing was changed",
-                dirs.join(", ")
-            ),
-            "torch bundles comgr with its MIOpen (reinstall torch if it is missing), a system ROCm has one (its lib dir on LD_LIBRARY_PATH); or pass --unproven to install the fix uncompiled, which the provenance and `status` then say",
-        )
-    }
 }

@@ -127,7 +127,7 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
     let name = &profile.name;
     match route::chip(t) {
         Chip::Native(what) if route::kernel_text_only(profile) => Plan::InPlace(format!(
-            "torch's MIOpen sees the real chip ({what}) and every fix of profile {name} is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build"
+            "in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: {what}; every fix of {name} is kernel text)"
         )),
         Chip::Native(what) => Plan::Build(format!(
             "MIOpen sees the real chip ({what}); profile {name} would be built (`rdna1-patch build miopen`)"

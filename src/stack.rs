@@ -21,6 +21,9 @@ pub struct Stack {
     /// Where the KFD topology is read from (`/sys`; tests give a
     /// recorded tree).
     pub sysfs: PathBuf,
+    /// The targets asked for (doctor's --target): judged for in place of
+    /// this machine's cards.
+    pub asked: Vec<String>,
     /// The diagnosis, with the library it judged.
     diagnosis: OnceCell<(PathBuf, Diagnosis)>,
 }
@@ -33,7 +36,16 @@ impl Stack {
             locator,
             torch,
             sysfs,
+            asked: Vec::new(),
             diagnosis: OnceCell::new(),
+        }
+    }
+
+    /// The stack, judged for `targets` in place of this machine's cards.
+    pub fn asking(self, targets: Vec<String>) -> Stack {
+        Stack {
+            asked: targets,
+            ..self
         }
     }
 
@@ -50,7 +62,7 @@ impl Stack {
             );
             return Ok(d);
         }
-        let d = crate::diagnosis::diagnose(torch, library, &self.sysfs)?;
+        let d = crate::diagnosis::diagnose(torch, library, &self.sysfs, &self.asked)?;
         Ok(&self.diagnosis.get_or_init(|| (library.to_owned(), d)).1)
     }
 }

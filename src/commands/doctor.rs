@@ -28,14 +28,31 @@ pub struct Args {
     /// (--rocm shows them as well)
     #[arg(long)]
     all: bool,
+    /// Judge torch's batch norm for this RDNA1 target (gfx1010, gfx1011 or
+    /// gfx1012) instead of this machine's cards: on a machine with no
+    /// RDNA1 card, or none visible, to know what a card would need
+    /// (repeat it for more)
+    #[arg(long, value_name = "GFX", value_parser = rdna1_target)]
+    target: Vec<String>,
     #[command(flatten)]
     pub(crate) report: ReportArgs,
+}
+
+/// An RDNA1 target, the only ones batch norm is judged for.
+fn rdna1_target(s: &str) -> Result<String, String> {
+    match crate::verdict::RDNA1.contains(&s) {
+        true => Ok(s.to_owned()),
+        false => Err(format!(
+            "`{s}` is not an RDNA1 target: gfx1010 (RX 5600/5700), gfx1011 (Radeon Pro 5000) or gfx1012 (RX 5500)"
+        )),
+    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     // The torch `install` would use: --python, --torch-dir, else python3;
     // looked for once.
-    let stack = crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root());
+    let stack = crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root())
+        .asking(args.target);
     let asked_rocm = args.rocm.is_some();
     let req = DoctorRequest {
         // The profile build and install would take for this torch.

@@ -210,6 +210,17 @@ pub struct ReportArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+    /// Show each row whole: full paths, every list and detail line (rows
+    /// are otherwise cut to 160 characters; the JSON is always whole)
+    #[arg(long)]
+    pub detail: bool,
+}
+
+/// Home as `~` in the report a person reads.
+pub(crate) fn home_short(report: &mut crate::inspect::checks::CheckReport) {
+    if let Ok(home) = std::env::var("HOME") {
+        report.short.push((home, "~".to_owned()));
+    }
 }
 
 /// A report with its status words in colour, when colour is on (`--color
@@ -243,7 +254,10 @@ pub fn print_report(
     if args.json {
         crate::outln!("{}", report.json());
     } else {
-        crate::outln!("{}", painted(&report.text_wrapped(term::stdout_width())));
+        let mut report = report.clone();
+        home_short(&mut report);
+        let text = report.text_wrapped(term::stdout_width(), args.detail);
+        crate::outln!("{}", painted(&text));
     }
     Ok(ExitCode::from(report.answer().exit))
 }

@@ -14,6 +14,10 @@ pub struct Args {
     /// Print the report as JSON
     #[arg(long)]
     pub(crate) json: bool,
+    /// Show each line whole: full paths and the proof (lines are otherwise
+    /// cut or wrapped at 160 characters; the JSON is always whole)
+    #[arg(long)]
+    detail: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -31,7 +35,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
-        crate::outln!("{}", report.text());
+        let home = std::env::var("HOME").ok();
+        crate::outln!("{}", report.text_for(args.detail, home.as_deref()));
     }
     // The rule doctor and verify take: rows to exit status.
     Ok(ExitCode::from(report.answer().exit))

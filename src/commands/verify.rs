@@ -97,7 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         compile: args.compile,
         compile_for: args.compile_for,
     };
-    let report = verify::run(&req)?;
+    let mut report = verify::run(&req)?;
     // The battery's report is made to be shared: home is written ~.
     let home = std::env::var("HOME").ok().filter(|_| args.smoke);
     if let Some(file) = &report_file {
@@ -107,7 +107,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.report.json {
         crate::outln!("{}", report.json(home.as_deref()));
     } else {
-        let text = report.text(super::term::stdout_width(), home.as_deref());
+        // A person's report names home `~` at a glance.
+        super::home_short(&mut report.checks);
+        let text = report.text(
+            super::term::stdout_width(),
+            home.as_deref(),
+            args.report.detail,
+        );
         crate::outln!("{}", super::painted(&text));
     }
     // Interrupted, the report above is the one document: the signal's

@@ -24,7 +24,7 @@ mod tensile;
 pub mod therock;
 
 pub use db::MiopenDb;
-pub use tensile::{Tensile, TensileFile};
+pub use tensile::{CATALOGUES_READ, Tensile, TensileFile};
 
 /// What one file's code objects declare.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

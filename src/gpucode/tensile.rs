@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use super::{Code, Finding, named_target, runs_on};
 use crate::cache::{Cache, stamp_key};
 
+/// How the note listing every catalogue read for the card starts: said
+/// under the tensile row, not in it.
+pub const CATALOGUES_READ: &str = "catalogues read for ";
+
 /// One code-object file of a Tensile directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensileFile {
@@ -199,14 +203,21 @@ impl Tensile {
         let targets: BTreeSet<&String> = self.files.iter().flat_map(|f| &f.declared).collect();
         let code = self.files_for(card).count();
         let catalogues: Vec<&str> = self.catalogues_for(card).map(String::as_str).collect();
+        // Counts, not lists: Debian's librocblas has 50 generic
+        // `*_fallback.dat` catalogues, each one rocBLAS reads for any card.
+        let named = catalogues
+            .iter()
+            .filter(|c| named_target(c).is_some())
+            .count();
         let mut notes = vec![format!(
-            "{} catalogue(s), {} code-object file(s); for {card}: {code} code-object file(s){}",
+            "{} catalogue(s), {} code-object file(s); for {card}: {code} code-object file(s), {}",
             self.catalogues.len(),
             self.files.len(),
-            if catalogues.is_empty() {
-                ", no catalogue".to_owned()
-            } else {
-                format!(", catalogue(s) {}", catalogues.join(", "))
+            match (catalogues.len(), named) {
+                (0, _) => "no catalogue".to_owned(),
+                (n, 0) => format!("{n} generic catalogue(s)"),
+                (n, k) if n == k => format!("{n} catalogue(s) named for it"),
+                (n, k) => format!("{k} catalogue(s) named for it and {} generic", n - k),
             }
         )];
         let misnamed: Vec<String> = self
@@ -223,6 +234,13 @@ impl Tensile {
             ));
         }
         notes.extend(self.error.clone());
+        // The whole list, last: the row a person reads is cut before it.
+        if !catalogues.is_empty() {
+            notes.push(format!(
+                "{CATALOGUES_READ}{card}: {}",
+                catalogues.join(", ")
+            ));
+        }
         Finding {
             kind: "tensile",
             name: project.to_owned(),

@@ -75,6 +75,59 @@ pub struct CheckReport {
     /// verdict leads with it.
     #[serde(skip)]
     pub subject: Option<String>,
+    /// Paths a person reads shorter, each (path, its short form): what is
+    /// in torch's directory as `torch/...`, home as `~`. The JSON and
+    /// `--detail` keep them whole.
+    #[serde(skip)]
+    pub short: Vec<(String, String)>,
+}
+
+/// The longest line a row takes in the report a person reads: one glance.
+/// `--detail` (and the JSON) give the whole row.
+pub const GLANCE: usize = 160;
+
+/// `text` with `path` written `short` wherever it stands as whole path
+/// components (`/home/u` in `/home/u/x`, not in `/home/user`); a `path`
+/// ending in `/` only where more follows it (`/site/torch/` in
+/// `/site/torch/lib`, not in `at /site/torch;`).
+pub fn shorten(text: &str, path: &str, short: &str) -> String {
+    if path.trim_end_matches('/').is_empty() {
+        return text.to_owned();
+    }
+    let path_char = |c: char| c.is_alphanumeric() || "._-~".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(path) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + path.len()..].chars().next();
+        let whole = !before.is_some_and(path_char)
+            && (path.ends_with('/') || !after.is_some_and(path_char));
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { short } else { path });
+        rest = &rest[at + path.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `line` cut to [`GLANCE`] characters at a word, ending ` …` where it
+/// was cut: the rest is in `--detail` and the JSON.
+pub fn glance(line: &str) -> String {
+    if line.chars().count() <= GLANCE {
+        return line.to_owned();
+    }
+    let keep: String = line.chars().take(GLANCE - 2).collect();
+    let cut = keep
+        .rfind(' ')
+        .filter(|at| *at > GLANCE / 2)
+        .unwrap_or(keep.len());
+    format!("{} …", keep[..cut].trim_end())
+}
+
+/// `line` wrapped at [`GLANCE`] characters, its continuations under
+/// `indent`: a fix or a verdict is never cut (its command is whole).
+pub fn glance_wrapped(line: &str, indent: &str) -> String {
+    wrap(line, GLANCE, |_| indent)
 }
 
 impl CheckReport {
@@ -250,14 +303,14 @@ impl CheckReport {
     /// that has one, and the checks that follow from a failure under it.
     /// The report for a person; with `width`, each row is wrapped to it
     /// under its own column, not cut mid-word by the terminal.
-    pub fn text_wrapped(&self, width: Option<usize>) -> String {
+    pub fn text_wrapped(&self, width: Option<usize>, detail: bool) -> String {
         let Some(width) = width else {
-            return self.text();
+            return self.text_for(detail);
         };
         // Rows continue under their detail column (status 4, two spaces,
         // name 9, a space); the verdict line from the left.
         let column = " ".repeat(4 + 2 + 9 + 1);
-        wrap(&self.text(), width, |line| {
+        wrap(&self.text_for(detail), width, |line| {
             if line.starts_with("verdict:") {
                 ""
             } else {
@@ -266,26 +319,50 @@ impl CheckReport {
         })
     }
 
-    pub fn text(&self) -> String {
-        let mut lines = vec![format!("verdict: {}", self.verdict())];
+    /// The verdict, then one line per check, its detail lines indented
+    /// under it, a `fix:` line under each that has one, and the checks
+    /// that follow from a failure under it. Without `detail`, one glance:
+    /// paths short (`short`), each row cut to [`GLANCE`] characters and a
+    /// fix or the verdict wrapped there; with it, everything whole.
+    pub fn text_for(&self, detail: bool) -> String {
+        let column = " ".repeat(4 + 2 + 9 + 1);
+        let short = |text: &str| {
+            if detail {
+                return text.to_owned();
+            }
+            self.short
+                .iter()
+                .fold(text.to_owned(), |t, (p, s)| shorten(&t, p, s))
+        };
+        let row = |line: String| if detail { line } else { glance(&line) };
+        let wrapped = |line: String, indent: &str| match detail {
+            true => line,
+            false => glance_wrapped(&line, indent),
+        };
+        let mut lines = vec![wrapped(format!("verdict: {}", self.verdict()), "         ")];
         for c in self.checks.iter().filter(|c| c.cause.is_none()) {
-            lines.push(format!(
+            let text = short(&c.detail);
+            let mut text = text.lines();
+            lines.push(row(format!(
                 "{:<4}  {:<9} {}",
                 c.status.label(),
                 c.name,
-                c.detail
-            ));
+                text.next().unwrap_or_default()
+            )));
+            // Detail lines stay under their row, not at column 0.
+            lines.extend(text.map(|l| row(format!("{column}{l}"))));
             if let Some(fix) = &c.fix {
-                lines.push(format!("{:<4}  {:<9} fix: {fix}", "", ""));
+                let fix = short(fix);
+                lines.push(wrapped(format!("{column}fix: {fix}"), &column));
             }
             for e in self.checks.iter().filter(|e| e.cause == Some(c.name)) {
-                lines.push(format!(
+                lines.push(row(format!(
                     "{:<4}  {:<9} {} (because of {} above)",
                     e.status.label(),
                     e.name,
-                    e.detail,
+                    short(&e.detail),
                     c.name
-                ));
+                )));
             }
         }
         lines.join("\n")
@@ -318,7 +395,9 @@ pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a st
     for line in text.lines() {
         let opts = textwrap::Options::new(width.max(40))
             .subsequent_indent(indent(line))
-            .break_words(false);
+            .break_words(false)
+            // A command's `device-gfx1012` stays one word.
+            .word_splitter(textwrap::WordSplitter::NoHyphenation);
         out.extend(
             textwrap::wrap(line, opts)
                 .into_iter()
@@ -386,7 +465,10 @@ mod tests {
                         (false, None) => 0,
                     };
                     assert_eq!(a.exit, exit, "{case}");
-                    assert!(r.text().starts_with(&format!("verdict: {}\n", a.verdict)));
+                    assert!(
+                        r.text_for(true)
+                            .starts_with(&format!("verdict: {}\n", a.verdict))
+                    );
                     if blocks {
                         // The verdict names what fails, in the row's words.
                         let named = breaks.unwrap_or("kernels");
@@ -400,6 +482,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// At a glance a row is at most GLANCE characters, cut at a word with
+    /// ` …`; a fix is wrapped, never cut; paths in torch's directory read
+    /// `torch/...` but torch's own stays whole; `--detail` is untouched.
+    #[test]
+    fn a_row_is_one_glance_and_detail_keeps_it_whole() {
+        let mut r = CheckReport::default();
+        let long = format!(
+            "/site/torch/lib/libMIOpen.so at /site/torch; {}",
+            "word ".repeat(60)
+        );
+        r.push_fix(
+            "kernels",
+            Status::Fail,
+            format!("{long}\nunder it"),
+            "word ".repeat(40),
+        );
+        r.short.push(("/site/torch/".into(), "torch/".into()));
+        let glance = r.text_for(false);
+        let lines: Vec<&str> = glance.lines().collect();
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= GLANCE),
+            "{glance}"
+        );
+        assert!(
+            lines[1].starts_with("FAIL  kernels   torch/lib/libMIOpen.so at /site/torch; word")
+        );
+        assert!(lines[1].ends_with("word …"), "{}", lines[1]);
+        assert_eq!(lines[2], "                under it");
+        assert!(lines[3].starts_with("                fix: word"));
+        assert!(lines[4].starts_with("                word"), "{glance}");
+        let whole = r.text_for(true);
+        assert!(whole.contains(&long), "{whole}");
+        assert_eq!(
+            shorten("/home/u/x /home/user", "/home/u", "~"),
+            "~/x /home/user"
+        );
     }
 
     /// A failure that follows from another is counted under its cause, and

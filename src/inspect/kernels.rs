@@ -153,24 +153,27 @@ fn report(
         .collect();
     if !not_judged.is_empty() {
         before.push_str(&format!(
-            "; not judged, no case compiling even for the {} control: {}",
+            "; {} more not judged (information, not a failure): no case compiles even for the {} control: {}",
+            not_judged.len(),
             verdict::CONTROL,
             not_judged.join(", ")
         ));
     }
-    let n = now.kernels.len();
+    // Only kernels judged are counted as compiling; the ones no case
+    // compiles for even on the control are said apart, as information.
+    let n = now.kernels.len() - not_judged.len();
     if bad.is_empty() {
         r.push(
             "kernels",
             Status::Ok,
-            format!("{n} batch-norm kernels compile for {arch}{why} through {by}{before}"),
+            format!("{n} batch-norm kernels judged compile for {arch}{why} through {by}{before}"),
         );
     } else {
         r.push_fix(
             "kernels",
             Status::Fail,
             format!(
-                "{} of {n} batch-norm kernels do not compile for {arch}{why} through {by}{before}:\n{}",
+                "{} of {n} batch-norm kernels judged do not compile for {arch}{why} through {by}{before}:\n{}",
                 bad.len(),
                 bad.join("\n")
             ),

@@ -70,15 +70,21 @@ fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
     } else {
         format!("; {}", f.notes.join("; "))
     };
+    // Counts, not lists, past a few targets (Debian's librocblas has
+    // ten): the list goes under the row.
+    let (said, under) = match f.targets.len() {
+        0 => ("no target it names".to_owned(), String::new()),
+        n if n <= 4 => (f.targets.join(", "), String::new()),
+        n => (
+            format!("{n} targets"),
+            format!("\ntargets: {}", f.targets.join(", ")),
+        ),
+    };
+    let notes = format!("{notes}{under}");
     let head = format!(
-        "{} at {} has code for {}",
+        "{} at {} has code for {said}",
         f.name,
         f.path.parent().unwrap_or(Path::new("")).display(),
-        if f.targets.is_empty() {
-            "no target it names".to_owned()
-        } else {
-            f.targets.join(", ")
-        }
     );
     match f.card_covered {
         None => r.push(
@@ -102,23 +108,27 @@ fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
 }
 
 fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
-    let head = format!(
-        "{}'s Tensile directory {}: {}",
-        f.name,
-        f.path.display(),
-        f.notes.join("; ")
-    );
+    let (lists, notes): (Vec<&String>, Vec<&String>) = f
+        .notes
+        .iter()
+        .partition(|n| n.starts_with(gpucode::CATALOGUES_READ));
+    let notes: Vec<&str> = notes.iter().map(|n| n.as_str()).collect();
+    // What it means first, then the counts; the catalogues by name under
+    // the row (whole in --detail and the JSON).
+    let head = format!("{}'s Tensile directory {}", f.name, f.path.display());
+    let notes = format!("\n{}", notes.join("; "));
+    let under: String = lists.iter().map(|l| format!("\n{l}")).collect();
     match f.card_covered {
         Some(true) => r.push(
             "tensile",
             Status::Ok,
-            format!("{head}: kernels for {judged}"),
+            format!("{head} has kernels for {judged}{notes}{under}"),
         ),
         _ => missing(
             "tensile",
             f,
-            format!("{head}: no kernels for {judged}"),
-            "",
+            format!("{head} has no kernels for {judged}"),
+            &format!("{notes}{under}"),
             r,
         ),
     }
@@ -128,6 +138,7 @@ fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
 /// FAIL or (where torch falls back) warn, and TheRock's torch where it
 /// builds the library for gfx101x.
 fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut CheckReport) {
+    let mut notes = notes.to_owned();
     let lib = f.path.file_name().map(|n| n.to_string_lossy().into_owned());
     let (project, ops) = therock::project(lib.as_deref().unwrap_or(""))
         .or_else(|| {
@@ -150,17 +161,25 @@ fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut C
         Status::Fail
     };
     let card = &f.card;
+    // The exact command for this card: TheRock names a device extra for
+    // each RDNA1 target.
+    let command = match gpu::is_rdna1_arch(card) {
+        true => crate::torch::native_torch(card),
+        false => crate::torch::NATIVE_TORCH.to_owned(),
+    };
     let fix = if project.is_empty() {
-        format!(
-            "a torch whose libraries are built for {card}: TheRock's (`{}`, device-{card} for this card)",
-            crate::torch::NATIVE_TORCH
-        )
+        format!("a torch whose libraries are built for {card}: TheRock's: `{command}`")
     } else if therock::builds_for_gfx101x(project) {
-        format!(
-            "TheRock's torch for the card builds {project} for gfx1010, gfx1011 and gfx1012 ({}): `{}` (device-{card} for this card)",
-            therock::SOURCE,
-            crate::torch::NATIVE_TORCH
-        )
+        // Why TheRock's: under the row; the fix is the command.
+        notes = format!(
+            "{notes}\nTheRock builds {project} for gfx1010, gfx1011 and gfx1012 ({})",
+            therock::SOURCE
+        );
+        let built = match gpu::is_rdna1_arch(card) {
+            true => card.as_str(),
+            false => "gfx101x",
+        };
+        format!("TheRock's torch has {project} for {built}: `{command}`")
     } else {
         format!(
             "TheRock builds no {project} for gfx101x either ({}): its torch goes the same way; nothing to install",

@@ -274,8 +274,32 @@ impl StatusReport {
         }
     }
 
-    /// The report as `status` prints it.
-    pub fn text(&self) -> String {
+    /// The report as `status` prints it: with `detail` whole; else at a
+    /// glance, `home` written `~`, the proof cut to
+    /// [`GLANCE`](crate::inspect::checks::GLANCE) characters (the JSON
+    /// has it whole) and every other line wrapped there, its commands
+    /// whole.
+    pub fn text_for(&self, detail: bool, home: Option<&str>) -> String {
+        use crate::inspect::checks::{glance, glance_wrapped, shorten};
+        let text = self.text();
+        if detail {
+            return text;
+        }
+        let indent = " ".repeat(12);
+        text.lines()
+            .map(|l| home.map_or(l.to_owned(), |h| shorten(l, h, "~")))
+            .map(
+                |l| match l.starts_with(&format!("{indent}fixed in place")) {
+                    true => glance(&l),
+                    false => glance_wrapped(&l, &indent),
+                },
+            )
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The report whole, as `status --detail` prints it.
+    fn text(&self) -> String {
         let mut lines = vec![format!("verdict: {}", self.answer().verdict)];
         if self.nothing_ever() {
             lines.push(format!(

@@ -35,6 +35,7 @@ fn json_ok(sb: &Sandbox) -> (Option<i32>, serde_json::Value) {
 #[test]
 fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
     let sb = Sandbox::new();
+    sb.at_a_glance();
     sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
     torch_with_code(&sb, &["gfx1010"]);
     let before = doctor(&sb, &[]).check_fails();
@@ -42,13 +43,13 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
         &before.stdout,
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so; found by python3 (--python)",
-            "ok    route     torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix of profile rocm-6.4.3 is kernel text: `rdna1-patch install --into-torch` fixes them in place, in seconds, with no build",
-            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 ([..]) ([..])",
-            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
-            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads torch/lib/libMIOpen.so; found by python3 …",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
+            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
             "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
-            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010",
+            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
             "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
             "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
             "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
@@ -68,11 +69,11 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found",
             "ok    torch     [..]",
-            "ok    route     [..]",
-            "ok    kernels   fixed by transaction 1 of [..]: 0 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), [..]",
-            "MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles",
-            "MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: compiles",
-            "nothing to fix: every batch-norm kernel of [..]/site/torch/lib/libMIOpen.so compiles for gfx1010 in every case",
+            "ok    route     fixed in place by transaction 1 of [..]: MIOpen sees the real chip (libtorch_hip.so has code for gfx1010)",
+            "ok    kernels   fixed by transaction 1 of [..]: 0 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this …",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: compiles",
+            "                nothing to fix: every batch-norm kernel of torch/lib/libMIOpen.so compiles for gfx1010 in every case",
             "ok    torch-gpu [..]",
             "ok    gpu       [..]",
             "ok    amdgpu    [..]",
@@ -88,6 +89,7 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
 #[test]
 fn a_check_that_could_not_run_is_no_pass() {
     let sb = Sandbox::new();
+    sb.at_a_glance();
     sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
     let torch = torch_with_code(&sb, &["gfx1010"]);
     std::fs::remove_file(torch.lib.join("libamd_comgr.so.2")).unwrap();
@@ -123,15 +125,14 @@ fn a_check_that_could_not_run_is_no_pass() {
 fn a_card_torch_has_no_code_for_is_torch_first() {
     for compressed in [false, true] {
         let sb = Sandbox::new();
+        sb.at_a_glance();
         sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
         let torch = torch_with_code(&sb, &["gfx1010", "gfx1030"]);
         if compressed {
             crate::verify::compress_fatbin(&torch.lib.join("libtorch_hip.so"));
         }
         let notes = match compressed {
-            true => {
-                "; 1 compressed offload bundle(s): their targets as their entry IDs name them (gfx1010, gfx1030), their code objects not decompressed"
-            }
+            true => "; 1 compressed offload …",
             false => "",
         };
         let run = doctor(&sb, &[]).check_fails();
@@ -142,9 +143,10 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
                 "ok    torch     [..]",
                 "skip  route     torch first: libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012, so nothing runs there; no MIOpen fix is offered for it",
                 &format!(
-                    "FAIL  torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
+                    "FAIL  torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
                 ),
-                "                fix: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+                "                fix: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then",
+                "                run this again",
                 "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
                 "ok    amdgpu    [..]",
                 "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
@@ -171,6 +173,7 @@ help: install the torch built for gfx1012: `pip install --index-url https://rocm
 fn verify_and_status_with_nothing_installed_point_at_doctor() {
     for with_torch in [true, false] {
         let sb = Sandbox::new();
+        sb.at_a_glance();
         if with_torch {
             torch_with_code(&sb, &["gfx1010"]);
         }
@@ -210,6 +213,7 @@ fn verify_and_status_with_nothing_installed_point_at_doctor() {
 #[test]
 fn smoke_without_python_uses_python3s_torch() {
     let sb = Sandbox::new();
+    sb.at_a_glance();
     torch_with_code(&sb, &["gfx1010"]);
     let run = sb.run_with_state(&["verify", "--smoke"], &[]);
     lines_are(
@@ -218,7 +222,7 @@ fn smoke_without_python_uses_python3s_torch() {
             "verdict: nothing was checked: none of the battery's 47 cases ran",
             "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
             "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
-            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]), so no case of the battery ran",
+            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes), so no …",
             "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
         ],
     );
@@ -231,6 +235,7 @@ fn smoke_without_python_uses_python3s_torch() {
 #[test]
 fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
     let sb = Sandbox::new();
+    sb.at_a_glance();
     sb.set_gpus(rdna1_testkit::gpus("rx6800-gfx1030"));
     torch_with_code(&sb, &["gfx1010", "gfx1030"]);
     let run = doctor(&sb, &[]).ok();
@@ -239,9 +244,9 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1030: no problem found; 1 warning",
             "ok    torch     [..]",
-            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it",
-            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
-            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
+            "ok    route     nothing to do: no RDNA1 card in this machine (gfx1030), so nothing for this tool to fix on it (--target gfx1010 judges for one)",
+            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
+            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
             "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
         ],
@@ -251,4 +256,115 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
         "{}",
         run.stdout
     );
+}
+
+/// Two RDNA1 cards (an RX 5600 XT, gfx1010, and an RX 5500 XT, gfx1012)
+/// and a torch with code for both: the diagnosis judges both targets and
+/// the fix is proven for both. On 847bb00 both were judged and proven
+/// for gfx1010 alone.
+#[test]
+fn two_cards_are_both_judged_and_proven() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("two-cards-gfx1010-gfx1012"));
+    torch_with_code(&sb, &["gfx1010", "gfx1012"]);
+    // Whole, each row as long as it is (--detail).
+    let run = doctor(&sb, &["--detail"]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010 + gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010 and gfx1012; `rdna1-patch install --into-torch` fixes them",
+            "ok    torch     [..]",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 and gfx1012 (the cards in this machine), through comgr 2.4 ([..]) (4 compiles, [..])",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1012",
+            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+            "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 2, gfx_target_version 100102): RDNA1, what this tool is for",
+            "skip  amdgpu    module parameters not readable (amdgpu not loaded)",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    let dry = install(&sb, &["--dry-run"]).ok();
+    lines_are(
+        &dry.stderr,
+        &[
+            "     Route MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1012) and every fix profile rocm-6.4.3 makes is kernel text: [..]",
+            "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]; fails in 1 of 1 case for gfx1010 and gfx1012",
+            "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]; fails in 1 of 1 case for gfx1010 and gfx1012",
+            " Diagnosis 2 of 2 batch-norm kernels of [..] fail for gfx1010 and gfx1012 (the cards in this machine), [..]",
+            "    Proven 2 batch-norm kernels compile for gfx1010, gfx1012 (the cards in this machine) in every case; for gfx1030: the same code as before wherever it compiled before; [..]",
+        ],
+    );
+}
+
+/// The same RX 6800 asking with --target: what a gfx1010 would need is
+/// judged, and the fix proposed, for that target. On 847bb00 doctor had
+/// no --target (`error: unexpected argument '--target' found`).
+#[test]
+fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("rx6800-gfx1030"));
+    torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+    let run = doctor(&sb, &["--target", "gfx1010"]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 for gfx1010 (--target): 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes",
+            "         them; 1 warning",
+            "ok    torch     [..]",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1030; every fix …",
+            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (asked with --target), through comgr 2.4 (torch/lib/libamd_comgr.so.2) …",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
+            "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
+            "[..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
+    );
+    doctor(&sb, &["--target", "gfx1030"]).fails_with(
+        "error: invalid value 'gfx1030' for '--target <GFX>': `gfx1030` is not an RDNA1 target: gfx1010 (RX 5600/5700), gfx1011 (Radeon Pro 5000) or gfx1012 (RX 5500)
+help: `rdna1-patch doctor --help` lists its arguments",
+    );
+}
+
+/// No GPU visible at all (the KFD topology shows none, as in a container
+/// without /dev/kfd): said in its own words, not as a machine with no
+/// RDNA1 card, and batch norm judged for every RDNA1 target. On 847bb00:
+/// `no AMD GPU in the KFD topology (...): a build works, running needs
+/// the card and the amdgpu driver` and `no RDNA1 card in the KFD
+/// topology: judged for gfx1010`.
+#[test]
+fn no_gpu_visible_is_said_in_its_own_words() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    torch_with_code(&sb, &["gfx1010"]);
+    let run = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4, no GPU visible: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them;",
+            "         1 warning",
+            "ok    torch     [..]",
+            "ok    route     [..]",
+            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (no GPU visible: judged for gfx1010), through comgr 2.4 …",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]",
+            "                fix: [..]",
+            "ok    torch-gpu [..]",
+            "warn  gpu       no GPU visible: the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes) shows none, as in a …",
+            "                fix: in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and",
+            "                video groups",
+            "skip  amdgpu    module parameters not readable (amdgpu not loaded)",
+            "ok    override  [..]",
+        ],
+    );
+    install(&sb, &["--dry-run"])
+        .ok()
+        .says("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no GPU visible: every RDNA1 target) in every case");
 }

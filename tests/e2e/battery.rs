@@ -231,7 +231,7 @@ fn ctrl_c_in_the_second_case(sb: &Sandbox, extra: &[&str]) -> Run {
     let misbehave = format!("conv3x3-fp32-nhwc=hang,{token}=hang");
     let state = sb.state();
     let mut c = sb.cmd();
-    c.args(["verify", "--smoke", "--timeout", "60"])
+    c.args(["verify", "--detail", "--smoke", "--timeout", "60"])
         .args([
             "--prefix",
             sb.prefix.to_str().unwrap(),

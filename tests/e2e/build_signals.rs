@@ -147,7 +147,7 @@ help: the work dir is kept as it was; run the same command again to resume",
         .unwrap();
     let child = sb
         .cmd()
-        .args(["doctor", "--python", python.to_str().unwrap()])
+        .args(["doctor", "--detail", "--python", python.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

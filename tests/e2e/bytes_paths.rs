@@ -74,7 +74,7 @@ fn doctor_finds_a_torch_whose_path_is_not_utf8() {
     let sb = Sandbox::new();
     let (site, dir, _) = latin1_torch(&sb);
     let mut c = sb.cmd();
-    c.args(["doctor", "--python", "python3"])
+    c.args(["doctor", "--detail", "--python", "python3"])
         .env("PYTHONPATH", &site);
     let run = Run::from(c.output().unwrap());
     assert!(

@@ -59,8 +59,9 @@ pub(crate) fn verify_compile_cmd_with(sb: &Sandbox, python: &str) -> Command {
     let mut c = Command::new("timeout");
     c.arg("300").arg(crate::support::BIN);
     sb.env(&mut c);
-    c.args(["verify", "--prefix", &prefix, "--state-dir", &state])
-        .args(["--profile", "rocm-6.4.3", "--python", python, "--compile"]);
+    c.args(["verify", "--detail", "--prefix", &prefix])
+        .args(["--state-dir", &state, "--profile", "rocm-6.4.3"])
+        .args(["--python", python, "--compile"]);
     c
 }
 

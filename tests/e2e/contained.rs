@@ -96,8 +96,14 @@ fn a_torch_that_escapes_its_group_does_not_outlive_the_smoke_battery() {
     let _ = std::fs::remove_file(&pidfile);
     let state = sb.state();
     let mut c = sb.cmd();
-    c.args(["verify", "--smoke", "--prefix", sb.prefix.to_str().unwrap()])
-        .args(["--state-dir", &state, "--timeout", "20"]);
+    c.args([
+        "verify",
+        "--detail",
+        "--smoke",
+        "--prefix",
+        sb.prefix.to_str().unwrap(),
+    ])
+    .args(["--state-dir", &state, "--timeout", "20"]);
     crate::support::Run::from(c.output().unwrap());
     assert_eq!(all_gone(&pidfile), Vec::<i32>::new());
 }

@@ -216,7 +216,7 @@ help: `rdna1-patch status --help` lists its arguments"#,
     // rows, which say it, are shown with --all where no torch is).
     let run = Run::from(
         sb.cmd()
-            .args(["doctor", "--all", "--need-space", "0"])
+            .args(["doctor", "--detail", "--all", "--need-space", "0"])
             .env("ROCM_PATH", "/nonexistent/rocm-from-env")
             .output()
             .unwrap(),

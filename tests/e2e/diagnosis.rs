@@ -148,13 +148,13 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
     let comgr = comgr(&torch);
     for run in [&dry, &real] {
         run.says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)")
-            .says(&format!("Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {comgr} (", torch.miopen().display()));
+            .says(&format!("Diagnosis 2 of 2 batch-norm kernels of {} fail for gfx1010 (no GPU visible: judged for gfx1010), {comgr} (", torch.miopen().display()));
     }
-    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {comgr}"));
+    dry.ok().says(&format!("2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no GPU visible: every RDNA1 target) in every case; for gfx1030: the same code as before wherever it compiled before; {comgr}"));
     real.ok().says("Installed");
     let prov =
         std::fs::read_to_string(sb.prefix.join("share/rdna1-patch/provenance.toml")).unwrap();
-    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code, {comgr}")), "{prov}");
+    assert!(prov.contains(&format!("proof = \"2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no GPU visible: every RDNA1 target) in every case; for gfx1030: the same code as before wherever it compiled before; {comgr}")), "{prov}");
 
     // (b) A portable reduction, as upstream after April 2026: nothing to
     // fix, exit 0, nothing written.
@@ -385,10 +385,10 @@ fn a_decision_true_for_gfx1030_too_is_failing_then_fixed_and_proven() {
         run.says(&format!("Kernel {FWD}: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010\n"))
             .says("Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: compiles\n")
             .says(&format!(
-                "Diagnosis 1 of 2 batch-norm kernels of {} fail for gfx1010 (no RDNA1 card in the KFD topology: judged for gfx1010), {through} (",
+                "Diagnosis 1 of 2 batch-norm kernels of {} fail for gfx1010 (no GPU visible: judged for gfx1010), {through} (",
                 torch.miopen().display()
             ))
-            .says(&format!("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no RDNA1 card in the KFD topology: every RDNA1 target) in every case and compile to unchanged gfx1030 code (1 gfx1030 case that failed before the fix compiles after it), {through} ("));
+            .says(&format!("Proven 2 batch-norm kernels compile for gfx1010, gfx1011, gfx1012 (no GPU visible: every RDNA1 target) in every case; for gfx1030: the same code as before wherever it compiled before, and 1 case that failed before the fix now compiles; {through} ("));
         assert!(!run.stderr.contains("Nothing"), "{}", run.stderr);
     }
     dry.ok();

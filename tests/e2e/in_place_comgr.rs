@@ -60,13 +60,13 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
     };
     let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).ok();
     run.prints(&format!(
-        "2 batch-norm kernels compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
+        "2 batch-norm kernels judged compile for gfx1010 through comgr 2.4 ({}); the original's: 2 of 2 fail",
         torch.lib.join("libamd_comgr.so.2").display()
     ));
     // A target asked for: the gfx1030 control, where nothing failed before.
     compile(&["--compile-for", "gfx1030"])
         .ok()
-        .prints("2 batch-norm kernels compile for gfx1030 through comgr 2.4")
+        .prints("2 batch-norm kernels judged compile for gfx1030 through comgr 2.4")
         .prints("the original's: 0 of 2 fail");
     // With no card, gfx1010 is assumed, and said.
     verify(Path::new("/nonexistent"))
@@ -84,7 +84,7 @@ fn verify_compiles_the_kernels_through_torchs_comgr_pristine_fail_fixed_compile(
     .unwrap();
     std::fs::write(torch.miopen(), original).unwrap();
     let run = verify(&crate::support::gpus("rx5600xt-gfx1010")).check_fails();
-    run.prints("2 of 2 batch-norm kernels do not compile for gfx1010")
+    run.prints("2 of 2 batch-norm kernels judged do not compile for gfx1010")
         .prints("MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: ")
         .prints("cannot compile inline asm");
 }

@@ -131,6 +131,7 @@ fn doctor_with(sb: &Sandbox, gfx_override: Option<&str>) -> (String, i32) {
     let mut c = sb.cmd();
     c.args([
         "doctor",
+        "--detail",
         "--need-space",
         "0",
         "--python",
@@ -170,7 +171,7 @@ fn a_library_without_the_cards_code_fails_and_names_the_ops() {
     assert_eq!(
         row_with_fix(&out, "library"),
         format!(
-            "FAIL  library   librocblas.so at {} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: TheRock's torch for the card builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (device-gfx1010 for this card)",
+            "FAIL  library   librocblas.so at {} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                {THEROCK_ROCBLAS}",
             lib.display()
         ),
         "{out}"
@@ -179,7 +180,7 @@ fn a_library_without_the_cards_code_fails_and_names_the_ops() {
     assert_eq!(
         row_with_fix(&out, "tensile"),
         format!(
-            "FAIL  tensile   rocBLAS's Tensile directory {0}/rocblas/library: not there (no rocblas/library nor rocblas/VERSION/library beside {0}/librocblas.so): no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            "FAIL  tensile   rocBLAS's Tensile directory {0}/rocblas/library has no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                not there (no rocblas/library nor rocblas/VERSION/library beside {0}/librocblas.so)\n                {THEROCK_ROCBLAS}",
             lib.display()
         ),
         "{out}"
@@ -251,7 +252,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(
         row_with_fix(&out, "tensile"),
         format!(
-            "ok    tensile   rocBLAS's Tensile directory {}: 2 catalogue(s), 3 code-object file(s); for gfx1010: 2 code-object file(s), catalogue(s) TensileLibrary_lazy_gfx1010.dat: kernels for gfx1010 (the card's)",
+            "ok    tensile   rocBLAS's Tensile directory {} has kernels for gfx1010 (the card's)\n                2 catalogue(s), 3 code-object file(s); for gfx1010: 2 code-object file(s), 1 catalogue(s) named for it\n                catalogues read for gfx1010: TensileLibrary_lazy_gfx1010.dat",
             dir.display()
         ),
         "{out}"
@@ -273,7 +274,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(
         row_with_fix(&out, "tensile"),
         format!(
-            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 1 code-object file(s); for gfx1010: 0 code-object file(s), no catalogue: no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            "FAIL  tensile   rocBLAS's Tensile directory {} has no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                1 catalogue(s), 1 code-object file(s); for gfx1010: 0 code-object file(s), no catalogue\n                {THEROCK_ROCBLAS}",
             dir.display()
         ),
         "{out}"
@@ -296,7 +297,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(
         row_with_fix(&out, "tensile"),
         format!(
-            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 2 code-object file(s); for gfx1010: 0 code-object file(s), catalogue(s) TensileLibrary_lazy_gfx1010.dat; named for gfx1010 but holding other code: Kernels.so-000-gfx1010.hsaco holds gfx1012; TensileLibrary_Type_SS_Contraction_gfx1010.co holds gfx1030: no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}",
+            "FAIL  tensile   rocBLAS's Tensile directory {} has no kernels for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                1 catalogue(s), 2 code-object file(s); for gfx1010: 0 code-object file(s), 1 catalogue(s) named for it; named for gfx1010 but holding other code: Kernels.so-000-gfx1010.hsaco holds gfx1012; TensileLibrary_Type_SS_Contraction_gfx1010.co holds gfx1030\n                catalogues read for gfx1010: TensileLibrary_lazy_gfx1010.dat\n                {THEROCK_ROCBLAS}",
             dir.display()
         ),
         "{out}"
@@ -304,7 +305,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(code, 1, "{out}");
 }
 
-const THEROCK_ROCBLAS: &str = "TheRock's torch for the card builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (device-gfx1010 for this card)";
+const THEROCK_ROCBLAS: &str = "TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)\n                fix: TheRock's torch has rocBLAS for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`";
 
 /// An RX 5500 XT (gfx1012) with a rocBLAS and Tensile files built for
 /// gfx1010 (and gfx1030): what an RX 5700 runs has nothing for it.
@@ -319,11 +320,13 @@ fn an_rx_5500_xt_gets_nothing_from_a_rocblas_built_for_gfx1010() {
         ],
     );
     let (out, code) = doctor(&sb);
-    let fix = THEROCK_ROCBLAS.replace("device-gfx1010 for", "device-gfx1012 for");
+    let fix = THEROCK_ROCBLAS
+        .replace("device-gfx1010", "device-gfx1012")
+        .replace("rocBLAS for gfx1010:", "rocBLAS for gfx1012:");
     assert_eq!(
         row_with_fix(&out, "library"),
         format!(
-            "FAIL  library   librocblas.so at {} has code for gfx1010, gfx1030, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {fix}",
+            "FAIL  library   librocblas.so at {} has code for gfx1010, gfx1030, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                {fix}",
             lib.display()
         ),
         "{out}"
@@ -331,7 +334,7 @@ fn an_rx_5500_xt_gets_nothing_from_a_rocblas_built_for_gfx1010() {
     assert_eq!(
         row_with_fix(&out, "tensile"),
         format!(
-            "FAIL  tensile   rocBLAS's Tensile directory {}: 1 catalogue(s), 1 code-object file(s); for gfx1012: 0 code-object file(s), no catalogue: no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {fix}",
+            "FAIL  tensile   rocBLAS's Tensile directory {} has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                1 catalogue(s), 1 code-object file(s); for gfx1012: 0 code-object file(s), no catalogue\n                {fix}",
             dir.display()
         ),
         "{out}"
@@ -398,7 +401,7 @@ fn a_library_found_through_the_system_route_is_read() {
     assert_eq!(
         row_with_fix(&out, "library"),
         format!(
-            "FAIL  library   librocblas.so at {s} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                fix: {THEROCK_ROCBLAS}"
+            "FAIL  library   librocblas.so at {s} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                {THEROCK_ROCBLAS}"
         ),
         "{out}"
     );
@@ -472,7 +475,7 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
     assert_eq!(
         no_dir,
         format!(
-            "warn  tensile   hipBLASLt's Tensile directory {l}/hipblaslt/library: not there (no hipblaslt/library nor hipblaslt/VERSION/library beside {l}/libhipblaslt.so): no kernels for gfx1010 (the card's): torch falls back to hipBLAS for its GEMMs (\"Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas\")"
+            "warn  tensile   hipBLASLt's Tensile directory {l}/hipblaslt/library has no kernels for gfx1010 (the card's): torch falls back to hipBLAS for its GEMMs (\"Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas\")"
         ),
         "{out}"
     );

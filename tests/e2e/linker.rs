@@ -207,7 +207,15 @@ fn no_command_runs_the_library_a_dt_audit_entry_names() {
     ])
     .fails_with(&format!("error: {refused}\nhelp: {help}"));
     after("install, torch on the system's MIOpen");
-    on_system(&["doctor", "--need-space", "0", "--python", "python3"]).prints(&format!(
+    on_system(&[
+        "doctor",
+        "--detail",
+        "--need-space",
+        "0",
+        "--python",
+        "python3",
+    ])
+    .prints(&format!(
         "system: libtorch_hip.so loads {}/libMIOpen.so (no copy of ours yet)",
         system.display()
     ));

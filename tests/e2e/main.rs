@@ -20,6 +20,7 @@ mod examples;
 mod fast;
 mod first_contact;
 mod fs_errors;
+mod glance;
 mod help_lines;
 mod hostile;
 mod house;

@@ -35,7 +35,7 @@ fn trust_adds_a_publishers_key_and_doctor_names_the_shared_route() {
         user.sb
             .cmd()
             .env("RDNA1_PATCH_CONFIG", &user.config)
-            .args(["doctor", "--all", "--need-space", "0"])
+            .args(["doctor", "--detail", "--all", "--need-space", "0"])
             .output()
             .map(Run::from)
             .unwrap()

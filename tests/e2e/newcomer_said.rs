@@ -166,7 +166,7 @@ fn completions_offer_profile_names_and_components() {
 fn doctor_offers_no_distcc_fix_to_one_machine() {
     let sb = Sandbox::new();
     let mut c = sb.cmd();
-    c.args(["doctor", "--all", "--need-space", "0"])
+    c.args(["doctor", "--detail", "--all", "--need-space", "0"])
         .env_remove("DISTCC_HOSTS");
     let run = Run::from(c.output().unwrap());
     assert_eq!(

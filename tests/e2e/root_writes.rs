@@ -153,11 +153,17 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
 /// system's python (one the other user can run wherever the clone lies).
 fn runtime_as_sudo(sb: &Sandbox) -> Run {
     let mut c = sb.cmd();
-    c.args(["verify", "--runtime", "--python", "/usr/bin/python3"])
-        .args(["--state-dir", &sb.state()])
-        .env("SUDO_UID", NOBODY.to_string())
-        .env("SUDO_GID", NOBODY.to_string())
-        .env("SUDO_USER", "nobody");
+    c.args([
+        "verify",
+        "--detail",
+        "--runtime",
+        "--python",
+        "/usr/bin/python3",
+    ])
+    .args(["--state-dir", &sb.state()])
+    .env("SUDO_UID", NOBODY.to_string())
+    .env("SUDO_GID", NOBODY.to_string())
+    .env("SUDO_USER", "nobody");
     Run::from(c.output().unwrap())
 }
 

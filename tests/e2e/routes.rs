@@ -123,7 +123,7 @@ fn a_native_rocm64_torch_is_fixed_in_place_by_all_three() {
     let sb = Sandbox::new();
     torch_of(&sb, "2.6.0+rocm6.4", "6.4.43484-123eb5128", &["gfx1010"]);
     let said = ask(&sb);
-    let want = "torch's MIOpen sees the real chip (libtorch_hip.so has code for gfx1010) and every fix of profile rocm-6.4.3 is kernel text";
+    let want = "in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of rocm-6.4.3 is kernel text)";
     said.fixed_in_place(want);
 }
 
@@ -134,6 +134,6 @@ fn therocks_multi_arch_torch_is_fixed_in_place_by_all_three() {
     let sb = Sandbox::new();
     crate::rocm_sdk::multi(&sb, &["gfx1010"]);
     let said = ask(&sb);
-    let want = "torch's MIOpen sees the real chip (rocm-sdk multi-arch, device gfx1010) and every fix of profile therock-7.14 is kernel text";
+    let want = "in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: rocm-sdk multi-arch, device gfx1010; every fix of therock-7.14 is kernel text)";
     said.fixed_in_place(want);
 }

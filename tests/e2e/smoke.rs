@@ -9,9 +9,15 @@ use crate::support::{HIP, Run, Sandbox, TorchKind, check_row, gpus, line_matches
 pub(crate) fn smoke(sb: &Sandbox, extra: &[&str], env: &[(&str, &str)]) -> Run {
     let state = sb.state();
     let mut c = sb.cmd();
-    c.args(["verify", "--smoke", "--prefix", sb.prefix.to_str().unwrap()])
-        .args(["--state-dir", &state])
-        .args(extra);
+    c.args([
+        "verify",
+        "--detail",
+        "--smoke",
+        "--prefix",
+        sb.prefix.to_str().unwrap(),
+    ])
+    .args(["--state-dir", &state])
+    .args(extra);
     for (k, _) in std::env::vars() {
         if k == "HSA_OVERRIDE_GFX_VERSION"
             || k.starts_with("MIOPEN_")
@@ -271,7 +277,14 @@ fn a_cuda_torch_on_an_amd_card_is_named_as_cudas() {
     let state = sb.state();
     let run = Run::from(
         sb.cmd()
-            .args(["verify", "--smoke", "--state-dir", &state, "--torch-dir"])
+            .args([
+                "verify",
+                "--detail",
+                "--smoke",
+                "--state-dir",
+                &state,
+                "--torch-dir",
+            ])
             .arg(&t.dir)
             .output()
             .unwrap(),

@@ -23,6 +23,10 @@ pub struct Sandbox {
     /// The sysfs tree the binary reads its GPUs from; no GPU until a test
     /// says otherwise, whatever this machine has.
     gpus: std::cell::RefCell<PathBuf>,
+    /// Whether doctor, verify and status print their rows at a glance (cut
+    /// to 160 characters), as a user sees them; else [`Sandbox::run`]
+    /// asks for them whole (`--detail`), which is what most tests read.
+    glance: std::cell::Cell<bool>,
 }
 
 impl std::ops::Deref for Sandbox {
@@ -139,7 +143,14 @@ impl Sandbox {
             _tmp: tmp,
             fx,
             gpus,
+            glance: false.into(),
         }
+    }
+
+    /// From now on, doctor, verify and status print rows as a user sees
+    /// them by default: one glance each, not `--detail`.
+    pub fn at_a_glance(&self) {
+        self.glance.set(true);
     }
 
     /// Read the GPUs from the sysfs tree `root` from now on: a tree of
@@ -228,7 +239,15 @@ impl Sandbox {
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
-        Run::from(self.cmd().args(args).output().unwrap())
+        // Rows whole (`--detail`) unless the test reads them at a glance.
+        let reports = matches!(args.first(), Some(&("doctor" | "verify" | "status")));
+        let detail = reports && !self.glance.get() && !args.contains(&"--detail");
+        let mut cmd = self.cmd();
+        cmd.args(args);
+        if detail {
+            cmd.arg("--detail");
+        }
+        Run::from(cmd.output().unwrap())
     }
 
     /// `build` with the sandbox's profile, work dir and ROCm, plus `extra`.

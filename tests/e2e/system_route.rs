@@ -184,7 +184,19 @@ fn round_trip(origin_first: bool) {
     let maps = sb.maps_after_import();
     assert!(maps.contains(&st.real.display().to_string()), "{maps}");
 
-    let doctor = || st.run(&sb, &["doctor", "--need-space", "0", "--python", "python3"]);
+    let doctor = || {
+        st.run(
+            &sb,
+            &[
+                "doctor",
+                "--detail",
+                "--need-space",
+                "0",
+                "--python",
+                "python3",
+            ],
+        )
+    };
     doctor().prints(&format!(
         "system route: torch 2.9.1+rocm6.4 loads the system's {} (the dpkg package miopen-hip); `install --into-torch` adds a fixed copy as {}",
         st.real.display(),
@@ -251,6 +263,7 @@ fn round_trip(origin_first: bool) {
         &sb,
         &[
             "verify",
+            "--detail",
             "--runtime",
             "--compile",
             "--python",
@@ -272,7 +285,7 @@ fn round_trip(origin_first: bool) {
         // --compile: the copy's kernels through the system's comgr, and the
         // system file's as the original.
         .prints(&format!(
-            "2 batch-norm kernels compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr 2.4 ({}); the original's: 2 of 2 fail",
+            "2 batch-norm kernels judged compile for gfx1010 (no RDNA1 card found: for gfx1010) through comgr 2.4 ({}); the original's: 2 of 2 fail",
             st.sys.join("libamd_comgr.so.2").display()
         ))
         .prints(&format!(
@@ -286,6 +299,7 @@ fn round_trip(origin_first: bool) {
             &sb,
             &[
                 "status",
+                "--detail",
                 "--state-dir",
                 &sb.state(),
                 "--prefix",

@@ -7,7 +7,14 @@ use crate::support::{HIP, Run, Sandbox, TorchKind, check_row, fat_library, gpus}
 /// HSA_OVERRIDE_GFX_VERSION=10.3.0 or with it unset.
 fn doctor_report(sb: &Sandbox, with_override: bool) -> String {
     let mut c = sb.cmd();
-    c.args(["doctor", "--need-space", "0", "--python", "python3"]);
+    c.args([
+        "doctor",
+        "--detail",
+        "--need-space",
+        "0",
+        "--python",
+        "python3",
+    ]);
     if with_override {
         c.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
     } else {
@@ -168,7 +175,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     for needle in [
         "FAIL  rocm      no ROCm at /nonexistent/rocm",
         "FAIL  hipcc",
-        "warn  gpu       no AMD GPU in the KFD topology",
+        "warn  gpu       no GPU visible: the KFD topology (",
         "ok    cmake",
         "ok    git       git 2.",
     ] {
@@ -224,7 +231,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     // doctor with this ROCm, a sysfs tree and a space need.
     let doctor = |tree: &str, need: &str| -> Vec<String> {
         sb.set_gpus(gpus(tree));
-        ["doctor", "--rocm", &rocm, "--need-space", need]
+        ["doctor", "--detail", "--rocm", &rocm, "--need-space", need]
             .map(String::from)
             .to_vec()
     };

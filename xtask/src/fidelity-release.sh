@@ -81,6 +81,9 @@ ln -s "$comgr" "$T/lib/$(basename "$comgr")"
 hiprtc=$(ls /usr/lib/x86_64-linux-gnu/libhiprtc.so.[0-9] 2>/dev/null | tail -1)
 [ -z "$hiprtc" ] || ln -s "$hiprtc" "$T/lib/$(basename "$hiprtc")"
 ip() { rdna1-patch "$@" --torch-dir "$T" --state-dir "$F/ip-state"; }
+# doctor as a user reads it, before and after the fix, and status: the
+# xtask holds every line to a glance (160 characters).
+ip doctor --profile "$P" >"$R/doctor.txt" 2>&1
 t=$(now)
 ip install --into-torch --in-place --profile "$P" --prefix "$F/ip-prefix" >"$R/inplace.log" 2>&1
 rc=$?
@@ -94,6 +97,8 @@ grep -q '^Proven ' "$R/diagnosis.txt"
 step proof "$?" 0 "$(grep '^Proven ' "$R/diagnosis.txt" | cut -c8- | cut -d'(' -f1)"
 [ "$rc" = 0 ] || exit 0
 fixed=$T/lib/libMIOpen.so
+ip doctor --profile "$P" >"$R/doctor-fixed.txt" 2>&1
+rdna1-patch status --prefix "$F/ip-prefix" --state-dir "$F/ip-state" >"$R/status.txt" 2>&1
 changed=$(cmp -l "$lib" "$fixed" | wc -l)
 hdr() { readelf -W -h -l -S --dyn-syms "$1" | grep -v '^File:'; }
 diff <(hdr "$lib") <(hdr "$fixed") >"$R/elf.diff"

@@ -36,13 +36,16 @@ cp "$torch/lib/libtorch_hip.so" "$work/libtorch_hip.so.orig"
 maps() { PYTHONPATH="$work/site" python3 -c 'import torch; print(open("/proc/self/maps").read())' | grep -o '/[^ ]*libMIOpen[^ ]*' | sort -u; }
 echo "before: $(maps)"
 run() { rdna1-patch "$@" --state-dir "$work/state"; }
+# doctor over Debian's libMIOpen and the librocblas it loads, with its
+# Tensile directory: the xtask holds every line to a glance.
+run doctor --profile rocm-6.4.3 --torch-dir "$torch" >/fid/system/doctor.txt 2>&1 || true
 run install --into-torch --profile rocm-6.4.3 --prefix "$work/prefix" --torch-dir "$torch"
 echo "after: $(maps)"
 test "$(maps)" = "$torch/lib/libMIOpen.so.1"
 echo "$sum" | sha256sum -c -
 test -z "$(dpkg --verify "$pkg")"
-run verify --runtime --compile --prefix "$work/prefix" --torch-dir "$torch"
-run status --prefix "$work/prefix"
+run verify --runtime --compile --prefix "$work/prefix" --torch-dir "$torch" | tee /fid/system/verify.txt
+run status --prefix "$work/prefix" | tee /fid/system/status.txt
 run rollback
 cmp "$torch/lib/libtorch_hip.so" "$work/libtorch_hip.so.orig"
 test ! -e "$torch/lib/libMIOpen.so.1"

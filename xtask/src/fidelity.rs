@@ -223,8 +223,30 @@ fn fidelity_release(root: &Path, version: &str) -> Result<()> {
         ),
     )?;
     let label = format!("release-{version}");
-    write_section(root, &label, &fid.join(&label).join("results"))
+    let results = fid.join(&label).join("results");
+    // Every row doctor, verify and status print over this library fits a
+    // glance (the in-place part writes them; a release it skips, none).
+    let mut reports = vec!["doctor.txt", "doctor-fixed.txt", "status.txt"];
+    reports.extend(COMPILE_LOGS);
+    let needed: &[&str] = match results.join("inplace.log").exists() {
+        true => &["doctor.txt"],
+        false => &[],
+    };
+    let long = crate::fidelity_glance::check(&results, &reports, needed);
+    write_section(root, &label, &results)?;
+    if !long.is_empty() {
+        bail!("rows over a glance: {}", long.join("; "));
+    }
+    Ok(())
 }
+
+/// verify --compile's reports of the release's fixed library, one a target.
+const COMPILE_LOGS: [&str; 4] = [
+    "compile-gfx1010.log",
+    "compile-gfx1011.log",
+    "compile-gfx1012.log",
+    "compile-gfx1030.log",
+];
 
 /// Render `label`'s results into its section of FIDELITY.md; fail when they
 /// do not show what the harness must show.

@@ -30,6 +30,12 @@ pub fn system(root: &Path) -> Result<()> {
         "apt-get -o Acquire::Check-Valid-Until=false update -qq && bash /fid/fidelity-system.sh",
     );
     let log = std::fs::read_to_string(fid.join("system/log.txt")).unwrap_or_default();
+    // doctor over Debian's libraries, and status: every line a glance.
+    let long = crate::fidelity_glance::check(
+        &fid.join("system"),
+        &["doctor.txt", "verify.txt", "status.txt"],
+        &["doctor.txt"],
+    );
     let mut s = String::new();
     writeln!(s, "## `cargo xtask fidelity --system`\n")?;
     writeln!(
@@ -46,7 +52,11 @@ pub fn system(root: &Path) -> Result<()> {
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     std::fs::write(&path, splice(&old, "system", &s))?;
     eprintln!("xtask: wrote the system section of {}", path.display());
-    ran
+    ran?;
+    if !long.is_empty() {
+        bail!("rows over a glance: {}", long.join("; "));
+    }
+    Ok(())
 }
 
 /// Upstream's newest batch-norm texts (DIR: src/kernels/ and MANIFEST.tsv,

@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod demo_in_place;
 mod fidelity;
+mod fidelity_glance;
 mod fidelity_harness;
 mod fidelity_more;
 mod fidelity_render;

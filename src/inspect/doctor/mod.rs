@@ -47,7 +47,15 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     let cards = gpus(req, &mut r);
     // The answer is about this torch on these cards.
     if let Ok(t) = &req.stack.torch {
+        // Read short, the rows name torch's files from its directory; the
+        // torch row says where that is.
+        r.short
+            .push((format!("{}/", t.dir.display()), "torch/".to_owned()));
+        let asked = &req.stack.asked;
         r.subject = Some(match cards.len() {
+            _ if !asked.is_empty() => {
+                format!("torch {} for {} (--target)", t.version, asked.join(" + "))
+            }
             0 => format!("torch {}, no GPU visible", t.version),
             _ => format!("torch {} on {}", t.version, cards.join(" + ")),
         });

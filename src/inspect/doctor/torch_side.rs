@@ -77,9 +77,13 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
     if let Some(sys) = t.system() {
         system_route(t, sys, r);
     }
-    let route = route(req, t, r);
+    // Whether a fix of ours is what torch holds: asked by the route and
+    // the kernels rows, the library read for it once.
+    let fixed = std::cell::OnceCell::new();
+    let fixed = || fixed.get_or_init(|| fixed_by(req, t)).clone();
+    let route = route(req, t, r, &fixed);
     if route == Route::InPlace {
-        kernels(req, t, r);
+        kernels(req, t, r, &fixed);
     }
     if let (torch::Layout::RocmSdk(_), torch::Locator::Python(python), true) = (
         &t.layout,
@@ -263,10 +267,10 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
             "gpu",
             Status::Warn,
             format!(
-                "no AMD GPU in the KFD topology ({}): a build works, running needs the card and the amdgpu driver",
+                "no GPU visible: the KFD topology ({}) shows none, as in a container without /dev/kfd or with no amdgpu driver; batch norm is judged for every RDNA1 target",
                 gpu::topology(&req.stack.sysfs).display()
             ),
-            "on the GPU machine: check `lsmod | grep amdgpu` and that your user is in the render and video groups",
+            "in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and video groups",
         );
     }
     for g in &all {
@@ -327,7 +331,12 @@ pub(super) fn gfx_override(
 /// them for this machine's card through the comgr beside it. A failure the
 /// in-place fix removes is a failure until it is fixed; a compile check
 /// that cannot run is "not checked", never a pass.
-fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
+fn kernels(
+    req: &DoctorRequest,
+    t: &torch::Torch,
+    r: &mut CheckReport,
+    fixed: &dyn Fn() -> Option<String>,
+) {
     const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
@@ -342,7 +351,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
         }
     };
     let detail = || format!("{}\n{}", d.summary(), d.lines().join("\n"));
-    let failing = || d.judgement.as_ref().map_or(0, |j| j.failing().count());
+    let failing = || d.failing();
     match d.standing() {
         Standing::NoCompiler => r.push_breaks(
             "kernels",
@@ -351,7 +360,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             "batch norm: no comgr beside torch's MIOpen to judge its kernels",
             Some("torch bundles comgr with its MIOpen; reinstall torch if it is missing".into()),
         ),
-        Standing::NothingToFix(line) => match fixed_by(req, t) {
+        Standing::NothingToFix(line) => match fixed() {
             Some(by) => r.push(
                 "kernels",
                 Status::Ok,
@@ -370,7 +379,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             format!(
                 "batch-norm training: {} for {}; {INSTALL} fixes {}",
                 crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.target,
+                d.said_targets(),
                 if failing() == 1 { "it" } else { "them" }
             ),
             Some(format!(
@@ -384,7 +393,7 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
             format!(
                 "batch-norm training: {} for {}, and not where the in-place fix reaches (see kernels)",
                 crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.target
+                d.said_targets()
             ),
             crate::error::help(&e).map(str::to_owned),
         ),
@@ -395,16 +404,19 @@ fn kernels(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) {
 /// of 2026-11-28T06:51:01Z"), if one does: read from install's journals.
 fn fixed_by(req: &DoctorRequest, t: &torch::Torch) -> Option<String> {
     let journals = req.state.as_ref()?.read().ok()?;
+    let installed = |j: &&crate::swap::txn::Journal| {
+        j.state == crate::swap::txn::State::Installed && j.torch.target == t.target
+    };
+    // The library is read for its MD5 only when a fix of it was installed:
+    // the route row asks too, and a cold doctor reads it once.
+    journals.list.iter().rev().find(installed)?;
     let md5 = crate::checksum::md5_file(&t.target).ok()?;
     journals
         .list
         .iter()
         .rev()
-        .find(|j| {
-            j.state == crate::swap::txn::State::Installed
-                && j.torch.target == t.target
-                && j.new.md5 == md5
-        })
+        .filter(installed)
+        .find(|j| j.new.md5 == md5)
         .map(|j| format!("transaction {} of {}", j.id, j.created))
 }
 
@@ -424,17 +436,22 @@ pub(super) fn needs_no_sdk(r: &mut CheckReport) {
 }
 
 /// The route for this torch, as build and install take it (`select::plan`).
-fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
+fn route(
+    req: &DoctorRequest,
+    t: &torch::Torch,
+    r: &mut CheckReport,
+    fixed: &dyn Fn() -> Option<String>,
+) -> Route {
     // GPUs, none of them RDNA1 (an RX 6800): nothing to fix, and nothing
-    // proposed for a gfx1010 that is not here.
+    // proposed for a gfx1010 that is not here, unless --target asks.
     let scan = gpu::scan_all(&req.stack.sysfs);
-    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() {
+    if !scan.gpus.is_empty() && scan.rdna1_targets().is_empty() && req.stack.asked.is_empty() {
         let cards: Vec<String> = scan.gpus.iter().map(gpu::Gpu::gfx).collect();
         r.push(
             "route",
             Status::Ok,
             format!(
-                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it",
+                "nothing to do: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it (--target gfx1010 judges for one)",
                 cards.join(", ")
             ),
         );
@@ -456,7 +473,7 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
             why,
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs).0)
+                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs))
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the
@@ -471,6 +488,17 @@ fn route(req: &DoctorRequest, t: &torch::Torch, r: &mut CheckReport) -> Route {
                     gpu::override_gfx(v).unwrap_or_else(|| "another chip".into())
                 ),
             ),
+            // After the fix, the present: fixed, and by which transaction.
+            (_, crate::swap::route::Chip::Native(what)) if route == Route::InPlace => match fixed() {
+                Some(by) => r.push(
+                    "route",
+                    Status::Ok,
+                    format!(
+                        "fixed in place by {by}: MIOpen sees the real chip ({what})"
+                    ),
+                ),
+                None => r.push("route", Status::Ok, other.detail()),
+            },
             _ => r.push("route", Status::Ok, other.detail()),
         },
     }

@@ -76,15 +76,16 @@ impl VerifyReport {
 
     /// The report for a person, each row wrapped to `width`; with `home`,
     /// that directory written `~` (a report made to be shared).
-    pub fn text(&self, width: Option<usize>, home: Option<&str>) -> String {
+    pub fn text(&self, width: Option<usize>, home: Option<&str>, detail: bool) -> String {
         let mut checks = self.checks.clone();
+
         if let Some(h) = home {
             for c in &mut checks.checks {
                 c.detail = battery::tilde(&c.detail, h);
                 c.fix = c.fix.as_deref().map(|f| battery::tilde(f, h));
             }
         }
-        let mut text = checks.text_wrapped(width);
+        let mut text = checks.text_wrapped(width, detail);
         // A battery that ran no case has said why in its check.
         if let Some(b) = self
             .smoke

@@ -1,0 +1,225 @@
+//! Rows one glance long (issue 64 part 4): every line doctor, verify and
+//! status print is at most 160 characters without `--detail`, over a
+//! torch shaped like Debian's: a librocblas with code for ten targets and
+//! none for the card (gfx1012), its Tensile directory with 54 generic
+//! `*_fallback.dat` catalogues and code objects for the same ten targets,
+//! and torch's MIOpen with its batch-norm kernels. `--detail` and the
+//! JSON keep every row whole.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::answer::{doctor, lines_are};
+use crate::in_place::{install, torch_with_code};
+use crate::support::Sandbox;
+
+/// What Debian's librocblas 6.4 is built for, as far as this clang goes:
+/// ten targets, gfx1010 among them, gfx1012 not.
+const TEN: [&str; 10] = [
+    "gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx1010", "gfx1030", "gfx1031", "gfx1032",
+    "gfx1034",
+];
+
+/// The longest line a person reads (`GLANCE` in src/inspect/checks.rs).
+const GLANCE: usize = 160;
+
+/// The GPU code, built once per run: a ten-target librocblas.so, a plain
+/// code object per target, and a libtorch_hip.so with gfx1010 and gfx1012
+/// code that loads librocblas and MIOpen from its own directory.
+fn debian_code(torch_lib: &Path) -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("glance");
+        let _ = std::fs::remove_dir_all(&dir);
+        let blas = dir.join("rocblas");
+        std::fs::create_dir_all(&blas).unwrap();
+        let built = rdna1_testkit::fat_library(&blas, &TEN);
+        std::fs::rename(built, blas.join("librocblas.so")).unwrap();
+        let co = dir.join("co");
+        std::fs::create_dir_all(&co).unwrap();
+        std::fs::write(
+            co.join("k.cl"),
+            "kernel void k(global int* p) { *p = 1; }\n",
+        )
+        .unwrap();
+        for arch in TEN {
+            rdna1_testkit::run(
+                Command::new("clang")
+                    .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
+                    .arg(format!("-mcpu={arch}"))
+                    .arg(co.join("k.cl"))
+                    .arg("-o")
+                    .arg(co.join(format!("{arch}.co"))),
+            );
+        }
+        let hip = dir.join("hip");
+        std::fs::create_dir_all(&hip).unwrap();
+        let built = rdna1_testkit::fat_library_linking(
+            &hip,
+            &["gfx1010", "gfx1012"],
+            &[
+                "-L",
+                &blas.display().to_string(),
+                "-L",
+                &torch_lib.display().to_string(),
+                "-lrocblas",
+                "-lMIOpen",
+                "-lamdhip64",
+                "-Wl,-rpath,$ORIGIN",
+            ],
+        );
+        std::fs::rename(built, hip.join("libtorch_hip.so")).unwrap();
+        dir
+    })
+}
+
+/// An RX 5500 XT (gfx1012) and a torch for gfx1010 and gfx1012 whose
+/// rocBLAS is laid out as Debian's.
+fn debian_torch() -> Sandbox {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
+    let torch = torch_with_code(&sb, &["gfx1010", "gfx1012"]);
+    let code = debian_code(&torch.lib);
+    std::fs::copy(
+        code.join("hip/libtorch_hip.so"),
+        torch.lib.join("libtorch_hip.so"),
+    )
+    .unwrap();
+    std::fs::copy(
+        code.join("rocblas/librocblas.so"),
+        torch.lib.join("librocblas.so"),
+    )
+    .unwrap();
+    let tensile = torch.lib.join("rocblas/library");
+    std::fs::create_dir_all(&tensile).unwrap();
+    for ty in [
+        "4xi8I", "BB", "BS", "CC", "DD", "HH", "HS", "I8I", "SS", "ZZ",
+    ] {
+        for (i, layout) in [
+            "Ailk_Bljk",
+            "Ailk_Bjlk",
+            "Alik_Bljk",
+            "Alik_Bjlk",
+            "Ailk_Bljk_HPA",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let name = format!(
+                "TensileLibrary_Type_{ty}_Contraction_l_{layout}_Cijk_Dijk_{i}_fallback.dat"
+            );
+            std::fs::write(tensile.join(name), b"\x82\xa4msgpack").unwrap();
+        }
+    }
+    for extra in ["4xi8I_HPA", "BB_HPA", "HH_HPA", "I8I_HPA"] {
+        let name =
+            format!("TensileLibrary_Type_{extra}_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat");
+        std::fs::write(tensile.join(name), b"\x82\xa4msgpack").unwrap();
+    }
+    for arch in TEN {
+        std::fs::copy(
+            code.join("co").join(format!("{arch}.co")),
+            tensile.join(format!(
+                "TensileLibrary_Type_SS_Contraction_l_Ailk_Bljk_Cijk_Dijk_{arch}.co"
+            )),
+        )
+        .unwrap();
+    }
+    sb
+}
+
+/// Every line of `out` fits in a glance.
+#[track_caller]
+fn one_glance(what: &str, out: &str) {
+    let long: Vec<&str> = out.lines().filter(|l| l.chars().count() > GLANCE).collect();
+    assert!(
+        long.is_empty(),
+        "{what}: {} line(s) over {GLANCE} characters:\n{}\nwhole output:\n{out}",
+        long.len(),
+        long.join("\n")
+    );
+}
+
+/// doctor, verify and status over Debian's shape, before and after the
+/// fix: no line over 160 characters, the tensile row with counts, the fix
+/// the exact command for gfx1012, detail lines indented under their row;
+/// `--detail` and the JSON keep the catalogues by name. On 05ebd98 the
+/// tensile row alone was 4.4 KB, listing all 54 catalogues.
+#[test]
+fn every_row_of_doctor_verify_and_status_fits_a_glance() {
+    let sb = debian_torch();
+    let before = doctor(&sb, &[]).check_fails();
+    lines_are(
+        &before.stdout,
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them;",
+            "         library; tensile",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads torch/lib/libMIOpen.so; [..]",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix …",
+            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1012 (the card in this machine), through comgr 2.4 …",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1012",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
+            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1012",
+            "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
+            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            "FAIL  library   librocblas.so at torch/lib has code for 10 targets, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's …",
+            "                targets: gfx1010, gfx1030, gfx1031, gfx1032, gfx1034, gfx803, gfx900, gfx906, gfx908, gfx90a",
+            "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)",
+            "                fix: TheRock's torch has rocBLAS for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`",
+            "FAIL  tensile   rocBLAS's Tensile directory torch/lib/rocblas/library has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) …",
+            "                54 catalogue(s), 10 code-object file(s); for gfx1012: 0 code-object file(s), 54 generic catalogue(s)",
+            "                catalogues read for gfx1012: TensileLibrary_Type_4xi8I_Contraction_l_Ailk_Bjlk_Cijk_Dijk_1_fallback.dat, …",
+            "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)",
+            "                fix: TheRock's torch has rocBLAS for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`",
+        ],
+    );
+    one_glance("doctor", &before.stdout);
+    let detail = doctor(&sb, &["--detail"]).check_fails();
+    assert!(
+        detail.stdout.contains(
+            "TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_HPA_Cijk_Dijk_4_fallback.dat"
+        ),
+        "{}",
+        detail.stdout
+    );
+    let json: serde_json::Value = serde_json::from_str(&doctor(&sb, &["--json"]).stdout).unwrap();
+    let tensile = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "tensile")
+        .unwrap();
+    assert!(
+        tensile["detail"].as_str().unwrap().contains(
+            "TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_HPA_Cijk_Dijk_4_fallback.dat"
+        ),
+        "{tensile}"
+    );
+    one_glance("doctor --all", &doctor(&sb, &["--all"]).stdout);
+    one_glance(
+        "verify --compile",
+        &sb.run_with_state(&["verify", "--compile"], &[]).stdout,
+    );
+    install(&sb, &[]).ok();
+    let after = doctor(&sb, &[]);
+    one_glance("doctor after the fix", &after.stdout);
+    let route = after
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ok    route"))
+        .unwrap();
+    assert!(
+        crate::support_run::line_matches(
+            "ok    route     fixed in place by transaction 1 of [..]: MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1012)",
+            route
+        ),
+        "{route}"
+    );
+    for args in [&["verify"][..], &["verify", "--compile"], &["status"]] {
+        one_glance(&args.join(" "), &sb.run_with_state(args, &[]).stdout);
+    }
+}
