@@ -388,20 +388,35 @@ impl CheckReport {
     }
 }
 
-/// Each line of `text` wrapped to `width` (at least 40), never mid-word,
-/// its continuation lines indented as `indent` says for that line.
+/// Each line of `text` wrapped to `width` (at least 40), never mid-word
+/// and never inside a `command`: a command is copied and pasted, and a
+/// line break in it would run half of it, so one longer than the width
+/// stands whole on a line of its own. Continuation lines are indented as
+/// `indent` says for that line.
 pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a str) -> String {
+    // Inside backticks a space is held as a character no separator splits
+    // and that is as wide as a space (a private-use one: never in a row).
+    const HELD: char = '\u{e000}';
     let mut out = Vec::new();
     for line in text.lines() {
+        let mut quoted = false;
+        let held: String = line
+            .chars()
+            .map(|c| {
+                quoted ^= c == '`';
+                if quoted && c == ' ' { HELD } else { c }
+            })
+            .collect();
         let opts = textwrap::Options::new(width.max(40))
             .subsequent_indent(indent(line))
             .break_words(false)
+            .word_separator(textwrap::WordSeparator::AsciiSpace)
             // A command's `device-gfx1012` stays one word.
             .word_splitter(textwrap::WordSplitter::NoHyphenation);
         out.extend(
-            textwrap::wrap(line, opts)
+            textwrap::wrap(&held, opts)
                 .into_iter()
-                .map(|l| l.into_owned()),
+                .map(|l| l.replace(HELD, " ")),
         );
     }
     out.join("\n")
@@ -410,6 +425,26 @@ pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command is never broken across lines, even one wider than the
+    /// width; the words around it wrap as before.
+    #[test]
+    fn a_command_in_backticks_is_never_broken() {
+        let cmd = "`/home/u/venv/bin/python -m pip install --index-url https://example.org/whl/ \"torch[device-gfx1012]\"`";
+        let line = format!(
+            "fix: install the torch built for gfx1012 (the card in this machine): {cmd}, then run this again"
+        );
+        let out = wrap(&line, 60, |_| "  ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.trim_start().starts_with(&format!("{cmd},"))),
+            "{out}"
+        );
+        assert!(lines.len() >= 3, "{out}");
+        assert_eq!(out.replace("\n  ", " "), line);
+    }
 
     /// Every status, and whether a row of it keeps the answer from yes:
     /// the match is exhaustive, so a new status must be placed here.

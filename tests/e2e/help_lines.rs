@@ -97,10 +97,16 @@ fn venv(sb: &Sandbox, dir: &Path, torch: Option<(TorchKind, &str)>) -> PathBuf {
     python
 }
 
-/// doctor for `python` with the index variable set to `wheels`.
+/// doctor for `python` with the index variable set to `wheels`, every
+/// line whole (`--detail`).
 fn doctor(sb: &Sandbox, python: &str, wheels: &Path) -> Run {
+    doctor_as(sb, python, wheels, &["--detail"])
+}
+
+fn doctor_as(sb: &Sandbox, python: &str, wheels: &Path, extra: &[&str]) -> Run {
     let mut c = sb.cmd();
     c.args(["doctor", "--python", python])
+        .args(extra)
         .env(INDEX_ENV, wheels);
     Run::from(c.output().unwrap())
 }
@@ -110,6 +116,23 @@ fn command_of(fix: &str) -> &str {
     fix.split('`')
         .nth(1)
         .unwrap_or_else(|| panic!("no command in {fix}"))
+}
+
+/// The command doctor's default view (no --detail: rows one glance long,
+/// paths with `~`) gives, which is what a user copies: whole on one line.
+fn glance_command(sb: &Sandbox, python: &str, wheels: &Path) -> String {
+    let run = doctor_as(sb, python, wheels, &[]);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains('`'))
+        .unwrap_or_else(|| panic!("no command in\n{}", run.stdout));
+    assert_eq!(
+        line.matches('`').count() % 2,
+        0,
+        "the command is on one line: {line}"
+    );
+    command_of(line).to_owned()
 }
 
 /// `line` run by bash as a user would paste it, in the sandbox's
@@ -200,7 +223,7 @@ fn a_cuda_or_cpu_torch_is_replaced_by_the_lines_doctor_prints() {
                 ROUTE,
             ],
         );
-        follow(&sb, command_of(&fix), &wheels);
+        follow(&sb, &glance_command(&sb, &py, &wheels), &wheels);
         torch_row_passes(&doctor(&sb, &py, &wheels), &site);
     }
 }
@@ -227,7 +250,7 @@ fn a_python_with_no_torch_gets_it_by_the_lines_doctor_prints() {
             ROUTE,
         ],
     );
-    follow(&sb, command_of(&fix), &wheels);
+    follow(&sb, &glance_command(&sb, &py, &wheels), &wheels);
     torch_row_passes(&doctor(&sb, &py, &wheels), &site_of(&dir));
 }
 
@@ -264,12 +287,19 @@ fn an_externally_managed_python_gets_a_venv_first() {
             ROUTE,
         ],
     );
-    follow(&sb, command_of(&fix), &wheels);
+    follow(
+        &sb,
+        &glance_command(&sb, "/usr/bin/python3", &wheels),
+        &wheels,
+    );
     // "run this again with --python ~/venv/bin/python", as typed.
     let mut c = Command::new("bash");
     sb.env(&mut c);
-    c.args(["-c", &format!("{BIN} doctor --python ~/venv/bin/python")])
-        .env(INDEX_ENV, &wheels);
+    c.args([
+        "-c",
+        &format!("{BIN} doctor --detail --python ~/venv/bin/python"),
+    ])
+    .env(INDEX_ENV, &wheels);
     let again = Run::from(c.output().unwrap());
     torch_row_passes(&again, &site_of(&sb.root.join("home/venv")));
 }
