@@ -191,7 +191,8 @@ impl KeyInputs {
     }
 }
 
-fn join(items: &[&String]) -> String {
+/// Names as a list a person reads: "a, b, c".
+pub(crate) fn join(items: &[&String]) -> String {
     items
         .iter()
         .map(|s| s.as_str())

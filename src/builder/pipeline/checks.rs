@@ -60,11 +60,14 @@ impl Set<'_> {
                     if !other.is_empty() {
                         problems.push(format!(
                             "{rel} has code for {}, not a target of this build ({targets})",
-                            join(&other)
+                            crate::prefix::key::join(&other)
                         ));
                     }
                     if !lacking.is_empty() {
-                        problems.push(format!("{rel} has no code for {}", join(&lacking)));
+                        problems.push(format!(
+                            "{rel} has no code for {}",
+                            crate::prefix::key::join(&lacking)
+                        ));
                     }
                     said.push(format!("{rel}: code for {}", all.join(", ")));
                 }
@@ -158,14 +161,6 @@ impl Set<'_> {
             Err(problems)
         }
     }
-}
-
-fn join(items: &[&String]) -> String {
-    items
-        .iter()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The first few of `items`, and how many more.
