@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::fidelity_harness::{HARNESS, copy_tree};
-use crate::fidelity_render::{render, splice};
+use crate::fidelity_render::{put_section, render};
 use crate::rocm_env;
 
 const SCRIPT: &str = include_str!("fidelity.sh");
@@ -28,6 +28,9 @@ const APPLY: &str = include_str!("apply_release.py");
 const HIP: &str = include_str!("release_hip.py");
 
 pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--rocblas") {
+        return crate::fidelity_rocblas::rocblas(root, args);
+    }
     let mut src = None;
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
@@ -53,7 +56,7 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
             "--upstream" => upstream = Some(PathBuf::from(it.next().context("--upstream DIR")?)),
             "--system" => system = true,
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system | --rocblas --tensile-mirror GITDIR [--resume | --render-only]"
             ),
         }
     }
@@ -252,10 +255,7 @@ const COMPILE_LOGS: [&str; 4] = [
 /// do not show what the harness must show.
 fn write_section(root: &Path, label: &str, results: &Path) -> Result<()> {
     let section = render(label, results)?;
-    let path = root.join("FIDELITY.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, splice(&old, label, &section.text))?;
-    eprintln!("xtask: wrote the {label} section of {}", path.display());
+    put_section(root, label, &section.text)?;
     if !section.failures.is_empty() {
         bail!("{}", section.failures.join("; "));
     }

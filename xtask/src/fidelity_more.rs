@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::fidelity_harness::{HARNESS, copy_tree};
-use crate::fidelity_render::{splice, steps_table, toolchain_table, tsv};
+use crate::fidelity_render::{put_section, steps_table, toolchain_table, tsv};
 use crate::rocm_env;
 
 const UPSTREAM_SCRIPT: &str = include_str!("fidelity-upstream.sh");
@@ -48,10 +48,7 @@ pub fn system(root: &Path) -> Result<()> {
         },
         log
     )?;
-    let path = root.join("FIDELITY.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, splice(&old, "system", &s))?;
-    eprintln!("xtask: wrote the system section of {}", path.display());
+    put_section(root, "system", &s)?;
     ran?;
     if !long.is_empty() {
         bail!("rows over a glance: {}", long.join("; "));
@@ -118,10 +115,7 @@ pub fn upstream(root: &Path, dir: &Path) -> Result<()> {
         "\nThe diagnosis, as `rdna1-patch install --into-torch --in-place --dry-run` printed it for gfx1010, gfx1011 and gfx1012 in turn (every batch-norm kernel, each case it reads with the complete define set, with gfx1030 as the control, unpatched):\n\n```\n{}```",
         read("diagnosis.txt")
     )?;
-    let path = root.join("FIDELITY.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, splice(&old, "upstream", &s))?;
-    eprintln!("xtask: wrote the upstream section of {}", path.display());
+    put_section(root, "upstream", &s)?;
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }

@@ -447,6 +447,15 @@ pub(crate) fn verdict(
 }
 
 /// Replace the profile's generated section, or append it.
+/// Put `section` into FIDELITY.md as the `label` section, in its place.
+pub(crate) fn put_section(root: &Path, label: &str, section: &str) -> Result<()> {
+    let path = root.join("FIDELITY.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::write(&path, splice(&old, label, section))?;
+    eprintln!("xtask: wrote the {label} section of {}", path.display());
+    Ok(())
+}
+
 pub(crate) fn splice(old: &str, profile: &str, section: &str) -> String {
     let begin = format!("<!-- xtask fidelity {profile}: begin -->");
     let end = format!("<!-- xtask fidelity {profile}: end -->");

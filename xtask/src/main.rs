@@ -13,6 +13,7 @@ mod fidelity_glance;
 mod fidelity_harness;
 mod fidelity_more;
 mod fidelity_render;
+mod fidelity_rocblas;
 mod figures;
 mod fuzz;
 mod gpucode;
@@ -106,6 +107,9 @@ tasks:
              --release VERSION
              --upstream DIR (upstream's texts, read from the index)
              --system (the system route on Debian's libmiopen1)
+             --rocblas --tensile-mirror GITDIR [--resume | --render-only]
+               (real rocBLAS 6.4.4 for gfx1012 through `build rocblas`, into
+               a torch bundling Debian's librocblas, and back; about an hour)
   smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB
              venv under target/)
              [--torch VERSION]

@@ -1,0 +1,120 @@
+#!/bin/bash
+# Run inside the unstable ROCm chroot by `cargo xtask fidelity --rocblas`
+# (xtask/src/fidelity_rocblas.rs):  fidelity-rocblas.sh [resume]
+# The real rocBLAS 6.4.4 (Debian's orig tarball, the profile's URL and
+# SHA-256) with Tensile be49885f (a shallow copy at the pinned commit,
+# served from /fid/rocblas/tensile.git by git daemon) built for an RX 5500 XT (gfx1012,
+# its recorded KFD topology) through the plain `rdna1-patch build rocblas`;
+# then what a user checks: md5sum -c, the targets the code objects declare;
+# then the set into a torch that bundles Debian's real librocblas 6.4.4 and
+# its Tensile directory, doctor before and after, rollback byte for byte.
+# Each step goes to results/steps.tsv (name, rc, seconds, what); a failed
+# step is recorded and the steps that need it are not run.
+set -u
+F=/fid/rocblas
+R=$F/results
+. /fid/bn-kernels.sh
+if [ "${1:-}" = resume ] && [ -f "$R/build.txt" ]; then
+    echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.txt" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.txt" | tail -1)" >"$R/resumed.txt"
+    mv "$R/build.txt" "$R/build-stopped.txt"
+fi
+results_dir
+rm -f "$R"/*.txt.tmp
+[ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt"
+export RDNA1_PATCH_SYSFS=$F/sysfs
+dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev librocblas-dev \
+    librocblas4 clang-21 cmake ninja-build python3-yaml python3-msgpack ccache \
+    >"$R/toolchain.tsv"
+rdna1-patch --version | head -1 >"$R/tool.txt"
+
+# The built-in profile, its Tensile served from here (the only change).
+rm -rf "$F/cfg"
+rdna1-patch profiles export rocm-6.4.3 "$F/cfg" >/dev/null || { step export 1 0 "profiles export failed"; exit 1; }
+TOML=$F/cfg/rocm-6.4.3.toml
+sed -i 's|^url = "https://github.com/ROCm/Tensile.git"|url = "git://127.0.0.1:9419/tensile.git"|' "$TOML"
+grep -q 'git://127.0.0.1:9419/tensile.git' "$TOML" || { step export 1 0 "the profile names no Tensile URL to serve"; exit 1; }
+echo "Debian's rocblas_6.4.4.orig.tar.gz from the profile's URL (its SHA-256 pinned); Tensile $(git --git-dir=$F/tensile.git rev-parse HEAD) from a shallow copy of github:ROCm/Tensile at the pinned commit, served by git daemon on 127.0.0.1" >"$R/source.txt"
+
+W=$F/work
+P=$F/prefix
+if [ "${1:-}" != resume ]; then
+    rm -rf "$W" "$P"
+fi
+t=$(now)
+# The plain command; only the paths and the topology are ours.
+rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P" >"$R/build.txt" 2>&1
+rc=$?
+step build $rc "$(since "$t")" "rdna1-patch build rocblas --profile rocm-6.4.3 --rocm /usr (gfx1012 topology)"
+[ $rc = 0 ] || exit 1
+
+t=$(now)
+(cd "$P" && md5sum -c --quiet share/rdna1-patch/MD5SUMS) >"$R/md5sum.txt" 2>&1
+rc=$?
+echo "$(wc -l <"$P/share/rdna1-patch/MD5SUMS") files listed; $(grep -c . "$R/md5sum.txt") failed" >>"$R/md5sum.txt"
+step md5sum $rc "$(since "$t")" "md5sum -c share/rdna1-patch/MD5SUMS in the prefix"
+
+# What each code object declares, read by LLVM's own tool.
+readelf=$(hipconfig --hipclangpath)/llvm-readelf
+[ -x "$readelf" ] || readelf=$(command -v llvm-readelf-21 || command -v llvm-readelf)
+for f in "$P"/lib/rocblas/library/*.hsaco "$P"/lib/rocblas/library/*.co; do
+    [ -e "$f" ] || continue
+    printf '%s\t%s\n' "${f##*/}" "$("$readelf" -h "$f" | sed -n 's/.*Flags: *//p' | head -1)"
+done >"$R/targets.tsv"
+du -sb "$P" "$W" /root/.cache/ccache 2>/dev/null | awk '{printf "%s\t%.0f MB\n", $2, $1 / 1e6}' >"$R/disk.tsv"
+
+# A torch of the user's that bundles Debian's real librocblas 6.4.4 and its
+# Tensile directory, its libtorch_hip.so built for gfx1012 by the chroot's
+# clang (so torch itself has code for the card) and loading the bundled
+# librocblas through $ORIGIN.
+T=$F/torch
+rm -rf "$T"
+torch=$T/site/torch
+mkdir -p "$torch/lib"
+lib=$(readlink -f /usr/lib/x86_64-linux-gnu/librocblas.so.4)
+cp -a "$lib" "$torch/lib/librocblas.so.4"
+tensile=$(dirname "$lib")/rocblas/library
+[ -d "$tensile" ] || tensile=$(find /usr/lib/x86_64-linux-gnu -type d -path '*rocblas*/library' | head -1)
+mkdir -p "$torch/lib/rocblas"
+cp -a "$tensile" "$torch/lib/rocblas/library"
+hip=$(hipconfig --version | cut -d- -f1)
+printf "__version__ = '2.9.1+rocm6.4'\ncuda = None\nhip = '%s'\n" "$hip" >"$torch/version.py"
+printf 'import ctypes, os\n_C = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_hip.so"), mode=ctypes.RTLD_GLOBAL)\n' >"$torch/__init__.py"
+cat >"$T/k.hip" <<'HIP'
+__attribute__((global)) void k(int* p) { *p = 1; }
+HIP
+"$(hipconfig --hipclangpath)/clang++" -x hip -nogpulib -nogpuinc -fPIC -shared \
+    --offload-arch=gfx1012 "$T/k.hip" -Wl,--no-as-needed -Wl,-rpath,'$ORIGIN' \
+    -L"$torch/lib" -l:librocblas.so.4 -lamdhip64 -o "$torch/lib/libtorch_hip.so"
+snap() { (cd "$torch" && find . -printf '%y %m %p %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+snap >"$T/before.sha256"
+echo "Debian's $(dpkg-query -W -f '${Package} ${Version}' librocblas4): $lib and $tensile ($(ls "$tensile" | wc -l) files), bundled in $torch/lib" >"$R/torch.txt"
+
+run() { rdna1-patch "$@" --state-dir "$T/state"; }
+t=$(now)
+run doctor --torch-dir "$torch" >"$R/doctor-before.txt" 2>&1
+rc=$?
+step doctor-before "$([ $rc = 1 ] && echo 0 || echo "$rc")" "$(since "$t")" "doctor on Debian's librocblas for gfx1012 (exit $rc; 1 expected)"
+
+t=$(now)
+run install --into-torch --prefix "$P" --torch-dir "$torch" >"$R/install.txt" 2>&1
+rc=$?
+step install $rc "$(since "$t")" "install --into-torch --prefix <the rocBLAS prefix>"
+if [ $rc = 0 ]; then
+    t=$(now)
+    run doctor --torch-dir "$torch" >"$R/doctor-after.txt" 2>&1
+    rc=$?
+    step doctor-after $rc "$(since "$t")" "doctor after the install (exit $rc; 0 expected)"
+    run verify --prefix "$P" --torch-dir "$torch" >"$R/verify.txt" 2>&1
+    step verify $? 0 "verify --prefix <the rocBLAS prefix>"
+    run status >"$R/status.txt" 2>&1
+    step status $? 0 "status"
+    t=$(now)
+    run rollback >"$R/rollback.txt" 2>&1
+    rc=$?
+    step rollback $rc "$(since "$t")" "rollback"
+    snap >"$T/after.sha256"
+    cmp -s "$T/before.sha256" "$T/after.sha256"
+    rc=$?
+    step bytes $rc 0 "every file of torch as before the install ($(find "$torch" -type f | wc -l) files by SHA-256, every entry's type, mode and link)"
+fi
+exit 0

@@ -1,0 +1,281 @@
+//! `cargo xtask fidelity --rocblas --tensile-mirror GITDIR [--resume |
+//! --render-only]` (issue 63 part 5): real rocBLAS 6.4.4 built for an RX
+//! 5500 XT (gfx1012) through the tool's own `build rocblas`, in the unstable
+//! rocm-env chroot, then swapped into a torch that bundles Debian's real
+//! librocblas 6.4.4 and read by doctor before and after, and rolled back
+//! (fidelity-rocblas.sh does the work). The whole build takes about an hour
+//! on 2 cores: `--resume` goes on with a stopped one, as the tool's own
+//! advice says. FIDELITY.md's rocblas section is written from the results.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::fidelity_harness::{HARNESS, copy_tree};
+use crate::fidelity_render::{put_section, steps_table, toolchain_table, tsv};
+use crate::rocm_env;
+
+const SCRIPT: &str = include_str!("fidelity-rocblas.sh");
+
+/// The Tensile commit the rocm-6.4.3 profile pins (its `with.tensile`).
+fn pinned_tensile(root: &Path) -> Result<String> {
+    let toml = std::fs::read_to_string(root.join("profiles/rocm-6.4.3.toml"))?;
+    let after = toml
+        .split("[components.rocblas.with.tensile]")
+        .nth(1)
+        .context("profile rocm-6.4.3 has no [components.rocblas.with.tensile]")?;
+    after
+        .lines()
+        .find_map(|l| l.strip_prefix("commit = \"")?.strip_suffix('"'))
+        .map(str::to_owned)
+        .context("profile rocm-6.4.3 pins no Tensile commit")
+}
+
+pub fn rocblas(root: &Path, args: &[String]) -> Result<()> {
+    let mut mirror = None;
+    let mut resume = false;
+    let mut render_only = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--rocblas" => {}
+            "--resume" => resume = true,
+            "--render-only" => render_only = true,
+            "--tensile-mirror" => {
+                mirror = Some(PathBuf::from(it.next().context("--tensile-mirror GITDIR")?));
+            }
+            other => bail!(
+                "unknown argument {other}: cargo xtask fidelity --rocblas --tensile-mirror GITDIR [--resume | --render-only]"
+            ),
+        }
+    }
+    let env = rocm_env::ensure(root)?;
+    let fid = env.chroot.join("fid");
+    let rb = fid.join("rocblas");
+    if !render_only {
+        std::fs::create_dir_all(&rb)?;
+        std::fs::write(fid.join("fidelity-rocblas.sh"), SCRIPT)?;
+        std::fs::write(fid.join("bn-kernels.sh"), HARNESS)?;
+        let sysfs = rb.join("sysfs");
+        let _ = std::fs::remove_dir_all(&sysfs);
+        copy_tree(&root.join("tests/fixtures/sysfs/rx5500xt-gfx1012"), &sysfs)?;
+        serve_tensile(root, mirror.as_deref(), &rb.join("tensile.git"))?;
+        let cmd = if resume {
+            "bash /fid/fidelity-rocblas.sh resume"
+        } else {
+            "bash /fid/fidelity-rocblas.sh"
+        };
+        let _daemon = Daemon::serve(&rb)?;
+        env.run(root, None, cmd)?;
+    }
+    write_section(root, &rb.join("results"))
+}
+
+/// The port git daemon serves Tensile on, on 127.0.0.1 (the chroot
+/// shares the host's network).
+const PORT: &str = "9419";
+
+/// `git daemon` serving `dir`'s repositories while the run lasts. Not
+/// file://: the tool fetches a local URL in full, and git will not take
+/// a shallow repository's root into refs that way; over git:// it fetches
+/// the pinned commit alone (`--depth=1`), as from GitHub.
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    fn serve(dir: &Path) -> Result<Daemon> {
+        let child = Command::new("git")
+            .args(["daemon", "--reuseaddr", "--listen=127.0.0.1"])
+            .arg(format!("--port={PORT}"))
+            .arg("--export-all")
+            .arg(format!("--base-path={}", dir.display()))
+            .arg(dir)
+            .spawn()
+            .context("cannot start git daemon")?;
+        // Until it listens.
+        for _ in 0..50 {
+            if std::net::TcpStream::connect(format!("127.0.0.1:{PORT}")).is_ok() {
+                return Ok(Daemon(child));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        bail!("git daemon did not listen on 127.0.0.1:{PORT}")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A bare repository holding only the pinned Tensile commit and its tree,
+/// fetched shallow from GITDIR (a `fetch` mirror, which lacks part of the
+/// history but every blob of this tree), so the commit keeps its id.
+fn serve_tensile(root: &Path, mirror: Option<&Path>, to: &Path) -> Result<()> {
+    let commit = pinned_tensile(root)?;
+    let git = |dir: &Path, args: &[&str]| -> Result<String> {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(dir)
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    if git(to, &["rev-parse", "HEAD"]).ok().as_deref() == Some(commit.as_str()) {
+        return Ok(());
+    }
+    let mirror = mirror.context(
+        "--tensile-mirror GITDIR is required the first time: a git directory holding Tensile's pinned commit (the `fetch` tool's github:ROCm/Tensile)",
+    )?;
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to)?;
+    git(to, &["init", "-q", "--bare"])?;
+    let url = format!("file://{}", mirror.canonicalize()?.display());
+    git(
+        to,
+        &[
+            "fetch",
+            "-q",
+            "--depth=1",
+            "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
+            &url,
+            &commit,
+        ],
+    )
+    .with_context(|| format!("{} has no Tensile commit {commit}", mirror.display()))?;
+    git(to, &["update-ref", "refs/heads/main", &commit])?;
+    git(to, &["symbolic-ref", "HEAD", "refs/heads/main"])?;
+    git(to, &["config", "uploadpack.allowAnySHA1InWant", "true"])?;
+    eprintln!("xtask: Tensile {commit} served from {}", to.display());
+    Ok(())
+}
+
+/// The lines of `text` that start with any of `heads` (after spaces).
+fn lines_starting(text: &str, heads: &[&str]) -> String {
+    text.lines()
+        .filter(|l| heads.iter().any(|h| l.trim_start().starts_with(h)))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn write_section(root: &Path, results: &Path) -> Result<()> {
+    let read = |name: &str| std::fs::read_to_string(results.join(name)).unwrap_or_default();
+    let mut s = String::new();
+    let mut failures = Vec::new();
+    writeln!(s, "## `cargo xtask fidelity --rocblas`\n")?;
+    writeln!(
+        s,
+        "Generated by the xtask on {}, with `{}`, in the unstable rocm-env chroot, for an RX 5500 XT's recorded KFD topology (gfx1012). Source: {}.\n",
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+        read("tool.txt").trim(),
+        read("source.txt").trim()
+    )?;
+    toolchain_table(&mut s, results)?;
+    steps_table(&mut s, "rocblas", results, &mut failures)?;
+    let resumed = read("resumed.txt");
+    if !resumed.trim().is_empty() {
+        writeln!(
+            s,
+            "\nThe build was stopped and resumed with the same command: {}",
+            resumed.trim()
+        )?;
+    }
+    let build = read("build.txt");
+    writeln!(
+        s,
+        "\nThe build, as the tool said it (its plan and its last lines):\n\n```\n{}```",
+        lines_starting(
+            &build,
+            &[
+                "Targets",
+                "Cost",
+                "Source",
+                "Configure",
+                "Build",
+                "Install",
+                "Checked",
+                "Installed",
+                "Finished",
+                "error"
+            ]
+        )
+    )?;
+    let targets = tsv(&results.join("targets.tsv")).unwrap_or_default();
+    let mut flags: Vec<(String, usize)> = Vec::new();
+    for row in &targets {
+        let f = row.get(1).cloned().unwrap_or_default();
+        match flags.iter_mut().find(|(g, _)| *g == f) {
+            Some((_, n)) => *n += 1,
+            None => flags.push((f, 1)),
+        }
+    }
+    writeln!(
+        s,
+        "\nThe code objects of lib/rocblas/library, by the flags llvm-readelf reads in each ELF header: {}.",
+        flags
+            .iter()
+            .map(|(f, n)| format!("{n} with `{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    if targets.is_empty() {
+        failures.push("no code object of the prefix was read".to_owned());
+    }
+    let disk = tsv(&results.join("disk.tsv")).unwrap_or_default();
+    if !disk.is_empty() {
+        s.push_str("\n| disk | size |\n|---|---|\n");
+        for row in &disk {
+            writeln!(
+                s,
+                "| `{}` | {} |",
+                row[0],
+                row.get(1).map_or("", String::as_str)
+            )?;
+        }
+    }
+    writeln!(
+        s,
+        "\n`md5sum -c`: {}",
+        read("md5sum.txt").lines().last().unwrap_or("not run")
+    )?;
+    writeln!(s, "\nThe torch: {}", read("torch.txt").trim())?;
+    for (name, title) in [
+        ("doctor-before.txt", "doctor before the install"),
+        ("install.txt", "install --into-torch"),
+        ("doctor-after.txt", "doctor after the install"),
+        ("verify.txt", "verify"),
+        ("status.txt", "status"),
+        ("rollback.txt", "rollback"),
+    ] {
+        let text = read(name);
+        if !text.is_empty() {
+            writeln!(s, "\n{title}:\n\n```\n{text}```")?;
+        }
+    }
+    let long = crate::fidelity_glance::check(
+        results,
+        &[
+            "doctor-before.txt",
+            "doctor-after.txt",
+            "verify.txt",
+            "status.txt",
+        ],
+        &["doctor-before.txt"],
+    );
+    failures.extend(long);
+    put_section(root, "rocblas", &s)?;
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
