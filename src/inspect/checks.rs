@@ -16,7 +16,34 @@ pub enum Status {
     NotChecked,
 }
 
+/// A row that keeps the answer from yes: the only statuses a row that
+/// says what fails for the user (`breaks`) can have, so that no `warn`
+/// ever says a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    Fail,
+    NotChecked,
+}
+
+impl From<Blocking> for Status {
+    fn from(b: Blocking) -> Status {
+        match b {
+            Blocking::Fail => Status::Fail,
+            Blocking::NotChecked => Status::NotChecked,
+        }
+    }
+}
+
 impl Status {
+    /// Whether a row of this status keeps the answer from yes (exit 1,
+    /// `ok` false): the one rule's first question.
+    pub fn blocks(self) -> bool {
+        match self {
+            Status::Fail | Status::NotChecked => true,
+            Status::Ok | Status::Warn | Status::Skip => false,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -147,14 +174,14 @@ impl CheckReport {
     pub fn push_breaks(
         &mut self,
         name: &'static str,
-        status: Status,
+        status: Blocking,
         detail: impl Into<String>,
         breaks: impl Into<String>,
         fix: Option<String>,
     ) {
         self.checks.push(Check {
             name,
-            status,
+            status: status.into(),
             detail: detail.into(),
             fix,
             cause: None,
@@ -278,6 +305,11 @@ impl CheckReport {
         if !unchecked.is_empty() {
             parts.push(format!("not checked: {}", unchecked.join("; ")));
         }
+        // Every blocking row is a cause or follows from one.
+        debug_assert_eq!(
+            parts.is_empty(),
+            !self.checks.iter().any(|c| c.status.blocks())
+        );
         if !parts.is_empty() {
             return Answer {
                 verdict: format!("{subject}{lead}{}{warnings}", parts.join("; ")),
@@ -471,24 +503,42 @@ mod tests {
         r.json_value()["ok"].as_bool().unwrap()
     }
 
+    /// Every status, with and without what it breaks (only a blocking row
+    /// can say that: `push_breaks` takes a [`Blocking`]), a fix, and a run
+    /// that did not finish: the verdict, `ok`, the JSON and the exit status
+    /// agree, and "no problem found" is said exactly when nothing blocks.
     #[test]
     fn the_verdict_the_exit_status_and_ok_agree_for_every_status() {
+        const BREAKS: &str = "batch-norm training: 2 kernels fail";
         for (status, blocks) in every_status() {
-            for breaks in [None, Some("batch-norm training: 2 kernels fail")] {
+            assert_eq!(status.blocks(), blocks, "{status:?}");
+            let blocking = match status {
+                Status::Fail => Some(Blocking::Fail),
+                Status::NotChecked => Some(Blocking::NotChecked),
+                _ => None,
+            };
+            for (breaks, fix) in [
+                (false, None),
+                (false, Some("do this")),
+                (true, Some("do this")),
+            ] {
+                if breaks && blocking.is_none() {
+                    continue;
+                }
                 for unfinished in [None, Some("nothing was checked")] {
                     let mut r = CheckReport::default();
                     r.push("torch", Status::Ok, "found");
-                    r.checks.push(Check {
-                        name: "kernels",
-                        status,
-                        detail: "what was found".into(),
-                        fix: None,
-                        cause: None,
-                        breaks: breaks.map(str::to_owned),
-                    });
+                    r.push("gpu", Status::Warn, "information");
+                    match (blocking, breaks, fix) {
+                        (Some(b), true, _) => {
+                            r.push_breaks("kernels", b, "found", BREAKS, fix.map(str::to_owned))
+                        }
+                        (_, _, Some(f)) => r.push_fix("kernels", status, "found", f),
+                        (_, _, None) => r.push("kernels", status, "found"),
+                    }
                     r.unfinished = unfinished.map(str::to_owned);
                     let a = r.answer();
-                    let case = format!("{status:?} {breaks:?} {unfinished:?}: {a:?}");
+                    let case = format!("{status:?} {breaks} {fix:?} {unfinished:?}: {a:?}");
                     let pass = !blocks && unfinished.is_none();
                     assert_eq!(a.ok, pass, "{case}");
                     assert_eq!(json_ok(&r), a.ok, "{case}");
@@ -500,13 +550,20 @@ mod tests {
                         (false, None) => 0,
                     };
                     assert_eq!(a.exit, exit, "{case}");
+                    // A warning is counted, never a cause.
+                    let warnings = match status {
+                        Status::Warn => "; 2 warnings",
+                        _ => "; 1 warning",
+                    };
+                    assert!(a.verdict.ends_with(warnings), "{case}");
+                    assert!(!a.verdict.contains("gpu"), "{case}");
                     assert!(
                         r.text_for(true)
                             .starts_with(&format!("verdict: {}\n", a.verdict))
                     );
                     if blocks {
                         // The verdict names what fails, in the row's words.
-                        let named = breaks.unwrap_or("kernels");
+                        let named = if breaks { BREAKS } else { "kernels" };
                         assert!(a.verdict.contains(named), "{case}");
                         assert_eq!(
                             a.verdict.contains("not checked: "),

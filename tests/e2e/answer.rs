@@ -249,7 +249,7 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
         ],
     );
     assert!(
@@ -325,7 +325,7 @@ fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
         ],
     );
     doctor(&sb, &["--target", "gfx1030"]).fails_with(

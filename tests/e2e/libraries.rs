@@ -85,7 +85,7 @@ fn gpu_code() -> &'static Path {
 /// A sandbox with a ROCm torch whose libtorch_hip.so (gfx1010) loads
 /// torch/lib/librocblas.so built for `rocblas` ("gfx1030": gfx1030 only;
 /// "gfx1010": gfx1010 and gfx1030), and the card of sysfs tree `tree`.
-fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
+pub(crate) fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
     let sb = Sandbox::new();
     let torch = sb.torch(TorchKind::Rocm, HIP);
     sb.set_gpus(gpus(tree));
@@ -104,7 +104,7 @@ fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
 
 /// doctor with a ROCm that blocks no build (hipcc, and a hipconfig that
 /// names a clang++), so that its exit status is the libraries' to give.
-fn doctor(sb: &Sandbox) -> (String, i32) {
+pub(crate) fn doctor(sb: &Sandbox) -> (String, i32) {
     doctor_with(sb, None)
 }
 
@@ -485,6 +485,11 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
             "ok    miopen-db {}: 2 of its 3 database file(s) for gfx1010: gfx1010_40.db, gfx1010_40.kdb",
             db.display()
         ),
+        "{out}"
+    );
+    // Information, by the answer's rule: torch falls back and works.
+    assert!(
+        out.starts_with("verdict: torch 2.5.1+rocm6.2 on gfx1010: no problem found; 2 warnings\n"),
         "{out}"
     );
     assert_eq!(code, 0, "a warning and information only:\n{out}");
