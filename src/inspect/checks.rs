@@ -137,18 +137,97 @@ pub fn shorten(text: &str, path: &str, short: &str) -> String {
     out
 }
 
-/// `line` cut to [`GLANCE`] characters at a word, ending ` …` where it
-/// was cut: the rest is in `--detail` and the JSON.
+/// `line` in [`GLANCE`] characters: its longest paths first written with
+/// their middle elided (`~/miniconda3/…/site-packages/torch`), then, if it
+/// is still longer, cut at a word, ending ` …` where it was cut. The rest
+/// is in `--detail` and the JSON.
 pub fn glance(line: &str) -> String {
     if line.chars().count() <= GLANCE {
         return line.to_owned();
     }
+    let line = elide_paths(line);
+    if line.chars().count() <= GLANCE {
+        return line;
+    }
     let keep: String = line.chars().take(GLANCE - 2).collect();
-    let cut = keep
+    let mut cut = keep
         .rfind(' ')
         .filter(|at| *at > GLANCE / 2)
         .unwrap_or(keep.len());
+    // Never half a command: one the cut would split goes whole, to
+    // --detail.
+    if keep[..cut].matches('`').count() % 2 == 1 {
+        cut = keep[..cut].rfind('`').unwrap_or(cut);
+    }
     format!("{} …", keep[..cut].trim_end())
+}
+
+/// `line` with the middle of its deep paths written `…`, the longest
+/// first, until it fits a glance: a path keeps its first two components
+/// and its last two (`/home/u/…/site-packages/torch`, `~/miniconda3/…/bin/python`),
+/// what says where and what it is. A path inside a `command` stays whole:
+/// it is copied and run.
+pub fn elide_paths(line: &str) -> String {
+    let mut line = line.to_owned();
+    while line.chars().count() > GLANCE {
+        let Some((at, path, short)) = longest_path(&line) else {
+            break;
+        };
+        let end = at + path.len();
+        line.replace_range(at..end, &short);
+    }
+    line
+}
+
+/// `path` with its middle elided, where at least two components are in
+/// it; `None` for a shallow path, or one already elided.
+fn elided(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    // "/a/b" splits as "", "a", "b": the root stays with the first two.
+    let head = if path.starts_with('/') { 3 } else { 2 };
+    if path.contains('…') || parts.len() < head + 2 + 2 {
+        return None;
+    }
+    Some(
+        [&parts[..head], &["…"], &parts[parts.len() - 2..]]
+            .concat()
+            .join("/"),
+    )
+}
+
+/// The longest path in `line` outside backticks that [`elided`] shortens
+/// (an absolute one, or one from `~/`): where it starts, it, and its
+/// short form.
+fn longest_path(line: &str) -> Option<(usize, &str, String)> {
+    let mut best: Option<(usize, &str, String)> = None;
+    let mut quoted = false;
+    let mut start = None;
+    let ends = |c: char| c.is_whitespace() || "`'\"(),;".contains(c);
+    let chars: Vec<(usize, char)> = line.char_indices().chain([(line.len(), ' ')]).collect();
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        if let Some(from) = start
+            && ends(c)
+        {
+            start = None;
+            // A sentence's stop or a colon after the path is not in it.
+            let path = line[from..at].trim_end_matches(['.', ':']);
+            if let Some(short) = elided(path)
+                && best.as_ref().is_none_or(|(_, b, _)| path.len() > b.len())
+            {
+                best = Some((from, path, short));
+            }
+        }
+        if c == '`' {
+            quoted = !quoted;
+            continue;
+        }
+        let begins = i == 0 || ends(chars[i - 1].1);
+        let rooted = c == '/' || (c == '~' && line[at..].starts_with("~/"));
+        if start.is_none() && !quoted && begins && rooted {
+            start = Some(at);
+        }
+    }
+    best
 }
 
 /// `line` wrapped at [`GLANCE`] characters, its continuations under
@@ -612,6 +691,57 @@ mod tests {
             shorten("/home/u/x /home/user", "/home/u", "~"),
             "~/x /home/user"
         );
+    }
+
+    /// A row over a glance loses the middle of its deepest paths, longest
+    /// first, before any of its words: what it says after them stays.
+    #[test]
+    fn a_deep_path_loses_its_middle_before_the_row_loses_its_end() {
+        let deep =
+            "~/miniconda3/envs/a-rather-long-environment-name/lib/python3.12/site-packages/torch";
+        let python = "/home/user/miniconda3/envs/a-rather-long-environment-name/bin/python";
+        let line = format!(
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {deep}, found by {python} (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        assert!(line.chars().count() > GLANCE);
+        // The longest path goes first, then the next; the words after
+        // them are cut last, and what is cut is the least of the row.
+        assert_eq!(
+            glance(&line),
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by /home/user/…/bin/python (--python); torch/lib: torch …"
+        );
+        // One path elided can be enough: the other stays whole.
+        let one = line.replace(python, "/usr/bin/python3");
+        let one = one.replace(" (HIP 6.4.43484-123eb5128)", "");
+        assert_eq!(
+            glance(&one),
+            "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/…/site-packages/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        // A row is never cut inside a command: the command goes whole.
+        let run = format!(
+            "{} `pip install --index-url https://example.org/whl/ \"torch[device-gfx1010]\"`",
+            "word ".repeat(25)
+        );
+        assert_eq!(glance(&run), format!("{} …", "word ".repeat(25).trim_end()));
+        // A command is copied and run: its path stays whole.
+        let cmd = format!(
+            "fix: run `{python} -m pip install torch` at {deep}: {}",
+            "x ".repeat(30)
+        );
+        let short = glance(&cmd);
+        assert!(short.contains(&format!("`{python} -m pip")), "{short}");
+        assert!(
+            short.contains("at ~/miniconda3/…/site-packages/torch: x"),
+            "{short}"
+        );
+        // A fitting line is untouched; a path is elided only where at
+        // least two components go.
+        assert_eq!(elide_paths(deep), deep);
+        assert_eq!(elided("/a/b/c/d/e"), None);
+        assert_eq!(elided("/a/b/c/d/e/f").as_deref(), Some("/a/b/…/e/f"));
+        assert_eq!(elided("~/a/b/c/d"), None);
+        assert_eq!(elided("~/a/b/c/d/e").as_deref(), Some("~/a/…/d/e"));
+        assert_eq!(elided("~/a/…/c/d"), None);
     }
 
     /// A failure that follows from another is counted under its cause, and

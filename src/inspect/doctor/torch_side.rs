@@ -49,13 +49,15 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
         r.push(
             "torch",
             Status::Ok,
+            // What matters first: which torch, where, found by which
+            // python; its layout last, which the other rows say again.
             format!(
-                "{} ({}) at {}; {}{}",
+                "{} ({}) at {}{}; {}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
+                asked(req),
                 crate::inspect::verify::layout_detail(t),
-                asked(req)
             ),
         );
     } else {
@@ -63,14 +65,14 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
             "torch",
             Status::Warn,
             format!(
-                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}{}",
+                "{} ({}) at {}{}, but profile {} is for torch built with ROCm {}; {}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
+                asked(req),
                 req.profile.name,
                 req.profile.rocm.torch_hip,
                 crate::inspect::verify::layout_detail(t),
-                asked(req)
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         );
@@ -108,7 +110,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
 fn asked(req: &DoctorRequest) -> String {
     req.python
         .as_ref()
-        .map_or_else(String::new, |p| format!("; found by {p}"))
+        .map_or_else(String::new, |p| format!(", found by {p}"))
 }
 
 /// The system route: torch loads the system's MIOpen (or our copy of it),
