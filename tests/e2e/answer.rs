@@ -136,6 +136,8 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
             true => "; 1 compressed offload …",
             false => "",
         };
+        let (code, json) = json_ok(&sb);
+        assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
         let run = doctor(&sb, &[]).check_fails();
         lines_are(
             &run.stdout,
@@ -229,6 +231,45 @@ fn smoke_without_python_uses_python3s_torch() {
         ],
     );
     assert_eq!(run.code, Some(3));
+
+    // With an RX 5600 XT the battery runs, every case in the python3 the
+    // PATH names first (a wrapper that counts its runs).
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let bin = sb.root.join("counted");
+    std::fs::create_dir_all(&bin).unwrap();
+    let count = sb.root.join("python3-runs");
+    std::fs::write(
+        bin.join("python3"),
+        format!(
+            "#!/bin/sh\necho run >> '{}'\nexec '{}' \"$@\"\n",
+            count.display(),
+            crate::support::tools().join("python3").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("python3"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = sb.state();
+    let mut c = sb.cmd();
+    c.args(["verify", "--smoke", "--state-dir", &state])
+        .env("PATH", crate::support::path_with(&bin));
+    let run = Run::from(c.output().unwrap()).ok();
+    let head: Vec<&str> = run.stdout.lines().take(4).collect();
+    lines_are(
+        &head.join("\n"),
+        &[
+            "verdict: no problem found",
+            "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
+            "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+            "ok    smoke     35 of 35 MIOpen cases within tolerance on AMD Radeon RX 5600 XT (gfx1010); outside MIOpen 12 of 12 ok",
+        ],
+    );
+    run.prints("ran: torch 2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) on AMD Radeon RX 5600 XT");
+    let runs = std::fs::read_to_string(&count).unwrap().lines().count();
+    assert!(
+        runs > 47,
+        "python3 ran {runs} times, fewer than the 47 cases"
+    );
 }
 
 /// An RX 6800 (gfx1030, not RDNA1) with a torch that has gfx1010 code:
