@@ -22,6 +22,20 @@ pub(crate) fn lines_are(text: &str, expected: &[&str]) {
     assert!(same, "expected:\n{}\ngot:\n{text}", expected.join("\n"));
 }
 
+/// doctor's rows after the torch row, at a glance, for a native gfx1010
+/// torch whose batch norm fails on an RX 5600 XT.
+pub(crate) const NATIVE_GFX1010_FAILS: [&str; 9] = [
+    "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
+    "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
+    "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+    "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
+    "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+    "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
+    "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+    "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
+    "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+];
+
 fn json_ok(sb: &Sandbox) -> (Option<i32>, serde_json::Value) {
     let run = doctor(sb, &["--json"]);
     (run.code, serde_json::from_str(&run.stdout).unwrap())
@@ -42,19 +56,14 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
     lines_are(
         &before.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
-            // Past 160 where the clone's temp dir is long: the layout goes.
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
-            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
-            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
-            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
-            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
-        ],
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+                // Past 160 where the clone's temp dir is long: the layout goes.
+                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
+            ][..],
+            &NATIVE_GFX1010_FAILS,
+        ]
+        .concat(),
     );
     let (code, json) = json_ok(&sb);
     assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));

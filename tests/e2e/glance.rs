@@ -37,39 +37,13 @@ fn debian_code(torch_lib: &Path) -> &'static Path {
         let built = rdna1_testkit::fat_library(&blas, &TEN);
         std::fs::rename(built, blas.join("librocblas.so")).unwrap();
         let co = dir.join("co");
-        std::fs::create_dir_all(&co).unwrap();
-        std::fs::write(
-            co.join("k.cl"),
-            "kernel void k(global int* p) { *p = 1; }\n",
-        )
-        .unwrap();
-        for arch in TEN {
-            rdna1_testkit::run(
-                Command::new("clang")
-                    .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
-                    .arg(format!("-mcpu={arch}"))
-                    .arg(co.join("k.cl"))
-                    .arg("-o")
-                    .arg(co.join(format!("{arch}.co"))),
-            );
-        }
-        let hip = dir.join("hip");
-        std::fs::create_dir_all(&hip).unwrap();
-        let built = rdna1_testkit::fat_library_linking(
-            &hip,
+        rdna1_testkit::code_objects(&co, &TEN);
+        rdna1_testkit::torch_hip_with_rocblas(
+            &dir.join("hip"),
             &["gfx1010", "gfx1012"],
-            &[
-                "-L",
-                &blas.display().to_string(),
-                "-L",
-                &torch_lib.display().to_string(),
-                "-lrocblas",
-                "-lMIOpen",
-                "-lamdhip64",
-                "-Wl,-rpath,$ORIGIN",
-            ],
+            &blas,
+            torch_lib,
         );
-        std::fs::rename(built, hip.join("libtorch_hip.so")).unwrap();
         dir
     })
 }
@@ -269,18 +243,13 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by ~/miniconda3/…/bin/python (--python); torch/lib: …",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
-            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
-            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
-            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
-            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
-        ],
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by ~/miniconda3/…/bin/python (--python); torch/lib: …",
+            ][..],
+            &crate::answer::NATIVE_GFX1010_FAILS,
+        ]
+        .concat(),
     );
     let whole = format!(
         "at {}, found by {py} (--python); torch/lib: torch loads {}",

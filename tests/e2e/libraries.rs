@@ -29,22 +29,7 @@ fn gpu_code() -> &'static Path {
             std::fs::rename(built, d.join("librocblas.so")).unwrap();
         }
         let co = dir.join("co");
-        std::fs::create_dir_all(&co).unwrap();
-        std::fs::write(
-            co.join("k.cl"),
-            "kernel void k(global int* p) { *p = 1; }\n",
-        )
-        .unwrap();
-        for arch in ["gfx1010", "gfx1012", "gfx1030"] {
-            rdna1_testkit::run(
-                Command::new("clang")
-                    .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
-                    .arg(format!("-mcpu={arch}"))
-                    .arg(co.join("k.cl"))
-                    .arg("-o")
-                    .arg(co.join(format!("{arch}.co"))),
-            );
-        }
+        rdna1_testkit::code_objects(&co, &["gfx1010", "gfx1012", "gfx1030"]);
         std::fs::write(
             co.join("k.hip"),
             "__attribute__((global)) void k(int* p) { *p = 1; }\n",
@@ -59,25 +44,12 @@ fn gpu_code() -> &'static Path {
                 .arg("-o")
                 .arg(co.join("gfx1010.hsaco")),
         );
-        let hip = dir.join("hip");
-        std::fs::create_dir_all(&hip).unwrap();
-        let rocblas = dir.join("gfx1030").display().to_string();
-        let torch_lib = crate::support::runtime().join("torch/lib");
-        let built = fat_library_linking(
-            &hip,
+        rdna1_testkit::torch_hip_with_rocblas(
+            &dir.join("hip"),
             &["gfx1010"],
-            &[
-                "-L",
-                &rocblas,
-                "-L",
-                &torch_lib.display().to_string(),
-                "-lrocblas",
-                "-lMIOpen",
-                "-lamdhip64",
-                "-Wl,-rpath,$ORIGIN",
-            ],
+            &dir.join("gfx1030"),
+            &crate::support::runtime().join("torch/lib"),
         );
-        std::fs::rename(built, hip.join("libtorch_hip.so")).unwrap();
         dir
     })
 }
