@@ -231,3 +231,53 @@ pub(crate) fn check(
     rows(&findings, &judged, r);
     r.libraries = Some(findings);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(kind: &'static str, name: &str, file: &str, covered: Option<bool>) -> Finding {
+        Finding {
+            kind,
+            name: name.to_owned(),
+            path: Path::new("/site/torch/lib").join(file),
+            targets: vec!["gfx1030".to_owned()],
+            card: "gfx1010".to_owned(),
+            card_covered: covered,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The rows every finding makes, and how each counts in the answer:
+    /// code missing where torch needs it fails, code missing where torch
+    /// falls back (hipBLASLt) warns and fails nothing, code that cannot be
+    /// read is not checked unless torch would fall back anyway.
+    #[test]
+    fn each_finding_counts_as_its_row_says() {
+        let rocblas = |c| finding("library", "librocblas.so", "librocblas.so", c);
+        let blaslt = |c| finding("library", "libhipblaslt.so", "libhipblaslt.so", c);
+        let blaslt_dir = finding("tensile", "hipBLASLt", "hipblaslt/library", Some(false));
+        let table: [(Finding, Status, bool); 7] = [
+            (rocblas(Some(true)), Status::Ok, false),
+            (rocblas(Some(false)), Status::Fail, true),
+            (rocblas(None), Status::NotChecked, true),
+            (blaslt(Some(false)), Status::Warn, false),
+            (blaslt(None), Status::Skip, false),
+            (blaslt_dir, Status::Warn, false),
+            (
+                finding("tensile", "rocBLAS", "rocblas/library", Some(false)),
+                Status::Fail,
+                true,
+            ),
+        ];
+        for (f, status, blocks) in table {
+            let mut r = CheckReport::default();
+            rows(std::slice::from_ref(&f), "gfx1010 (the card's)", &mut r);
+            let what = format!("{} {:?}: {:?}", f.name, f.card_covered, r.checks);
+            assert_eq!(r.checks[0].status, status, "{what}");
+            let a = r.answer();
+            assert_eq!((a.ok, a.exit == 1), (!blocks, blocks), "{what}");
+            assert_eq!(a.verdict.contains("no problem found"), !blocks, "{what}");
+        }
+    }
+}
