@@ -143,7 +143,7 @@ pub fn plan(profile: &Profile, t: &torch::Torch) -> Plan {
         )),
         Chip::NoCodeFor { cards, what } => Plan::TorchFirst(format!(
             "torch first: {what} and none for {}, so nothing runs there; no MIOpen fix is offered for it",
-            cards.join(", ")
+            route::missing_said(&cards)
         )),
     }
 }
@@ -168,7 +168,7 @@ fn build_plan(
         };
         return Err(hint(
             format!("nothing to build for torch {}: {why}", t.version),
-            crate::swap::route::torch_for(&cards),
+            crate::swap::route::no_code_help(t.gpu_code().ok().flatten(), &cards),
         ));
     }
     if let (Plan::Inert(why), false) = (&p, named) {

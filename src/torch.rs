@@ -270,30 +270,28 @@ fn find(loc: &Locator) -> Result<(PathBuf, Option<get::Asked>)> {
     };
     match found.torch {
         Some(t) => Ok((unhex(&t).ok_or_else(unexpected)?, Some(asked))),
-        None => Err(match crate::owner::acting_for() {
+        None => {
+            let sudo = crate::owner::acting_for();
+            let what = format!(
+                "{} ({}) has no torch {}",
+                python.display(),
+                asked.executable.display(),
+                match &sudo {
+                    Some(who) => format!("that {who} can import (python runs as that user)"),
+                    None => "installed".to_owned(),
+                }
+            );
+            let e = get::no_rocm_torch(what.clone(), Some(&asked), false, OR_PYTHON);
             // Under sudo a torch only root can read is the likelier cause:
             // that first, then the torch to install.
-            Some(who) => {
-                let what = format!(
-                    "{} ({}) has no torch that {who} can import (python runs as that user)",
-                    python.display(),
-                    asked.executable.display()
-                );
-                let e = get::no_rocm_torch(what.clone(), Some(&asked), false, OR_PYTHON);
-                let rest = crate::error::help(&e).unwrap_or_default();
-                hint(what, format!("{}; or {rest}", probe::UNDER_SUDO))
-            }
-            None => get::no_rocm_torch(
-                format!(
-                    "{} ({}) has no torch installed",
-                    python.display(),
-                    asked.executable.display()
-                ),
-                Some(&asked),
-                false,
-                OR_PYTHON,
-            ),
-        }),
+            Err(match sudo {
+                Some(_) => {
+                    let rest = crate::error::help(&e).unwrap_or_default();
+                    hint(what, format!("{}; or {rest}", probe::UNDER_SUDO))
+                }
+                None => e,
+            })
+        }
     }
 }
 

@@ -16,7 +16,34 @@ pub enum Status {
     NotChecked,
 }
 
+/// A row that keeps the answer from yes: the only statuses a row that
+/// says what fails for the user (`breaks`) can have, so that no `warn`
+/// ever says a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    Fail,
+    NotChecked,
+}
+
+impl From<Blocking> for Status {
+    fn from(b: Blocking) -> Status {
+        match b {
+            Blocking::Fail => Status::Fail,
+            Blocking::NotChecked => Status::NotChecked,
+        }
+    }
+}
+
 impl Status {
+    /// Whether a row of this status keeps the answer from yes (exit 1,
+    /// `ok` false): the one rule's first question.
+    pub fn blocks(self) -> bool {
+        match self {
+            Status::Fail | Status::NotChecked => true,
+            Status::Ok | Status::Warn | Status::Skip => false,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -110,18 +137,97 @@ pub fn shorten(text: &str, path: &str, short: &str) -> String {
     out
 }
 
-/// `line` cut to [`GLANCE`] characters at a word, ending ` …` where it
-/// was cut: the rest is in `--detail` and the JSON.
+/// `line` in [`GLANCE`] characters: its longest paths first written with
+/// their middle elided (`~/miniconda3/…/site-packages/torch`), then, if it
+/// is still longer, cut at a word, ending ` …` where it was cut. The rest
+/// is in `--detail` and the JSON.
 pub fn glance(line: &str) -> String {
     if line.chars().count() <= GLANCE {
         return line.to_owned();
     }
+    let line = elide_paths(line);
+    if line.chars().count() <= GLANCE {
+        return line;
+    }
     let keep: String = line.chars().take(GLANCE - 2).collect();
-    let cut = keep
+    let mut cut = keep
         .rfind(' ')
         .filter(|at| *at > GLANCE / 2)
         .unwrap_or(keep.len());
+    // Never half a command: one the cut would split goes whole, to
+    // --detail.
+    if keep[..cut].matches('`').count() % 2 == 1 {
+        cut = keep[..cut].rfind('`').unwrap_or(cut);
+    }
     format!("{} …", keep[..cut].trim_end())
+}
+
+/// `line` with the middle of its deep paths written `…`, the longest
+/// first, until it fits a glance: a path keeps its first two components
+/// and its last two (`/home/u/…/site-packages/torch`, `~/miniconda3/…/bin/python`),
+/// what says where and what it is. A path inside a `command` stays whole:
+/// it is copied and run.
+pub fn elide_paths(line: &str) -> String {
+    let mut line = line.to_owned();
+    while line.chars().count() > GLANCE {
+        let Some((at, path, short)) = longest_path(&line) else {
+            break;
+        };
+        let end = at + path.len();
+        line.replace_range(at..end, &short);
+    }
+    line
+}
+
+/// `path` with its middle elided, where at least two components are in
+/// it; `None` for a shallow path, or one already elided.
+fn elided(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    // "/a/b" splits as "", "a", "b": the root stays with the first two.
+    let head = if path.starts_with('/') { 3 } else { 2 };
+    if path.contains('…') || parts.len() < head + 2 + 2 {
+        return None;
+    }
+    Some(
+        [&parts[..head], &["…"], &parts[parts.len() - 2..]]
+            .concat()
+            .join("/"),
+    )
+}
+
+/// The longest path in `line` outside backticks that [`elided`] shortens
+/// (an absolute one, or one from `~/`): where it starts, it, and its
+/// short form.
+fn longest_path(line: &str) -> Option<(usize, &str, String)> {
+    let mut best: Option<(usize, &str, String)> = None;
+    let mut quoted = false;
+    let mut start = None;
+    let ends = |c: char| c.is_whitespace() || "`'\"(),;".contains(c);
+    let chars: Vec<(usize, char)> = line.char_indices().chain([(line.len(), ' ')]).collect();
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        if let Some(from) = start
+            && ends(c)
+        {
+            start = None;
+            // A sentence's stop or a colon after the path is not in it.
+            let path = line[from..at].trim_end_matches(['.', ':']);
+            if let Some(short) = elided(path)
+                && best.as_ref().is_none_or(|(_, b, _)| path.len() > b.len())
+            {
+                best = Some((from, path, short));
+            }
+        }
+        if c == '`' {
+            quoted = !quoted;
+            continue;
+        }
+        let begins = i == 0 || ends(chars[i - 1].1);
+        let rooted = c == '/' || (c == '~' && line[at..].starts_with("~/"));
+        if start.is_none() && !quoted && begins && rooted {
+            start = Some(at);
+        }
+    }
+    best
 }
 
 /// `line` wrapped at [`GLANCE`] characters, its continuations under
@@ -147,14 +253,14 @@ impl CheckReport {
     pub fn push_breaks(
         &mut self,
         name: &'static str,
-        status: Status,
+        status: Blocking,
         detail: impl Into<String>,
         breaks: impl Into<String>,
         fix: Option<String>,
     ) {
         self.checks.push(Check {
             name,
-            status,
+            status: status.into(),
             detail: detail.into(),
             fix,
             cause: None,
@@ -278,6 +384,11 @@ impl CheckReport {
         if !unchecked.is_empty() {
             parts.push(format!("not checked: {}", unchecked.join("; ")));
         }
+        // Every blocking row is a cause or follows from one.
+        debug_assert_eq!(
+            parts.is_empty(),
+            !self.checks.iter().any(|c| c.status.blocks())
+        );
         if !parts.is_empty() {
             return Answer {
                 verdict: format!("{subject}{lead}{}{warnings}", parts.join("; ")),
@@ -471,24 +582,42 @@ mod tests {
         r.json_value()["ok"].as_bool().unwrap()
     }
 
+    /// Every status, with and without what it breaks (only a blocking row
+    /// can say that: `push_breaks` takes a [`Blocking`]), a fix, and a run
+    /// that did not finish: the verdict, `ok`, the JSON and the exit status
+    /// agree, and "no problem found" is said exactly when nothing blocks.
     #[test]
     fn the_verdict_the_exit_status_and_ok_agree_for_every_status() {
+        const BREAKS: &str = "batch-norm training: 2 kernels fail";
         for (status, blocks) in every_status() {
-            for breaks in [None, Some("batch-norm training: 2 kernels fail")] {
+            assert_eq!(status.blocks(), blocks, "{status:?}");
+            let blocking = match status {
+                Status::Fail => Some(Blocking::Fail),
+                Status::NotChecked => Some(Blocking::NotChecked),
+                _ => None,
+            };
+            for (breaks, fix) in [
+                (false, None),
+                (false, Some("do this")),
+                (true, Some("do this")),
+            ] {
+                if breaks && blocking.is_none() {
+                    continue;
+                }
                 for unfinished in [None, Some("nothing was checked")] {
                     let mut r = CheckReport::default();
                     r.push("torch", Status::Ok, "found");
-                    r.checks.push(Check {
-                        name: "kernels",
-                        status,
-                        detail: "what was found".into(),
-                        fix: None,
-                        cause: None,
-                        breaks: breaks.map(str::to_owned),
-                    });
+                    r.push("gpu", Status::Warn, "information");
+                    match (blocking, breaks, fix) {
+                        (Some(b), true, _) => {
+                            r.push_breaks("kernels", b, "found", BREAKS, fix.map(str::to_owned))
+                        }
+                        (_, _, Some(f)) => r.push_fix("kernels", status, "found", f),
+                        (_, _, None) => r.push("kernels", status, "found"),
+                    }
                     r.unfinished = unfinished.map(str::to_owned);
                     let a = r.answer();
-                    let case = format!("{status:?} {breaks:?} {unfinished:?}: {a:?}");
+                    let case = format!("{status:?} {breaks} {fix:?} {unfinished:?}: {a:?}");
                     let pass = !blocks && unfinished.is_none();
                     assert_eq!(a.ok, pass, "{case}");
                     assert_eq!(json_ok(&r), a.ok, "{case}");
@@ -500,13 +629,20 @@ mod tests {
                         (false, None) => 0,
                     };
                     assert_eq!(a.exit, exit, "{case}");
+                    // A warning is counted, never a cause.
+                    let warnings = match status {
+                        Status::Warn => "; 2 warnings",
+                        _ => "; 1 warning",
+                    };
+                    assert!(a.verdict.ends_with(warnings), "{case}");
+                    assert!(!a.verdict.contains("gpu"), "{case}");
                     assert!(
                         r.text_for(true)
                             .starts_with(&format!("verdict: {}\n", a.verdict))
                     );
                     if blocks {
                         // The verdict names what fails, in the row's words.
-                        let named = breaks.unwrap_or("kernels");
+                        let named = if breaks { BREAKS } else { "kernels" };
                         assert!(a.verdict.contains(named), "{case}");
                         assert_eq!(
                             a.verdict.contains("not checked: "),
@@ -555,6 +691,57 @@ mod tests {
             shorten("/home/u/x /home/user", "/home/u", "~"),
             "~/x /home/user"
         );
+    }
+
+    /// A row over a glance loses the middle of its deepest paths, longest
+    /// first, before any of its words: what it says after them stays.
+    #[test]
+    fn a_deep_path_loses_its_middle_before_the_row_loses_its_end() {
+        let deep =
+            "~/miniconda3/envs/a-rather-long-environment-name/lib/python3.12/site-packages/torch";
+        let python = "/home/user/miniconda3/envs/a-rather-long-environment-name/bin/python";
+        let line = format!(
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {deep}, found by {python} (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        assert!(line.chars().count() > GLANCE);
+        // The longest path goes first, then the next; the words after
+        // them are cut last, and what is cut is the least of the row.
+        assert_eq!(
+            glance(&line),
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by /home/user/…/bin/python (--python); torch/lib: torch …"
+        );
+        // One path elided can be enough: the other stays whole.
+        let one = line.replace(python, "/usr/bin/python3");
+        let one = one.replace(" (HIP 6.4.43484-123eb5128)", "");
+        assert_eq!(
+            glance(&one),
+            "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/…/site-packages/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        // A row is never cut inside a command: the command goes whole.
+        let run = format!(
+            "{} `pip install --index-url https://example.org/whl/ \"torch[device-gfx1010]\"`",
+            "word ".repeat(25)
+        );
+        assert_eq!(glance(&run), format!("{} …", "word ".repeat(25).trim_end()));
+        // A command is copied and run: its path stays whole.
+        let cmd = format!(
+            "fix: run `{python} -m pip install torch` at {deep}: {}",
+            "x ".repeat(30)
+        );
+        let short = glance(&cmd);
+        assert!(short.contains(&format!("`{python} -m pip")), "{short}");
+        assert!(
+            short.contains("at ~/miniconda3/…/site-packages/torch: x"),
+            "{short}"
+        );
+        // A fitting line is untouched; a path is elided only where at
+        // least two components go.
+        assert_eq!(elide_paths(deep), deep);
+        assert_eq!(elided("/a/b/c/d/e"), None);
+        assert_eq!(elided("/a/b/c/d/e/f").as_deref(), Some("/a/b/…/e/f"));
+        assert_eq!(elided("~/a/b/c/d"), None);
+        assert_eq!(elided("~/a/b/c/d/e").as_deref(), Some("~/a/…/d/e"));
+        assert_eq!(elided("~/a/…/c/d"), None);
     }
 
     /// A failure that follows from another is counted under its cause, and

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::checks::{Blocking, CheckReport, Status};
 use crate::swap::txn::{Journal, State};
 use crate::torch::Torch;
 use crate::verdict::{self, Judgement, Verdict};
@@ -40,26 +40,27 @@ pub fn check(
 ) {
     let dirs = torch.runtime_dirs();
     let Some(path) = crate::comgr::find(&dirs) else {
-        r.push_fix(
-            "kernels",
-            Status::Fail,
+        return not_checked(
+            r,
             format!(
                 "no libamd_comgr.so* beside torch's MIOpen ({}), so its kernels cannot be compiled as MIOpen compiles them",
                 list(&dirs)
             ),
-            "torch bundles comgr with its MIOpen; reinstall torch, or leave out --compile",
+            Some(
+                "torch bundles comgr with its MIOpen; reinstall torch, or leave out --compile"
+                    .into(),
+            ),
         );
-        return;
     };
     let hiprtc = crate::comgr::hiprtc::find(&dirs);
     let compiler = match crate::diagnosis::compiler(&path, hiprtc.as_deref(), limit) {
         Ok(c) => c,
-        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+        Err(e) => return not_checked_by(r, &e),
     };
     // Each library is read once, whatever the number of targets.
     let installed = match crate::elf::read_file(&torch.target) {
         Ok(b) => b,
-        Err(e) => return r.push_error("kernels", Status::Fail, &e),
+        Err(e) => return not_checked_by(r, &e),
     };
     let original = journals
         .iter()
@@ -72,18 +73,17 @@ pub fn check(
     for arch in &archs {
         let now = match verdict::judge(&compiler, &installed, arch) {
             Ok(j) => j,
-            Err(e) => return r.push_error("kernels", Status::Fail, &e),
+            Err(e) => return not_checked_by(r, &e),
         };
         let by = verdict::Compiler::describe(&compiler);
         if let Some(first) = broken_compiler(&now) {
-            return r.push_fix(
-                "kernels",
-                Status::Fail,
+            return not_checked(
+                r,
                 format!(
                     "{by} failed to compile even the control target {}: {first}",
                     verdict::CONTROL
                 ),
-                "this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile",
+                Some("this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile".into()),
             );
         }
         let before = original.as_ref().map(|o| match o {
@@ -108,6 +108,27 @@ fn broken_compiler(j: &Judgement) -> Option<String> {
     }
 }
 
+/// The compile check could not run: whether batch norm fails is not
+/// known, which is no pass (docs/rows.md).
+fn not_checked(r: &mut CheckReport, why: String, fix: Option<String>) {
+    r.push_breaks(
+        "kernels",
+        Blocking::NotChecked,
+        format!("not checked: {why}"),
+        "batch norm: its kernels could not be compiled to judge them (see kernels)",
+        fix,
+    );
+}
+
+/// [`not_checked`] for an error: its chain, its help as the fix.
+fn not_checked_by(r: &mut CheckReport, e: &anyhow::Error) {
+    not_checked(
+        r,
+        crate::error::chain(e),
+        crate::error::help(e).map(str::to_owned),
+    );
+}
+
 fn list(dirs: &[PathBuf]) -> String {
     dirs.iter()
         .map(|d| d.display().to_string())
@@ -124,13 +145,11 @@ fn report(
     before: Option<anyhow::Result<Judgement>>,
 ) {
     if now.kernels.is_empty() {
-        r.push_fix(
-            "kernels",
-            Status::Fail,
-            "torch's MIOpen embeds no batch-norm kernel text",
-            "it is not a MIOpen rdna1-patch knows; nothing to compile",
+        return not_checked(
+            r,
+            "torch's MIOpen embeds no batch-norm kernel text".into(),
+            Some("it is not a MIOpen rdna1-patch knows; nothing to compile".into()),
         );
-        return;
     }
     let bad: Vec<String> = now
         .failing()
@@ -169,15 +188,20 @@ fn report(
             format!("{n} batch-norm kernels judged compile for {arch}{why} through {by}{before}"),
         );
     } else {
-        r.push_fix(
+        r.push_breaks(
             "kernels",
-            Status::Fail,
+            Blocking::Fail,
             format!(
                 "{} of {n} batch-norm kernels judged do not compile for {arch}{why} through {by}{before}:\n{}",
                 bad.len(),
                 bad.join("\n")
             ),
-            "batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen",
+            format!(
+                "batch-norm training: {} for {arch}; `rdna1-patch install --into-torch` fixes {}",
+                crate::output::count(bad.len(), "kernel fails", "kernels fail"),
+                if bad.len() == 1 { "it" } else { "them" }
+            ),
+            Some("batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen".into()),
         );
     }
 }

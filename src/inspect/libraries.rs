@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::gpu;
 use crate::gpucode::{self, Finding, therock};
-use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::checks::{Blocking, CheckReport, Status};
 use crate::torch;
 
 /// The target the libraries are judged for: what ROCm reports for the
@@ -39,11 +39,15 @@ pub(crate) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec
     let hip = t.dir.join("lib/libtorch_hip.so");
     match gpucode::closure(&hip, &t.preloaded_dirs()) {
         Ok(libs) => gpucode::survey(&libs, target),
+        // Whether rocBLAS and the rest have the card's code is not known:
+        // no pass.
         Err(e) => {
-            r.push(
+            r.push_breaks(
                 "library",
-                Status::Skip,
-                format!("the GPU libraries torch loads were not read: {e:#}"),
+                Blocking::NotChecked,
+                format!("not checked: the GPU libraries torch loads were not read: {e:#}"),
+                "torch's GPU libraries: which torch loads could not be read (see library)",
+                None,
             );
             Vec::new()
         }
@@ -87,10 +91,22 @@ fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
         f.path.parent().unwrap_or(Path::new("")).display(),
     );
     match f.card_covered {
-        None => r.push(
+        // Where torch falls back without the library, that is information;
+        // else whether its ops run on the card is not known: no pass.
+        None if falls_back(f) => r.push(
             "library",
             Status::Skip,
             format!("{head}; whether {judged} is among them cannot be told{notes}"),
+        ),
+        None => r.push_breaks(
+            "library",
+            Blocking::NotChecked,
+            format!("not checked: {head}; whether {judged} is among them cannot be told{notes}"),
+            format!(
+                "{}: whether it has code for the card cannot be told (see library)",
+                f.name
+            ),
+            None,
         ),
         Some(true) => r.push(
             "library",
@@ -132,6 +148,14 @@ fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
             r,
         ),
     }
+}
+
+/// Whether torch goes on without the library `f` read (hipBLASLt,
+/// aotriton): then its missing code is a warning, never a failure.
+fn falls_back(f: &Finding) -> bool {
+    let lib = f.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    therock::project(lib.as_deref().unwrap_or(""))
+        .is_some_and(|(project, _)| therock::torch_falls_back(project))
 }
 
 /// A library or Tensile directory with no code for the card: what fails,
@@ -206,4 +230,54 @@ pub(crate) fn check(
     let findings = survey(t, &target, r);
     rows(&findings, &judged, r);
     r.libraries = Some(findings);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(kind: &'static str, name: &str, file: &str, covered: Option<bool>) -> Finding {
+        Finding {
+            kind,
+            name: name.to_owned(),
+            path: Path::new("/site/torch/lib").join(file),
+            targets: vec!["gfx1030".to_owned()],
+            card: "gfx1010".to_owned(),
+            card_covered: covered,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The rows every finding makes, and how each counts in the answer:
+    /// code missing where torch needs it fails, code missing where torch
+    /// falls back (hipBLASLt) warns and fails nothing, code that cannot be
+    /// read is not checked unless torch would fall back anyway.
+    #[test]
+    fn each_finding_counts_as_its_row_says() {
+        let rocblas = |c| finding("library", "librocblas.so", "librocblas.so", c);
+        let blaslt = |c| finding("library", "libhipblaslt.so", "libhipblaslt.so", c);
+        let blaslt_dir = finding("tensile", "hipBLASLt", "hipblaslt/library", Some(false));
+        let table: [(Finding, Status, bool); 7] = [
+            (rocblas(Some(true)), Status::Ok, false),
+            (rocblas(Some(false)), Status::Fail, true),
+            (rocblas(None), Status::NotChecked, true),
+            (blaslt(Some(false)), Status::Warn, false),
+            (blaslt(None), Status::Skip, false),
+            (blaslt_dir, Status::Warn, false),
+            (
+                finding("tensile", "rocBLAS", "rocblas/library", Some(false)),
+                Status::Fail,
+                true,
+            ),
+        ];
+        for (f, status, blocks) in table {
+            let mut r = CheckReport::default();
+            rows(std::slice::from_ref(&f), "gfx1010 (the card's)", &mut r);
+            let what = format!("{} {:?}: {:?}", f.name, f.card_covered, r.checks);
+            assert_eq!(r.checks[0].status, status, "{what}");
+            let a = r.answer();
+            assert_eq!((a.ok, a.exit == 1), (!blocks, blocks), "{what}");
+            assert_eq!(a.verdict.contains("no problem found"), !blocks, "{what}");
+        }
+    }
 }

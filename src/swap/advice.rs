@@ -29,6 +29,7 @@ pub fn override_for(
     cards: &[String],
     torch_given: bool,
 ) -> Advice {
+    let card_list = cards;
     let cards = if cards.is_empty() {
         "unknown".to_owned()
     } else {
@@ -73,8 +74,16 @@ pub fn override_for(
         (None, Some(false)) => Advice {
             fine: false,
             detail: "HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code: on an RDNA1 card its GPU operators will not load".into(),
+            // The exact command for the card (its index: pip's default has
+            // no such extra).
             fix: Some(format!(
-                "export HSA_OVERRIDE_GFX_VERSION=10.3.0 ({inert}); or install a torch built for gfx101x (TheRock's `pip install \"torch[device-gfx1010]\"`), which needs no override"
+                "export HSA_OVERRIDE_GFX_VERSION=10.3.0 ({inert}); or install a torch built for gfx101x, which needs no override: `{}`",
+                crate::torch::native_torch(
+                    card_list
+                        .iter()
+                        .find(|c| crate::gpu::is_rdna1_arch(c))
+                        .map_or("gfx1010", String::as_str)
+                )
             )),
         },
         (None, _) => Advice {

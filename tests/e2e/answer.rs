@@ -22,6 +22,20 @@ pub(crate) fn lines_are(text: &str, expected: &[&str]) {
     assert!(same, "expected:\n{}\ngot:\n{text}", expected.join("\n"));
 }
 
+/// doctor's rows after the torch row, at a glance, for a native gfx1010
+/// torch whose batch norm fails on an RX 5600 XT.
+pub(crate) const NATIVE_GFX1010_FAILS: [&str; 9] = [
+    "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
+    "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
+    "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
+    "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
+    "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+    "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
+    "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
+    "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
+    "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+];
+
 fn json_ok(sb: &Sandbox) -> (Option<i32>, serde_json::Value) {
     let run = doctor(sb, &["--json"]);
     (run.code, serde_json::from_str(&run.stdout).unwrap())
@@ -42,18 +56,14 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
     lines_are(
         &before.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads torch/lib/libMIOpen.so; found by python3 …",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
-            "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
-            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
-            "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
-            "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
-            "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
-        ],
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+                // Past 160 where the clone's temp dir is long: the layout goes.
+                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
+            ][..],
+            &NATIVE_GFX1010_FAILS,
+        ]
+        .concat(),
     );
     let (code, json) = json_ok(&sb);
     assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
@@ -135,6 +145,8 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
             true => "; 1 compressed offload …",
             false => "",
         };
+        let (code, json) = json_ok(&sb);
+        assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
         let run = doctor(&sb, &[]).check_fails();
         lines_are(
             &run.stdout,
@@ -222,12 +234,51 @@ fn smoke_without_python_uses_python3s_torch() {
             "verdict: nothing was checked: none of the battery's 47 cases ran",
             "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
             "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
-            // Cut at 160 where the clone's path ends: the rest is the clone's.
-            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes)[..]",
+            // The clone's path with its middle elided: what follows stays.
+            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/topology/nodes), so no case of the battery ran",
             "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
         ],
     );
     assert_eq!(run.code, Some(3));
+
+    // With an RX 5600 XT the battery runs, every case in the python3 the
+    // PATH names first (a wrapper that counts its runs).
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let bin = sb.root.join("counted");
+    std::fs::create_dir_all(&bin).unwrap();
+    let count = sb.root.join("python3-runs");
+    std::fs::write(
+        bin.join("python3"),
+        format!(
+            "#!/bin/sh\necho run >> '{}'\nexec '{}' \"$@\"\n",
+            count.display(),
+            crate::support::tools().join("python3").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("python3"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = sb.state();
+    let mut c = sb.cmd();
+    c.args(["verify", "--smoke", "--state-dir", &state])
+        .env("PATH", crate::support::path_with(&bin));
+    let run = Run::from(c.output().unwrap()).ok();
+    let head: Vec<&str> = run.stdout.lines().take(4).collect();
+    lines_are(
+        &head.join("\n"),
+        &[
+            "verdict: no problem found",
+            "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
+            "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+            "ok    smoke     35 of 35 MIOpen cases within tolerance on AMD Radeon RX 5600 XT (gfx1010); outside MIOpen 12 of 12 ok",
+        ],
+    );
+    run.prints("ran: torch 2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) on AMD Radeon RX 5600 XT");
+    let runs = std::fs::read_to_string(&count).unwrap().lines().count();
+    assert!(
+        runs > 47,
+        "python3 ran {runs} times, fewer than the 47 cases"
+    );
 }
 
 /// An RX 6800 (gfx1030, not RDNA1) with a torch that has gfx1010 code:
@@ -249,7 +300,7 @@ fn a_machine_with_no_rdna1_card_is_told_there_is_nothing_to_fix() {
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
         ],
     );
     assert!(
@@ -325,7 +376,7 @@ fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
         ],
     );
     doctor(&sb, &["--target", "gfx1030"]).fails_with(
@@ -358,8 +409,8 @@ fn no_gpu_visible_is_said_in_its_own_words() {
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]",
             "                fix: [..]",
             "ok    torch-gpu [..]",
-            // Cut at 160 where the clone's path ends: the rest is the clone's.
-            "warn  gpu       no GPU visible: the KFD topology ([..]/no-gpu/class/kfd/kfd/topology/nodes)[..]",
+            // The clone's path with its middle elided; cut where it is long.
+            "warn  gpu       no GPU visible: the KFD topology ([..]/topology/nodes) shows none, as in a container without /dev/kfd or with no amdgpu driver; [..]",
             "                fix: in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and",
             "                video groups",
             "skip  amdgpu    module parameters not readable (amdgpu not loaded)",

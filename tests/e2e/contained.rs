@@ -94,17 +94,7 @@ fn a_torch_that_escapes_its_group_does_not_outlive_the_smoke_battery() {
     sb.install(&[]).ok();
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
     let _ = std::fs::remove_file(&pidfile);
-    let state = sb.state();
-    let mut c = sb.cmd();
-    c.args([
-        "verify",
-        "--detail",
-        "--smoke",
-        "--prefix",
-        sb.prefix.to_str().unwrap(),
-    ])
-    .args(["--state-dir", &state, "--timeout", "20"]);
-    crate::support::Run::from(c.output().unwrap());
+    crate::smoke::smoke(&sb, &["--timeout", "20"], &[]);
     assert_eq!(all_gone(&pidfile), Vec::<i32>::new());
 }
 

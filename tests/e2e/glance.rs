@@ -37,39 +37,13 @@ fn debian_code(torch_lib: &Path) -> &'static Path {
         let built = rdna1_testkit::fat_library(&blas, &TEN);
         std::fs::rename(built, blas.join("librocblas.so")).unwrap();
         let co = dir.join("co");
-        std::fs::create_dir_all(&co).unwrap();
-        std::fs::write(
-            co.join("k.cl"),
-            "kernel void k(global int* p) { *p = 1; }\n",
-        )
-        .unwrap();
-        for arch in TEN {
-            rdna1_testkit::run(
-                Command::new("clang")
-                    .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
-                    .arg(format!("-mcpu={arch}"))
-                    .arg(co.join("k.cl"))
-                    .arg("-o")
-                    .arg(co.join(format!("{arch}.co"))),
-            );
-        }
-        let hip = dir.join("hip");
-        std::fs::create_dir_all(&hip).unwrap();
-        let built = rdna1_testkit::fat_library_linking(
-            &hip,
+        rdna1_testkit::code_objects(&co, &TEN);
+        rdna1_testkit::torch_hip_with_rocblas(
+            &dir.join("hip"),
             &["gfx1010", "gfx1012"],
-            &[
-                "-L",
-                &blas.display().to_string(),
-                "-L",
-                &torch_lib.display().to_string(),
-                "-lrocblas",
-                "-lMIOpen",
-                "-lamdhip64",
-                "-Wl,-rpath,$ORIGIN",
-            ],
+            &blas,
+            torch_lib,
         );
-        std::fs::rename(built, hip.join("libtorch_hip.so")).unwrap();
         dir
     })
 }
@@ -156,7 +130,7 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them;",
             "         library; tensile",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch; torch/lib: torch loads torch/lib/libMIOpen.so; [..]",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
             "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1012 (the card in this machine), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1012",
@@ -220,6 +194,96 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
         "{route}"
     );
     for args in [&["verify"][..], &["verify", "--compile"], &["status"]] {
+        one_glance(&args.join(" "), &sb.run_with_state(args, &[]).stdout);
+    }
+}
+
+/// A torch deep in an environment under home, as conda makes them
+/// (`~/miniconda3/envs/NAME/lib/python3.X/site-packages/torch`), found by
+/// that environment's python: at a glance the paths lose their middle
+/// (`~/miniconda3/…/site-packages/torch`), never what the row says after
+/// them (which python, and why); `--detail` and the JSON keep them whole.
+/// On 345998d the torch row was cut inside the torch's own path.
+#[test]
+fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let env = sb
+        .root
+        .join("home/miniconda3/envs/a-rather-long-environment-name");
+    rdna1_testkit::run(
+        Command::new(crate::support::tools().join("python3"))
+            .args(["-m", "venv"])
+            .arg(&env),
+    );
+    let python = env.join("bin/python");
+    let purelib = rdna1_testkit::run(Command::new(&python).args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_path('purelib'))",
+    ]));
+    let purelib = PathBuf::from(String::from_utf8(purelib.stdout).unwrap().trim());
+    let torch = rdna1_testkit::FakeTorch::native(
+        &purelib,
+        crate::support::runtime(),
+        &sb.root,
+        "2.6.0+rocm6.4",
+        crate::in_place::HIP64,
+        &["gfx1010"],
+    );
+    let py = python.display().to_string();
+    let state = sb.state();
+    let doctor = |extra: &[&str]| {
+        let mut args = vec!["doctor", "--profile", "rocm-6.4.3", "--python", &py];
+        args.extend(["--state-dir", &state]);
+        args.extend(extra);
+        sb.run(&args)
+    };
+    let run = doctor(&[]).check_fails();
+    lines_are(
+        &run.stdout,
+        &[
+            &[
+                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by ~/miniconda3/…/bin/python (--python); torch/lib: …",
+            ][..],
+            &crate::answer::NATIVE_GFX1010_FAILS,
+        ]
+        .concat(),
+    );
+    let whole = format!(
+        "at {}, found by {py} (--python); torch/lib: torch loads {}",
+        torch.dir.display(),
+        torch.miopen().display()
+    );
+    let detail = doctor(&["--detail"]);
+    assert!(detail.stdout.contains(&whole), "{}", detail.stdout);
+    let json: serde_json::Value = serde_json::from_str(&doctor(&["--json"]).stdout).unwrap();
+    assert!(
+        json["checks"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&whole),
+        "{json}"
+    );
+    // verify and status name the same paths, each row in a glance.
+    let verify = sb.run_with_state(&["verify", "--compile", "--python", &py], &[]);
+    one_glance("verify --compile", &verify.stdout);
+    lines_are(
+        &verify.stdout,
+        &[
+            "verdict: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+            "skip  prefix    [..]",
+            "ok    layout    torch/lib: torch loads ~/miniconda3/envs/a-rather-long-environment-name/lib/python3.[..]/site-packages/torch/lib/libMIOpen.so",
+            "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/lib/libamd_comgr.so.2):",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
+            "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
+            "                fix: batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen",
+        ],
+    );
+    install(&sb, &["--python", &py]).ok();
+    one_glance("doctor after the fix", &doctor(&[]).ok().stdout);
+    for args in [&["verify"][..], &["status"]] {
         one_glance(&args.join(" "), &sb.run_with_state(args, &[]).stdout);
     }
 }

@@ -117,7 +117,7 @@ fn section_header(elf: &[u8], name: &str) -> usize {
 }
 
 /// A copy of `elf` whose section `name` claims `size` bytes.
-fn with_section_size(elf: &[u8], name: &str, size: u64) -> Vec<u8> {
+pub(crate) fn with_section_size(elf: &[u8], name: &str, size: u64) -> Vec<u8> {
     let mut out = elf.to_vec();
     let h = section_header(elf, name);
     out[h + 0x20..h + 0x28].copy_from_slice(&size.to_le_bytes());

@@ -29,22 +29,7 @@ fn gpu_code() -> &'static Path {
             std::fs::rename(built, d.join("librocblas.so")).unwrap();
         }
         let co = dir.join("co");
-        std::fs::create_dir_all(&co).unwrap();
-        std::fs::write(
-            co.join("k.cl"),
-            "kernel void k(global int* p) { *p = 1; }\n",
-        )
-        .unwrap();
-        for arch in ["gfx1010", "gfx1012", "gfx1030"] {
-            rdna1_testkit::run(
-                Command::new("clang")
-                    .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
-                    .arg(format!("-mcpu={arch}"))
-                    .arg(co.join("k.cl"))
-                    .arg("-o")
-                    .arg(co.join(format!("{arch}.co"))),
-            );
-        }
+        rdna1_testkit::code_objects(&co, &["gfx1010", "gfx1012", "gfx1030"]);
         std::fs::write(
             co.join("k.hip"),
             "__attribute__((global)) void k(int* p) { *p = 1; }\n",
@@ -59,25 +44,12 @@ fn gpu_code() -> &'static Path {
                 .arg("-o")
                 .arg(co.join("gfx1010.hsaco")),
         );
-        let hip = dir.join("hip");
-        std::fs::create_dir_all(&hip).unwrap();
-        let rocblas = dir.join("gfx1030").display().to_string();
-        let torch_lib = crate::support::runtime().join("torch/lib");
-        let built = fat_library_linking(
-            &hip,
+        rdna1_testkit::torch_hip_with_rocblas(
+            &dir.join("hip"),
             &["gfx1010"],
-            &[
-                "-L",
-                &rocblas,
-                "-L",
-                &torch_lib.display().to_string(),
-                "-lrocblas",
-                "-lMIOpen",
-                "-lamdhip64",
-                "-Wl,-rpath,$ORIGIN",
-            ],
+            &dir.join("gfx1030"),
+            &crate::support::runtime().join("torch/lib"),
         );
-        std::fs::rename(built, hip.join("libtorch_hip.so")).unwrap();
         dir
     })
 }
@@ -85,7 +57,7 @@ fn gpu_code() -> &'static Path {
 /// A sandbox with a ROCm torch whose libtorch_hip.so (gfx1010) loads
 /// torch/lib/librocblas.so built for `rocblas` ("gfx1030": gfx1030 only;
 /// "gfx1010": gfx1010 and gfx1030), and the card of sysfs tree `tree`.
-fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
+pub(crate) fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
     let sb = Sandbox::new();
     let torch = sb.torch(TorchKind::Rocm, HIP);
     sb.set_gpus(gpus(tree));
@@ -104,7 +76,7 @@ fn torch_with(rocblas: &str, tree: &str) -> (Sandbox, PathBuf) {
 
 /// doctor with a ROCm that blocks no build (hipcc, and a hipconfig that
 /// names a clang++), so that its exit status is the libraries' to give.
-fn doctor(sb: &Sandbox) -> (String, i32) {
+pub(crate) fn doctor(sb: &Sandbox) -> (String, i32) {
     doctor_with(sb, None)
 }
 
@@ -485,6 +457,11 @@ fn hipblaslt_without_the_card_warns_and_miopens_databases_inform() {
             "ok    miopen-db {}: 2 of its 3 database file(s) for gfx1010: gfx1010_40.db, gfx1010_40.kdb",
             db.display()
         ),
+        "{out}"
+    );
+    // Information, by the answer's rule: torch falls back and works.
+    assert!(
+        out.starts_with("verdict: torch 2.5.1+rocm6.2 on gfx1010: no problem found; 2 warnings\n"),
         "{out}"
     );
     assert_eq!(code, 0, "a warning and information only:\n{out}");

@@ -3,6 +3,7 @@
 //! the binary are built once.
 
 mod answer;
+mod answer_rows;
 mod battery;
 mod build;
 mod build_signals;

@@ -82,6 +82,17 @@ pub fn root_and_python_for_sudo(what: &str) -> Option<&'static str> {
     python_for_sudo(what)
 }
 
+/// As [`root_and_python_for_sudo`], with a sandbox whose `site` holds a
+/// native gfx1010 torch (2.6.0+rocm6.4): the setup of the tests that run
+/// python under sudo. The sandbox, the python, and the site.
+pub fn sudo_with_torch(what: &str) -> Option<(Sandbox, &'static str, PathBuf)> {
+    let python = root_and_python_for_sudo(what)?;
+    let sb = Sandbox::new();
+    crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+    let site = sb.root.join("site");
+    Some((sb, python, site))
+}
+
 /// `c` as sudo runs it for `uid` (its SUDO_UID, SUDO_GID and SUDO_USER).
 pub fn as_sudo_for(c: &mut Command, uid: u32) -> &mut Command {
     c.env("SUDO_UID", uid.to_string())

@@ -246,13 +246,11 @@ fn root_runs_no_program_from_a_directory_a_user_can_write() {
 /// their home from the password database, is the one cleaned.
 #[test]
 fn under_sudo_roots_kernel_cache_is_not_the_one_cleaned() {
-    let Some(python) = crate::other_user::root_and_python_for_sudo("MIOpen's cache under sudo")
+    let Some((sb, python, site)) = crate::other_user::sudo_with_torch("MIOpen's cache under sudo")
     else {
         return;
     };
-    let sb = Sandbox::new();
-    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
-    chown(&sb.root.join("site"), NOBODY);
+    chown(&site, NOBODY);
     let roots = sb.root.join("home/.cache/miopen/3.4.0.abc/gfx1010_18.ukdb");
     kernel_cache(&roots);
     let before = std::fs::read(&roots).unwrap();

@@ -238,13 +238,11 @@ fn under_sudo_torch_is_imported_as_its_user_and_never_when_others_can_change_it(
 /// them as root (the marker was RAN-0).
 #[test]
 fn under_sudo_python_is_asked_about_torch_as_its_user() {
-    let Some(python) = crate::other_user::root_and_python_for_sudo("python's questions under sudo")
+    let Some((sb, python, site)) =
+        crate::other_user::sudo_with_torch("python's questions under sudo")
     else {
         return;
     };
-    let sb = Sandbox::new();
-    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
-    let site = sb.root.join("site");
     std::fs::write(
         site.join("sitecustomize.py"),
         "import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'RAN-%d' % os.geteuid()), 'w').close()\n",
@@ -280,13 +278,11 @@ fn under_sudo_python_is_asked_about_torch_as_its_user() {
 /// why: python runs as the user who ran sudo.
 #[test]
 fn under_sudo_a_torch_only_root_can_read_is_named_as_such() {
-    let Some(python) = crate::other_user::root_and_python_for_sudo("python's questions under sudo")
+    let Some((sb, python, site)) =
+        crate::other_user::sudo_with_torch("python's questions under sudo")
     else {
         return;
     };
-    let sb = Sandbox::new();
-    torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
-    let site = sb.root.join("site");
     std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o700)).unwrap();
     let mut c = sb.cmd();
     c.args(["install", "--into-torch", "--python", python])

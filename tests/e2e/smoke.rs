@@ -266,13 +266,7 @@ fn the_battery_needs_a_torch_that_sees_the_gpu_and_stops_at_its_limit() {
 #[test]
 fn a_cuda_torch_on_an_amd_card_is_named_as_cudas() {
     let sb = Sandbox::new();
-    let t = rdna1_testkit::FakeTorch::create(
-        &sb.root.join("site"),
-        crate::support::runtime(),
-        TorchKind::Cuda,
-        "2.15.0+cu132",
-        "",
-    );
+    let t = sb.cuda_torch();
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
     let state = sb.state();
     let run = Run::from(

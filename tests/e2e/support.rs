@@ -177,6 +177,18 @@ impl Sandbox {
         )
     }
 
+    /// PyPI's default Linux torch, a CUDA build (2.15.0+cu132), in
+    /// `<root>/site/torch`: what a newcomer's pip installs.
+    pub fn cuda_torch(&self) -> FakeTorch {
+        FakeTorch::create(
+            &self.root.join("site"),
+            runtime(),
+            TorchKind::Cuda,
+            "2.15.0+cu132",
+            "",
+        )
+    }
+
     /// Run the binary with `args`; as root, without the capabilities that
     /// let root ignore permission bits, so read-only really is read-only.
     pub fn run_unprivileged(&self, args: &[&str]) -> Run {

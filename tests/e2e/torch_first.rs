@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use rdna1_testkit::{FakeTorch, TorchKind, gpus};
+use rdna1_testkit::{TorchKind, gpus};
 
 use crate::help_lines::python3_help;
-use crate::support::{Run, Sandbox, line_matches, runtime};
+use crate::support::{Run, Sandbox, line_matches};
 
 /// stdout, line by line, is `expected` (`[..]` matches any text).
 #[track_caller]
@@ -79,43 +79,26 @@ fn doctor_with_no_rocm_torch_names_the_torch_for_the_card_first() {
 [..] amdgpu    [..]
 ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
         );
+        // doctor's whole report: the torch row `what`, with a torch to
+        // replace or none.
+        let says = |what: &str, replace: bool| {
+            let run = sb.run(&["doctor"]).check_fails();
+            let rows = torch_rows(what, target, "the card in this machine", replace);
+            stdout_is(
+                &run,
+                &format!("verdict: 1 problem to fix: torch\n{rows}\n{tail}"),
+            );
+        };
         // No torch in the python on PATH.
-        let run = sb.run(&["doctor"]).check_fails();
-        stdout_is(
-            &run,
-            &format!(
-                "verdict: 1 problem to fix: torch\n{}\n{tail}",
-                torch_rows(
-                    "[..]/python3 ([..]) has no torch installed",
-                    target,
-                    "the card in this machine",
-                    false
-                )
-            ),
-        );
+        says("[..]/python3 ([..]) has no torch installed", false);
         // PyPI's default torch: a CUDA build.
-        let t = FakeTorch::create(
-            &sb.root.join("site"),
-            runtime(),
-            TorchKind::Cuda,
-            "2.15.0+cu132",
-            "",
-        );
-        let run = sb.run(&["doctor"]).check_fails();
-        stdout_is(
-            &run,
+        let t = sb.cuda_torch();
+        says(
             &format!(
-                "verdict: 1 problem to fix: torch\n{}\n{tail}",
-                torch_rows(
-                    &format!(
-                        "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
-                        t.dir.display()
-                    ),
-                    target,
-                    "the card in this machine",
-                    true
-                )
+                "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
+                t.dir.display()
             ),
+            true,
         );
         // --all adds what a build would need.
         let all = sb.run(&["doctor", "--all"]).check_fails();
@@ -150,13 +133,7 @@ fn install_with_no_rocm_torch_errs_about_the_torch_not_a_build() {
         "error: /usr/bin/false is not a python: it did not run a line of python given with -c (exit status: 1)
 help: pass the python your torch is installed in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
     );
-    let t = FakeTorch::create(
-        &sb.root.join("site"),
-        runtime(),
-        TorchKind::Cuda,
-        "2.15.0+cu132",
-        "",
-    );
+    let t = sb.cuda_torch();
     install(&[]).fails_with(&format!(
         "error: torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so\n{}",
         t.dir.display(),
@@ -223,13 +200,7 @@ fn build_with_no_rocm_torch_points_at_the_torch_for_the_card() {
         }
     };
     each(&expect("[..]/python3 ([..]) has no torch installed", false));
-    let t = FakeTorch::create(
-        &sb.root.join("site"),
-        runtime(),
-        TorchKind::Cuda,
-        "2.15.0+cu132",
-        "",
-    );
+    let t = sb.cuda_torch();
     each(&expect(
         &format!(
             "torch 2.15.0+cu132 at {} is a CUDA 13.2 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",

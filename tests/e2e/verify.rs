@@ -167,8 +167,14 @@ fn a_second_hip_runtime_is_caught_in_links_and_at_runtime() {
 #[test]
 fn doctor_says_plainly_what_blocks_a_build() {
     let sb = Sandbox::new();
-    // A ROCm torch, so that what blocks is the build's alone.
-    sb.torch(rdna1_testkit::TorchKind::Rocm, crate::support::HIP);
+    // A ROCm torch with code for the card, so that what blocks is the
+    // build's alone (one whose GPU code cannot be read is not checked).
+    crate::in_place::torch_of(
+        &sb,
+        "2.5.1+rocm6.2",
+        crate::support::HIP,
+        &["gfx1010", "gfx1030"],
+    );
     let run = sb
         .run(&["doctor", "--rocm", "/nonexistent/rocm", "--need-space", "0"])
         .check_fails();
@@ -262,7 +268,7 @@ fn doctor_says_plainly_what_blocks_a_build() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
-        stdout.contains("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0: ROCm reports gfx1030 while the card is gfx1010"),
+        stdout.contains("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report gfx1030 and load code built for that chip, but torch carries gfx101x code of its own"),
         "{stdout}"
     );
     assert!(stdout.contains("ok    gpu       gfx1010"), "{stdout}");
@@ -344,16 +350,28 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
     );
     let o = line(&out, "override");
     assert!(o.starts_with("ok    override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): required, torch has no gfx101x code. MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing"), "{o}");
+    // Without the override it runs nothing on the card: a failure, the
+    // override's under torch-gpu's (one cause, one fix: the torch for it).
     let out = doctor(false);
-    let o = line(&out, "override");
-    assert!(
-        o.starts_with(
-            "warn  override  HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code"
+    assert_eq!(
+        line(&out, "torch-gpu"),
+        format!(
+            "FAIL  torch-gpu {} has code for gfx1030, gfx900 and none for gfx1010: torch runs nothing on that card",
+            lib.display()
         ),
-        "{o}"
+        "{out}"
+    );
+    assert_eq!(
+        line(&out, "override"),
+        "FAIL  override  HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code: on an RDNA1 card its GPU operators will not load (because of torch-gpu above)",
+        "{out}"
     );
     assert!(
-        out.contains("fix: export HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        out.contains("fix: install the torch built for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("fix: export HSA_OVERRIDE_GFX_VERSION"),
         "{out}"
     );
 

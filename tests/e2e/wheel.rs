@@ -172,10 +172,10 @@ fn found_by(run: &Run, torch: &FakeTorch, python: &Path, why: &str) {
         (
             "ok",
             format!(
-                "2.5.1+rocm6.2 (HIP {HIP}) at {}; torch/lib: torch loads {}; found by {} ({why})",
+                "2.5.1+rocm6.2 (HIP {HIP}) at {}, found by {} ({why}); torch/lib: torch loads {}",
                 dir.display(),
-                dir.join("lib/libMIOpen.so").display(),
-                python.display()
+                python.display(),
+                dir.join("lib/libMIOpen.so").display()
             )
             .as_str()
         )
@@ -241,8 +241,8 @@ fn pip_installed_it_runs_and_finds_the_users_torch_past_its_own_venv() {
             .output()
             .unwrap(),
     );
-    assert!(torch_row(&run).1.ends_with(&format!(
-        "found by {} (the first python3 on PATH outside rdna1-patch's own environment {})",
+    assert!(torch_row(&run).1.contains(&format!(
+        ", found by {} (the first python3 on PATH outside rdna1-patch's own environment {}); ",
         user.join("bin/python3").display(),
         tool.display()
     )));

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::diagnosis::Standing;
+use crate::inspect::checks::Blocking;
 
 /// Which rows doctor shows beyond the torch's: the route's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +49,15 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
         r.push(
             "torch",
             Status::Ok,
+            // What matters first: which torch, where, found by which
+            // python; its layout last, which the other rows say again.
             format!(
-                "{} ({}) at {}; {}{}",
+                "{} ({}) at {}{}; {}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
+                asked(req),
                 crate::inspect::verify::layout_detail(t),
-                asked(req)
             ),
         );
     } else {
@@ -62,14 +65,14 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
             "torch",
             Status::Warn,
             format!(
-                "{} ({}) at {}, but profile {} is for torch built with ROCm {}; {}{}",
+                "{} ({}) at {}{}, but profile {} is for torch built with ROCm {}; {}",
                 t.version,
                 t.rocm_label(),
                 t.dir.display(),
+                asked(req),
                 req.profile.name,
                 req.profile.rocm.torch_hip,
                 crate::inspect::verify::layout_detail(t),
-                asked(req)
             ),
             "use the profile for torch's ROCm, or the torch for the profile's",
         );
@@ -107,7 +110,7 @@ pub(super) fn torch_checks(req: &DoctorRequest, r: &mut CheckReport) -> TorchSid
 fn asked(req: &DoctorRequest) -> String {
     req.python
         .as_ref()
-        .map_or_else(String::new, |p| format!("; found by {p}"))
+        .map_or_else(String::new, |p| format!(", found by {p}"))
 }
 
 /// The system route: torch loads the system's MIOpen (or our copy of it),
@@ -159,8 +162,11 @@ fn devel_sdk(python: &Path, r: &mut CheckReport) {
 }
 
 /// The torch-gpu row for code torch has: ok when it runs on every card,
-/// else a failure naming the cards and the torch for them.
+/// else a failure naming the cards and the one next step: the torch for
+/// them, or, where torch has their code and HSA_OVERRIDE_GFX_VERSION makes
+/// ROCm look for another target's, unsetting it.
 fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckReport) {
+    use crate::swap::route;
     let notes = gpucode::library_notes(c);
     let has = format!(
         "{} has code for {}",
@@ -168,23 +174,47 @@ fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckRepor
         c.all_targets().join(", ")
     );
     let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
-    let missing = crate::swap::route::cards_without_code(c);
+    let missing = route::cards_without_code(c);
     if missing.is_empty() {
         let gfx101x = if c.has_gfx101x() { "" } else { " (no gfx101x)" };
         r.push("torch-gpu", Status::Ok, format!("{has}{gfx101x}{notes}"));
         return;
     }
-    let cards = missing.join(", ");
-    r.push_breaks(
-        "torch-gpu",
-        Status::Fail,
-        format!("{has} and none for {cards}: torch runs nothing on that card{notes}"),
-        format!(
-            "everything: torch has no code for {cards}; the torch for {} first (see torch-gpu)",
+    let said = route::missing_said(&missing);
+    let hidden = missing.iter().all(|card| c.covers(card));
+    let breaks = match hidden {
+        true => format!(
+            "everything: torch has no code for {said}; `unset HSA_OVERRIDE_GFX_VERSION` (see torch-gpu)"
+        ),
+        false => format!(
+            "everything: torch has no code for {said}; the torch for {} first (see torch-gpu)",
             missing[0]
         ),
-        Some(crate::swap::route::torch_for(&missing)),
+    };
+    r.push_breaks(
+        "torch-gpu",
+        Blocking::Fail,
+        format!("{has} and none for {said}: torch runs nothing on that card{notes}"),
+        breaks,
+        Some(route::no_code_help(Some(c), &missing)),
     );
+}
+
+/// A torch-gpu row that could not read torch's code: where the route is
+/// chosen from that reading (a bundled or system torch), whether torch
+/// runs on the card is not known, which is no pass; a rocm-sdk torch's
+/// family says it instead, and the row is information.
+fn unread(t: &torch::Torch, detail: String, r: &mut CheckReport) {
+    match t.layout {
+        torch::Layout::RocmSdk(_) => r.push("torch-gpu", Status::Skip, detail),
+        torch::Layout::Bundled | torch::Layout::System(_) => r.push_breaks(
+            "torch-gpu",
+            Blocking::NotChecked,
+            format!("not checked: {detail}, so whether torch runs on the card is not known"),
+            "whether torch has code for the card: its libtorch_hip.so's GPU code could not be read (see torch-gpu)",
+            None,
+        ),
+    }
 }
 
 /// Which GPUs torch's own GPU code is for: the offload bundles of
@@ -198,38 +228,38 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
             Some(c.clone())
         }
         Ok(Some(c)) if c.compressed > 0 => {
-            r.push(
-                "torch-gpu",
-                Status::Skip,
+            unread(
+                t,
                 format!(
                     "{} holds {} compressed offload bundle(s) whose entry IDs could not be read",
                     lib.display(),
                     c.compressed
                 ),
+                r,
             );
             None
         }
         Ok(Some(c)) if c.code_objects > 0 => {
-            r.push(
-                "torch-gpu",
-                Status::Skip,
+            unread(
+                t,
                 format!(
                     "{} has {} bundle entries for a GPU, none an AMD GPU code object: {}",
                     lib.display(),
                     c.code_objects,
                     c.mislabelled.join(", ")
                 ),
+                r,
             );
             None
         }
         Ok(_) => {
-            r.push(
-                "torch-gpu",
-                Status::Skip,
+            unread(
+                t,
                 format!(
                     "{} carries no GPU code objects (.hip_fatbin)",
                     lib.display()
                 ),
+                r,
             );
             None
         }
@@ -245,7 +275,7 @@ fn torch_code(t: &torch::Torch, r: &mut CheckReport) -> Option<gpucode::Code> {
             None
         }
         Err(e) => {
-            r.push("torch-gpu", Status::Skip, e);
+            unread(t, e.to_owned(), r);
             None
         }
     }
@@ -313,17 +343,51 @@ pub(super) fn gpus(req: &DoctorRequest, r: &mut CheckReport) -> Vec<String> {
     all.iter().map(gpu::Gpu::gfx).collect()
 }
 
+/// The override row. Where it says torch's operators will not load (no
+/// gfx101x code and no override; or an override that makes ROCm look for
+/// code torch has not), it is a failure: under torch-gpu's when that row
+/// fails for it, else its own (no GPU visible: judged for every RDNA1
+/// card). A machine with no RDNA1 card needs no override.
 pub(super) fn gfx_override(
     req: &DoctorRequest,
     cards: &[String],
     gfx101x: Option<bool>,
     r: &mut CheckReport,
 ) {
-    let a = advice::override_for(gfx101x, req.gfx_override.as_deref(), cards, true);
+    let value = req.gfx_override.as_deref();
+    if value.is_none() && !cards.is_empty() && !cards.iter().any(|c| gpu::is_rdna1_arch(c)) {
+        return r.push(
+            "override",
+            Status::Ok,
+            "HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
+        );
+    }
+    let a = advice::override_for(gfx101x, value, cards, true);
+    let torch_gpu_fails = r
+        .checks
+        .iter()
+        .any(|c| c.name == "torch-gpu" && c.status == Status::Fail);
+    let fails = match (value, gfx101x) {
+        (None, Some(false)) => true,
+        (Some(_), Some(true)) => torch_gpu_fails,
+        _ => false,
+    };
     let status = if a.fine { Status::Ok } else { Status::Warn };
-    match a.fix {
-        Some(fix) => r.push_fix("override", status, a.detail, fix),
-        None => r.push("override", status, a.detail),
+    match (fails, a.fix) {
+        // One cause, one fix: torch-gpu's.
+        (true, _) if torch_gpu_fails => {
+            r.push("override", Status::Fail, a.detail);
+            r.follows_from("torch-gpu", &["override"]);
+        }
+        (true, fix) => r.push_breaks(
+            "override",
+            Blocking::Fail,
+            a.detail,
+            "everything on an RDNA1 card: torch has no gfx101x code and HSA_OVERRIDE_GFX_VERSION is not set (see override)",
+            fix,
+        ),
+        (false, Some(fix)) => r.push_fix("override", status, a.detail, fix),
+        (false, None) => r.push("override", status, a.detail),
     }
 }
 
@@ -343,7 +407,7 @@ fn kernels(
         Err(e) => {
             return r.push_breaks(
                 "kernels",
-                Status::NotChecked,
+                Blocking::NotChecked,
                 format!("not checked: {}", crate::error::chain(&e)),
                 "batch norm: its kernels could not be compiled to judge them (see kernels)",
                 crate::error::help(&e).map(str::to_owned),
@@ -355,7 +419,7 @@ fn kernels(
     match d.standing() {
         Standing::NoCompiler => r.push_breaks(
             "kernels",
-            Status::NotChecked,
+            Blocking::NotChecked,
             "not checked: no compiler library (libamd_comgr.so*) beside torch's MIOpen, so whether its batch norm fails cannot be told",
             "batch norm: no comgr beside torch's MIOpen to judge its kernels",
             Some("torch bundles comgr with its MIOpen; reinstall torch if it is missing".into()),
@@ -374,7 +438,7 @@ fn kernels(
         },
         Standing::Fixable => r.push_breaks(
             "kernels",
-            Status::Fail,
+            Blocking::Fail,
             detail(),
             format!(
                 "batch-norm training: {} for {}; {INSTALL} fixes {}",
@@ -388,7 +452,7 @@ fn kernels(
         ),
         Standing::Refused(e) => r.push_breaks(
             "kernels",
-            Status::Fail,
+            Blocking::Fail,
             crate::error::chain(&e),
             format!(
                 "batch-norm training: {} for {}, and not where the in-place fix reaches (see kernels)",
@@ -467,13 +531,13 @@ fn route(
     match plan {
         // torch-gpu is the failure, with the torch for the card as its fix.
         crate::select::Plan::TorchFirst(why) => r.push("route", Status::Skip, why),
-        crate::select::Plan::Inert(why) => r.push_fix(
+        // Nothing fails that the fix would mend: information, no fix line.
+        crate::select::Plan::Inert(why) => r.push(
             "route",
-            Status::Warn,
-            why,
+            Status::Ok,
             format!(
-                "for the fix to act, use a torch with gfx101x code: TheRock's `{}`",
-                crate::torch::native_torch(&crate::diagnosis::target(&req.stack.sysfs))
+                "nothing to do: under HSA_OVERRIDE_GFX_VERSION=10.3.0 MIOpen compiles for gfx1030, where batch norm works and the fix changes nothing\n{why}\na torch with gfx101x code (TheRock's torch[device-{}]) needs no override; with it, the fix acts",
+                crate::diagnosis::target(&req.stack.sysfs)
             ),
         ),
         // The real chip is what MIOpen sees once the override is gone; the

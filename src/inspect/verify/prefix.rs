@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use super::VerifyRequest;
 use crate::elf;
 use crate::gpu;
-use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::checks::{Blocking, CheckReport, Status};
 use crate::prefix::{OpenError, Prefix, Provenance};
 
 pub(super) fn check_prefix(
@@ -102,12 +102,14 @@ pub(super) fn check_markers(
         .filter_map(|p| p.marker.as_deref().map(|m| (p.name.as_str(), m)))
         .collect();
     if declared.is_empty() {
-        r.push(
+        // Whether the fix is in the library cannot be told: no pass.
+        return r.push_breaks(
             "patches",
-            Status::Warn,
-            "no patch declares a marker to look for",
+            Blocking::NotChecked,
+            "not checked: no patch of the build declares a marker to look for in the library",
+            "whether the patches are in the library: none declares a marker (see patches)",
+            Some("give each patch of the profile a `Marker:` line, and build again (docs/patches.md, Adding a patch)".into()),
         );
-        return;
     }
     let markers: Vec<&str> = declared.iter().map(|(_, m)| *m).collect();
     let found = match bytes {

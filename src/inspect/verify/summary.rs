@@ -2,7 +2,7 @@
 //! when the battery was interrupted or ran nothing (docs/rows.md).
 
 use super::battery::{Battery, BatteryStatus, CaseResult, Outcome};
-use crate::inspect::checks::{CheckReport, Status};
+use crate::inspect::checks::{Blocking, CheckReport, Status};
 
 pub use crate::error::signal_name;
 
@@ -62,7 +62,7 @@ pub fn summarize(b: &Battery, r: &mut CheckReport) {
                 mine_failed.join(", ")
             ),
             format!(
-                "{}the battery below names each case; `rdna1-patch verify --smoke --report smoke.md` writes the report to share (docs/verify.md)",
+                "{}{SHARE}",
                 if hang {
                     "a hang is MIOpen's Find on unpatched RDNA1: check that `verify --runtime` is all ok, and try MIOPEN_FIND_MODE=FAST; "
                 } else {
@@ -72,21 +72,68 @@ pub fn summarize(b: &Battery, r: &mut CheckReport) {
         );
     } else {
         let ok = mine.len() - not_run;
-        let status = if other_failed.is_empty() && not_run == 0 {
-            Status::Ok
-        } else {
-            Status::Warn
-        };
-        r.push(
-            "smoke",
-            status,
-            format!(
-                "{ok} of {} MIOpen cases within tolerance on {on}{skipped}; {others}",
-                mine.len()
-            ),
+        let detail = format!(
+            "{ok} of {} MIOpen cases within tolerance on {on}{skipped}; {others}",
+            mine.len()
         );
+        let passed = Passed {
+            other_failed: &other_failed,
+            not_run,
+            interrupted: interrupted.is_some(),
+            on: &on,
+        };
+        passed.row(b, detail, r);
     }
 }
+
+/// A battery whose MIOpen cases all passed that ran: the rest decides.
+struct Passed<'a> {
+    other_failed: &'a [String],
+    not_run: usize,
+    interrupted: bool,
+    on: &'a str,
+}
+
+impl Passed<'_> {
+    fn row(&self, b: &Battery, detail: String, r: &mut CheckReport) {
+        if !self.other_failed.is_empty() {
+            // Not what the fix is for, but torch fails there: no pass.
+            return r.push_breaks(
+                "smoke",
+                Blocking::Fail,
+                detail,
+                format!(
+                    "outside MIOpen: {} fail on {} (not MIOpen's; see smoke)",
+                    self.other_failed.join(", "),
+                    self.on
+                ),
+                Some(SHARE.into()),
+            );
+        }
+        match (self.not_run, self.interrupted) {
+            (0, _) => r.push("smoke", Status::Ok, detail),
+            // The verdict leads with the interruption.
+            (_, true) => r.push("smoke", Status::Warn, detail),
+            (n, false) => r.push_breaks(
+                "smoke",
+                Blocking::NotChecked,
+                detail,
+                format!(
+                    "{} not run: the battery's limit of {} s was reached (see smoke)",
+                    crate::output::count(n, "MIOpen case", "MIOpen cases"),
+                    b.limits.battery_seconds
+                ),
+                Some(format!(
+                    "run it again with a longer --timeout (now {} s a case; the battery's limit grows with it)",
+                    b.limits.case_seconds
+                )),
+            ),
+        }
+    }
+}
+
+/// Where a failed battery's cases are said and shared.
+const SHARE: &str = "the battery below names each case; `rdna1-patch verify --smoke --report smoke.md` writes the report to share (docs/verify.md)";
 
 /// "Ctrl-C" when the battery was interrupted.
 fn interrupted_by(b: &Battery) -> Option<String> {
@@ -120,4 +167,113 @@ fn stopped_after(b: &Battery, by: &str) -> String {
         "the battery was interrupted ({by}) after {ran} of {} cases",
         b.cases.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::verify::battery::{BATTERY_VERSION, Limits};
+    use crate::inspect::verify::{cases, judge};
+
+    /// A battery of real cases, MIOpen's (`true`) or another library's,
+    /// each with its outcome.
+    fn battery(outcomes: &[(bool, Outcome)], status: BatteryStatus) -> Battery {
+        let all = cases::cases();
+        let (mut mine, mut other) = (
+            all.iter().filter(|c| c.library == "MIOpen"),
+            all.iter().filter(|c| c.library != "MIOpen"),
+        );
+        Battery {
+            battery: BATTERY_VERSION,
+            device: "gpu",
+            status,
+            skipped: None,
+            interrupted_by: (status == BatteryStatus::Interrupted).then_some(libc::SIGINT),
+            limits: Limits {
+                case_seconds: 2,
+                battery_seconds: 20,
+            },
+            tolerances: Vec::new(),
+            place: None,
+            cases: outcomes
+                .iter()
+                .map(|&(miopen, outcome)| {
+                    let case = match miopen {
+                        true => mine.next(),
+                        false => other.next(),
+                    };
+                    judge::blank(case.expect("enough cases"), outcome, String::new())
+                })
+                .collect(),
+        }
+    }
+
+    /// A battery's cases (MIOpen's or not, and their outcomes), its status,
+    /// and the smoke row's status, verdict and exit it must give.
+    type Expected = (
+        &'static [(bool, Outcome)],
+        BatteryStatus,
+        Status,
+        &'static str,
+        u8,
+    );
+
+    /// The smoke row's status and the answer for a battery: a failure
+    /// outside MIOpen, and cases the battery's limit left unrun, are no
+    /// pass; an interruption leads the verdict (and its signal the exit).
+    #[test]
+    fn every_battery_that_did_not_pass_is_no_pass() {
+        use Outcome::*;
+        let complete = BatteryStatus::Complete;
+        let table: [Expected; 5] = [
+            (
+                &[(true, Ok), (false, Ok)],
+                complete,
+                Status::Ok,
+                "no problem found",
+                0,
+            ),
+            (
+                &[(true, Wrong), (false, Ok)],
+                complete,
+                Status::Fail,
+                "1 problem to fix: smoke",
+                1,
+            ),
+            (
+                &[(true, Ok), (false, Crash)],
+                complete,
+                Status::Fail,
+                "1 problem to fix: outside MIOpen: [..] (crash) fail on the GPU (not MIOpen's; see smoke)",
+                1,
+            ),
+            (
+                &[(true, Ok), (true, NotRun), (false, Ok)],
+                complete,
+                Status::NotChecked,
+                "not checked: 1 MIOpen case not run: the battery's limit of 20 s was reached (see smoke)",
+                1,
+            ),
+            (
+                &[(true, Ok), (true, Interrupted), (false, NotRun)],
+                BatteryStatus::Interrupted,
+                Status::Warn,
+                "the battery was interrupted (Ctrl-C) after 1 of 3 cases; 1 warning",
+                crate::error::NOTHING_CHECKED,
+            ),
+        ];
+        for (outcomes, status, row, verdict, exit) in table {
+            let mut r = CheckReport::default();
+            summarize(&battery(outcomes, status), &mut r);
+            let a = r.answer();
+            let case = format!("{outcomes:?}: {a:?}");
+            assert_eq!(r.checks[0].status, row, "{case}");
+            let (head, tail) = verdict.split_once("[..]").unwrap_or((verdict, ""));
+            assert!(
+                a.verdict.starts_with(head) && a.verdict.ends_with(tail),
+                "{case}"
+            );
+            assert_eq!(a.exit, exit, "{case}");
+        }
+    }
 }

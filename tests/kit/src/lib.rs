@@ -108,6 +108,56 @@ pub fn build_runtime(dir: &Path) -> PathBuf {
     dir.join("out")
 }
 
+/// `<dir>/libtorch_hip.so` with GPU code for `archs` that loads
+/// librocblas.so from `rocblas` (and from its own directory, $ORIGIN) and
+/// MIOpen and HIP from `torch_lib`: a torch whose rocBLAS rows are read.
+pub fn torch_hip_with_rocblas(
+    dir: &std::path::Path,
+    archs: &[&str],
+    rocblas: &std::path::Path,
+    torch_lib: &std::path::Path,
+) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (rocblas, torch_lib) = (
+        rocblas.display().to_string(),
+        torch_lib.display().to_string(),
+    );
+    let built = fat_library_linking(
+        dir,
+        archs,
+        &[
+            "-L",
+            &rocblas,
+            "-L",
+            &torch_lib,
+            "-lrocblas",
+            "-lMIOpen",
+            "-lamdhip64",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    );
+    let lib = dir.join("libtorch_hip.so");
+    std::fs::rename(built, &lib).unwrap();
+    lib
+}
+
+/// Plain code objects, as Tensile's `.co` files are: a one-line OpenCL
+/// kernel built by clang's amdgcn target for each of `archs`, written
+/// `<dir>/<arch>.co`.
+pub fn code_objects(dir: &std::path::Path, archs: &[&str]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = dir.join("k.cl");
+    std::fs::write(&src, "kernel void k(global int* p) { *p = 1; }\n").unwrap();
+    for arch in archs {
+        run(std::process::Command::new("clang")
+            .args(["-target", "amdgcn-amd-amdhsa", "-nogpulib", "-x", "cl"])
+            .arg(format!("-mcpu={arch}"))
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join(format!("{arch}.co"))));
+    }
+}
+
 /// A library with real GPU code objects for `archs`, built by clang in HIP
 /// mode as torch's libtorch_hip.so is (without HIP headers: the host side
 /// only needs the launch entry point declared).
