@@ -96,9 +96,9 @@ rc=$?
 step doctor-before "$([ $rc = 1 ] && echo 0 || echo "$rc")" "$(since "$t")" "doctor on Debian's librocblas for gfx1012 (exit $rc; 1 expected)"
 
 t=$(now)
-run install --into-torch --prefix "$P" --torch-dir "$torch" >"$R/install.txt" 2>&1
+run install rocblas --into-torch --prefix "$P" --torch-dir "$torch" >"$R/install.txt" 2>&1
 rc=$?
-step install $rc "$(since "$t")" "install --into-torch --prefix <the rocBLAS prefix>"
+step install $rc "$(since "$t")" "install rocblas --into-torch --prefix <the prefix>"
 if [ $rc = 0 ]; then
     t=$(now)
     run doctor --torch-dir "$torch" >"$R/doctor-after.txt" 2>&1
