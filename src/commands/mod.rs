@@ -186,6 +186,23 @@ impl PrefixArg {
         self.resolve()
     }
 
+    /// The prefix of `component`'s build: --prefix, else the one the
+    /// profile (named, or chosen for the torch found) installs it to, with
+    /// why that profile; a profile without the component names those with it.
+    pub fn resolve_component(
+        &self,
+        found: &Result<crate::torch::Torch>,
+        component: &str,
+    ) -> Result<(PathBuf, Option<String>)> {
+        if let Some(p) = &self.prefix {
+            return Ok((std::path::absolute(p)?, None));
+        }
+        let (profile, why) = self.profile.for_torch(found)?;
+        profile.component(component)?;
+        let why = why.map(|w| format!("{} {w}", profile.name));
+        Ok((profile.install_prefix_for(component)?, why))
+    }
+
     /// The prefix, the profile it is for (None when --prefix names it and
     /// no profile can be had), and why the profile was chosen.
     pub fn resolve_with_profile(

@@ -11,8 +11,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::answer::{doctor, lines_are};
-use crate::in_place::{install, torch_with_code};
-use crate::support::Sandbox;
+use crate::in_place::{HIP64, install, torch_of};
+use crate::support::{FakeTorch, Sandbox};
 
 /// What Debian's librocblas 6.4 is built for, as far as this clang goes:
 /// ten targets, gfx1010 among them, gfx1012 not.
@@ -80,7 +80,16 @@ fn debian_torch() -> Sandbox {
     let sb = Sandbox::new();
     sb.at_a_glance();
     sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
-    let torch = torch_with_code(&sb, &["gfx1010", "gfx1012"]);
+    debian_torch_in(&sb, "2.6.0+rocm6.4");
+    sb
+}
+
+/// In `sb`, a torch `version` (ROCm 6.4) for gfx1010 and gfx1012 that
+/// bundles a rocBLAS laid out as Debian's: librocblas.so with code for ten
+/// targets, none gfx1012, and torch/lib/rocblas/library with 54 generic
+/// catalogues and a code object per target.
+pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
+    let torch = torch_of(sb, version, HIP64, &["gfx1010", "gfx1012"]);
     let code = debian_code(&torch.lib);
     std::fs::copy(
         code.join("hip/libtorch_hip.so"),
@@ -127,7 +136,7 @@ fn debian_torch() -> Sandbox {
         )
         .unwrap();
     }
-    sb
+    torch
 }
 
 /// Every line of `out` fits in a glance.

@@ -44,6 +44,7 @@ mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;
 mod rocblas;
+mod rocblas_swap;
 mod rocm_sdk;
 mod rollback;
 mod root_cache;

@@ -29,7 +29,7 @@ fn build(sb: &Sandbox, rb: &RocblasFixture, extra: &[&str], fault: Option<&str>)
 
 /// Every line of stderr matches `expected`'s line, `[..]` any text.
 #[track_caller]
-fn stderr_is(run: &Run, expected: &str) {
+pub(crate) fn stderr_is(run: &Run, expected: &str) {
     let got: Vec<&str> = run.stderr.lines().collect();
     let want: Vec<&str> = expected.lines().collect();
     let same = got.len() == want.len() && got.iter().zip(&want).all(|(g, w)| line_matches(w, g));

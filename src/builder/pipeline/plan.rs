@@ -12,7 +12,7 @@ impl Options {
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = match &self.prefix {
             Some(p) => absolute(p)?,
-            None => absolute(&self.profile.install_prefix()?)?,
+            None => absolute(&self.profile.install_prefix_for(&self.component)?)?,
         };
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher =
