@@ -27,7 +27,7 @@ const GLANCE: usize = 160;
 /// The GPU code, built once per run: a ten-target librocblas.so, a plain
 /// code object per target, and a libtorch_hip.so with gfx1010 and gfx1012
 /// code that loads librocblas and MIOpen from its own directory.
-fn debian_code(torch_lib: &Path) -> &'static Path {
+pub(crate) fn debian_code(torch_lib: &Path) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("glance");
@@ -101,8 +101,15 @@ pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
         torch.lib.join("librocblas.so"),
     )
     .unwrap();
-    let tensile = torch.lib.join("rocblas/library");
-    std::fs::create_dir_all(&tensile).unwrap();
+    debian_tensile(&torch.lib.join("rocblas/library"), code);
+    torch
+}
+
+/// A Tensile directory `tensile` as Debian's rocBLAS 6.4 has it: 54
+/// generic `*_fallback.dat` catalogues and a code object for each of the
+/// ten targets, none gfx1012 (from [`debian_code`]'s `code`).
+pub(crate) fn debian_tensile(tensile: &Path, code: &Path) {
+    std::fs::create_dir_all(tensile).unwrap();
     for ty in [
         "4xi8I", "BB", "BS", "CC", "DD", "HH", "HS", "I8I", "SS", "ZZ",
     ] {
@@ -136,7 +143,6 @@ pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
         )
         .unwrap();
     }
-    torch
 }
 
 /// Every line of `out` fits in a glance.

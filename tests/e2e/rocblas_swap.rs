@@ -336,3 +336,220 @@ help: `rdna1-patch install miopen --into-torch` installs that one; for rocBLAS, 
     ));
     same_tree("after all refusals", &before, &bytes_of(&torch.dir));
 }
+
+/// Run `args` with the sandbox's state dir, killed (abort, as kill -9) at
+/// the crash point `point`.
+fn crash(sb: &Sandbox, args: &[&str], point: &str) {
+    let state = sb.state();
+    let out = sb
+        .cmd()
+        .args(args)
+        .args(["--state-dir", &state])
+        .env("FAILPOINTS", format!("{point}=return"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "{point}: expected an abort");
+}
+
+/// Killed between the directory's exchange and the library's rename (the
+/// one instant the two are of two sets), on install and on rollback: the
+/// next run, whichever it is, finishes what was begun from the file
+/// staged beside the library, and torch holds one whole set.
+#[test]
+fn a_kill_between_the_two_renames_is_finished_by_the_next_run() {
+    let (sb, torch, prefix) = sandbox("2.6.0+rocm6.4");
+    let before = bytes_of(&torch.dir);
+    let lib = torch.lib.join("librocblas.so");
+    let original = md5(&lib);
+    let p = prefix.display().to_string();
+    let install_args = ["install", "rocblas", "--into-torch", "--prefix", &p];
+    crash(&sb, &install_args, "set-dir-swapped");
+    // Half of each: the new directory, the original library.
+    same_tree(
+        "the directory, exchanged",
+        &bytes_of(&prefix.join("lib/rocblas/library")),
+        &bytes_of(&torch.lib.join("rocblas/library")),
+    );
+    assert_eq!(md5(&lib), original);
+    sb.run_with_state(&["status"], &[])
+        .check_fails()
+        .prints("unfinished: transaction 1 stopped while swapping");
+    let back = sb.rollback(&[]).ok();
+    stderr_is(
+        &back,
+        &format!(
+            " Recovered transaction 1 was interrupted (swapping), stopped between its two renames: the library staged beside it was read back and renamed into place; the new rocBLAS library and its Tensile directory are both in place, so it is now installed
+  Restored transaction 1: {l} is the original again (MD5 {original}) and {t} holds torch's own 64 file(s) again, copied back from the backups",
+            l = lib.display(),
+            t = torch.lib.join("rocblas/library").display()
+        ),
+    );
+    same_tree(
+        "after the recovered install's rollback",
+        &before,
+        &bytes_of(&torch.dir),
+    );
+
+    install(&sb, &prefix, &[]).ok();
+    crash(&sb, &["rollback"], "set-rollback-dir");
+    assert_ne!(md5(&lib), original, "the library is still the new one");
+    let again = install(&sb, &prefix, &[]).ok();
+    again
+        .says(" Recovered transaction 2 was interrupted (rolling-back), stopped between its two renames: the library staged beside it was read back and renamed into place; torch's own rocBLAS library and Tensile directory are in place, so it is now rolled back")
+        .says("(transaction 3)");
+    sb.rollback(&[]).ok();
+    same_tree("at the end", &before, &bytes_of(&torch.dir));
+    let leftovers: Vec<String> = std::fs::read_dir(torch.lib.join("rocblas"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(leftovers, ["library"]);
+}
+
+/// What pip's RECORD of the torch in `site` says is wrong: each file it
+/// lists whose SHA-256 or size differs, or that is gone, and each file of
+/// the package it does not list (bytecode aside).
+fn record_problems(python: &Path) -> Vec<String> {
+    const CHECK: &str = r#"
+import base64, hashlib, importlib.metadata as md, os
+dist = md.distribution("torch")
+root = str(dist.locate_file(""))
+listed, bad = set(), []
+for f in dist.files:
+    p = os.path.normpath(os.path.join(root, str(f)))
+    listed.add(p)
+    if not f.hash:
+        continue
+    if not os.path.isfile(p):
+        bad.append("gone: " + str(f))
+        continue
+    data = open(p, "rb").read()
+    h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    if h != f.hash.value or len(data) != f.size:
+        bad.append("differs: " + str(f))
+for d, _, names in os.walk(os.path.join(root, "torch")):
+    for n in names:
+        p = os.path.join(d, n)
+        if p not in listed and "__pycache__" not in p:
+            bad.append("not in RECORD: " + os.path.relpath(p, root))
+print("\n".join(sorted(bad)))
+"#;
+    let out = rdna1_testkit::run(std::process::Command::new(python).args(["-c", CHECK]));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A torch pip installed from a wheel: after the set goes in, pip's RECORD
+/// no longer verifies (the library and every Tensile file torch had);
+/// after rollback every file it lists has its hash again, and nothing it
+/// does not list is left.
+#[test]
+fn pips_record_of_torch_verifies_again_after_rollback() {
+    let (sb, torch, prefix) = sandbox("2.6.0+rocm6.4");
+    std::fs::remove_file(torch.lib.join("libamd_comgr.so.2")).unwrap();
+    let wheels = sb.root.join("wheels");
+    rdna1_testkit::torch_wheel(&torch.site, "2.6.0+rocm6.4", &[], &wheels);
+    std::fs::remove_dir_all(&torch.site).unwrap();
+    let venv = sb.root.join("venv");
+    rdna1_testkit::run(
+        std::process::Command::new(crate::support::tools().join("python3"))
+            .args(["-m", "venv"])
+            .arg(&venv),
+    );
+    let python = venv.join("bin/python");
+    rdna1_testkit::run(
+        std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--quiet",
+                "--find-links",
+            ])
+            .arg(&wheels)
+            .arg("torch"),
+    );
+    assert_eq!(record_problems(&python), Vec::<String>::new());
+    let py = python.display().to_string();
+    install(&sb, &prefix, &["--python", &py]).ok();
+    let after = record_problems(&python);
+    assert_eq!(
+        after.iter().filter(|l| l.starts_with("differs: ")).count(),
+        1,
+        "{after:#?}"
+    );
+    assert_eq!(
+        after.iter().filter(|l| l.starts_with("gone: ")).count(),
+        64,
+        "{after:#?}"
+    );
+    assert!(
+        after.contains(&"differs: torch/lib/librocblas.so".to_owned()),
+        "{after:#?}"
+    );
+    sb.rollback(&["--python", &py]).ok();
+    assert_eq!(record_problems(&python), Vec::<String>::new());
+}
+
+/// Everything under `dir` not owned by `uid`.
+fn not_owned_by(dir: &Path, uid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().symlink_metadata().unwrap().uid() != uid)
+        .map(|e| e.path().display().to_string())
+        .collect()
+}
+
+/// Run as root, a torch another user controls is refused whole; under
+/// sudo for that user it is theirs to change, and what goes into it (the
+/// set, the staged directory) and into their state dir (the backups) is
+/// made as them: nothing root's is left in their places, before or after
+/// the rollback.
+#[test]
+fn under_sudo_rocblas_goes_into_its_users_torch_as_theirs() {
+    use crate::other_user::{NOBODY, as_sudo_for, chown, root_and_python_for_sudo};
+    let Some(python) = root_and_python_for_sudo("rocBLAS into a user's torch under sudo") else {
+        return;
+    };
+    let (sb, torch, prefix) = sandbox("2.6.0+rocm6.4");
+    let before = bytes_of(&torch.dir);
+    chown(&sb.root.join("site"), NOBODY);
+    let state = PathBuf::from(sb.state());
+    std::fs::create_dir_all(&state).unwrap();
+    chown(&state, NOBODY);
+    let run = |args: &[&str], sudo: bool| {
+        let mut c = sb.cmd();
+        c.args(args)
+            .args(["--state-dir", &sb.state(), "--python", python]);
+        if sudo {
+            as_sudo_for(&mut c, NOBODY);
+        }
+        Run::from(c.output().unwrap())
+    };
+    let p = prefix.display().to_string();
+    let install = ["install", "rocblas", "--into-torch", "--prefix", &p];
+    run(&install, false)
+        .fails()
+        .error_is(&format!(
+            "error: {} can be changed by [..]; run as root, rdna1-patch does not change a torch that another user controls; nothing was changed
+help: run rdna1-patch as the user who owns that torch, without sudo (a torch in a venv is its owner's to change)",
+            torch.lib.join("[..]").display()
+        ));
+    same_tree("after the refusal", &before, &bytes_of(&torch.dir));
+    run(&install, true).ok().says(" Installed ");
+    assert_eq!(not_owned_by(&torch.dir, NOBODY), Vec::<String>::new());
+    assert_eq!(not_owned_by(&state, NOBODY), Vec::<String>::new());
+    run(&["rollback"], true)
+        .ok()
+        .says("  Restored transaction 1: ");
+    same_tree("after rollback", &before, &bytes_of(&torch.dir));
+    assert_eq!(not_owned_by(&torch.dir, NOBODY), Vec::<String>::new());
+    assert_eq!(not_owned_by(&state, NOBODY), Vec::<String>::new());
+}

@@ -464,13 +464,21 @@ pub(super) fn recover_one(
         }
         _ => None,
     };
+    let mut finished = false;
     if let Some((temp, md5, then)) = finish
         && checksum::md5_file(&temp).ok().as_ref() == Some(&md5)
     {
         rename(&temp, &j.torch.target)?;
         f = then;
+        finished = true;
     }
     j.remove_temps();
+    let how = match finished {
+        true => {
+            ", stopped between its two renames: the library staged beside it was read back and renamed into place"
+        }
+        false => "",
+    };
     let note = match f {
         Found::Gone => {
             locked.set(j, State::Abandoned)?;
@@ -493,7 +501,7 @@ pub(super) fn recover_one(
             locked.set(j, State::Installed)?;
             supersede(locked, j)?;
             format!(
-                "transaction {} was interrupted ({}); the new rocBLAS library and its Tensile directory are both in place, so it is now installed",
+                "transaction {} was interrupted ({}){how}; the new rocBLAS library and its Tensile directory are both in place, so it is now installed",
                 j.id,
                 was.name()
             )
@@ -510,7 +518,7 @@ pub(super) fn recover_one(
             )?;
             remove_made_parent(j);
             format!(
-                "transaction {} was interrupted ({}); torch's own rocBLAS library and Tensile directory are in place, so it is now {}",
+                "transaction {} was interrupted ({}){how}; torch's own rocBLAS library and Tensile directory are in place, so it is now {}",
                 j.id,
                 was.name(),
                 if rolled { "rolled back" } else { "aborted" }
