@@ -522,11 +522,13 @@ pub struct Standing {
     pub prefix: std::result::Result<String, String>,
 }
 
-pub fn standing(j: &Journal, jobs: usize) -> Standing {
+/// Whether torch holds what rocBLAS transaction `j` installed, its
+/// library and its Tensile directory; else what is there.
+pub fn in_torch(j: &Journal, jobs: usize) -> std::result::Result<(), String> {
     let set = j.set.as_ref().expect("a rocBLAS journal");
     let lib = crate::checksum::md5_file(&j.torch.target).map_err(|e| format!("{e:#}"));
     let dir = tree::found(&set.dir, &[&set.new], jobs).map_err(|e| format!("{e:#}"));
-    let torch = match (lib, dir) {
+    match (lib, dir) {
         (Ok(m), Ok(Some(t))) if m == j.new.md5 && t == set.new => Ok(()),
         (Ok(m), _) if m != j.new.md5 => Err(format!("{} is MD5 {m}", j.torch.target.display())),
         (Ok(_), Ok(None)) => Err(format!("{} is gone", set.dir.display())),
@@ -539,7 +541,12 @@ pub fn standing(j: &Journal, jobs: usize) -> Standing {
             j.id
         )),
         (Err(e), _) | (_, Err(e)) => Err(e),
-    };
+    }
+}
+
+pub fn standing(j: &Journal, jobs: usize) -> Standing {
+    let set = j.set.as_ref().expect("a rocBLAS journal");
+    let torch = in_torch(j, jobs);
     let prefix = (|| {
         let opened = crate::prefix::Prefix::open(&j.build.prefix).map_err(|e| e.to_string())?;
         opened.check(jobs).map_err(|bad| {

@@ -553,3 +553,62 @@ help: run rdna1-patch as the user who owns that torch, without sudo (a torch in 
     assert_eq!(not_owned_by(&torch.dir, NOBODY), Vec::<String>::new());
     assert_eq!(not_owned_by(&state, NOBODY), Vec::<String>::new());
 }
+
+/// Who is offered the build: a torch built from a checkout (its version
+/// `2.6.0a0+git...`) that bundles Debian's rocBLAS is, with its time, and
+/// its rows are ok after the install, naming the transaction; a
+/// pytorch.org wheel's rows keep TheRock's torch as their fix; a CUDA
+/// torch (a newcomer) is sent to the torch for the card, with no rocBLAS
+/// row and no build named.
+#[test]
+fn doctor_offers_the_rocblas_build_to_a_torch_its_user_built_only() {
+    use crate::rocblas_system::{BUILD_ROUTE, rocblas_rows, rows_are};
+    let (sb, torch, prefix) = sandbox("2.6.0a0+git1eba9b3");
+    let l = torch.lib.display().to_string();
+    let before = sb.run_with_state(&["doctor"], &[]).check_fails();
+    let therock = "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)";
+    rows_are(
+        &rocblas_rows(&before.stdout),
+        &[
+            format!("FAIL  library   librocblas.so at {l} has code for 10 targets, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail"),
+            therock.to_owned(),
+            BUILD_ROUTE.to_owned(),
+            format!("FAIL  tensile   rocBLAS's Tensile directory {l}/rocblas/library has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail"),
+            "                54 catalogue(s), 10 code-object file(s); for gfx1012: 0 code-object file(s), 54 generic catalogue(s)".to_owned(),
+            therock.to_owned(),
+            BUILD_ROUTE.to_owned(),
+        ],
+    );
+    install(&sb, &prefix, &[]).ok();
+    let after = sb.run_with_state(&["doctor"], &[]).check_fails();
+    rows_are(
+        &rocblas_rows(&after.stdout),
+        &[
+            format!("ok    library   librocblas.so at {l} has code for gfx1012: gfx1012 (the card's) among them, fixed by transaction 1 of [..]"),
+            format!("ok    tensile   rocBLAS's Tensile directory {l}/rocblas/library has kernels for gfx1012 (the card's), fixed by transaction 1 of [..]"),
+            "                3 catalogue(s), 3 code-object file(s); for gfx1012: 3 code-object file(s), 2 catalogue(s) named for it and 1 generic".to_owned(),
+        ],
+    );
+
+    let (wheel, _, _) = sandbox("2.6.0+rocm6.4");
+    let rows = rocblas_rows(&wheel.run_with_state(&["doctor"], &[]).check_fails().stdout);
+    let fixes: Vec<&String> = rows
+        .iter()
+        .filter(|l| l.trim_start().starts_with("fix: "))
+        .collect();
+    assert_eq!(fixes.len(), 2, "{rows:#?}");
+    for f in fixes {
+        assert_eq!(
+            f.as_str(),
+            "                fix: TheRock's torch has rocBLAS for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`"
+        );
+    }
+
+    let newcomer = Sandbox::new();
+    newcomer.set_gpus(gpus("rx5500xt-gfx1012"));
+    newcomer.torch(crate::support::TorchKind::Cuda, "");
+    let d = newcomer.run_with_state(&["doctor"], &[]).check_fails();
+    assert!(rocblas_rows(&d.stdout).is_empty(), "{}", d.stdout);
+    assert!(!d.stdout.contains("build rocblas"), "{}", d.stdout);
+    assert!(d.stdout.contains("torch[device-gfx1012]"), "{}", d.stdout);
+}

@@ -163,3 +163,111 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
             .contains(&b.real.display().to_string())
     );
 }
+
+/// The fix doctor gives a torch its user built, whose rocBLAS has no code
+/// for the RX 5500 XT's gfx1012.
+pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch`";
+
+/// The `library`/`tensile` rows of rocBLAS in `doctor`'s whole report,
+/// each with its detail lines.
+pub(crate) fn rocblas_rows(report: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for l in report.lines() {
+        let row = l
+            .get(..6)
+            .is_some_and(|h| h.trim_end().len() == h.trim().len() && !h.starts_with(' '));
+        if row {
+            let name = l.get(6..16).unwrap_or_default().trim();
+            inside = (name == "library" && l.contains("librocblas"))
+                || (name == "tensile" && l.contains("rocBLAS's"));
+        }
+        if inside
+            && !l.starts_with("                catalogues read")
+            && !l.starts_with("                targets:")
+        {
+            out.push(l.to_owned());
+        }
+    }
+    out
+}
+
+/// Every line of `got` matches `want`'s, `[..]` any text.
+#[track_caller]
+pub(crate) fn rows_are(got: &[String], want: &[String]) {
+    let same = got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| crate::support::line_matches(w, g));
+    assert!(
+        same,
+        "rows differ\nexpected:\n{}\ngot:\n{}",
+        want.join("\n"),
+        got.join("\n")
+    );
+}
+
+/// doctor over a torch its user built on Debian's rocBLAS (gfx1012 is not
+/// among its ten targets): both rows FAIL with this route as their fix, its
+/// time from the profile's cost; after the install, both are ok and say by
+/// which transaction, and the verdict no longer names them.
+#[test]
+fn doctor_names_the_rocblas_build_for_a_self_built_torch_and_is_ok_after_it() {
+    let sb = Sandbox::new();
+    let b = BlasSystem::new(&sb);
+    let s = b.st.sys.display().to_string();
+    let state = sb.state();
+    let doctor = || {
+        b.st.run(
+            &sb,
+            &[
+                "doctor",
+                "--detail",
+                "--state-dir",
+                &state,
+                "--python",
+                "python3",
+            ],
+        )
+    };
+    let before = doctor().check_fails();
+    assert!(
+        before.stdout.starts_with("verdict: torch 2.9.1+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them; library; tensile\n"),
+        "{}",
+        before.stdout
+    );
+    let therock = "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)";
+    rows_are(
+        &rocblas_rows(&before.stdout),
+        &[
+            format!("FAIL  library   librocblas.so.4 at {s} has code for 10 targets, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail"),
+            therock.to_owned(),
+            BUILD_ROUTE.to_owned(),
+            format!("FAIL  tensile   rocBLAS's Tensile directory {s}/rocblas/4.4.1/library has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail"),
+            "                54 catalogue(s), 10 code-object file(s); for gfx1012: 0 code-object file(s), 54 generic catalogue(s)".to_owned(),
+            therock.to_owned(),
+            BUILD_ROUTE.to_owned(),
+        ],
+    );
+    b.install(&sb, &[]).ok();
+    let after = doctor().check_fails();
+    assert!(
+        after.stdout.starts_with("verdict: torch 2.9.1+rocm6.4 on gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them\n"),
+        "{}",
+        after.stdout
+    );
+    let l = b.st.torch.lib.display().to_string();
+    rows_are(
+        &rocblas_rows(&after.stdout),
+        &[
+            format!("ok    library   librocblas.so.4 at {l} has code for gfx1012: gfx1012 (the card's) among them, fixed by transaction 1 of [..]"),
+            format!("ok    tensile   rocBLAS's Tensile directory {l}/rocblas/library has kernels for gfx1012 (the card's), fixed by transaction 1 of [..]"),
+            "                3 catalogue(s), 3 code-object file(s); for gfx1012: 3 code-object file(s), 2 catalogue(s) named for it and 1 generic".to_owned(),
+        ],
+    );
+    // Rolled back, the rows fail again with the same route.
+    b.st.run(&sb, &["rollback", "--state-dir", &state]).ok();
+    let again = doctor().check_fails();
+    assert_eq!(rocblas_rows(&again.stdout), rocblas_rows(&before.stdout));
+}
