@@ -612,3 +612,76 @@ fn doctor_offers_the_rocblas_build_to_a_torch_its_user_built_only() {
     assert!(!d.stdout.contains("build rocblas"), "{}", d.stdout);
     assert!(d.stdout.contains("torch[device-gfx1012]"), "{}", d.stdout);
 }
+
+/// A rocBLAS build published (signed by a key minisign made, to an OCI
+/// layout directory) and pulled by a user with no ROCm: the same bytes,
+/// nothing compiled, and it goes into their torch, and back out, as a
+/// build made there does.
+#[test]
+fn a_published_rocblas_build_is_pulled_byte_for_byte_and_installed() {
+    let (sb, torch, prefix) = sandbox("2.6.0a0+git1eba9b3");
+    let before = bytes_of(&torch.dir);
+    let keys = crate::shared::keys(&sb.root, "maintainer");
+    let layout = sb.root.join("layout");
+    let p = prefix.display().to_string();
+    let publish = sb
+        .run(&[
+            "publish",
+            "--prefix",
+            &p,
+            "--sign-key",
+            keys.secret.to_str().unwrap(),
+            layout.to_str().unwrap(),
+        ])
+        .ok();
+    publish.says(" Published 12 files (");
+    assert!(
+        publish
+            .stdout
+            .starts_with(&format!("{}:rocblas-mini-", layout.display())),
+        "{}",
+        publish.stdout
+    );
+    let config = sb.root.join("config.toml");
+    std::fs::write(&config, format!("trusted-keys = [{:?}]\n", keys.public)).unwrap();
+    let pulled = sb.root.join("pulled");
+    let profile = built().parent().unwrap().join("rocblas-mini.toml");
+    let out = sb
+        .cmd()
+        .env("RDNA1_PATCH_CONFIG", &config)
+        .args(["build", "rocblas", "--profile"])
+        .arg(&profile)
+        .arg("--work-dir")
+        .arg(sb.root.join("user-work"))
+        .arg("--rocm")
+        .arg(sb.root.join("no-rocm"))
+        .arg("--prefix")
+        .arg(&pulled)
+        .arg("--from")
+        .arg(&layout)
+        .output()
+        .unwrap();
+    let pull = Run::from(out).ok();
+    pull.says("digest, signature and checksums verified")
+        .says("(pulled, nothing compiled)");
+    assert!(pull.compiled().is_empty(), "{}", pull.stderr);
+    same_tree(
+        "the pulled prefix and the publisher's",
+        &bytes_of(&prefix),
+        &bytes_of(&pulled),
+    );
+    install(&sb, &pulled, &[])
+        .ok()
+        .says(&format!(
+            "     Build {}/lib/librocblas.so.4 (",
+            pulled.display()
+        ))
+        .says("(transaction 1)");
+    same_tree(
+        "torch's Tensile directory and the pulled build's",
+        &bytes_of(&pulled.join("lib/rocblas/library")),
+        &bytes_of(&torch.lib.join("rocblas/library")),
+    );
+    sb.rollback(&[]).ok();
+    same_tree("after rollback", &before, &bytes_of(&torch.dir));
+}
