@@ -18,6 +18,7 @@ pub use get::{NATIVE_TORCH, for_build, native_torch};
 pub use system::System;
 
 pub mod get;
+pub mod origin;
 mod probe;
 pub(crate) mod system;
 

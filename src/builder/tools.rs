@@ -139,12 +139,12 @@ pub fn preflight(
 /// its kernels fail to assemble ("No bundler available"). HIP's clang dir
 /// (`hipconfig --hipclangpath`) then, with both tools in it; None when
 /// Tensile finds its own or there is no such dir.
-pub fn tensile_tools(rocm: &Path) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
+pub fn tensile_tools(hip: &HipClang) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
     const BUNDLER: &str = "clang-offload-bundler";
-    if rocm.join("llvm/bin").join(BUNDLER).is_file() {
+    if hip.rocm.join("llvm/bin").join(BUNDLER).is_file() {
         return None;
     }
-    let dir = hip_clang_dir(rocm)?;
+    let dir = hip.dir()?.to_owned();
     let bundler = dir.join(BUNDLER);
     bundler.is_file().then(|| {
         let env = vec![
@@ -223,20 +223,41 @@ pub enum CxxChoice {
     Missing,
 }
 
-pub fn choose_cxx(cxx: &str, rocm: &Path) -> CxxChoice {
+pub fn choose_cxx(cxx: &str, hip: &HipClang) -> CxxChoice {
     if Path::new(cxx).exists() {
         return CxxChoice::Present;
     }
-    match hip_clang_dir(rocm) {
-        Some(dir) => CxxChoice::HipClang(dir),
+    match hip.dir() {
+        Some(dir) => CxxChoice::HipClang(dir.to_owned()),
         None => CxxChoice::Missing,
+    }
+}
+
+/// HIP's clang dir at a ROCm ([`hip_clang_dir`]), asked of hipconfig at
+/// most once however many steps of a plan want it (the compiler, and
+/// Tensile's assembler and bundler).
+pub struct HipClang<'a> {
+    rocm: &'a Path,
+    dir: std::cell::OnceCell<Option<PathBuf>>,
+}
+
+impl<'a> HipClang<'a> {
+    pub fn new(rocm: &'a Path) -> HipClang<'a> {
+        HipClang {
+            rocm,
+            dir: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.get_or_init(|| hip_clang_dir(self.rocm)).as_deref()
     }
 }
 
 /// The directory of HIP's clang, as ROCm's own `hipconfig --hipclangpath`
 /// names it (AMD's packages: <rocm>/llvm/bin; Debian: /usr/lib/llvm-N/bin).
 /// `<rocm>/bin/hipconfig` first, then the one on PATH.
-pub fn hip_clang_dir(rocm: &Path) -> Option<PathBuf> {
+fn hip_clang_dir(rocm: &Path) -> Option<PathBuf> {
     let own = rocm.join("bin/hipconfig");
     let hipconfig = if own.is_file() {
         own
@@ -293,7 +314,7 @@ mod tests {
 mod tensile_tests {
     use std::os::unix::fs::PermissionsExt;
 
-    use super::tensile_tools;
+    use super::{HipClang, tensile_tools};
 
     fn exe(path: &std::path::Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -313,9 +334,13 @@ mod tensile_tests {
             &rocm.join("bin/hipconfig"),
             &format!("#!/bin/sh\necho {}\n", clang.display()),
         );
-        assert_eq!(tensile_tools(&rocm), None, "no bundler beside HIP's clang");
+        assert_eq!(
+            tensile_tools(&HipClang::new(&rocm)),
+            None,
+            "no bundler beside HIP's clang"
+        );
         exe(&clang.join("clang-offload-bundler"), "#!/bin/sh\n");
-        let (dir, env) = tensile_tools(&rocm).expect("told");
+        let (dir, env) = tensile_tools(&HipClang::new(&rocm)).expect("told");
         assert_eq!(dir, clang);
         assert_eq!(
             env,
@@ -332,7 +357,7 @@ mod tensile_tests {
         );
         exe(&rocm.join("llvm/bin/clang-offload-bundler"), "#!/bin/sh\n");
         assert_eq!(
-            tensile_tools(&rocm),
+            tensile_tools(&HipClang::new(&rocm)),
             None,
             "AMD's layout: Tensile finds its own"
         );

@@ -49,13 +49,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    if args.component != "miopen" {
+    if !["miopen", "rocblas"].contains(&args.component.as_str()) {
         return Err(crate::error::hint(
             format!(
-                "only miopen can be installed into torch yet, not {}",
+                "only miopen and rocblas can be installed into torch, not {}",
                 args.component
             ),
-            "`rdna1-patch build COMPONENT` builds and checks it into its prefix; swapping it into torch comes later",
+            "`rdna1-patch build COMPONENT` builds and checks it into its prefix",
         ));
     }
     if args.json {
@@ -76,6 +76,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // nothing to install into, whatever a prefix holds.
     let stack =
         crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root()).with_torch()?;
+    if args.component == "rocblas" {
+        return rocblas(args, stack, &ui);
+    }
     let (prefix, profile, why) = args.prefix.resolve_with_profile(&stack.torch)?;
     if let Some(why) = why {
         ui.stage("Profile", why);
@@ -98,5 +101,38 @@ pub fn run(args: Args) -> Result<ExitCode> {
         unproven: args.unproven,
     };
     into_torch::run(&req, &ui)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `install rocblas --into-torch`: MIOpen's routes (in place, --built)
+/// are not rocBLAS's.
+fn rocblas(args: Args, stack: crate::stack::Stack, ui: &Ui) -> Result<ExitCode> {
+    if let Some(flag) = [
+        (args.in_place, "--in-place"),
+        (args.built, "--built"),
+        (args.unproven, "--unproven"),
+    ]
+    .into_iter()
+    .find_map(|(set, flag)| set.then_some(flag))
+    {
+        return Err(crate::error::hint(
+            format!("{flag} is MIOpen's (its batch-norm fix in place); rocBLAS is always a build"),
+            "leave it out: `rdna1-patch install rocblas --into-torch` installs the build `rdna1-patch build rocblas` made",
+        ));
+    }
+    let (prefix, why) = args.prefix.resolve_component(&stack.torch, "rocblas")?;
+    if let Some(why) = why {
+        ui.stage("Profile", why);
+    }
+    let req = crate::swap::blas::BlasRequest {
+        prefix,
+        stack,
+        state: args.state.open()?,
+        force: args.force,
+        relink: !args.no_relink,
+        jobs: crate::checksum::default_jobs(),
+        dry_run: args.dry_run,
+    };
+    crate::swap::blas::run(&req, ui)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -186,6 +186,44 @@ impl PrefixArg {
         self.resolve()
     }
 
+    /// The prefix of `component`'s build: --prefix, else the one the
+    /// profile (named, or chosen for the torch found) installs it to, with
+    /// why that profile; a profile without the component names those with it.
+    pub fn resolve_component(
+        &self,
+        found: &Result<crate::torch::Torch>,
+        component: &str,
+    ) -> Result<(PathBuf, Option<String>)> {
+        if let Some(p) = &self.prefix {
+            return Ok((std::path::absolute(p)?, None));
+        }
+        let (profile, why) = self.profile.for_torch(found)?;
+        if let (Some(_), Ok(t), Err(_)) = (&why, found, profile.component(component)) {
+            // Chosen for torch's line, which no profile builds it for.
+            let with: Vec<String> = crate::builder::profile::builtin_names()
+                .iter()
+                .filter_map(|n| Profile::load(n).ok())
+                .filter(|p| p.components.contains_key(component))
+                .map(|p| format!("{} (ROCm {})", p.name, p.rocm.torch_hip))
+                .collect();
+            return Err(crate::error::hint(
+                format!(
+                    "torch {} is for ROCm {}, and the profile of that line, {}, builds no {component}; nothing was changed",
+                    t.version,
+                    crate::version::major_minor(t.rocm()),
+                    profile.name
+                ),
+                format!(
+                    "{component} is built for a torch of these lines: {}; or name a build of yours with --prefix DIR",
+                    with.join(", ")
+                ),
+            ));
+        }
+        profile.component(component)?;
+        let why = why.map(|w| format!("{} {w}", profile.name));
+        Ok((profile.install_prefix_for(component)?, why))
+    }
+
     /// The prefix, the profile it is for (None when --prefix names it and
     /// no profile can be had), and why the profile was chosen.
     pub fn resolve_with_profile(

@@ -54,7 +54,33 @@ pub(crate) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec
     }
 }
 
-pub(crate) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {
+/// What doctor knows beyond the files: the route that fixes rocBLAS for
+/// this torch (a build of it, for a torch its user built), and the
+/// transaction whose rocBLAS torch holds, when one does.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    /// The fix a failing rocBLAS row gets in place of TheRock's torch.
+    pub rocblas: Option<String>,
+    /// "transaction 1 of 2026-...": the install torch's rocBLAS is.
+    pub rocblas_fixed_by: Option<String>,
+}
+
+impl Routes {
+    /// `f` is rocBLAS's library or Tensile directory.
+    fn is_rocblas(f: &Finding) -> bool {
+        f.name == "rocBLAS" || f.name.starts_with("librocblas.so")
+    }
+
+    /// What an ok row of `f` adds: by which transaction, for rocBLAS's.
+    fn fixed(&self, f: &Finding) -> String {
+        match (&self.rocblas_fixed_by, Routes::is_rocblas(f)) {
+            (Some(by), true) => format!(", fixed by {by}"),
+            _ => String::new(),
+        }
+    }
+}
+
+fn rows(findings: &[Finding], judged: &str, routes: &Routes, r: &mut CheckReport) {
     for f in findings {
         match f.kind {
             "miopen-db" => r.push(
@@ -62,13 +88,13 @@ pub(crate) fn rows(findings: &[Finding], judged: &str, r: &mut CheckReport) {
                 Status::Ok,
                 format!("{}: {}", f.path.display(), f.notes.join("; ")),
             ),
-            "tensile" => tensile_row(f, judged, r),
-            _ => library_row(f, judged, r),
+            "tensile" => tensile_row(f, judged, routes, r),
+            _ => library_row(f, judged, routes, r),
         }
     }
 }
 
-fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
+fn library_row(f: &Finding, judged: &str, routes: &Routes, r: &mut CheckReport) {
     let notes = if f.notes.is_empty() {
         String::new()
     } else {
@@ -111,19 +137,20 @@ fn library_row(f: &Finding, judged: &str, r: &mut CheckReport) {
         Some(true) => r.push(
             "library",
             Status::Ok,
-            format!("{head}: {judged} among them{notes}"),
+            format!("{head}: {judged} among them{}{notes}", routes.fixed(f)),
         ),
         Some(false) => missing(
             "library",
             f,
             format!("{head}, none for {judged}"),
             &notes,
+            routes,
             r,
         ),
     }
 }
 
-fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
+fn tensile_row(f: &Finding, judged: &str, routes: &Routes, r: &mut CheckReport) {
     let (lists, notes): (Vec<&String>, Vec<&String>) = f
         .notes
         .iter()
@@ -138,13 +165,17 @@ fn tensile_row(f: &Finding, judged: &str, r: &mut CheckReport) {
         Some(true) => r.push(
             "tensile",
             Status::Ok,
-            format!("{head} has kernels for {judged}{notes}{under}"),
+            format!(
+                "{head} has kernels for {judged}{}{notes}{under}",
+                routes.fixed(f)
+            ),
         ),
         _ => missing(
             "tensile",
             f,
             format!("{head} has no kernels for {judged}"),
             &format!("{notes}{under}"),
+            routes,
             r,
         ),
     }
@@ -161,7 +192,14 @@ fn falls_back(f: &Finding) -> bool {
 /// A library or Tensile directory with no code for the card: what fails,
 /// FAIL or (where torch falls back) warn, and TheRock's torch where it
 /// builds the library for gfx101x.
-fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut CheckReport) {
+fn missing(
+    name: &'static str,
+    f: &Finding,
+    head: String,
+    notes: &str,
+    routes: &Routes,
+    r: &mut CheckReport,
+) {
     let mut notes = notes.to_owned();
     let lib = f.path.file_name().map(|n| n.to_string_lossy().into_owned());
     let (project, ops) = therock::project(lib.as_deref().unwrap_or(""))
@@ -210,6 +248,11 @@ fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut C
             therock::SOURCE
         )
     };
+    // A torch its user built gets its rocBLAS built here.
+    let fix = match (&routes.rocblas, Routes::is_rocblas(f)) {
+        (Some(ours), true) => ours.clone(),
+        _ => fix,
+    };
     r.push_fix(name, status, format!("{head}: {ops}{notes}"), fix);
 }
 
@@ -221,6 +264,17 @@ pub(crate) fn check(
     sysfs: &std::path::Path,
     r: &mut CheckReport,
 ) {
+    check_with(t, gfx_override, sysfs, &Routes::default(), r);
+}
+
+/// [`check`], the rows told the routes doctor knows.
+pub(crate) fn check_with(
+    t: &torch::Torch,
+    gfx_override: Option<&str>,
+    sysfs: &std::path::Path,
+    routes: &Routes,
+    r: &mut CheckReport,
+) {
     let cards: Vec<String> = gpu::scan_all(sysfs)
         .gpus
         .iter()
@@ -228,7 +282,7 @@ pub(crate) fn check(
         .collect();
     let (target, judged) = judged_target(gfx_override, &cards);
     let findings = survey(t, &target, r);
-    rows(&findings, &judged, r);
+    rows(&findings, &judged, routes, r);
     r.libraries = Some(findings);
 }
 

@@ -28,6 +28,9 @@ pub struct StatusReport {
     /// Installed system-route transactions whose system library is no
     /// longer the file the copy was made from: id, library, SHA-256 now.
     pub upgraded: Vec<(u32, PathBuf, String)>,
+    /// Installed rocBLAS transactions: id, and its prefix against its
+    /// MD5SUMS (what it is, or what is wrong).
+    pub rocblas: Vec<(u32, std::result::Result<String, String>)>,
 }
 
 /// What status says where nothing was ever installed: doctor, not a
@@ -49,22 +52,42 @@ pub fn report(prefix: &Path, state: &StateDir) -> Result<StatusReport> {
     };
     let all = state.read()?;
     let journals = all.list;
-    // The journal says what was installed; the file says what is there.
-    let replaced = journals
+    let jobs = crate::checksum::default_jobs();
+    // rocBLAS's set: torch's library and Tensile directory as installed,
+    // the prefix against its MD5SUMS.
+    let mut rocblas = Vec::new();
+    let mut replaced = Vec::new();
+    for j in journals
         .iter()
-        .filter(|j| j.state == State::Installed)
-        .filter_map(|j| match crate::checksum::md5_by_stamp(&j.torch.target) {
-            Ok(m) if m == j.new.md5 => None,
-            Ok(m) => Some((j.id, format!("MD5 {m}"))),
-            Err(e) => Some((j.id, format!("{e:#}"))),
-        })
-        .collect();
+        .filter(|j| j.state == State::Installed && j.set.is_some())
+    {
+        let s = crate::swap::blas::standing(j, jobs);
+        if let Err(what) = s.torch {
+            replaced.push((j.id, what));
+        }
+        rocblas.push((j.id, s.prefix));
+    }
+    // The journal says what was installed; the file says what is there.
+    replaced.extend(
+        journals
+            .iter()
+            .filter(|j| j.state == State::Installed && j.set.is_none())
+            .filter_map(|j| match crate::checksum::md5_by_stamp(&j.torch.target) {
+                Ok(m) if m == j.new.md5 => None,
+                Ok(m) => Some((j.id, format!("MD5 {m}"))),
+                Err(e) => Some((j.id, format!("{e:#}"))),
+            }),
+    );
+    replaced.sort();
+    // A rocBLAS copy is a build, not a fix of the system's file: a
+    // package upgrade of that file leaves it as good as it was.
     let upgraded = journals
         .iter()
-        .filter(|j| j.state == State::Installed)
+        .filter(|j| j.state == State::Installed && j.set.is_none())
         .filter_map(|j| crate::swap::txn::source_changed(j).map(|(l, now)| (j.id, l, now)))
         .collect();
     Ok(StatusReport {
+        rocblas,
         upgraded,
         replaced,
         damaged: all.damaged,
@@ -127,6 +150,13 @@ pub fn transaction_json(j: &Journal) -> serde_json::Value {
         "original": file(&j.original),
         "installed": file(&j.new),
         "backup": j.backup,
+        "component": if j.set.is_some() { "rocblas" } else { "miopen" },
+        "tensile": j.set.as_ref().map(|s| serde_json::json!({
+            "dir": s.dir,
+            "loads": s.loads,
+            "original": s.original,
+            "installed": s.new,
+        })),
         "system": j.system.as_ref().map(|s| serde_json::json!({
             "library": s.library,
             "sha256": s.sha256,
@@ -172,6 +202,10 @@ impl StatusReport {
             "damaged": self.damaged,
             "replaced": self.replaced.iter().map(|(id, now)| serde_json::json!({"id": id, "now": now})).collect::<Vec<_>>(),
             "upgraded": self.upgraded.iter().map(|(id, lib, now)| serde_json::json!({"id": id, "library": lib, "sha256": now})).collect::<Vec<_>>(),
+            "rocblas": self.rocblas.iter().map(|(id, prefix)| match prefix {
+                Ok(ok) => serde_json::json!({"id": id, "prefix_ok": true, "prefix": ok}),
+                Err(bad) => serde_json::json!({"id": id, "prefix_ok": false, "prefix": bad}),
+            }).collect::<Vec<_>>(),
         })
     }
 
@@ -180,14 +214,31 @@ impl StatusReport {
     fn system_lines(&self, j: &Journal, lines: &mut Vec<String>) {
         if let Some(s) = &j.system {
             lines.push(format!(
-                    "            system route: a fixed copy of {} ({}), which is only read; libtorch_hip.so {}",
-                    s.library.display(),
-                    if s.package.is_empty() { "no package's" } else { &s.package },
-                    match &s.edit {
-                        Some(e) => format!("run path {} -> {}", if e.before.is_empty() { "(none)" } else { &e.before }, e.after),
-                        None => "not edited".to_owned(),
-                    }
-                ));
+                "            system route: {} {} ({}), which is only read; libtorch_hip.so {}",
+                if j.set.is_some() {
+                    "a rocBLAS build beside"
+                } else {
+                    "a fixed copy of"
+                },
+                s.library.display(),
+                if s.package.is_empty() {
+                    "no package's"
+                } else {
+                    &s.package
+                },
+                match &s.edit {
+                    Some(e) => format!(
+                        "run path {} -> {}",
+                        if e.before.is_empty() {
+                            "(none)"
+                        } else {
+                            &e.before
+                        },
+                        e.after
+                    ),
+                    None => "not edited".to_owned(),
+                }
+            ));
         }
         if let Some((_, lib, now)) = self.upgraded.iter().find(|(id, ..)| *id == j.id) {
             lines.push(format!(
@@ -220,6 +271,9 @@ impl StatusReport {
         }
         for (id, ..) in &self.upgraded {
             r.push("upgraded", Status::Warn, format!("transaction {id}"));
+        }
+        for (id, _) in self.rocblas.iter().filter(|(_, p)| p.is_err()) {
+            r.push("prefix", Status::Warn, format!("transaction {id}"));
         }
         for j in &self.installed {
             r.push("installed", Status::Ok, format!("transaction {}", j.id));
@@ -313,18 +367,36 @@ impl StatusReport {
             lines.push("installed:  nowhere".to_owned());
         }
         for j in &self.installed {
+            let what = match &j.set {
+                Some(set) => format!(
+                    "{} and {} ({} files), rocBLAS",
+                    j.torch.target.display(),
+                    set.dir.display(),
+                    set.new.files
+                ),
+                None => j.torch.target.display().to_string(),
+            };
             lines.push(format!(
-                "installed:  {} (transaction {}, {}), MD5 {}, layout {}",
-                j.torch.target.display(),
+                "installed:  {what} (transaction {}, {}), MD5 {}, layout {}",
                 j.id,
                 j.created,
                 j.new.md5,
                 j.layout()
             ));
             self.system_lines(j, &mut lines);
+            if let Some((_, prefix)) = self.rocblas.iter().find(|(id, _)| *id == j.id) {
+                lines.push(match prefix {
+                    Ok(ok) => format!("            from {}: {ok}", j.build.prefix.display()),
+                    Err(bad) => format!(
+                        "            from {}, but {bad}: torch is unchanged; `rdna1-patch build rocblas` makes the prefix whole again",
+                        j.build.prefix.display()
+                    ),
+                });
+            }
             if let Some((_, now)) = self.replaced.iter().find(|(id, _)| *id == j.id) {
                 lines.push(format!(
-                    "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install --into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",
+                    "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install {}--into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",
+                    if j.set.is_some() { "rocblas " } else { "" },
                     j.id
                 ));
             }

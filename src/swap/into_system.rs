@@ -11,9 +11,7 @@ use anyhow::{Context, Result};
 use crate::error::hint;
 use crate::fsutil;
 use crate::swap::relink;
-use crate::swap::relink::edited_run_path;
 use crate::swap::txn::{self, AddSystem, BuildRec, SwapOutcome};
-use crate::torch::system::copy_run_path;
 use crate::torch::{self, Torch};
 use crate::ui::Ui;
 
@@ -47,14 +45,10 @@ pub fn install(
     let _lock = locked.lock_target(&torch.library)?;
     let staged = locked.state.staged_path("system-copy");
     let result = (|| -> Result<_> {
-        fsutil::copy_synced(build.library, &staged, 0o755)?;
         let sys = torch
             .system()
             .context("not a torch on the system's MIOpen")?;
-        let own = crate::elf::read_dynamic(&sys.library)?;
-        let kind_rpath = own.runpath.is_none() && own.rpath.is_some();
-        let run_path = copy_run_path(&sys.library, own.runpath.or(own.rpath).as_deref());
-        relink::set_run_path(&staged, &run_path, kind_rpath)?;
+        let run_path = relink::copy_beside(build.library, sys, &staged)?;
         let md5 = crate::checksum::md5_file(&staged)?;
         // Over an install of ours whose fix is of an older system library:
         // out with it first, then torch is looked at afresh.
@@ -83,19 +77,12 @@ pub fn install(
             crate::torch::system::describe_owner(&sys.owner, &sys.library)
         ));
         let hip_staged = locked.state.staged_path("libtorch_hip.so");
-        let hip_edited = if sys.origin_first || sys.copy.is_some() {
-            None
-        } else {
-            fsutil::copy_synced(&sys.hip, &hip_staged, 0o755)?;
-            relink::set_run_path(
-                &hip_staged,
-                &edited_run_path(sys.run_path.as_deref()),
-                sys.rpath,
-            )?;
-            Some(hip_staged.as_path())
-        };
+        let hip_edited = relink::hip_with_origin(sys, &hip_staged)?;
         let add = AddSystem {
             torch: &torch,
+            sys,
+            copy_at: &torch.library,
+            tensile: None,
             build: BuildRec {
                 relink: format!("RUNPATH -> {run_path}"),
                 ..build.rec.clone()

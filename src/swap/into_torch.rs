@@ -62,10 +62,15 @@ impl Build {
 /// The prefix's records are readable, every file matches MD5SUMS, and the
 /// library is an x86-64 shared object with the SONAME the build declared.
 pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
+    check_build_of(prefix, jobs, "miopen")
+}
+
+/// [`check_build`] of a build of `component`, whose command the help names.
+pub fn check_build_of(prefix: &Path, jobs: usize, component: &str) -> Result<Build> {
     let opened = Prefix::open(prefix).map_err(|e| match e {
         OpenError::Provenance(e) => hint(
             format!("no usable build: {e:#}"),
-            "run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
+            format!("run `rdna1-patch build {component}` first, or point --prefix at the prefix it installed to"),
         ),
         OpenError::Md5sums(e, _) => e,
     })?;
@@ -76,7 +81,9 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
                 prefix.display(),
                 list.join("\n  ")
             ),
-            "rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)",
+            format!(
+                "rebuild and reinstall it with `rdna1-patch build {component}` (a no-op build reinstalls the prefix from the build dir)"
+            ),
         ));
     }
     let Prefix {
@@ -460,7 +467,7 @@ fn in_place<'a>(
 }
 
 /// What HSA_OVERRIDE_GFX_VERSION must be with this torch, when its GPU code says.
-fn warn_about_override(torch: &Torch, ui: &Ui) {
+pub(crate) fn warn_about_override(torch: &Torch, ui: &Ui) {
     if let Ok(Some(code)) = torch.gpu_code()
         && !code.all_targets().is_empty()
     {
@@ -475,7 +482,7 @@ fn warn_about_override(torch: &Torch, ui: &Ui) {
 /// What refuses a torch before anything is written: one another user
 /// controls (its library, or any file of the package, run as root), or
 /// one whose path is not UTF-8, which its journal could not record.
-fn ensure_may_change(torch: &Torch) -> Result<()> {
+pub(crate) fn ensure_may_change(torch: &Torch) -> Result<()> {
     txn::ensure_root_may_change(torch.system().map_or(&torch.target, |s| &s.hip))?;
     crate::owner::ensure_root_may_trust_torch(&torch.dir)?;
     ensure_text_path(torch)
@@ -500,7 +507,7 @@ fn ensure_text_path(torch: &Torch) -> Result<()> {
 }
 
 /// Settle what killed runs left; refuse a torch whose transaction is open.
-fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
+pub(crate) fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()> {
     ensure_may_change(torch)?;
     let recovery = txn::recover(locked)?;
     for note in &recovery.notes {

@@ -5,6 +5,7 @@
 //! `advice` says what HSA_OVERRIDE_GFX_VERSION torch's GPU code needs.
 
 pub(crate) mod advice;
+pub(crate) mod blas;
 pub(crate) mod dry_run;
 pub(crate) mod into_system;
 pub(crate) mod into_torch;

@@ -85,22 +85,48 @@ fn restored(j: &txn::Journal, already: bool, ui: &Ui) {
             ),
             None => String::new(),
         };
+        let copy = match &j.set {
+            Some(set) => format!(
+                "the rocBLAS copy {} and {}",
+                j.torch.target.display(),
+                set.dir.display()
+            ),
+            None => format!("the fixed copy {}", j.torch.target.display()),
+        };
         return ui.stage(
             "Restored",
             format!(
-                "transaction {}: took the fixed copy {} out{hip}; torch loads the system's {} again{}",
+                "transaction {}: took {copy} out{hip}; torch loads the system's {} again{}",
                 j.id,
-                j.torch.target.display(),
                 s.library.display(),
                 if already { " (it already did)" } else { "" }
             ),
         );
     }
-    let how = if already {
-        "the original was already in place"
-    } else {
-        "copied back from the backup"
+    let how = match (already, &j.set) {
+        (true, _) => "the original was already in place",
+        (false, None) => "copied back from the backup",
+        (false, Some(_)) => "copied back from the backups",
     };
+    if let Some(set) = &j.set {
+        let dir = match &set.original {
+            Some(t) => format!(
+                "{} holds torch's own {} file(s) again",
+                set.dir.display(),
+                t.files
+            ),
+            None => format!("{} is gone again, as torch had none", set.dir.display()),
+        };
+        return ui.stage(
+            "Restored",
+            format!(
+                "transaction {}: {} is the original again (MD5 {}) and {dir}, {how}",
+                j.id,
+                j.torch.target.display(),
+                j.original.md5
+            ),
+        );
+    }
     ui.stage(
         "Restored",
         format!(

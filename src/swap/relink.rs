@@ -132,6 +132,32 @@ pub fn set_run_path(file: &Path, path: &str, rpath: bool) -> Result<()> {
     Ok(())
 }
 
+/// The system route's copy of `library`, staged at `to`, with the run
+/// path a copy beside the system's `sys.library` needs (that library's
+/// directory first, so that what it needs resolves as the system's did,
+/// and of the kind the system's file has); the run path.
+pub fn copy_beside(library: &Path, sys: &crate::torch::System, to: &Path) -> Result<String> {
+    crate::fsutil::copy_synced(library, to, 0o755)?;
+    let own = elf::read_dynamic(&sys.library)?;
+    let kind_rpath = own.runpath.is_none() && own.rpath.is_some();
+    let run_path =
+        crate::torch::system::copy_run_path(&sys.library, own.runpath.or(own.rpath).as_deref());
+    set_run_path(to, &run_path, kind_rpath)?;
+    Ok(run_path)
+}
+
+/// libtorch_hip.so with `$ORIGIN` ahead in its run path, staged at `to`,
+/// when torch/lib is not searched first (None: it needs no edit, or a
+/// copy of ours already had it made).
+pub fn hip_with_origin<'a>(sys: &crate::torch::System, to: &'a Path) -> Result<Option<&'a Path>> {
+    if sys.origin_first || sys.copy.is_some() {
+        return Ok(None);
+    }
+    crate::fsutil::copy_synced(&sys.hip, to, 0o755)?;
+    set_run_path(to, &edited_run_path(sys.run_path.as_deref()), sys.rpath)?;
+    Ok(Some(to))
+}
+
 fn patchelf(args: &[OsString]) -> Result<()> {
     // Run from an absolute PATH entry only, and as root only from one no
     // one else can change (`owner::find_program`).

@@ -107,23 +107,59 @@ fn first_is_origin(run_path: Option<&str>, lib_dir: &Path) -> bool {
         )
 }
 
-/// What torch's libtorch_hip.so loads as its MIOpen when that is not
-/// torch's own: the system's file, or our fixed copy of it (whose run
-/// path names the system's directory). None when torch has no
-/// libtorch_hip.so, it needs no MIOpen, or torch's own is what it loads.
-pub fn detect(torch_dir: &Path) -> Result<Option<System>> {
+/// What torch's libtorch_hip.so loads by a name starting with `stem`
+/// (`libMIOpen.so`, `librocblas.so`), as the loader would find it: read
+/// from the ELF files, nothing run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loads {
+    /// The name libtorch_hip.so needs (DT_NEEDED), e.g. librocblas.so.4.
+    pub needed: String,
+    /// The file the loader takes for it, by its real path.
+    pub loaded: PathBuf,
+    /// torch/lib/libtorch_hip.so.
+    pub hip: PathBuf,
+    /// Its run path as written, and whether it is a DT_RPATH.
+    pub run_path: Option<String>,
+    pub rpath: bool,
+    /// torch's lib dir comes first in that run path.
+    pub origin_first: bool,
+}
+
+impl Loads {
+    /// torch/lib/<needed>: the bundled file's name, or where a copy goes.
+    pub fn in_lib(&self) -> PathBuf {
+        self.hip
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(&self.needed)
+    }
+
+    /// The system layout's record for `library` (the system's file, only
+    /// read) and `copy` (ours in torch/lib, when installed).
+    pub fn system(self, library: PathBuf, copy: Option<PathBuf>) -> System {
+        System {
+            owner: packages::owner(&library),
+            library,
+            needed: self.needed,
+            hip: self.hip,
+            run_path: self.run_path,
+            rpath: self.rpath,
+            origin_first: self.origin_first,
+            copy,
+        }
+    }
+}
+
+/// What torch's libtorch_hip.so loads by `stem`; None when torch has no
+/// libtorch_hip.so, it needs no such library, or nothing is found for it.
+pub fn loads(torch_dir: &Path, stem: &str) -> Result<Option<Loads>> {
     let lib_dir = torch_dir.join("lib");
     let hip = lib_dir.join("libtorch_hip.so");
     if !hip.is_file() {
         return Ok(None);
     }
     let dynamic = crate::elf::read_dynamic(&hip)?;
-    let Some(needed) = dynamic
-        .needed
-        .iter()
-        .find(|n| n.starts_with("libMIOpen.so"))
-        .cloned()
-    else {
+    let Some(needed) = dynamic.needed.iter().find(|n| n.starts_with(stem)).cloned() else {
         return Ok(None);
     };
     let deps = crate::loader::resolve(&hip, &[])?;
@@ -134,30 +170,39 @@ pub fn detect(torch_dir: &Path) -> Result<Option<System>> {
     else {
         return Ok(None);
     };
-    let loaded = loaded.canonicalize().unwrap_or(loaded);
-    let (library, copy) = if loaded.starts_with(torch_dir) {
-        // Ours only: a file named as torch needs it, carrying our markers.
-        if loaded != lib_dir.join(&needed)
-            || !crate::checksum::scan_file(&loaded, crate::kernel_text::MARKER_PREFIX.as_bytes())
-                .is_ok_and(|k| k.holds)
-        {
-            return Ok(None);
-        }
-        (source_of_copy(&loaded, &needed)?, Some(loaded))
-    } else {
-        (loaded, None)
-    };
     let run_path = dynamic.runpath.clone().or(dynamic.rpath.clone());
-    Ok(Some(System {
+    Ok(Some(Loads {
+        loaded: loaded.canonicalize().unwrap_or(loaded),
         origin_first: first_is_origin(run_path.as_deref(), &lib_dir),
         rpath: dynamic.runpath.is_none() && dynamic.rpath.is_some(),
         run_path,
-        owner: packages::owner(&library),
-        library,
         needed,
         hip,
-        copy,
     }))
+}
+
+/// What torch's libtorch_hip.so loads as its MIOpen when that is not
+/// torch's own: the system's file, or our fixed copy of it (whose run
+/// path names the system's directory). None when torch has no
+/// libtorch_hip.so, it needs no MIOpen, or torch's own is what it loads.
+pub fn detect(torch_dir: &Path) -> Result<Option<System>> {
+    let Some(l) = loads(torch_dir, "libMIOpen.so")? else {
+        return Ok(None);
+    };
+    if !l.loaded.starts_with(torch_dir) {
+        let library = l.loaded.clone();
+        return Ok(Some(l.system(library, None)));
+    }
+    // Ours only: a file named as torch needs it, carrying our markers.
+    if l.loaded != l.in_lib()
+        || !crate::checksum::scan_file(&l.loaded, crate::kernel_text::MARKER_PREFIX.as_bytes())
+            .is_ok_and(|k| k.holds)
+    {
+        return Ok(None);
+    }
+    let library = source_of_copy(&l.loaded, &l.needed)?;
+    let copy = l.loaded.clone();
+    Ok(Some(l.system(library, Some(copy))))
 }
 
 /// The system library a copy of ours was made from: the first directory

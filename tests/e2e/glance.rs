@@ -11,8 +11,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::answer::{doctor, lines_are};
-use crate::in_place::{install, torch_with_code};
-use crate::support::Sandbox;
+use crate::in_place::{HIP64, install, torch_of};
+use crate::support::{FakeTorch, Sandbox};
 
 /// What Debian's librocblas 6.4 is built for, as far as this clang goes:
 /// ten targets, gfx1010 among them, gfx1012 not.
@@ -27,7 +27,7 @@ const GLANCE: usize = 160;
 /// The GPU code, built once per run: a ten-target librocblas.so, a plain
 /// code object per target, and a libtorch_hip.so with gfx1010 and gfx1012
 /// code that loads librocblas and MIOpen from its own directory.
-fn debian_code(torch_lib: &Path) -> &'static Path {
+pub(crate) fn debian_code(torch_lib: &Path) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("glance");
@@ -54,7 +54,16 @@ fn debian_torch() -> Sandbox {
     let sb = Sandbox::new();
     sb.at_a_glance();
     sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
-    let torch = torch_with_code(&sb, &["gfx1010", "gfx1012"]);
+    debian_torch_in(&sb, "2.6.0+rocm6.4");
+    sb
+}
+
+/// In `sb`, a torch `version` (ROCm 6.4) for gfx1010 and gfx1012 that
+/// bundles a rocBLAS laid out as Debian's: librocblas.so with code for ten
+/// targets, none gfx1012, and torch/lib/rocblas/library with 54 generic
+/// catalogues and a code object per target.
+pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
+    let torch = torch_of(sb, version, HIP64, &["gfx1010", "gfx1012"]);
     let code = debian_code(&torch.lib);
     std::fs::copy(
         code.join("hip/libtorch_hip.so"),
@@ -66,8 +75,15 @@ fn debian_torch() -> Sandbox {
         torch.lib.join("librocblas.so"),
     )
     .unwrap();
-    let tensile = torch.lib.join("rocblas/library");
-    std::fs::create_dir_all(&tensile).unwrap();
+    debian_tensile(&torch.lib.join("rocblas/library"), code);
+    torch
+}
+
+/// A Tensile directory `tensile` as Debian's rocBLAS 6.4 has it: 54
+/// generic `*_fallback.dat` catalogues and a code object for each of the
+/// ten targets, none gfx1012 (from [`debian_code`]'s `code`).
+pub(crate) fn debian_tensile(tensile: &Path, code: &Path) {
+    std::fs::create_dir_all(tensile).unwrap();
     for ty in [
         "4xi8I", "BB", "BS", "CC", "DD", "HH", "HS", "I8I", "SS", "ZZ",
     ] {
@@ -101,7 +117,6 @@ fn debian_torch() -> Sandbox {
         )
         .unwrap();
     }
-    sb
 }
 
 /// Every line of `out` fits in a glance.

@@ -344,7 +344,8 @@ fn an_rx_5500_xt_gets_nothing_from_a_rocblas_built_for_gfx1010() {
 }
 
 /// A torch on the system route: libtorch_hip.so loads the system's
-/// rocBLAS through its RUNPATH, and that is the file read.
+/// rocBLAS through its RUNPATH, and that is the file read. Such a torch
+/// is its user's build: the fix is a build of rocBLAS for the card.
 #[test]
 fn a_library_found_through_the_system_route_is_read() {
     let sb = Sandbox::new();
@@ -373,7 +374,17 @@ fn a_library_found_through_the_system_route_is_read() {
     assert_eq!(
         row_with_fix(&out, "library"),
         format!(
-            "FAIL  library   librocblas.so at {s} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                {THEROCK_ROCBLAS}"
+            "FAIL  library   librocblas.so at {s} has code for gfx1030, none for gfx1010 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's GEMM convolutions fail\n                {}",
+            crate::rocblas_system::BUILD_ROUTE
+                .trim_start()
+                .replace("gfx1012", "gfx1010")
+                .replace(
+                    "fix: ",
+                    &format!(
+                        "{}\n                fix: ",
+                        THEROCK_ROCBLAS.lines().next().unwrap()
+                    )
+                )
         ),
         "{out}"
     );

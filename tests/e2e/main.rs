@@ -45,6 +45,8 @@ mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;
 mod rocblas;
+mod rocblas_swap;
+mod rocblas_system;
 mod rocm_sdk;
 mod rollback;
 mod root_cache;

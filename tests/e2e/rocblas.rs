@@ -29,7 +29,7 @@ fn build(sb: &Sandbox, rb: &RocblasFixture, extra: &[&str], fault: Option<&str>)
 
 /// Every line of stderr matches `expected`'s line, `[..]` any text.
 #[track_caller]
-fn stderr_is(run: &Run, expected: &str) {
+pub(crate) fn stderr_is(run: &Run, expected: &str) {
     let got: Vec<&str> = run.stderr.lines().collect();
     let want: Vec<&str> = expected.lines().collect();
     let same = got.len() == want.len() && got.iter().zip(&want).all(|(g, w)| line_matches(w, g));
@@ -357,4 +357,48 @@ fn a_rocblas_plan_says_no_miopen_route() {
         "{}",
         run.stdout
     );
+}
+
+/// A ROCm without llvm/bin (Debian's layout): the compiler and Tensile's
+/// assembler and bundler all come from HIP's clang dir, which one question
+/// to hipconfig names, asked once for both.
+#[test]
+fn a_rocm_without_llvm_bin_asks_hipconfig_once() {
+    let (sb, rb) = sandbox();
+    std::fs::remove_dir_all(rb.rocm.join("llvm")).unwrap();
+    let clang_dir = rb.root.join("hip-clang");
+    std::fs::create_dir_all(&clang_dir).unwrap();
+    let asked = rb.root.join("asked");
+    let script = |path: &Path, body: &str| {
+        std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script(&clang_dir.join("clang++"), "exec clang++ \"$@\"");
+    script(&clang_dir.join("clang-offload-bundler"), "exit 0");
+    std::fs::create_dir_all(rb.rocm.join("bin")).unwrap();
+    script(
+        &rb.rocm.join("bin/hipconfig"),
+        &format!(
+            "echo \"$@\" >> {}\nprintf %s {}",
+            asked.display(),
+            clang_dir.display()
+        ),
+    );
+    let run = build(&sb, &rb, &["--dry-run"], None).ok();
+    assert_eq!(
+        std::fs::read_to_string(&asked).unwrap(),
+        "--hipclangpath\n",
+        "{}",
+        run.stdout
+    );
+    let c = clang_dir.display();
+    run.prints(&format!(
+        "compiler:  {}/llvm/bin/amdclang++ is not there; using HIP's clang in {c} (hipconfig --hipclangpath)\n",
+        rb.rocm.display()
+    ))
+    .prints(&format!(
+        "tensile:   assembler and offload bundler from HIP's clang in {c} ({} has no llvm/bin, where Tensile looks)\n",
+        rb.rocm.display()
+    ));
 }

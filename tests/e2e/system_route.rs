@@ -137,7 +137,7 @@ impl SystemTorch {
     }
 }
 
-fn patchelf(args: &[&str], file: &Path) {
+pub(crate) fn patchelf(args: &[&str], file: &Path) {
     let out = std::process::Command::new("patchelf")
         .args(args)
         .arg(file)

@@ -3,7 +3,9 @@
 //! (`build --from` over an earlier pull), with a large library, and after
 //! each kill check that nothing is stuck, nothing is partial, the earlier
 //! pulled prefix is whole, and nothing is left in $TMPDIR. Not in CI: it
-//! runs for minutes and its point is the random instants.
+//! runs for minutes and its point is the random instants. `--route
+//! system` is MIOpen's system route (`killtest_system`), `--route rocblas`
+//! rocBLAS's set (`killtest_rocblas`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -175,29 +177,35 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64
         | 1;
-    let mut system = false;
+    let mut route = "swap".to_owned();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().context("a value after the flag");
         match a.as_str() {
             "--route" => match value()?.as_str() {
-                "system" => system = true,
-                "swap" => system = false,
-                other => bail!("unknown route {other}: swap (the default) or system"),
+                r @ ("system" | "swap" | "rocblas") => route = r.to_owned(),
+                other => bail!("unknown route {other}: swap (the default), system or rocblas"),
             },
             "--runs" => runs = value()?.parse()?,
             "--size-mb" => size_mb = value()?.parse()?,
             "--seed" => seed = value()?.parse::<u64>()? | 1,
             other => {
-                bail!("unknown argument {other}: --runs N --size-mb M --seed S --route swap|system")
+                bail!(
+                    "unknown argument {other}: --runs N --size-mb M --seed S --route swap|system|rocblas"
+                )
             }
         }
+    }
+    if route == "rocblas" {
+        crate::killtest_rocblas::needs()?;
     }
     // Release: the runs are bound by hashing and copying a large file.
     run(crate::cargo().args(["build", "--quiet", "--release", "--bin", "rdna1-patch"]))?;
     let bin = crate::killtest_system::release_binary(root);
-    if system {
-        return crate::killtest_system::killtest(bin, runs, size_mb, seed);
+    match route.as_str() {
+        "system" => return crate::killtest_system::killtest(bin, runs, size_mb, seed),
+        "rocblas" => return crate::killtest_rocblas::killtest(bin, runs, size_mb, seed),
+        _ => {}
     }
     let dir = tempfile::Builder::new()
         .prefix("rdna1-patch-killtest-")

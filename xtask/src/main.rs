@@ -18,6 +18,7 @@ mod figures;
 mod fuzz;
 mod gpucode;
 mod killtest;
+mod killtest_rocblas;
 mod killtest_system;
 mod needs;
 mod rng;
@@ -94,7 +95,7 @@ tasks:
              [--seconds N] [--jobs J] [--target elf|pull|kernels]
   killtest   kill -9 installs, rollbacks, publishes and pulls at random
              instants, check nothing is stuck, damaged or left behind
-             [--runs N] [--size-mb M] [--seed S] [--route system]
+             [--runs N] [--size-mb M] [--seed S] [--route system|rocblas]
   rocm-env   a Debian chroot with ROCm (built once under target/, with
              mmdebstrap), and a command run in it with the release binary
              [--suite unstable|experimental] [--miopen-src DIR] [-- COMMAND...]

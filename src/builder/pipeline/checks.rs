@@ -24,8 +24,9 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// The staged result, and what it must be.
-pub(super) struct Set<'a> {
+/// The staged result (or an installed prefix, checked again before it
+/// goes into torch), and what it must be.
+pub struct Set<'a> {
     /// The staged prefix.
     pub root: &'a Path,
     /// Its files, relative to it.
@@ -38,6 +39,19 @@ pub(super) struct Set<'a> {
 
 /// At most this many files are named in one problem.
 const NAMED: usize = 3;
+
+/// The build's targets as GPU_TARGETS names them, features left out.
+pub fn targets_of(gpu_targets: Option<&String>) -> Vec<String> {
+    gpu_targets
+        .map(|t| {
+            t.split(';')
+                .filter_map(|t| t.split(':').next())
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 impl Set<'_> {
     /// What was checked, or why the result is refused.
@@ -188,17 +202,7 @@ impl super::BuildPlan<'_> {
             .filter_map(|p| p.strip_prefix(&self.prefix).ok())
             .map(|p| p.display().to_string())
             .collect();
-        let targets: Vec<String> = self
-            .defines
-            .get("GPU_TARGETS")
-            .map(|t| {
-                t.split(';')
-                    .filter_map(|t| t.split(':').next())
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let targets = targets_of(self.defines.get("GPU_TARGETS"));
         if targets.is_empty() {
             if self.component.tensile.is_some() {
                 ui.warn("no GPU_TARGETS: the result's GPU code was not checked against targets");

@@ -27,7 +27,7 @@ use crate::prefix::{self, Provenance};
 use crate::share::choose::{Choice, Want};
 use crate::ui::Ui;
 
-mod checks;
+pub mod checks;
 mod dry_run;
 mod identity;
 mod patches;
@@ -237,6 +237,31 @@ impl BuildPlan<'_> {
         }
     }
 
+    /// A prefix holding another component's build (a profile's own
+    /// `prefix`, or --prefix) is not this build's to replace.
+    fn refuse_other_component(&self) -> Result<()> {
+        let Ok(there) = Provenance::read(&self.prefix) else {
+            return Ok(());
+        };
+        if there.component == self.opts.component {
+            return Ok(());
+        }
+        Err(hint(
+            format!(
+                "the prefix {} holds a {} build (profile {}); installing {} there would replace it; nothing was built",
+                self.prefix.display(),
+                there.component,
+                there.profile,
+                self.opts.component
+            ),
+            format!(
+                "give this build a prefix of its own: --prefix DIR (e.g. {}-{})",
+                self.prefix.display(),
+                self.opts.component
+            ),
+        ))
+    }
+
     /// The route's line, once, waiting for the look if it still runs.
     fn say_route(&self, ui: &Ui) {
         if let Some(route) = self.opts.route.take() {
@@ -257,6 +282,7 @@ impl BuildPlan<'_> {
         self.check_work_dirs()?;
         if stop >= Stage::Install {
             prefix::preflight(&self.prefix)?;
+            self.refuse_other_component()?;
         }
         // Report a missing tool before the long fetch, not after it.
         let tools = if stop >= Stage::Configure {

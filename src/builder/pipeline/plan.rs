@@ -12,7 +12,7 @@ impl Options {
             |p: &Path| std::path::absolute(p).with_context(|| format!("bad path {}", p.display()));
         let prefix = match &self.prefix {
             Some(p) => absolute(p)?,
-            None => absolute(&self.profile.install_prefix()?)?,
+            None => absolute(&self.profile.install_prefix_for(&self.component)?)?,
         };
         let rocm = absolute(self.rocm.as_deref().unwrap_or(&self.profile.rocm.path))?;
         let launcher =
@@ -36,10 +36,12 @@ impl Options {
         let asked = defines.clone();
         let source_patches = series.patches.len();
         let compat = self.meet_compat(component, &rocm, &mut series, &mut defines)?;
-        let compiler_note = self.find_hip_clang(&rocm, &mut defines);
+        // One question to hipconfig serves the compiler and Tensile's tools.
+        let hip = tools::HipClang::new(&rocm);
+        let compiler_note = self.find_hip_clang(&hip, &mut defines);
         // Tensile, built beside a library (rocBLAS), runs an assembler and
         // a bundler of its own finding.
-        let tensile_tools = tensile_tools(&with, &rocm);
+        let tensile_tools = tensile_tools(&with, &hip);
         let targets_note = self.choose_gpu_targets(&mut defines);
         // The profile's and the user's own launcher defines win.
         for (k, v) in launcher.iter().flat_map(|l| l.defines()) {
@@ -185,7 +187,7 @@ impl Options {
     /// `hipconfig --hipclangpath` names, and say so.
     fn find_hip_clang(
         &self,
-        rocm: &Path,
+        hip: &tools::HipClang,
         defines: &mut std::collections::BTreeMap<String, String>,
     ) -> Option<String> {
         let given = |k: &str| self.defines.iter().any(|(d, _)| d == k);
@@ -193,7 +195,7 @@ impl Options {
         if given("CMAKE_CXX_COMPILER") {
             return None;
         }
-        let tools::CxxChoice::HipClang(dir) = tools::choose_cxx(cxx, rocm) else {
+        let tools::CxxChoice::HipClang(dir) = tools::choose_cxx(cxx, hip) else {
             return None;
         };
         let was = cxx.clone();
@@ -219,9 +221,12 @@ impl Options {
 }
 
 /// [`tools::tensile_tools`] for a build that fetches Tensile beside it.
-fn tensile_tools(with: &[With], rocm: &Path) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
+fn tensile_tools(
+    with: &[With],
+    hip: &tools::HipClang,
+) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
     with.iter()
         .any(|w| w.name == "tensile")
-        .then(|| tools::tensile_tools(rocm))
+        .then(|| tools::tensile_tools(hip))
         .flatten()
 }

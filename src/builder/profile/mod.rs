@@ -199,9 +199,19 @@ pub fn default_prefix(profile: &str) -> Result<PathBuf> {
 impl Profile {
     /// Where `build` installs this profile, unless `--prefix` says.
     pub fn install_prefix(&self) -> Result<PathBuf> {
-        match &self.prefix {
-            Some(p) => Ok(p.clone()),
-            None => default_prefix(&self.name),
+        self.install_prefix_for("miopen")
+    }
+
+    /// Where `build` installs `component`, unless `--prefix` says: the
+    /// profile's prefix for MIOpen, and one named for the component beside
+    /// it for any other (`rocm-6.4.3-rocblas`), so that two builds of one
+    /// profile never replace each other; a profile that sets `prefix` has
+    /// it for each (`build` refuses one component's build over another's).
+    pub fn install_prefix_for(&self, component: &str) -> Result<PathBuf> {
+        match (&self.prefix, component) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, "miopen") => default_prefix(&self.name),
+            (None, other) => default_prefix(&format!("{}-{other}", self.name)),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::inspect::libraries;
 use crate::swap::advice;
 use crate::torch;
 
+mod blas;
 mod toolchain;
 mod torch_side;
 
@@ -63,7 +64,14 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
     gfx_override(req, &cards, side.gfx101x, &mut r);
     // Every GPU library torch loads, read for the card.
     if let Ok(t) = &req.stack.torch {
-        libraries::check(t, req.gfx_override.as_deref(), &req.stack.sysfs, &mut r);
+        let routes = blas::routes(req, t);
+        libraries::check_with(
+            t,
+            req.gfx_override.as_deref(),
+            &req.stack.sysfs,
+            &routes,
+            &mut r,
+        );
     }
     if side.route == Route::Build || req.all {
         build_tools(&mut r);

@@ -113,7 +113,7 @@ pub(super) fn compiler(req: &DoctorRequest, r: &mut CheckReport) {
         }
         return;
     };
-    match tools::choose_cxx(cxx, &rocm) {
+    match tools::choose_cxx(cxx, &tools::HipClang::new(&rocm)) {
         tools::CxxChoice::Present => {
             r.push("compiler", Status::Ok, format!("{cxx} (the profile's)"))
         }

@@ -11,6 +11,7 @@ use crate::torch::{self, Locator, Torch};
 use anyhow::Result;
 
 mod battery;
+mod blas;
 mod cases;
 mod installed;
 mod judge;
@@ -152,10 +153,23 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
     // one JSON document of --json, is still printed whole.
     let _hold = req.smoke.then(crate::interrupt::Hold::start);
     let mut r = CheckReport::default();
+    let rocblas = blas::installed(&req.state);
     // The battery runs without a prefix too: on a torch never fixed, it
     // says what the fix is for.
     let (torch, install) = match check_prefix(req, &mut r) {
-        Some((prov, library)) => installed(req, &prov, &library, &mut r)?,
+        // A rocBLAS prefix named: its install, as torch holds it.
+        Some((prov, _)) if prov.component == "rocblas" => {
+            blas::named(req, &rocblas, &mut r);
+            return Ok(VerifyReport {
+                checks: r,
+                smoke: None,
+            });
+        }
+        Some((prov, library)) => {
+            let (t, i) = installed(req, &prov, &library, &mut r)?;
+            blas::rows(&rocblas, t.as_ref(), req.jobs, &mut r);
+            (t, i)
+        }
         None if req.smoke => {
             let journals = req.state.read().map(|a| a.list).unwrap_or_default();
             let torch = find_torch(req, &journals, &mut r);
@@ -179,9 +193,13 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             let named = req.torch.clone().or_else(|| {
                 (req.compile || req.runtime).then(|| Locator::Python(req.python.clone()))
             });
+            // Only rocBLAS installed: its torch.
+            let named =
+                named.or_else(|| rocblas.first().map(|j| Locator::Dir(j.torch.dir.clone())));
             if let Some(loc) = named
                 && let Some(t) = torch_at(&loc, &mut r)
             {
+                blas::rows(&rocblas, Some(&t), req.jobs, &mut r);
                 libraries(req, &t, &mut r);
                 if req.compile {
                     let k = &req.compile_for;
@@ -193,7 +211,11 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
             }
             // Nothing of ours is installed: a check of an install found
             // nothing to check, which is no pass.
-            if !req.compile && !req.prefix_named && req.state.installed_prefix().is_none() {
+            if !req.compile
+                && !req.prefix_named
+                && req.state.installed_prefix().is_none()
+                && rocblas.is_empty()
+            {
                 r.unfinished = Some(
                     "nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs"
                         .into(),

@@ -167,8 +167,12 @@ fn no_prefix_needed(req: &VerifyRequest, e: &anyhow::Error, r: &mut CheckReport)
     let detail = if nothing_installed {
         // Not the default profile's prefix: a build the user's torch may
         // not need is not named.
+        let what = match super::blas::installed(&req.state).is_empty() {
+            true => "rdna1-patch install",
+            false => "MIOpen of rdna1-patch's (rocBLAS's has its own row)",
+        };
         format!(
-            "no rdna1-patch install in {} to check; {then}",
+            "no {what} in {} to check; {then}",
             req.state.root().display()
         )
     } else if req.smoke {

@@ -236,6 +236,7 @@ pub(super) fn new_journal(
         },
         inherits,
         system: None,
+        set: None,
     })
 }
 
@@ -246,7 +247,7 @@ pub(super) fn new_journal(
 /// (`fsutil::link_own`). Else a copy. Either is read back before the
 /// rename, so a file that is not the new library never takes torch's
 /// name; the rename does not change bytes.
-fn write_temp(
+pub(super) fn write_temp(
     staged: &Path,
     written: Option<&fsutil::Stamp>,
     temp: &Path,

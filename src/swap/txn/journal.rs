@@ -126,7 +126,35 @@ pub struct Journal {
     /// torch/lib, `original` and `backup` are libtorch_hip.so's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemRec>,
+    /// rocBLAS (`txn::set`): the target is its library, and its Tensile
+    /// directory goes with it, the two one set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<SetRec>,
 }
+
+/// rocBLAS's Tensile directory, which a transaction replaces (or, on the
+/// system route, adds) together with the library it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetRec {
+    /// The name libtorch_hip.so loads the library by, in torch/lib.
+    pub loads: String,
+    /// torch/lib/rocblas/library.
+    pub dir: PathBuf,
+    /// The directory torch had there; None when it had none.
+    pub original: Option<super::tree::TreeRec>,
+    pub new: super::tree::TreeRec,
+    /// Whether the transaction made torch/lib/rocblas (rollback takes it
+    /// away again).
+    #[serde(default)]
+    pub made_parent: bool,
+}
+
+/// Where rocBLAS's Tensile directory lies, relative to the library: where
+/// rocBLAS itself looks for it, beside the file it was loaded from.
+pub const TENSILE_DIR: &str = "rocblas/library";
+
+/// The library-name stem of rocBLAS.
+pub const ROCBLAS: &str = "librocblas.so";
 
 /// What the system route added to a torch that loads the system's MIOpen,
 /// and what it changed.
@@ -170,7 +198,7 @@ impl Journal {
     /// One line for a transaction, as `status` and `rollback --list` show it.
     pub fn describe(&self) -> String {
         format!(
-            "{:>4}  {}  {:<12}  {}  torch {} ({})  build {} ROCm {}",
+            "{:>4}  {}  {:<12}  {}  torch {} ({})  {}build {} ROCm {}",
             self.id,
             self.created,
             self.state.name(),
@@ -180,6 +208,7 @@ impl Journal {
                 None => format!("hip {}", self.torch.hip),
                 Some(s) => format!("rocm-sdk {} {}", s.version, s.family),
             },
+            if self.set.is_some() { "rocBLAS " } else { "" },
             crate::builder::git::short(&self.build.commit),
             self.build.rocm
         )
@@ -187,6 +216,9 @@ impl Journal {
 
     /// The name torch loads the library by.
     pub(super) fn library(&self) -> PathBuf {
+        if let Some(set) = &self.set {
+            return self.torch.dir.join("lib").join(&set.loads);
+        }
         match &self.torch.sdk {
             Some(sdk) => sdk.library.clone(),
             None => self.torch.dir.join("lib").join(crate::torch::LIBRARY),
@@ -206,6 +238,23 @@ impl Journal {
             if let Some(s) = &self.system {
                 let _ = fsutil::remove_own_file(&temp_path(&s.hip, self.id, rollback));
             }
+            if let Some(set) = &self.set {
+                let _ = fsutil::remove_path(&temp_path(&set.dir, self.id, rollback));
+            }
+        }
+    }
+
+    /// Whether this transaction is rocBLAS's (`what` "rocBLAS") or MIOpen's.
+    pub fn is(&self, what: &str) -> bool {
+        (what == "rocBLAS") == self.set.is_some()
+    }
+
+    /// "rocBLAS" or "MIOpen": the library this transaction changed.
+    pub fn what(&self) -> &'static str {
+        if self.set.is_some() {
+            "rocBLAS"
+        } else {
+            "MIOpen"
         }
     }
 
@@ -243,11 +292,15 @@ impl Journal {
                 sdk.package.clone()
             }
         };
+        let (stem, what) = match self.set {
+            Some(_) => (ROCBLAS, "librocblas"),
+            None => ("libMIOpen.so", "libMIOpen"),
+        };
         let named_ok = t
             .target
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("libMIOpen.so"));
+            .is_some_and(|n| n.starts_with(stem));
         let dir = root.canonicalize().unwrap_or_else(|_| root.clone());
         let inside = t.target.is_absolute()
             && t.target
@@ -256,10 +309,29 @@ impl Journal {
             && (t.target.starts_with(&dir) || t.target.starts_with(&root));
         if !named_ok || !inside {
             return Err(format!(
-                "its target {} is not a libMIOpen inside {}",
+                "its target {} is not a {what} inside {}",
                 t.target.display(),
                 root.display()
             ));
+        }
+        // rocBLAS's set lies in torch/lib: its library (by the name torch
+        // loads it) and torch/lib/rocblas/library, nothing else.
+        if let Some(set) = &self.set {
+            let lib = t.dir.join("lib");
+            let plain = !set.loads.contains('/') && set.loads.starts_with(ROCBLAS);
+            if !plain
+                || t.sdk.is_some()
+                || set.dir != lib.join(TENSILE_DIR)
+                || t.target.parent() != Some(lib.as_path())
+            {
+                return Err(format!(
+                    "its files {}, {} and {} are not rocBLAS's in {}",
+                    set.loads,
+                    t.target.display(),
+                    set.dir.display(),
+                    lib.display()
+                ));
+            }
         }
         // The system route writes torch/lib/libtorch_hip.so and a copy in
         // torch/lib, nothing else.

@@ -32,13 +32,16 @@ mod install;
 mod journal;
 mod recover;
 mod rollback;
+mod set;
 mod state;
 mod system;
+pub mod tree;
 
 pub use install::*;
 pub use journal::*;
 pub use recover::{Recovery, linked_to_prefix};
 pub use rollback::*;
+pub use set::{SetSwap, swap as swap_set};
 pub use state::*;
 pub use system::{AddSystem, add as add_system, source_changed, take_out};
 
@@ -47,6 +50,22 @@ pub use system::{AddSystem, add as add_system, source_changed, take_out};
 pub fn recover(locked: &Locked) -> anyhow::Result<Recovery> {
     let mut out = recover::recover_swaps(locked)?;
     let all = locked.journals()?.list;
+    for j in all
+        .iter()
+        .filter(|j| j.state.unfinished() && j.set.is_some() && j.system.is_none())
+    {
+        let mut j = j.clone();
+        match set::recover_one(locked, &mut j, &all)? {
+            Some(note) => out.notes.push(note),
+            None => {
+                let what = match set::found(&j, &all) {
+                    set::Found::Other(w) => w,
+                    other => format!("{other:?}"),
+                };
+                out.unsettled.push((j.clone(), what));
+            }
+        }
+    }
     for j in all
         .iter()
         .filter(|j| j.state.unfinished() && j.system.is_some())

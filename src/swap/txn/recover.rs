@@ -99,8 +99,9 @@ pub(super) fn recover_swaps(locked: &Locked) -> Result<Recovery> {
     let all = locked.journals()?.list;
     for j in all.iter().filter(|j| j.state.unfinished()) {
         let mut j = j.clone();
-        if j.system.is_some() {
-            // Settled by `txn::recover`, which knows the system route.
+        if j.system.is_some() || j.set.is_some() {
+            // Settled by `txn::recover`, which knows the system route and
+            // rocBLAS's sets.
             continue;
         }
         j.remove_temps();

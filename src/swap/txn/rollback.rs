@@ -15,6 +15,19 @@ use super::state::Locked;
 
 /// What is at a transaction's files now, for either route.
 pub(super) fn found(j: &Journal, all: &[Journal]) -> Found {
+    if j.set.is_some() && j.system.is_none() {
+        use super::set::Found as S;
+        return match super::set::found(j, all) {
+            S::Original => Found::Original,
+            S::New => Found::New,
+            S::Earlier(p) => Found::Earlier(p),
+            S::HalfIn | S::HalfOut => {
+                Found::Other("half of one rocBLAS set, half of another".into())
+            }
+            S::Gone => Found::Gone,
+            S::Other(what) => Found::Other(what),
+        };
+    }
     if let Some(s) = &j.system {
         use super::system::Found as S;
         return match super::system::found(j, s) {
@@ -79,9 +92,10 @@ pub fn rollback(
         }
         if found(j, &journals) != Found::Original {
             ensure_root_may_change(&j.torch.target)?;
-            match &j.system {
-                Some(_) => super::system::check_needs(j)?,
-                None => check_backup(j)?,
+            match (&j.system, &j.set) {
+                (Some(_), _) => super::system::check_needs(j)?,
+                (None, Some(_)) => super::set::check_backups(locked, j)?,
+                (None, None) => check_backup(j)?,
             }
         }
     }
@@ -172,6 +186,9 @@ fn live(j: &Journal, torch: Option<&Path>) -> bool {
 pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
     if j.system.is_some() {
         return super::system::undo(locked, j);
+    }
+    if j.set.is_some() {
+        return super::set::undo(locked, j, all);
     }
     match found(j, all) {
         Found::Original => {

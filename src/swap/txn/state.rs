@@ -44,6 +44,11 @@ impl StateDir {
         self.root.join("backups").join(format!("{md5}.so"))
     }
 
+    /// The backup of a Tensile directory (`txn::tree`), by its digest.
+    pub(super) fn tree_backup_path(&self, digest: &str) -> PathBuf {
+        self.root.join("backups").join(format!("{digest}.tensile"))
+    }
+
     pub fn staging(&self) -> PathBuf {
         self.root.join("staging")
     }
@@ -217,6 +222,21 @@ impl StateDir {
             n.strip_suffix(".so.tmp")
                 .is_some_and(|md5| md5.len() == 32 && md5.chars().all(|c| c.is_ascii_hexdigit()))
         });
+        // A Tensile directory's backup a kill left half-made.
+        for e in std::fs::read_dir(self.root.join("backups"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name();
+            let ours = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".tensile.tmp"))
+                .is_some_and(|md5| md5.len() == 32 && md5.chars().all(|c| c.is_ascii_hexdigit()));
+            if ours && e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 
     /// Every journal, oldest first, and those that cannot be read. Reading
@@ -237,8 +257,10 @@ impl StateDir {
                 .find(|j| pick(j))
                 .map(|j| (j.id, j.build.prefix.clone()))
         };
-        newest(&|j| j.state == State::Installed)
-            .or_else(|| newest(&|j| crate::prefix::Provenance::read(&j.build.prefix).is_ok()))
+        // MIOpen's: rocBLAS's prefix is asked for by its own name.
+        newest(&|j| j.state == State::Installed && j.is("MIOpen")).or_else(|| {
+            newest(&|j| j.is("MIOpen") && crate::prefix::Provenance::read(&j.build.prefix).is_ok())
+        })
     }
 
     pub fn read(&self) -> Result<Journals> {

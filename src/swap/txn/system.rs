@@ -16,26 +16,36 @@ use crate::error::hint;
 use crate::fsutil;
 use crate::owner;
 use crate::swap::linker;
-use crate::torch::Torch;
+use crate::torch::{System, Torch};
 
 use super::install::{SwapOutcome, ensure_root_may_change, ensure_writable, write_backup};
 use super::journal::{
-    BuildRec, FileRec, HipEdit, Journal, Journals, State, SystemRec, TorchRec, check_backup, now,
-    temp_path,
+    BuildRec, FileRec, HipEdit, Journal, Journals, SetRec, State, SystemRec, TENSILE_DIR, TorchRec,
+    check_backup, now, temp_path,
 };
 use super::state::Locked;
+use super::tree::{self, Entry};
 
 /// Everything the system route's swap needs, made and checked by the caller.
 pub struct AddSystem<'a> {
     pub torch: &'a Torch,
+    /// The system's library torch loads, and how (MIOpen's is the
+    /// layout's, `Torch::system`; rocBLAS's its own).
+    pub sys: &'a System,
+    /// torch/lib/<the name libtorch_hip.so needs>: where the copy goes.
+    pub copy_at: &'a Path,
     pub build: BuildRec,
     /// The fixed library with its run path set (`copy_run_path`), staged.
     pub copy: &'a Path,
     pub copy_run_path: String,
     /// libtorch_hip.so with `$ORIGIN` ahead, staged, when it needs that.
     pub hip_edited: Option<&'a Path>,
-    /// The SHA-256 of the system library the fix was made from.
+    /// The SHA-256 of the system library the fix was made from (or, for
+    /// rocBLAS, that the copy goes beside).
     pub derived_from: &'a str,
+    /// rocBLAS: its Tensile directory (the prefix's, with its checked
+    /// entries), added as torch/lib/rocblas/library before the copy.
+    pub tensile: Option<(&'a Path, &'a [Entry])>,
 }
 
 /// What is in torch now, for a system route journal.
@@ -64,16 +74,41 @@ pub(super) fn found(j: &Journal, s: &SystemRec) -> Found {
     if let Some(c) = copy.as_ref().filter(|_| !copy_new) {
         return Found::Other(format!("{} is MD5 {c}", j.torch.target.display()));
     }
+    // rocBLAS's Tensile directory: added before the copy, taken out after.
+    let dir_there = match &j.set {
+        None => copy_new,
+        Some(set) => match tree::found(&set.dir, &[&set.new], checksum::default_jobs()) {
+            Ok(None) => false,
+            Ok(Some(t)) if t == set.new => true,
+            Ok(Some(t)) => {
+                return Found::Other(format!(
+                    "{} holds {} file(s), {} bytes, not the directory transaction {} added",
+                    set.dir.display(),
+                    t.files,
+                    t.bytes,
+                    j.id
+                ));
+            }
+            Err(e) => return Found::Other(format!("{e:#}")),
+        },
+    };
+    if copy_new && !dir_there {
+        return Found::Other(format!(
+            "{} is there without its Tensile directory",
+            j.torch.target.display()
+        ));
+    }
     let Some(edit) = &s.edit else {
-        return if copy_new {
-            Found::New
-        } else {
-            Found::Original
+        return match (copy_new, dir_there) {
+            (true, _) => Found::New,
+            (false, true) => Found::Partial,
+            (false, false) => Found::Original,
         };
     };
     let hip = checksum::md5_file(&s.hip).unwrap_or_else(|e| format!("{e:#}"));
     match (copy_new, hip == j.original.md5, hip == edit.new.md5) {
-        (false, true, _) => Found::Original,
+        (false, true, _) if !dir_there => Found::Original,
+        (false, true, _) => Found::Partial,
         (true, _, true) => Found::New,
         (true, true, _) => Found::Partial,
         _ => Found::Other(format!("{} is MD5 {hip}", s.hip.display())),
@@ -88,15 +123,19 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     if let Some(done) = preflight(add, &journals, &new_md5)? {
         return Ok(done);
     }
-    let torch = add.torch;
-    let lib_dir = torch.library.parent().unwrap_or(Path::new("/"));
+    let lib_dir = add.copy_at.parent().unwrap_or(Path::new("/"));
     let mut j = new_journal(locked, add, &journals, new_md5)?;
     locked.save(&mut j)?;
     crash_point!("system-begun");
     let s = j.system.clone().expect("just made");
     let copy_temp = j.temp(false);
     let hip_temp = temp_path(&s.hip, j.id, false);
+    let dir_temp = j.set.as_ref().map(|set| temp_path(&set.dir, j.id, false));
     let written = (|| -> Result<()> {
+        if let (Some((from, entries)), Some(to)) = (add.tensile, &dir_temp) {
+            fsutil::create_dir_all(to.parent().unwrap_or(lib_dir))?;
+            tree::stage(from, entries, to, checksum::default_jobs())?;
+        }
         if let Some(edited) = add.hip_edited {
             let stamp = fsutil::Stamp::read(&s.hip)?;
             write_backup(&s.hip, &j.backup, &j.original, &stamp)?;
@@ -114,6 +153,7 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     if let Err(e) = written {
         j.remove_temps();
         locked.set(&mut j, State::Aborted)?;
+        remove_made_parent(&j);
         return Err(super::install::library_out_of_space(
             e,
             lib_dir,
@@ -123,6 +163,10 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     locked.set(&mut j, State::BackedUp)?;
     locked.set(&mut j, State::Swapping)?;
     crash_point!("system-swapping");
+    if let (Some(set), Some(from)) = (&j.set, &dir_temp) {
+        rename(from, &set.dir)?;
+        crash_point!("system-dir-added");
+    }
     rename(&copy_temp, &j.torch.target)?;
     crash_point!("system-copy-added");
     if add.hip_edited.is_some() {
@@ -156,36 +200,43 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
 /// already there (the outcome), or why not to go on.
 fn preflight(add: &AddSystem, journals: &Journals, new_md5: &str) -> Result<Option<SwapOutcome>> {
     let torch = add.torch;
-    let sys = torch
-        .system()
-        .context("not a torch on the system's MIOpen")?;
-    let copy_path = &torch.library;
+    let sys = add.sys;
+    let copy_path = add.copy_at;
     let lib_dir = copy_path.parent().unwrap_or(Path::new("/"));
-    if let Some(prev) = installed(journals, torch) {
+    let rocblas = add.tensile.is_some();
+    if let Some(prev) = installed(journals, torch, rocblas) {
         let s = prev.system.as_ref().expect("a system journal");
         if found(prev, s) == Found::New && prev.new.md5 == new_md5 {
             return Ok(Some(SwapOutcome::AlreadyInstalled(prev.clone())));
         }
         return Err(hint(
             format!(
-                "transaction {} has another fixed copy in {}; nothing was changed",
+                "transaction {} has another {} in {}; nothing was changed",
                 prev.id,
+                if rocblas { "rocBLAS" } else { "fixed copy" },
                 prev.torch.target.display()
             ),
             "`rdna1-patch rollback` takes it out; then install again",
         ));
-    } else if std::fs::symlink_metadata(copy_path).is_ok() {
-        return Err(hint(
-            format!(
-                "{} is there already and no transaction of rdna1-patch put it there; nothing was changed",
-                copy_path.display()
-            ),
-            "it is not what torch loads now; move it away if it is not yours, then run this again",
-        ));
+    }
+    let dir = lib_dir.join(TENSILE_DIR);
+    for there in [copy_path]
+        .into_iter()
+        .chain(rocblas.then_some(dir.as_path()))
+    {
+        if std::fs::symlink_metadata(there).is_ok() {
+            return Err(hint(
+                format!(
+                    "{} is there already and no transaction of rdna1-patch put it there; nothing was changed",
+                    there.display()
+                ),
+                "it is not what torch loads now; move it away if it is not yours, then run this again",
+            ));
+        }
     }
     ensure_root_may_change(&sys.hip)?;
     ensure_writable(lib_dir)?;
-    shadowed(torch)?;
+    shadowed(sys)?;
     let now_sha = crate::prefix::sha256_hex(&crate::elf::read_file(&sys.library)?);
     if now_sha != add.derived_from {
         return Err(hint(
@@ -206,7 +257,7 @@ fn preflight(add: &AddSystem, journals: &Journals, new_md5: &str) -> Result<Opti
 /// library since upgraded. Its own transaction, rolled back.
 pub fn take_out(locked: &Locked, torch: &Torch, keep_md5: &str) -> Result<Option<Journal>> {
     let journals = locked.journals()?;
-    let Some(prev) = installed(&journals, torch).filter(|p| p.new.md5 != keep_md5) else {
+    let Some(prev) = installed(&journals, torch, false).filter(|p| p.new.md5 != keep_md5) else {
         return Ok(None);
     };
     let mut prev = prev.clone();
@@ -215,19 +266,20 @@ pub fn take_out(locked: &Locked, torch: &Torch, keep_md5: &str) -> Result<Option
     Ok(Some(prev))
 }
 
-/// The installed system-route transaction of this torch, if any.
-fn installed<'a>(journals: &'a Journals, torch: &Torch) -> Option<&'a Journal> {
-    journals
-        .list
-        .iter()
-        .rev()
-        .find(|j| j.state == State::Installed && j.system.is_some() && j.torch.dir == torch.dir)
+/// The installed system-route transaction of this torch, if any:
+/// rocBLAS's, or MIOpen's.
+fn installed<'a>(journals: &'a Journals, torch: &Torch, rocblas: bool) -> Option<&'a Journal> {
+    journals.list.iter().rev().find(|j| {
+        j.state == State::Installed
+            && j.system.is_some()
+            && j.set.is_some() == rocblas
+            && j.torch.dir == torch.dir
+    })
 }
 
 /// With a DT_RUNPATH, LD_LIBRARY_PATH is searched first: a directory on
 /// it holding the name torch needs wins over anything in torch/lib.
-fn shadowed(torch: &Torch) -> Result<()> {
-    let sys = torch.system().expect("the system layout");
+fn shadowed(sys: &System) -> Result<()> {
     if sys.rpath {
         return Ok(());
     }
@@ -294,7 +346,7 @@ fn new_journal(
     new_md5: String,
 ) -> Result<Journal> {
     let torch = add.torch;
-    let sys = torch.system().expect("the system layout");
+    let sys = add.sys;
     let id = super::install::next_id(locked, journals)?;
     let hip_md5 = checksum::md5_file(&sys.hip)?;
     let original = FileRec {
@@ -323,7 +375,7 @@ fn new_journal(
             dir: torch.dir.clone(),
             version: torch.version.clone(),
             hip: torch.hip.clone(),
-            target: torch.library.clone(),
+            target: add.copy_at.to_owned(),
             sdk: None,
         },
         build: add.build.clone(),
@@ -346,6 +398,16 @@ fn new_journal(
             hip: sys.hip.clone(),
             copy_run_path: add.copy_run_path.clone(),
             edit,
+        }),
+        set: add.tensile.map(|(_, entries)| {
+            let dir = add.copy_at.with_file_name(TENSILE_DIR);
+            SetRec {
+                loads: sys.needed.clone(),
+                made_parent: !dir.parent().is_some_and(Path::exists),
+                dir,
+                original: None,
+                new: tree::record(entries),
+            }
         }),
     })
 }
@@ -404,8 +466,35 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
     fsutil::remove_own_file(&j.torch.target)?;
     fsutil::sync_dir(j.torch.target.parent().unwrap_or(Path::new("/")))?;
     crash_point!("system-rollback-copy-removed");
+    remove_dir(j)?;
     locked.set(j, State::RolledBack)?;
+    remove_made_parent(j);
     Ok(false)
+}
+
+/// Take rocBLAS's added Tensile directory out: renamed away in one step
+/// (what is left at the temp name goes with the temps), then removed.
+fn remove_dir(j: &Journal) -> Result<()> {
+    let Some(set) = &j.set else {
+        return Ok(());
+    };
+    if std::fs::symlink_metadata(&set.dir).is_err() {
+        return Ok(());
+    }
+    let aside = temp_path(&set.dir, j.id, true);
+    let _ = fsutil::remove_path(&aside);
+    rename(&set.dir, &aside)?;
+    crash_point!("system-rollback-dir-removed");
+    fsutil::remove_path(&aside)
+}
+
+/// torch/lib/rocblas, when the transaction made it and it is empty again.
+fn remove_made_parent(j: &Journal) {
+    if let Some(set) = j.set.as_ref().filter(|s| s.made_parent)
+        && let Some(p) = set.dir.parent()
+    {
+        let _ = std::fs::remove_dir(p);
+    }
 }
 
 /// Settle a system-route journal a killed run left open; the note, or
@@ -434,6 +523,7 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
                     State::Aborted
                 },
             )?;
+            remove_made_parent(j);
             format!(
                 "transaction {} was interrupted ({}); torch loads the system's {}, unchanged",
                 j.id,
@@ -455,6 +545,8 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
             // any more) and goes.
             fsutil::remove_own_file(&j.torch.target)?;
             fsutil::sync_dir(j.torch.target.parent().unwrap_or(Path::new("/")))?;
+            remove_dir(j)?;
+            j.remove_temps();
             locked.set(
                 j,
                 if rolling {
@@ -463,6 +555,7 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
                     State::Aborted
                 },
             )?;
+            remove_made_parent(j);
             format!(
                 "transaction {} was interrupted ({}) before libtorch_hip.so took the fixed copy; the copy was taken out and torch loads the system's {}",
                 j.id,
