@@ -326,7 +326,12 @@ mod tests {
         ];
         for (f, status, blocks) in table {
             let mut r = CheckReport::default();
-            rows(std::slice::from_ref(&f), "gfx1010 (the card's)", &mut r);
+            rows(
+                std::slice::from_ref(&f),
+                "gfx1010 (the card's)",
+                &Routes::default(),
+                &mut r,
+            );
             let what = format!("{} {:?}: {:?}", f.name, f.card_covered, r.checks);
             assert_eq!(r.checks[0].status, status, "{what}");
             let a = r.answer();
