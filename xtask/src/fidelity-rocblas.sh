@@ -7,20 +7,26 @@
 # its recorded KFD topology) through the plain `rdna1-patch build rocblas`;
 # then what a user checks: md5sum -c, the targets the code objects declare;
 # then the set into a torch that bundles Debian's real librocblas 6.4.4 and
-# its Tensile directory, doctor before and after, rollback byte for byte.
+# its Tensile directory (and loads Debian's libMIOpen 6.4.3 from the
+# system): doctor before, after rocBLAS, and after MIOpen's fix too (the
+# whole torch), rollback of both byte for byte.
 # Each step goes to results/steps.tsv (name, rc, seconds, what); a failed
 # step is recorded and the steps that need it are not run.
 set -u
 F=/fid/rocblas
 R=$F/results
 . /fid/bn-kernels.sh
-if [ "${1:-}" = resume ] && [ -f "$R/build.txt" ]; then
+if [ "${1:-}" = resume ] && grep -q '^  Finished' "$R/build.txt" 2>/dev/null; then
+    # The build finished; what comes after it stopped. Keep its record.
+    grep "^build	" "$R/steps.tsv" | sed 's/^build	/build (the run that built)	/' >"$R/first-build.txt"
+    mv "$R/build.txt" "$R/build-first.txt"
+elif [ "${1:-}" = resume ] && [ -f "$R/build.txt" ]; then
     echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.txt" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.txt" | tail -1)" >"$R/resumed.txt"
     mv "$R/build.txt" "$R/build-stopped.txt"
 fi
 results_dir
 rm -f "$R"/*.txt.tmp
-[ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt"
+[ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt" "$R/build-first.txt" "$R/first-build.txt"
 export RDNA1_PATCH_SYSFS=$F/sysfs
 dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev librocblas-dev \
     librocblas4 clang-21 cmake ninja-build python3-yaml python3-msgpack ccache \
@@ -65,9 +71,13 @@ du -sb "$P" "$W" /root/.cache/ccache 2>/dev/null | awk '{printf "%s\t%.0f MB\n",
 # A torch of the user's that bundles Debian's real librocblas 6.4.4 and its
 # Tensile directory, its libtorch_hip.so built for gfx1012 by the chroot's
 # clang (so torch itself has code for the card) and loading the bundled
-# librocblas through $ORIGIN.
+# librocblas through $ORIGIN and Debian's libMIOpen 6.4.3 from the system
+# (ld.so.cache), as a torch built against Debian's ROCm does.
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o 'Acquire::Check-Valid-Until=false' install -y -q libmiopen1 >/dev/null 2>&1 ||
+    { apt-get -o 'Acquire::Check-Valid-Until=false' update -qq && apt-get -o 'Acquire::Check-Valid-Until=false' install -y -q libmiopen1 >/dev/null; }
 T=$F/torch
-rm -rf "$T"
+rm -rf "$T" "$F/miopen-prefix"
 torch=$T/site/torch
 mkdir -p "$torch/lib"
 lib=$(readlink -f /usr/lib/x86_64-linux-gnu/librocblas.so.4)
@@ -84,7 +94,7 @@ __attribute__((global)) void k(int* p) { *p = 1; }
 HIP
 "$(hipconfig --hipclangpath)/clang++" -x hip -nogpulib -nogpuinc -fPIC -shared \
     --offload-arch=gfx1012 "$T/k.hip" -Wl,--no-as-needed -Wl,-rpath,'$ORIGIN' \
-    -L"$torch/lib" -l:librocblas.so.4 -lamdhip64 -o "$torch/lib/libtorch_hip.so"
+    -L"$torch/lib" -l:librocblas.so.4 -l:libMIOpen.so.1 -lamdhip64 -o "$torch/lib/libtorch_hip.so"
 snap() { (cd "$torch" && find . -printf '%y %m %p %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 snap >"$T/before.sha256"
 echo "Debian's $(dpkg-query -W -f '${Package} ${Version}' librocblas4): $lib and $tensile ($(ls "$tensile" | wc -l) files), bundled in $torch/lib" >"$R/torch.txt"
@@ -103,15 +113,23 @@ if [ $rc = 0 ]; then
     t=$(now)
     run doctor --torch-dir "$torch" >"$R/doctor-after.txt" 2>&1
     rc=$?
-    step doctor-after $rc "$(since "$t")" "doctor after the install (exit $rc; 0 expected)"
-    run verify --prefix "$P" --torch-dir "$torch" >"$R/verify.txt" 2>&1
-    step verify $? 0 "verify --prefix <the rocBLAS prefix>"
+    step doctor-rocblas "$([ $rc = 1 ] && echo 0 || echo "$rc")" "$(since "$t")" "doctor after rocBLAS's install (exit $rc; 1 expected: MIOpen's batch norm still fails)"
+    mv "$R/doctor-after.txt" "$R/doctor-rocblas.txt"
+    t=$(now)
+    run install --into-torch --profile rocm-6.4.3 --prefix "$F/miopen-prefix" --torch-dir "$torch" >"$R/install-miopen.txt" 2>&1
+    step install-miopen $? "$(since "$t")" "install --into-torch (MIOpen's batch-norm fix, the system route)"
+    t=$(now)
+    run doctor --torch-dir "$torch" >"$R/doctor-after.txt" 2>&1
+    rc=$?
+    step doctor-after $rc "$(since "$t")" "doctor after both (exit $rc; 0 expected)"
+    run verify --torch-dir "$torch" >"$R/verify.txt" 2>&1
+    step verify $? 0 "verify"
     run status >"$R/status.txt" 2>&1
     step status $? 0 "status"
     t=$(now)
-    run rollback >"$R/rollback.txt" 2>&1
+    run rollback --to 1 >"$R/rollback.txt" 2>&1
     rc=$?
-    step rollback $rc "$(since "$t")" "rollback"
+    step rollback $rc "$(since "$t")" "rollback --to 1"
     snap >"$T/after.sha256"
     cmp -s "$T/before.sha256" "$T/after.sha256"
     rc=$?

@@ -190,7 +190,21 @@ fn write_section(root: &Path, results: &Path) -> Result<()> {
             resumed.trim()
         )?;
     }
-    let build = read("build.txt");
+    // A run that went on after a finished build keeps that build's record.
+    let first = tsv(&results.join("first-build.txt")).unwrap_or_default();
+    for row in &first {
+        writeln!(
+            s,
+            "\nThe build itself ran in an earlier run of this command: `{}` took {} s (exit {}); this run found it up to date.",
+            row.get(3).map_or("", String::as_str),
+            row.get(2).map_or("", String::as_str),
+            row.get(1).map_or("", String::as_str)
+        )?;
+    }
+    let build = match read("build-first.txt") {
+        t if t.is_empty() => read("build.txt"),
+        t => t,
+    };
     writeln!(
         s,
         "\nThe build, as the tool said it (its plan and its last lines):\n\n```\n{}```",
@@ -251,8 +265,10 @@ fn write_section(root: &Path, results: &Path) -> Result<()> {
     writeln!(s, "\nThe torch: {}", read("torch.txt").trim())?;
     for (name, title) in [
         ("doctor-before.txt", "doctor before the install"),
-        ("install.txt", "install --into-torch"),
-        ("doctor-after.txt", "doctor after the install"),
+        ("install.txt", "install rocblas --into-torch"),
+        ("doctor-rocblas.txt", "doctor after rocBLAS's install"),
+        ("install-miopen.txt", "install --into-torch (MIOpen's fix)"),
+        ("doctor-after.txt", "doctor after both"),
         ("verify.txt", "verify"),
         ("status.txt", "status"),
         ("rollback.txt", "rollback"),
