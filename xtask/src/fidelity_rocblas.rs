@@ -85,8 +85,12 @@ struct Daemon(std::process::Child);
 
 impl Daemon {
     fn serve(dir: &Path) -> Result<Daemon> {
-        let child = Command::new("git")
-            .args(["daemon", "--reuseaddr", "--listen=127.0.0.1"])
+        // git-daemon itself, not `git daemon`: git runs it as a child of
+        // its own, which a kill of git leaves listening.
+        let exec = Command::new("git").arg("--exec-path").output()?;
+        let exec = PathBuf::from(String::from_utf8_lossy(&exec.stdout).trim());
+        let child = Command::new(exec.join("git-daemon"))
+            .args(["--reuseaddr", "--listen=127.0.0.1"])
             .arg(format!("--port={PORT}"))
             .arg("--export-all")
             .arg(format!("--base-path={}", dir.display()))
