@@ -90,11 +90,14 @@ hip=$(hipconfig --version | cut -d- -f1)
 printf "__version__ = '2.9.1+rocm6.4'\ncuda = None\nhip = '%s'\n" "$hip" >"$torch/version.py"
 printf 'import ctypes, os\n_C = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_hip.so"), mode=ctypes.RTLD_GLOBAL)\n' >"$torch/__init__.py"
 cat >"$T/k.hip" <<'HIP'
+typedef struct { unsigned x, y, z; } dim3_t;
+extern "C" int hipLaunchKernel(const void*, dim3_t, dim3_t, void**, unsigned long, void*);
 __attribute__((global)) void k(int* p) { *p = 1; }
 HIP
 "$(hipconfig --hipclangpath)/clang++" -x hip -nogpulib -nogpuinc -fPIC -shared \
     --offload-arch=gfx1012 "$T/k.hip" -Wl,--no-as-needed -Wl,-rpath,'$ORIGIN' \
-    -L"$torch/lib" -l:librocblas.so.4 -l:libMIOpen.so.1 -lamdhip64 -o "$torch/lib/libtorch_hip.so"
+    -L"$torch/lib" -l:librocblas.so.4 -l:libMIOpen.so.1 -lamdhip64 -o "$torch/lib/libtorch_hip.so" >"$R/torch-link.txt" 2>&1 ||
+    { step torch 1 0 "libtorch_hip.so did not link: $(head -1 "$R/torch-link.txt")"; exit 0; }
 snap() { (cd "$torch" && find . -printf '%y %m %p %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 snap >"$T/before.sha256"
 echo "Debian's $(dpkg-query -W -f '${Package} ${Version}' librocblas4): $lib and $tensile ($(ls "$tensile" | wc -l) files), bundled in $torch/lib" >"$R/torch.txt"
