@@ -4,6 +4,7 @@
 
 pub(crate) mod checks;
 pub(crate) mod doctor;
+pub(crate) mod glance;
 pub(crate) mod kernels;
 pub(crate) mod libraries;
 pub(crate) mod status;

@@ -330,11 +330,11 @@ impl StatusReport {
 
     /// The report as `status` prints it: with `detail` whole; else at a
     /// glance, `home` written `~`, the proof cut to
-    /// [`GLANCE`](crate::inspect::checks::GLANCE) characters (the JSON
+    /// [`GLANCE`](crate::inspect::glance::GLANCE) characters (the JSON
     /// has it whole) and every other line wrapped there, its commands
     /// whole.
     pub fn text_for(&self, detail: bool, home: Option<&str>) -> String {
-        use crate::inspect::checks::{glance, glance_wrapped, shorten};
+        use crate::inspect::glance::{glance, glance_wrapped, shorten};
         let text = self.text();
         if detail {
             return text;

@@ -21,7 +21,7 @@ const TEN: [&str; 10] = [
     "gfx1034",
 ];
 
-/// The longest line a person reads (`GLANCE` in src/inspect/checks.rs).
+/// The longest line a person reads (`GLANCE` in src/inspect/glance.rs).
 const GLANCE: usize = 160;
 
 /// The GPU code, built once per run: a ten-target librocblas.so, a plain

@@ -162,7 +162,7 @@ fn no_command_runs_the_library_a_dt_audit_entry_names() {
     after("install");
     sb.run(&["doctor", "--need-space", "0", "--python", "python3"])
         .prints(&format!(
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {}; torch/lib: torch loads {}",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {}, found by python3 (--python); torch/lib: torch loads {}",
             torch.dir.display(),
             torch.miopen().display()
         ));

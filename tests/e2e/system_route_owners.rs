@@ -57,10 +57,12 @@ fn system_route_detects_an_upgraded_system_library_and_redoes_the_fix() {
         st.real.display()
     ));
     status.prints("`rdna1-patch install --into-torch` takes the old copy out and fixes the library the system has now");
+    // Rows whole: at a glance their paths lose their middle.
     st.run(
         &sb,
         &[
             "verify",
+            "--detail",
             "--state-dir",
             &state,
             "--prefix",
@@ -158,6 +160,7 @@ fn system_route_without_a_package_manager_judges_the_file_by_its_writers() {
     assert_eq!(snapshot(&st.sys), system_before);
     run(&[
         "verify",
+        "--detail",
         "--state-dir",
         &state,
         "--prefix",

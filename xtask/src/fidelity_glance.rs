@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-/// The longest line a person reads (`GLANCE` in src/inspect/checks.rs).
+/// The longest line a person reads (`GLANCE` in src/inspect/glance.rs).
 pub const GLANCE: usize = 160;
 
 /// Each line of `text` over [`GLANCE`] characters (not bytes: `…` is

@@ -316,7 +316,7 @@ impl Battery {
         };
         let detail =
             " ".repeat(4 + 2 + self.cases.iter().map(|c| c.name.len()).max().unwrap_or(0) + 2);
-        crate::inspect::checks::wrap(&text, width, |line| {
+        crate::inspect::glance::wrap(&text, width, |line| {
             let row = ["ok  ", "FAIL", "skip", "warn"]
                 .iter()
                 .any(|s| line.starts_with(s));

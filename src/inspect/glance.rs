@@ -1,0 +1,241 @@
+//! One glance: a row of doctor, verify or status in at most [`GLANCE`]
+//! characters, without losing what it says (docs/rows.md, "One glance"):
+//! paths shortened or their middle elided, a row cut at a word, never
+//! inside a command; a fix or verdict wrapped, its command whole.
+
+/// The longest line a row takes in the report a person reads: one glance.
+/// `--detail` (and the JSON) give the whole row.
+pub const GLANCE: usize = 160;
+
+/// `text` with `path` written `short` wherever it stands as whole path
+/// components (`/home/u` in `/home/u/x`, not in `/home/user`); a `path`
+/// ending in `/` only where more follows it (`/site/torch/` in
+/// `/site/torch/lib`, not in `at /site/torch;`).
+pub fn shorten(text: &str, path: &str, short: &str) -> String {
+    if path.trim_end_matches('/').is_empty() {
+        return text.to_owned();
+    }
+    let path_char = |c: char| c.is_alphanumeric() || "._-~".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(path) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + path.len()..].chars().next();
+        let whole = !before.is_some_and(path_char)
+            && (path.ends_with('/') || !after.is_some_and(path_char));
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { short } else { path });
+        rest = &rest[at + path.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `line` in [`GLANCE`] characters: its longest paths first written with
+/// their middle elided (`~/miniconda3/…/site-packages/torch`), then, if it
+/// is still longer, cut at a word, ending ` …` where it was cut. The rest
+/// is in `--detail` and the JSON.
+pub fn glance(line: &str) -> String {
+    if line.chars().count() <= GLANCE {
+        return line.to_owned();
+    }
+    let line = elide_paths(line);
+    if line.chars().count() <= GLANCE {
+        return line;
+    }
+    let keep: String = line.chars().take(GLANCE - 2).collect();
+    let mut cut = keep
+        .rfind(' ')
+        .filter(|at| *at > GLANCE / 2)
+        .unwrap_or(keep.len());
+    // Never half a command: one the cut would split goes whole, to
+    // --detail.
+    if keep[..cut].matches('`').count() % 2 == 1 {
+        cut = keep[..cut].rfind('`').unwrap_or(cut);
+    }
+    format!("{} …", keep[..cut].trim_end())
+}
+
+/// `line` with the middle of its deep paths written `…`, the longest
+/// first, until it fits a glance: a path keeps its first two components
+/// and its last two (`/home/u/…/site-packages/torch`, `~/miniconda3/…/bin/python`),
+/// what says where and what it is. A path inside a `command` stays whole:
+/// it is copied and run.
+pub fn elide_paths(line: &str) -> String {
+    let mut line = line.to_owned();
+    while line.chars().count() > GLANCE {
+        let Some((at, path, short)) = longest_path(&line) else {
+            break;
+        };
+        let end = at + path.len();
+        line.replace_range(at..end, &short);
+    }
+    line
+}
+
+/// `path` with its middle elided, where at least two components are in
+/// it; `None` for a shallow path, or one already elided.
+fn elided(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    // "/a/b" splits as "", "a", "b": the root stays with the first two.
+    let head = if path.starts_with('/') { 3 } else { 2 };
+    if path.contains('…') || parts.len() < head + 2 + 2 {
+        return None;
+    }
+    Some(
+        [&parts[..head], &["…"], &parts[parts.len() - 2..]]
+            .concat()
+            .join("/"),
+    )
+}
+
+/// The longest path in `line` outside backticks that [`elided`] shortens
+/// (an absolute one, or one from `~/`): where it starts, it, and its
+/// short form.
+fn longest_path(line: &str) -> Option<(usize, &str, String)> {
+    let mut best: Option<(usize, &str, String)> = None;
+    let mut quoted = false;
+    let mut start = None;
+    let ends = |c: char| c.is_whitespace() || "`'\"(),;".contains(c);
+    let chars: Vec<(usize, char)> = line.char_indices().chain([(line.len(), ' ')]).collect();
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        if let Some(from) = start
+            && ends(c)
+        {
+            start = None;
+            // A sentence's stop or a colon after the path is not in it.
+            let path = line[from..at].trim_end_matches(['.', ':']);
+            if let Some(short) = elided(path)
+                && best.as_ref().is_none_or(|(_, b, _)| path.len() > b.len())
+            {
+                best = Some((from, path, short));
+            }
+        }
+        if c == '`' {
+            quoted = !quoted;
+            continue;
+        }
+        let begins = i == 0 || ends(chars[i - 1].1);
+        let rooted = c == '/' || (c == '~' && line[at..].starts_with("~/"));
+        if start.is_none() && !quoted && begins && rooted {
+            start = Some(at);
+        }
+    }
+    best
+}
+
+/// `line` wrapped at [`GLANCE`] characters, its continuations under
+/// `indent`: a fix or a verdict is never cut (its command is whole).
+pub fn glance_wrapped(line: &str, indent: &str) -> String {
+    wrap(line, GLANCE, |_| indent)
+}
+
+/// Each line of `text` wrapped to `width` (at least 40), never mid-word
+/// and never inside a `command`: a command is copied and pasted, and a
+/// line break in it would run half of it, so one longer than the width
+/// stands whole on a line of its own. Continuation lines are indented as
+/// `indent` says for that line.
+pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a str) -> String {
+    // Inside backticks a space is held as a character no separator splits
+    // and that is as wide as a space (a private-use one: never in a row).
+    const HELD: char = '\u{e000}';
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut quoted = false;
+        let held: String = line
+            .chars()
+            .map(|c| {
+                quoted ^= c == '`';
+                if quoted && c == ' ' { HELD } else { c }
+            })
+            .collect();
+        let opts = textwrap::Options::new(width.max(40))
+            .subsequent_indent(indent(line))
+            .break_words(false)
+            .word_separator(textwrap::WordSeparator::AsciiSpace)
+            // A command's `device-gfx1012` stays one word.
+            .word_splitter(textwrap::WordSplitter::NoHyphenation);
+        out.extend(
+            textwrap::wrap(&held, opts)
+                .into_iter()
+                .map(|l| l.replace(HELD, " ")),
+        );
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command is never broken across lines, even one wider than the
+    /// width; the words around it wrap as before.
+    #[test]
+    fn a_command_in_backticks_is_never_broken() {
+        let cmd = "`/home/u/venv/bin/python -m pip install --index-url https://example.org/whl/ \"torch[device-gfx1012]\"`";
+        let line = format!(
+            "fix: install the torch built for gfx1012 (the card in this machine): {cmd}, then run this again"
+        );
+        let out = wrap(&line, 60, |_| "  ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.trim_start().starts_with(&format!("{cmd},"))),
+            "{out}"
+        );
+        assert!(lines.len() >= 3, "{out}");
+        assert_eq!(out.replace("\n  ", " "), line);
+    }
+
+    /// A row over a glance loses the middle of its deepest paths, longest
+    /// first, before any of its words: what it says after them stays.
+    #[test]
+    fn a_deep_path_loses_its_middle_before_the_row_loses_its_end() {
+        let deep =
+            "~/miniconda3/envs/a-rather-long-environment-name/lib/python3.12/site-packages/torch";
+        let python = "/home/user/miniconda3/envs/a-rather-long-environment-name/bin/python";
+        let line = format!(
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {deep}, found by {python} (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        assert!(line.chars().count() > GLANCE);
+        // The longest path goes first, then the next; the words after
+        // them are cut last, and what is cut is the least of the row.
+        assert_eq!(
+            glance(&line),
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by /home/user/…/bin/python (--python); torch/lib: torch …"
+        );
+        // One path elided can be enough: the other stays whole.
+        let one = line.replace(python, "/usr/bin/python3");
+        let one = one.replace(" (HIP 6.4.43484-123eb5128)", "");
+        assert_eq!(
+            glance(&one),
+            "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/…/site-packages/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+        );
+        // A row is never cut inside a command: the command goes whole.
+        let run = format!(
+            "{} `pip install --index-url https://example.org/whl/ \"torch[device-gfx1010]\"`",
+            "word ".repeat(25)
+        );
+        assert_eq!(glance(&run), format!("{} …", "word ".repeat(25).trim_end()));
+        // A command is copied and run: its path stays whole.
+        let cmd = format!(
+            "fix: run `{python} -m pip install torch` at {deep}: {}",
+            "x ".repeat(30)
+        );
+        let short = glance(&cmd);
+        assert!(short.contains(&format!("`{python} -m pip")), "{short}");
+        assert!(
+            short.contains("at ~/miniconda3/…/site-packages/torch: x"),
+            "{short}"
+        );
+        // A fitting line is untouched; a path is elided only where at
+        // least two components go.
+        assert_eq!(elide_paths(deep), deep);
+        assert_eq!(elided("/a/b/c/d/e"), None);
+        assert_eq!(elided("/a/b/c/d/e/f").as_deref(), Some("/a/b/…/e/f"));
+        assert_eq!(elided("~/a/b/c/d"), None);
+        assert_eq!(elided("~/a/b/c/d/e").as_deref(), Some("~/a/…/d/e"));
+        assert_eq!(elided("~/a/…/c/d"), None);
+    }
+}
