@@ -432,14 +432,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
     crash_point!("set-rollback-dir");
     rename(&lib_temp, &j.torch.target)?;
     crash_point!("set-rollback-renamed");
-    let after = checksum::md5_file(&j.torch.target)?;
-    if after != j.original.md5 {
-        bail!(
-            "{} reads back as MD5 {after} after restoring, not {}",
-            j.torch.target.display(),
-            j.original.md5
-        );
-    }
+    super::journal::read_back_original(j)?;
     locked.set(j, State::RolledBack)?;
     let _ = fsutil::remove_path(&dir_temp);
     remove_made_parent(j);
