@@ -153,6 +153,20 @@ fn look<'a>(
         Some(m) => m.to_owned(),
         None => checksum::md5_file(s.staged)?,
     };
+    if let Ok(m) = std::fs::symlink_metadata(&dir)
+        && !m.is_dir()
+    {
+        return Err(hint(
+            format!(
+                "{} is not a directory of torch's own (a symlink or a file stands there); rdna1-patch replaces only a directory; nothing was changed",
+                dir.display()
+            ),
+            format!(
+                "give torch a {TENSILE_DIR} of its own (reinstall torch {}), then run this again",
+                s.torch.version
+            ),
+        ));
+    }
     let stamp = fsutil::Stamp::read(target)?;
     let current = checksum::md5_file(target)?;
     let ours = journals
