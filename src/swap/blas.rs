@@ -192,6 +192,16 @@ pub fn place(torch: &Torch, journals: &[Journal]) -> Result<(Loads, Place)> {
 
 pub fn run(req: &BlasRequest, ui: &Ui) -> Result<()> {
     let torch = req.stack.found()?;
+    if let crate::torch::Layout::RocmSdk(sdk) = &torch.layout {
+        return Err(hint(
+            format!(
+                "torch {} loads its ROCm libraries from the rocm-sdk packages ({}), whose rocBLAS TheRock builds for gfx1010, gfx1011 and gfx1012; rdna1-patch puts no rocBLAS under it; nothing was changed",
+                torch.version,
+                sdk.package.display()
+            ),
+            "`rdna1-patch doctor` says whether its rocBLAS has code for your card",
+        ));
+    }
     let checked = check(&req.prefix, req.jobs, &req.stack.sysfs)?;
     let (loads, place) = place(torch, &req.state.read()?.list)?;
     into_torch::check_versions(&checked.build, torch, req.force, ui)?;

@@ -164,6 +164,24 @@ fn rocblas_goes_into_a_bundling_torch_as_one_set_and_rolls_back_byte_for_byte() 
         "{}",
         status.stdout
     );
+    let json: serde_json::Value =
+        serde_json::from_str(&sb.run_with_state(&["status", "--json"], &[]).ok().stdout).unwrap();
+    let t1 = &json["installed"][0];
+    assert_eq!(
+        (
+            &t1["component"],
+            &t1["tensile"]["installed"]["files"],
+            &t1["tensile"]["original"]["files"],
+            &json["rocblas"][0]["prefix_ok"]
+        ),
+        (
+            &serde_json::json!("rocblas"),
+            &serde_json::json!(6),
+            &serde_json::json!(64),
+            &serde_json::json!(true)
+        ),
+        "{json:#}"
+    );
     let verify = sb.run_with_state(&["verify", "--prefix", &p], &[]).ok();
     let row = crate::support::check_row(&verify.stdout, "rocblas");
     assert!(
@@ -684,4 +702,23 @@ fn a_published_rocblas_build_is_pulled_byte_for_byte_and_installed() {
     );
     sb.rollback(&[]).ok();
     same_tree("after rollback", &before, &bytes_of(&torch.dir));
+}
+
+/// TheRock's torch loads rocBLAS from its rocm-sdk packages, which TheRock
+/// builds for gfx101x: nothing is put under it, and nothing is written.
+#[test]
+fn a_rocm_sdk_torch_gets_no_rocblas_of_ours() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5500xt-gfx1012"));
+    let sdk = crate::rocm_sdk::sdk(&sb, &["gfx101X-dgpu"]);
+    let prefix = sb.root.join("rocblas");
+    copy_dir(built(), &prefix);
+    let before = bytes_of(&sdk.site);
+    install(&sb, &prefix, &["--python", "python3"]).fails_with(&format!(
+        "error: torch [..] loads its ROCm libraries from the rocm-sdk packages ({}/_rocm_sdk_libraries_gfx101X_dgpu), whose rocBLAS TheRock builds for gfx1010, gfx1011 and gfx1012; rdna1-patch puts no rocBLAS under it; nothing was changed
+help: `rdna1-patch doctor` says whether its rocBLAS has code for your card",
+        sdk.site.display()
+    ));
+    same_tree("the site after the refusal", &before, &bytes_of(&sdk.site));
+    assert!(!Path::new(&sb.state()).exists());
 }

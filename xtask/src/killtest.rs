@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rdna1_patch::checksum::md5_file;
-use rdna1_patch::swap::txn::{State, StateDir};
+use rdna1_patch::swap::txn::State;
 use rdna1_testkit::{FakeTorch, Fixture, TorchKind};
 
 use crate::rng::Rng;
@@ -124,16 +124,7 @@ impl Sandbox {
 
     /// Run to the end; stderr on failure.
     fn settle(&self, op: Op) -> Result<Duration> {
-        let start = Instant::now();
-        let out = self.cmd(op).output()?;
-        if !out.status.success() {
-            bail!(
-                "{op:?} after a kill failed ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(start.elapsed())
+        crate::rng::to_the_end(&mut self.cmd(op), &format!("{op:?}"))
     }
 
     /// What a pull leaves when it ends: nothing of ours beside the pulled
@@ -280,21 +271,12 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
     let mut left_in_tmp = Vec::new();
     for i in 0..runs {
         let op = Op::ALL[rng.below(Op::ALL.len() as u64) as usize];
-        let window = took[&op].as_micros() as u64 * 5 / 4 + 1;
-        let delay = Duration::from_micros(rng.below(window));
-        let mut child = sb
-            .cmd(op)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        std::thread::sleep(delay);
-        if child.try_wait()?.is_none() {
-            child.kill()?; // SIGKILL
+        let delay = rng.instant(took[&op]);
+        if crate::rng::kill_at(&mut sb.cmd(op), delay)? {
             *mid_run.entry(op).or_default() += 1;
         } else {
             finished_first += 1;
         }
-        child.wait()?;
         let now = md5_file(&sb.torch.miopen())?;
         if !known.contains(&&now) {
             bail!(
@@ -329,17 +311,7 @@ pub fn killtest(root: &Path, args: &[String]) -> Result<()> {
         if !files.is_empty() {
             partial.push(format!("run {i}: {op:?} killed at {delay:?}: {files:?}"));
         }
-        let journals = StateDir::new(Some(&sb.state))?.read()?;
-        if !journals.damaged.is_empty() {
-            bail!("run {i}: damaged journals {:?}", journals.damaged);
-        }
-        if let Some(j) = journals.list.iter().find(|j| j.state.unfinished()) {
-            stuck.push(format!(
-                "run {i}: transaction {} left {}",
-                j.id,
-                j.state.name()
-            ));
-        }
+        let journals = crate::rng::settled(&sb.state, &format!("run {i}"), &mut stuck)?;
         let want = journals
             .list
             .iter()

@@ -12,12 +12,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rdna1_patch::checksum::md5_file;
+use rdna1_patch::swap::txn::State;
 use rdna1_patch::swap::txn::tree;
-use rdna1_patch::swap::txn::{State, StateDir};
 use rdna1_testkit::{FakeTorch, RocblasFixture, TorchKind};
 
 use crate::rng::Rng;
@@ -72,16 +72,7 @@ impl Sandbox {
     }
 
     fn settle(&self, op: Op) -> Result<Duration> {
-        let start = Instant::now();
-        let out = self.cmd(op).output()?;
-        if !out.status.success() {
-            bail!(
-                "{op:?} after a kill failed ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(start.elapsed())
+        crate::rng::to_the_end(&mut self.cmd(op), &format!("{op:?}"))
     }
 
     fn dir(&self) -> PathBuf {
@@ -228,21 +219,12 @@ pub fn killtest(bin: PathBuf, runs: u32, size_mb: u64, seed: u64) -> Result<()> 
     let mut problems = Vec::new();
     for i in 0..runs {
         let op = ALL[rng.below(ALL.len() as u64) as usize];
-        let window = took[&op].as_micros() as u64 * 5 / 4 + 1;
-        let delay = Duration::from_micros(rng.below(window));
-        let mut child = sb
-            .cmd(op)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        std::thread::sleep(delay);
-        if child.try_wait()?.is_none() {
-            child.kill()?; // SIGKILL
+        let delay = rng.instant(took[&op]);
+        if crate::rng::kill_at(&mut sb.cmd(op), delay)? {
             *killed.entry(op).or_default() += 1;
         } else {
             finished += 1;
         }
-        child.wait()?;
         let what = format!("run {i}: {op:?} killed at {delay:?}");
         // Right after the kill: a whole set, or the halves of two (the
         // one instant between the renames), never anything else.
@@ -267,17 +249,7 @@ pub fn killtest(bin: PathBuf, runs: u32, size_mb: u64, seed: u64) -> Result<()> 
                 let _ = std::fs::remove_dir_all(&f).or_else(|_| std::fs::remove_file(&f));
             }
         }
-        let journals = StateDir::new(Some(&sb.state))?.read()?;
-        if !journals.damaged.is_empty() {
-            bail!("{what}: damaged journals {:?}", journals.damaged);
-        }
-        if let Some(j) = journals.list.iter().find(|j| j.state.unfinished()) {
-            problems.push(format!(
-                "{what}: transaction {} left {}",
-                j.id,
-                j.state.name()
-            ));
-        }
+        let journals = crate::rng::settled(&sb.state, &what, &mut problems)?;
         let want: Set = journals
             .list
             .iter()

@@ -10,12 +10,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use rdna1_patch::checksum::md5_file;
 use rdna1_patch::swap::linker;
-use rdna1_patch::swap::txn::{State, StateDir};
+use rdna1_patch::swap::txn::State;
 use rdna1_testkit::{FakeTorch, TorchKind};
 
 use crate::run;
@@ -61,17 +61,8 @@ impl Sandbox {
     }
 
     fn settle(&self, install: bool) -> Result<Duration> {
-        let start = Instant::now();
-        let out = self.cmd(install).output()?;
-        if !out.status.success() {
-            bail!(
-                "{} after a kill failed ({}):\n{}",
-                if install { "install" } else { "rollback" },
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(start.elapsed())
+        let what = if install { "install" } else { "rollback" };
+        crate::rng::to_the_end(&mut self.cmd(install), what)
     }
 
     fn hip(&self) -> PathBuf {
@@ -193,20 +184,12 @@ pub fn killtest(bin: PathBuf, runs: u32, size_mb: u64, seed: u64) -> Result<()> 
     for i in 0..runs {
         let install = rng.below(2) == 0;
         let took = if install { took_install } else { took_rollback };
-        let delay = Duration::from_micros(rng.below(took.as_micros() as u64 * 5 / 4 + 1));
-        let mut child = sb
-            .cmd(install)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        std::thread::sleep(delay);
-        if child.try_wait()?.is_none() {
-            child.kill()?;
+        let delay = rng.instant(took);
+        if crate::rng::kill_at(&mut sb.cmd(install), delay)? {
             killed += 1;
         } else {
             finished += 1;
         }
-        child.wait()?;
         let what = format!(
             "run {i}: {} killed at {delay:?}",
             if install { "install" } else { "rollback" }
@@ -234,17 +217,7 @@ pub fn killtest(bin: PathBuf, runs: u32, size_mb: u64, seed: u64) -> Result<()> 
                 let _ = std::fs::remove_file(&f);
             }
         }
-        let journals = StateDir::new(Some(&sb.state))?.read()?;
-        if !journals.damaged.is_empty() {
-            bail!("{what}: damaged journals {:?}", journals.damaged);
-        }
-        if let Some(j) = journals.list.iter().find(|j| j.state.unfinished()) {
-            problems.push(format!(
-                "{what}: transaction {} left {}",
-                j.id,
-                j.state.name()
-            ));
-        }
+        let journals = crate::rng::settled(&sb.state, &what, &mut problems)?;
         let installed = journals.list.iter().any(|j| j.state == State::Installed);
         let (want_hip, want_copy) = if installed {
             (&hip_edited, true)

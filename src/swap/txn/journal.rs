@@ -429,6 +429,19 @@ pub struct Journals {
     pub(super) last_id: u32,
 }
 
+/// After a rollback's rename: torch's file reads back as the original.
+pub(super) fn read_back_original(j: &Journal) -> anyhow::Result<()> {
+    let after = crate::checksum::md5_file(&j.torch.target)?;
+    if after != j.original.md5 {
+        anyhow::bail!(
+            "{} reads back as MD5 {after} after restoring, not {}",
+            j.torch.target.display(),
+            j.original.md5
+        );
+    }
+    Ok(())
+}
+
 /// The backup must be the original the transaction saved, before
 /// anything is restored from it.
 pub(super) fn check_backup(j: &Journal) -> anyhow::Result<()> {

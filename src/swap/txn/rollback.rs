@@ -260,14 +260,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
     })?;
     fsutil::sync_dir(&dir)?;
     crash_point!("rollback-renamed");
-    let after = checksum::md5_file(&j.torch.target)?;
-    if after != j.original.md5 {
-        bail!(
-            "{} reads back as MD5 {after} after restoring, not {}",
-            j.torch.target.display(),
-            j.original.md5
-        );
-    }
+    super::journal::read_back_original(j)?;
     locked.set(j, State::RolledBack)?;
     Ok(false)
 }

@@ -153,6 +153,20 @@ fn look<'a>(
         Some(m) => m.to_owned(),
         None => checksum::md5_file(s.staged)?,
     };
+    if let Ok(m) = std::fs::symlink_metadata(&dir)
+        && !m.is_dir()
+    {
+        return Err(hint(
+            format!(
+                "{} is not a directory of torch's own (a symlink or a file stands there); rdna1-patch replaces only a directory; nothing was changed",
+                dir.display()
+            ),
+            format!(
+                "give torch a {TENSILE_DIR} of its own (reinstall torch {}), then run this again",
+                s.torch.version
+            ),
+        ));
+    }
     let stamp = fsutil::Stamp::read(target)?;
     let current = checksum::md5_file(target)?;
     let ours = journals
@@ -432,14 +446,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
     crash_point!("set-rollback-dir");
     rename(&lib_temp, &j.torch.target)?;
     crash_point!("set-rollback-renamed");
-    let after = checksum::md5_file(&j.torch.target)?;
-    if after != j.original.md5 {
-        bail!(
-            "{} reads back as MD5 {after} after restoring, not {}",
-            j.torch.target.display(),
-            j.original.md5
-        );
-    }
+    super::journal::read_back_original(j)?;
     locked.set(j, State::RolledBack)?;
     let _ = fsutil::remove_path(&dir_temp);
     remove_made_parent(j);
