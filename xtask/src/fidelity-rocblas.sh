@@ -16,17 +16,13 @@ set -u
 F=/fid/rocblas
 R=$F/results
 . /fid/bn-kernels.sh
-if [ "${1:-}" = resume ] && grep -q '^  Finished' "$R/build.txt" 2>/dev/null; then
-    # The build finished; what comes after it stopped. Keep its record.
-    grep "^build	" "$R/steps.tsv" | sed 's/^build	/build (the run that built)	/' >"$R/first-build.txt"
-    mv "$R/build.txt" "$R/build-first.txt"
-elif [ "${1:-}" = resume ] && [ -f "$R/build.txt" ]; then
+if [ "${1:-}" = resume ] && [ -f "$R/build.txt" ] && ! grep -q "^  Finished" "$R/build.txt"; then
     echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.txt" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.txt" | tail -1)" >"$R/resumed.txt"
     mv "$R/build.txt" "$R/build-stopped.txt"
 fi
 results_dir
 rm -f "$R"/*.txt.tmp
-[ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt" "$R/build-first.txt" "$R/first-build.txt"
+[ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt"
 export RDNA1_PATCH_SYSFS=$F/sysfs
 dpkg-query -W -f '${Package}\t${Version}\n' hipcc libamdhip64-dev librocblas-dev \
     librocblas4 clang-21 cmake ninja-build python3-yaml python3-msgpack ccache \
@@ -52,6 +48,17 @@ rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix
 rc=$?
 step build $rc "$(since "$t")" "rdna1-patch build rocblas --profile rocm-6.4.3 --rocm /usr (gfx1012 topology)"
 [ $rc = 0 ] || exit 1
+
+# The first build of this work dir, from the tool's own log of it: its
+# start is in the log's name, its end the log's last write (a resumed run
+# finds the build up to date and takes seconds).
+first=$(ls "$W"/rocm-6.4.3/rocblas/logs/*-build.log 2>/dev/null | head -1)
+if [ -n "$first" ]; then
+    name=${first##*/}
+    s=$(date -d "$(echo "${name%-build.log}" | sed 's/T\(..\)\(..\)\(..\)Z/ \1:\2:\3Z/')" +%s)
+    printf 'build (its first run, from its log)\t0\t%s\t%s: %s\n' "$(($(stat -c %Y "$first") - s))" "$name" \
+        "$(grep -o '\[[0-9]*/[0-9]*\]' "$first" | tail -1)" >"$R/first-build.txt"
+fi
 
 t=$(now)
 (cd "$P" && md5sum -c --quiet share/rdna1-patch/MD5SUMS) >"$R/md5sum.txt" 2>&1

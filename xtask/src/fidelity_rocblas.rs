@@ -199,16 +199,13 @@ fn write_section(root: &Path, results: &Path) -> Result<()> {
     for row in &first {
         writeln!(
             s,
-            "\nThe build itself ran in an earlier run of this command: `{}` took {} s (exit {}); this run found it up to date.",
+            "\nThe build of this work dir, from the tool's log of it: `{}`, {} s (exit {}).",
             row.get(3).map_or("", String::as_str),
             row.get(2).map_or("", String::as_str),
             row.get(1).map_or("", String::as_str)
         )?;
     }
-    let build = match read("build-first.txt") {
-        t if t.is_empty() => read("build.txt"),
-        t => t,
-    };
+    let build = read("build.txt");
     writeln!(
         s,
         "\nThe build, as the tool said it (its plan and its last lines):\n\n```\n{}```",
