@@ -234,7 +234,8 @@ fn smoke_without_python_uses_python3s_torch() {
             "verdict: nothing was checked: none of the battery's 47 cases ran",
             "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
             "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
-            // The clone's path with its middle elided: what follows stays.
+            // The sandbox's copy of the topology (support.rs, set_gpus): a
+            // path of fixed length, its middle elided; what follows stays.
             "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/topology/nodes), so no case of the battery ran",
             "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
         ],
@@ -409,7 +410,7 @@ fn no_gpu_visible_is_said_in_its_own_words() {
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]",
             "                fix: [..]",
             "ok    torch-gpu [..]",
-            // The clone's path with its middle elided; cut where it is long.
+            // The sandbox's copy of the topology, its middle elided.
             "warn  gpu       no GPU visible: the KFD topology ([..]/topology/nodes) shows none, as in a container without /dev/kfd or with no amdgpu driver; [..]",
             "                fix: in a container, pass /dev/kfd and /dev/dri through; on the GPU machine, check `lsmod | grep amdgpu` and that your user is in the render and",
             "                video groups",

@@ -107,24 +107,27 @@ fn name_of(uid: u32) -> &'static str {
     }
 }
 
-/// Where sandboxes are made: the temp dir when others can enter it, else
-/// /tmp (a TMPDIR of pam_tmpdir's, /tmp/user/0, is root's alone).
+/// Where sandboxes are made: /tmp when others can enter it, else the temp
+/// dir. /tmp first, whatever TMPDIR says: every sandbox is then
+/// `/tmp/.tmpXXXXXX`, one length on every machine, and the rows that name
+/// a path of it are cut at a glance in the same place (issue 73). A TMPDIR
+/// of pam_tmpdir's, /tmp/user/0, is root's alone.
 pub fn enterable_tmp() -> PathBuf {
-    let tmp = std::env::temp_dir();
     let ok = |p: &Path| {
         p.canonicalize().is_ok_and(|r| {
             r.ancestors()
                 .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
         })
     };
+    let tmp = PathBuf::from("/tmp");
     if ok(&tmp) {
         return tmp;
     }
-    let fallback = PathBuf::from("/tmp");
+    let fallback = std::env::temp_dir();
     assert!(
         ok(&fallback),
-        "neither {} nor /tmp can be entered by other users: the tests that switch user need one",
-        tmp.display()
+        "neither /tmp nor {} can be entered by other users: the tests that switch user need one",
+        fallback.display()
     );
     fallback
 }

@@ -138,13 +138,14 @@ impl Sandbox {
     }
 
     fn of(tmp: tempfile::TempDir, fx: Fixture) -> Sandbox {
-        let gpus = gpus("no-gpu").into();
-        Sandbox {
+        let sb = Sandbox {
             _tmp: tmp,
             fx,
-            gpus,
+            gpus: PathBuf::new().into(),
             glance: false.into(),
-        }
+        };
+        sb.set_gpus(gpus("no-gpu"));
+        sb
     }
 
     /// From now on, doctor, verify and status print rows as a user sees
@@ -154,9 +155,22 @@ impl Sandbox {
     }
 
     /// Read the GPUs from the sysfs tree `root` from now on: a tree of
-    /// tests/fixtures/sysfs (see [`gpus`]) or one the test made.
+    /// tests/fixtures/sysfs (see [`gpus`]) or one the test made. A tree
+    /// outside the sandbox (the clone's fixtures) is read from a copy in
+    /// it, `<sandbox>/sysfs`: rows name where the topology was read, and
+    /// a path of the clone's would move where a row at a glance is cut
+    /// with the length of the clone's path.
     pub fn set_gpus(&self, root: impl Into<PathBuf>) {
-        *self.gpus.borrow_mut() = root.into();
+        let root = root.into();
+        let root = if root.starts_with(&self.root) {
+            root
+        } else {
+            let copy = self.root.join("sysfs");
+            let _ = std::fs::remove_dir_all(&copy);
+            copy_dir(&root, &copy);
+            copy
+        };
+        *self.gpus.borrow_mut() = root;
     }
 
     /// A sandbox whose prefix already holds the fixture's build.
