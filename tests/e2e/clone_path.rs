@@ -15,10 +15,10 @@ use crate::support::{Sandbox, copy_dir, gpus, tempdir};
 #[test]
 fn a_row_at_a_glance_is_the_same_wherever_the_fixtures_lie() {
     let outside = tempdir();
-    let short = outside.path().join("c");
+    let short = outside.path().join("c/no-gpu");
     let long = outside
         .path()
-        .join("a-clone-whose-path-is-long-enough-to-move-a-cut-row/c");
+        .join("a-clone-whose-path-is-long-enough-to-move-a-cut-row/no-gpu");
     assert!(long.as_os_str().len() - short.as_os_str().len() > 40);
     let mut seen = Vec::new();
     for at in [&short, &long] {

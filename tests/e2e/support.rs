@@ -157,17 +157,18 @@ impl Sandbox {
     /// Read the GPUs from the sysfs tree `root` from now on: a tree of
     /// tests/fixtures/sysfs (see [`gpus`]) or one the test made. A tree
     /// outside the sandbox (the clone's fixtures) is read from a copy in
-    /// it, `<sandbox>/sysfs`: rows name where the topology was read, and
-    /// a path of the clone's would move where a row at a glance is cut
-    /// with the length of the clone's path.
+    /// it, `<sandbox>/sysfs/<tree>`: rows name where the topology was
+    /// read, and a path of the clone's would move where a row at a glance
+    /// is cut with the length of the clone's path.
     pub fn set_gpus(&self, root: impl Into<PathBuf>) {
         let root = root.into();
         let root = if root.starts_with(&self.root) {
             root
         } else {
-            let copy = self.root.join("sysfs");
-            let _ = std::fs::remove_dir_all(&copy);
-            copy_dir(&root, &copy);
+            let copy = self.root.join("sysfs").join(root.file_name().unwrap());
+            if !copy.exists() {
+                copy_dir(&root, &copy);
+            }
             copy
         };
         *self.gpus.borrow_mut() = root;
