@@ -162,7 +162,8 @@ impl Sandbox {
     /// is cut with the length of the clone's path.
     pub fn set_gpus(&self, root: impl Into<PathBuf>) {
         let root = root.into();
-        let root = if root.starts_with(&self.root) {
+        // A tree that is not there (`/nonexistent`) is handed on as it is.
+        let root = if root.starts_with(&self.root) || !root.exists() {
             root
         } else {
             let copy = self.root.join("sysfs").join(root.file_name().unwrap());
