@@ -182,6 +182,8 @@ pub fn main() -> ExitCode {
         .try_get_matches()
         .unwrap_or_else(|e| usage_error(e));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
+    // Every command printed from here on is this run's (shell.rs).
+    crate::shell::set(crate::shell::Invocation::of(&Cli::command(), &matches));
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,

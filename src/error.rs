@@ -178,9 +178,9 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
         "schema_version": crate::version::SCHEMA_VERSION,
         "ok": false,
         "error": {
-            "message": chain(err),
+            "message": crate::shell::rewrite(&chain(err)),
             "causes": err.chain().map(|e| words(&e.to_string())).collect::<Vec<_>>(),
-            "help": help(err),
+            "help": help(err).map(crate::shell::fix),
             "exit_code": code,
         },
     });
@@ -218,9 +218,9 @@ pub fn render(err: &anyhow::Error) -> String {
     let mut text = format!("error: {}", chain(err));
     if let Some(help) = help(err) {
         text.push_str("\nhelp: ");
-        text.push_str(help);
+        text.push_str(&crate::shell::fix(help));
     }
-    text
+    crate::shell::rewrite(&text).into_owned()
 }
 
 #[cfg(test)]

@@ -62,8 +62,15 @@ pub fn paint(style: Style, text: &str) -> String {
 
 /// One line to stdout.
 pub fn out(args: fmt::Arguments<'_>) {
+    let text = args.to_string();
+    // Every command of the tool printed is this run's (shell.rs).
+    let json = text.trim_start().starts_with(['{', '[']);
+    let text = match json {
+        true => crate::shell::rewrite_json(&text),
+        false => crate::shell::rewrite(&text),
+    };
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{args}").and_then(|()| stdout.flush()) {
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -89,7 +96,8 @@ pub fn error(err: &anyhow::Error) {
 
 /// One line to stderr.
 pub fn err_line(args: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{args}");
+    let text = args.to_string();
+    let _ = writeln!(std::io::stderr().lock(), "{}", crate::shell::rewrite(&text));
 }
 
 /// Like `println!`, through [`out`].

@@ -316,9 +316,9 @@ fn refuse_lib_outside(lib_dir: &Path, dir: &Path) -> Result<()> {
             real.display()
         ),
         format!(
-            "{OUTSIDE_HELP}. To fix this torch alone, give it a lib directory of its own (`rm {0} && cp -a {1} {0}`), then run this again",
-            lib_dir.display(),
-            real.display()
+            "{OUTSIDE_HELP}. To fix this torch alone, give it a lib directory of its own (`{} && {}`), then run this again",
+            crate::shell::as_run([Path::new("rm"), lib_dir]),
+            crate::shell::as_run([Path::new("cp"), Path::new("-a"), &real, lib_dir]),
         ),
     ))
 }
@@ -384,9 +384,13 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
                 target.display(),
             ),
             format!(
-                "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`cp --remove-destination {} {}`) and install again",
-                target.display(),
-                library.display()
+                "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`{}`) and install again",
+                crate::shell::as_run([
+                    Path::new("cp"),
+                    Path::new("--remove-destination"),
+                    &target,
+                    &library
+                ]),
             ),
         ));
     }

@@ -395,9 +395,12 @@ impl StatusReport {
             }
             if let Some((_, now)) = self.replaced.iter().find(|(id, _)| *id == j.id) {
                 lines.push(format!(
-                    "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install {}--into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",
-                    if j.set.is_some() { "rocblas " } else { "" },
-                    j.id
+                    "            but it is not there now ({now}): something replaced it (a pip install?); `{}` installs again, `{}` closes the transaction",
+                    match j.set.is_some() {
+                        true => crate::shell::tool(["install", "rocblas", "--into-torch"]),
+                        false => crate::shell::tool(["install", "--into-torch"]),
+                    },
+                    crate::shell::tool(["rollback", "--abandon", &j.id.to_string()])
                 ));
             }
         }

@@ -70,7 +70,10 @@ pub fn check_build_of(prefix: &Path, jobs: usize, component: &str) -> Result<Bui
     let opened = Prefix::open(prefix).map_err(|e| match e {
         OpenError::Provenance(e) => hint(
             format!("no usable build: {e:#}"),
-            format!("run `rdna1-patch build {component}` first, or point --prefix at the prefix it installed to"),
+            format!(
+                "run `{}` first, or point --prefix at the prefix it installed to",
+                crate::shell::tool(["build", component])
+            ),
         ),
         OpenError::Md5sums(e, _) => e,
     })?;
@@ -82,7 +85,8 @@ pub fn check_build_of(prefix: &Path, jobs: usize, component: &str) -> Result<Bui
                 list.join("\n  ")
             ),
             format!(
-                "rebuild and reinstall it with `rdna1-patch build {component}` (a no-op build reinstalls the prefix from the build dir)"
+                "rebuild and reinstall it with `{}` (a no-op build reinstalls the prefix from the build dir)",
+                crate::shell::tool(["build", component])
             ),
         ));
     }
@@ -516,10 +520,10 @@ pub(crate) fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()>
     recovery.check_target(crate::swap::into_system::settled_target(torch))?;
     for (j, what) in &recovery.unsettled {
         ui.warn(format!(
-            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
+            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`{}` closes it)",
             j.id,
             j.torch.target.display(),
-            j.id
+            crate::shell::tool(["rollback", "--abandon", &j.id.to_string()])
         ));
     }
     Ok(())

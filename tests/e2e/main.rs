@@ -38,6 +38,7 @@ mod newcomer_said;
 mod other_user;
 mod patches;
 mod prefix_guard;
+mod printed_commands;
 mod privilege;
 mod python_probe;
 mod readme_answer;

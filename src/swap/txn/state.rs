@@ -79,8 +79,8 @@ impl StateDir {
                 hint(
                     format!("cannot open the lock file {}: {e}", path.display()),
                     format!(
-                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`rm {}`) and run again",
-                        path.display()
+                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`{}`) and run again",
+                        crate::shell::as_run([std::ffi::OsStr::new("rm"), path.as_os_str()])
                     ),
                 )
             })?;

@@ -419,8 +419,8 @@ fn changed(j: &Journal, what: &str) -> anyhow::Error {
             j.id
         ),
         format!(
-            "if torch was reinstalled, `rdna1-patch rollback --abandon {}` closes the transaction without touching torch; libtorch_hip.so's original, if it was edited, stays in {}",
-            j.id,
+            "if torch was reinstalled, `{}` closes the transaction without touching torch; libtorch_hip.so's original, if it was edited, stays in {}",
+            crate::shell::tool(["rollback", "--abandon", &j.id.to_string()]),
             j.backup.display()
         ),
     )
