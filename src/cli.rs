@@ -222,6 +222,11 @@ pub fn main() -> ExitCode {
             Ok(code)
         }
         (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),
+        // A failure that follows from the signal (a child it stopped, read
+        // as a failed step) is the interruption: exit 130, and the help.
+        (Err(e), Some(sig)) if crate::error::exit_code(&e) == crate::error::FAILED => {
+            Err(crate::interrupt::stopped("rdna1-patch", sig))
+        }
         (result, _) => result,
     };
     crate::tally::write();

@@ -28,6 +28,7 @@ mod house;
 mod in_place;
 mod in_place_cache;
 mod in_place_comgr;
+mod interrupts;
 mod launcher;
 mod libraries;
 mod linker;
