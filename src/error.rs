@@ -146,7 +146,7 @@ pub fn signal_status(sig: i32) -> u8 {
 }
 
 /// The documented exit statuses, for `--help`.
-pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 3 verify checked nothing (a --smoke whose every case was not run: no GPU, no torch), never a pass; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).";
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done, every check passed; 1 a check found a problem (doctor, verify, status, patches check: a FAIL row, or a check the answer needs that could not run); 2 bad usage, or the command could not do its job (the error says why and what to do); 3 nothing to check and nothing failed (verify and status with nothing of rdna1-patch's installed, a verify --smoke that ran no case), never a pass; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP). Every verb follows it.";
 
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match err.chain().find_map(|e| e.downcast_ref::<Interrupted>()) {

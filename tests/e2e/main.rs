@@ -18,6 +18,7 @@ mod detection;
 mod diagnosis;
 mod diagnosis_compilers;
 mod examples;
+mod exit_status;
 mod fast;
 mod first_contact;
 mod fs_errors;
