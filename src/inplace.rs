@@ -197,7 +197,9 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    let (installed, source, written) = result?;
+    let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
+    let (installed, source, written) =
+        result.map_err(|e| prefix::as_installed(e, &staged_root, &req.prefix))?;
     let md5 = installed
         .entries
         .iter()

@@ -76,6 +76,7 @@ mod torch;
 mod torch_first;
 mod torch_links;
 mod trust;
+mod txn_start;
 mod uninstall;
 mod verify;
 mod wheel;

@@ -375,4 +375,19 @@ impl Locked<'_> {
         j.state = state;
         self.save(j)
     }
+
+    /// Close `j`, which has not changed torch, as aborted; where its
+    /// journal cannot be written (a full or read-only state dir), remove
+    /// it: a transaction that never changed torch is then never opened,
+    /// and status and rollback work on.
+    pub(super) fn abort(&self, j: &mut Journal) -> Result<()> {
+        let Err(e) = self.set(j, State::Aborted) else {
+            return Ok(());
+        };
+        let path = self.state.journal_dir().join(format!("{:04}.toml", j.id));
+        match fsutil::remove_own_file(&path) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(e),
+        }
+    }
 }

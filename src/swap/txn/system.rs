@@ -152,7 +152,7 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     })();
     if let Err(e) = written {
         j.remove_temps();
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         remove_made_parent(&j);
         return Err(super::install::library_out_of_space(
             e,
