@@ -218,6 +218,13 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
 fn find(loc: &Locator) -> Result<(PathBuf, Option<get::Asked>)> {
     let python = match loc {
         Locator::Dir(d) => {
+            const WHICH: &str = "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints";
+            if std::fs::symlink_metadata(d).is_err() {
+                return Err(hint(
+                    format!("--torch-dir {} does not exist", d.display()),
+                    WHICH,
+                ));
+            }
             if !d.join("version.py").is_file() {
                 return Err(hint(
                     format!(

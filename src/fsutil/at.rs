@@ -97,6 +97,17 @@ pub fn fitted_help(path: &Path, e: &std::io::Error, op: &str, place: &str) -> Op
             "the system does not permit this on {shown} whatever its mode (an immutable file shows an `i` in `lsattr`): choose {place}"
         )),
         libc::EACCES => denied(at, reads, place),
+        // A file where a directory is expected: the one in the way.
+        libc::ENOTDIR => {
+            let file = path
+                .ancestors()
+                .find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| !m.is_dir()))
+                .unwrap_or(path);
+            Some(format!(
+                "{} is a file where a directory is expected: name a directory (or one to be made) instead, or move the file away",
+                file.display()
+            ))
+        }
         _ => None,
     }
 }

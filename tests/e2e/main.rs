@@ -17,6 +17,7 @@ mod conventions;
 mod detection;
 mod diagnosis;
 mod diagnosis_compilers;
+mod every_error_helps;
 mod examples;
 mod exit_status;
 mod fast;
