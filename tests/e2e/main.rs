@@ -78,6 +78,8 @@ mod torch_first;
 mod torch_links;
 mod trust;
 mod txn_start;
+mod typos;
 mod uninstall;
 mod verify;
 mod wheel;
+mod words;
