@@ -115,3 +115,33 @@ fn a_read_only_directory_is_said_with_what_to_do() {
     };
     each(&sb, ro.to_str().unwrap(), "read-only");
 }
+
+/// Debian 12's ROCm 5.2 has no libroctracer-dev: `build rocblas` names the
+/// ROCm release first, as `build miopen` does (on 84ed257 it said to
+/// install libroctracer-dev, which Debian 12 does not have).
+#[test]
+fn a_rocm_no_profile_is_for_is_named_before_a_package_it_lacks() {
+    let sb = Sandbox::new();
+    let rocm = sb.root.join("usr");
+    rdna1_testkit::copy_dir(&sb.rocm, &rocm);
+    std::fs::create_dir_all(rocm.join(".info")).unwrap();
+    std::fs::write(rocm.join(".info/version"), "5.2.3\n").unwrap();
+    let _ = std::fs::remove_file(rocm.join("include/roctracer/roctx.h"));
+    let r = rocm.to_str().unwrap();
+    for component in ["miopen", "rocblas"] {
+        let run = sb.run(&[
+            "build",
+            component,
+            "--profile",
+            "rocm-6.4.3",
+            "--rocm",
+            r,
+            "--dry-run",
+        ]);
+        let all = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            all.contains("no profile is for ROCm 5.2") && !all.contains("libroctracer-dev"),
+            "build {component}:\n{all}"
+        );
+    }
+}
