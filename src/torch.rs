@@ -217,25 +217,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
 /// (none with --torch-dir).
 fn find(loc: &Locator) -> Result<(PathBuf, Option<get::Asked>)> {
     let python = match loc {
-        Locator::Dir(d) => {
-            const WHICH: &str = "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints";
-            if std::fs::symlink_metadata(d).is_err() {
-                return Err(hint(
-                    format!("--torch-dir {} does not exist", d.display()),
-                    WHICH,
-                ));
-            }
-            if !d.join("version.py").is_file() {
-                return Err(hint(
-                    format!(
-                        "{} is not a torch package: it has no version.py",
-                        d.display()
-                    ),
-                    "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints",
-                ));
-            }
-            return Ok((std::path::absolute(d)?, None));
-        }
+        Locator::Dir(d) => return Ok((probe::package_dir(d)?, None)),
         Locator::Python(p) => p,
     };
     probe::is_python(python)?;

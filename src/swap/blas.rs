@@ -114,22 +114,18 @@ pub fn check(prefix: &Path, jobs: usize, sysfs: &Path) -> Result<Checked> {
                 targets.join(", "),
                 missing.join(", ")
             ),
-            format!(
-                "build it for this machine: `{}`",
+            format!("build it for this machine: `{}`", {
+                let all: Vec<&str> = targets.iter().chain(&missing).map(String::as_str).collect();
+                let all = all.join(",");
                 crate::shell::tool([
                     "build",
                     "rocblas",
                     "--profile",
                     &p.profile,
                     "--gpu-targets",
-                    &targets
-                        .iter()
-                        .chain(&missing)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    &all,
                 ])
-            ),
+            }),
         ));
     }
     let tensile = prefix.join(PREFIX_TENSILE);

@@ -106,7 +106,7 @@ fn fix_lines_of_a_venv_run_carry_its_python_and_run_as_printed() {
     }
     let install = format!("rdna1-patch install --into-torch {quoted}");
     assert!(
-        all.iter().any(|c| *c == install),
+        all.contains(&install),
         "no `{install}` among {all:#?}\n{}",
         doctor.stdout
     );

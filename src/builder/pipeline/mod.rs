@@ -435,15 +435,7 @@ impl BuildPlan<'_> {
     /// `install` refuses an hour later, so either stops the build before
     /// the fetch.
     pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
-        use crate::builder::profile::{RocmFit, rocm_fit};
-        // A ROCm no profile is for is the blocker to name first: the tools
-        // and packages a component needs of it (libroctracer-dev) may not
-        // exist for that release (Debian 12's ROCm 5.2).
-        if let Some(v) = tools::rocm_version(&self.rocm)
-            && let RocmFit::Unserved(e) = rocm_fit(&self.opts.profile, &v, &self.rocm)
-        {
-            return Err(e);
-        }
+        self.check_served()?;
         let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
         self.check_requires()?;
         let Some(v) = t.rocm.version.as_deref() else {
