@@ -113,11 +113,13 @@ const COMPLETIONS_EXAMPLES: &str = "Examples:
 
 #[derive(Subcommand)]
 enum Command {
-    /// Fetch, patch, configure, build and install a component (today: miopen)
+    /// Fetch, patch, configure, build and install a component: miopen, or
+    /// rocblas (rocBLAS with its Tensile kernels, where the profile pins it)
     #[command(after_help = BUILD_EXAMPLES)]
     Build(Box<commands::build::Args>),
     /// Fix torch's MIOpen: its own library in place (diagnosed and proven by
-    /// compiling), or a build swapped in (journaled; `rollback` undoes it)
+    /// compiling), or a build swapped in; or put a rocBLAS build under torch
+    /// (`install rocblas`); journaled, `rollback` undoes it
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(commands::install::Args),
     /// Put torch's original library back
@@ -182,6 +184,8 @@ pub fn main() -> ExitCode {
         .try_get_matches()
         .unwrap_or_else(|e| usage_error(e));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
+    // Every command printed from here on is this run's (shell.rs).
+    crate::shell::set(crate::shell::Invocation::of(&Cli::command(), &matches));
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,
@@ -220,6 +224,11 @@ pub fn main() -> ExitCode {
             Ok(code)
         }
         (Ok(_), Some(sig)) => Err(crate::interrupt::stopped("rdna1-patch", sig)),
+        // A failure that follows from the signal (a child it stopped, read
+        // as a failed step) is the interruption: exit 130, and the help.
+        (Err(e), Some(sig)) if crate::error::exit_code(&e) == crate::error::FAILED => {
+            Err(crate::interrupt::stopped("rdna1-patch", sig))
+        }
         (result, _) => result,
     };
     crate::tally::write();
@@ -304,8 +313,19 @@ fn one_error(e: &clap::Error) -> anyhow::Error {
         _ => Vec::new(),
     };
     let mut help = String::new();
-    for kind in [ContextKind::SuggestedArg, ContextKind::SuggestedSubcommand] {
-        if let Some(s) = value(kind).first() {
+    // clap lists its suggestions lowest confidence first: the one said is
+    // the closest by edit distance, among every verb for a mistyped one.
+    let typed = value(ContextKind::InvalidSubcommand)
+        .into_iter()
+        .chain(value(ContextKind::InvalidArg))
+        .next()
+        .unwrap_or_default();
+    let mut verbs = value(ContextKind::SuggestedSubcommand);
+    if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
+        verbs.extend(verb_names());
+    }
+    for offered in [value(ContextKind::SuggestedArg), verbs] {
+        if let Some(s) = closest(&typed, &offered) {
             help.push_str(&format!("did you mean `{s}`? "));
         }
     }
@@ -314,6 +334,60 @@ fn one_error(e: &clap::Error) -> anyhow::Error {
     }
     help.push_str(&format!("`{}` lists its arguments", verb_help()));
     crate::error::hint(message, help)
+}
+
+/// Of `offered`, the closest to `typed` by edit distance (ties: the later,
+/// which clap is surer of), if within a third of its length (at least 2).
+fn closest<'a>(typed: &str, offered: &'a [String]) -> Option<&'a String> {
+    let typed = typed.split('=').next().unwrap_or(typed);
+    let limit = (typed.chars().count() / 3).max(2);
+    offered
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (edits(typed, s), std::cmp::Reverse(i), s))
+        .filter(|(d, ..)| *d <= limit)
+        .min()
+        .map(|(.., s)| s)
+}
+
+/// Levenshtein distance, with a swap of two neighbours one edit.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The verbs at the level of this command line's mistyped one.
+fn verb_names() -> Vec<String> {
+    let mut cmd = Cli::command();
+    for arg in std::env::args().skip(1) {
+        match cmd.find_subcommand(&arg) {
+            Some(sub) => cmd = sub.clone(),
+            None => break,
+        }
+    }
+    cmd.get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_owned())
+        .collect()
 }
 
 /// `rdna1-patch VERB [SUB] --help` for the verbs on this command line.

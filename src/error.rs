@@ -146,7 +146,7 @@ pub fn signal_status(sig: i32) -> u8 {
 }
 
 /// The documented exit statuses, for `--help`.
-pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 a check found a problem (verify, doctor, patches check); 2 bad usage, or the command could not do its job (the error says why and what to do); 3 verify checked nothing (a --smoke whose every case was not run: no GPU, no torch), never a pass; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).";
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 done, every check passed; 1 a check found a problem (doctor, verify, status, patches check: a FAIL row, or a check the answer needs that could not run); 2 bad usage, or the command could not do its job (the error says why and what to do); 3 nothing to check and nothing failed (verify and status with nothing of rdna1-patch's installed, a verify --smoke that ran no case), never a pass; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP). Every verb follows it.";
 
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match err.chain().find_map(|e| e.downcast_ref::<Interrupted>()) {
@@ -178,9 +178,9 @@ pub fn json(err: &anyhow::Error, code: u8) -> String {
         "schema_version": crate::version::SCHEMA_VERSION,
         "ok": false,
         "error": {
-            "message": chain(err),
+            "message": crate::shell::rewrite(&chain(err)),
             "causes": err.chain().map(|e| words(&e.to_string())).collect::<Vec<_>>(),
-            "help": help(err),
+            "help": help(err).map(crate::shell::fix),
             "exit_code": code,
         },
     });
@@ -218,9 +218,9 @@ pub fn render(err: &anyhow::Error) -> String {
     let mut text = format!("error: {}", chain(err));
     if let Some(help) = help(err) {
         text.push_str("\nhelp: ");
-        text.push_str(help);
+        text.push_str(&crate::shell::fix(help));
     }
-    text
+    crate::shell::rewrite(&text).into_owned()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Writing files so that a reader, or a crash, never sees half of one.
 
+use std::ffi::OsStr;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -189,8 +190,8 @@ pub fn create_own_dir(dir: &Path) -> Result<()> {
                 dir.display()
             ),
             format!(
-                "remove the symlink (`rm {}`) and run again; nothing was changed",
-                dir.display()
+                "remove the symlink (`{}`) and run again; nothing was changed",
+                crate::shell::as_run([OsStr::new("rm"), dir.as_os_str()])
             ),
         ));
     }

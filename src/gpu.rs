@@ -128,8 +128,8 @@ pub fn targets_warning(targets: &str, sysfs: &Path) -> Option<(String, String)> 
             missing.join(", ")
         ),
         format!(
-            "rebuild with `rdna1-patch build miopen --gpu-targets {}`",
-            all.join(",")
+            "rebuild with `{}`",
+            crate::shell::tool(["build", "miopen", "--gpu-targets", &all.join(",")])
         ),
     ))
 }

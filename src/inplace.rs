@@ -168,8 +168,8 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         .collect();
     let staging = prefix::begin(&req.prefix)?;
     let rel = format!("lib/{soname}");
+    let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
     let result = (|| -> Result<_> {
-        let staged_root = staging.join(req.prefix.strip_prefix("/").unwrap_or(&req.prefix));
         let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
         let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
@@ -197,7 +197,8 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    let (installed, source, written) = result?;
+    let (installed, source, written) =
+        result.map_err(|e| prefix::as_installed(e, &staged_root, &req.prefix))?;
     let md5 = installed
         .entries
         .iter()

@@ -2,9 +2,9 @@
 //! (reports, lists, JSON) on stdout, `errln!` for progress, warnings and
 //! errors on stderr.
 //!
-//! A stdout closed early (`rdna1-patch patches list | head -1`) ends the run
-//! quietly with status 0, as ripgrep does; only read-only verbs print to
-//! stdout, so nothing is left half-done. A stderr that cannot be written is
+//! A stdout closed early (`rdna1-patch doctor | head -1`) is written no
+//! more, and the run ends with the status its answer has: a pipeline under
+//! `set -o pipefail` still hears a failing check. A stderr that cannot be written is
 //! ignored: the work a message reports on goes on.
 
 use std::fmt;
@@ -60,12 +60,28 @@ pub fn paint(style: Style, text: &str) -> String {
     }
 }
 
+/// Whether stdout's reader has gone.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One line to stdout.
 pub fn out(args: fmt::Arguments<'_>) {
+    let text = args.to_string();
+    // Every command of the tool printed is this run's (shell.rs).
+    let json = text.trim_start().starts_with(['{', '[']);
+    let text = match json {
+        true => crate::shell::rewrite_json(&text),
+        false => crate::shell::rewrite(&text),
+    };
+    if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{args}").and_then(|()| stdout.flush()) {
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            // The reader has gone (`| head -1`): nothing more is written,
+            // and the run ends with the status its answer has.
+            STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
         }
         let _ = writeln!(std::io::stderr(), "error: cannot write to stdout: {e}");
         std::process::exit(2);
@@ -89,7 +105,8 @@ pub fn error(err: &anyhow::Error) {
 
 /// One line to stderr.
 pub fn err_line(args: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{args}");
+    let text = args.to_string();
+    let _ = writeln!(std::io::stderr().lock(), "{}", crate::shell::rewrite(&text));
 }
 
 /// Like `println!`, through [`out`].

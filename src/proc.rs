@@ -71,7 +71,17 @@ pub fn run_fed_contained(
 
 /// An error of a reaped run names the program, not the reaper.
 fn named_as(cmd: &Command, out: Result<Output>) -> Result<Output> {
-    out.map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown(cmd))))
+    out.map_err(|e| {
+        // Stopped by a signal: the run is interrupted, said as such (exit
+        // 130 and the help to run again), never the child's own name.
+        match e
+            .chain()
+            .find_map(|c| c.downcast_ref::<crate::error::Interrupted>())
+        {
+            Some(crate::error::Interrupted(sig)) => crate::interrupt::stopped("rdna1-patch", *sig),
+            None => anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown(cmd))),
+        }
+    })
 }
 
 /// [`run_fed_contained`] without the reaper, for the unit tests, whose
@@ -149,6 +159,15 @@ fn run_with(
     let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, group);
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
+    // The tests' Ctrl-C at the instant a compile child runs (issue 72).
+    #[cfg(feature = "failpoints")]
+    if reaper && stall.is_some() {
+        fail::eval("interrupt-while-compiling", |_| {
+            // SAFETY: raise(3) only sends a signal to this process.
+            unsafe { libc::raise(libc::SIGINT) };
+            std::thread::sleep(Duration::from_millis(300));
+        });
+    }
     // A waiting thread, not a polling loop: a helper that answers in 2 ms
     // costs 2 ms (git runs a dozen of them per fetch).
     let (done_tx, done_rx) = std::sync::mpsc::channel();

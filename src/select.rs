@@ -68,7 +68,8 @@ pub fn profile_for_found(found: &Result<torch::Torch>) -> Result<Chosen> {
         {
             let from = nearest(&profiles, &line).unwrap_or(DEFAULT_PROFILE);
             format!(
-                "a library built for another ROCm line crashes in this torch, so none is picked for you. Use a torch of one of those lines; for an RX 5000 card the best is TheRock's native gfx101x torch (`pip install \"torch[device-gfx1010]\"` from TheRock's multi-arch index, profile therock-7.14). Or write a profile for ROCm {line}, starting from the nearest: `rdna1-patch profiles export {from} DIR`, then --profile DIR/{from}.toml"
+                "a library built for another ROCm line crashes in this torch, so none is picked for you. Use a torch of one of those lines; for an RX 5000 card the best is TheRock's native gfx101x torch (`pip install \"torch[device-gfx1010]\"` from TheRock's multi-arch index, profile therock-7.14). Or write a profile for ROCm {line}, starting from the nearest: `{}`, then --profile DIR/{from}.toml",
+                crate::shell::tool(["profiles", "export", from, "DIR"])
             )
         },
     ))

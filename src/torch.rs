@@ -217,18 +217,7 @@ pub fn find_dir(loc: &Locator) -> Result<PathBuf> {
 /// (none with --torch-dir).
 fn find(loc: &Locator) -> Result<(PathBuf, Option<get::Asked>)> {
     let python = match loc {
-        Locator::Dir(d) => {
-            if !d.join("version.py").is_file() {
-                return Err(hint(
-                    format!(
-                        "{} is not a torch package: it has no version.py",
-                        d.display()
-                    ),
-                    "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints",
-                ));
-            }
-            return Ok((std::path::absolute(d)?, None));
-        }
+        Locator::Dir(d) => return Ok((probe::package_dir(d)?, None)),
         Locator::Python(p) => p,
     };
     probe::is_python(python)?;
@@ -316,9 +305,9 @@ fn refuse_lib_outside(lib_dir: &Path, dir: &Path) -> Result<()> {
             real.display()
         ),
         format!(
-            "{OUTSIDE_HELP}. To fix this torch alone, give it a lib directory of its own (`rm {0} && cp -a {1} {0}`), then run this again",
-            lib_dir.display(),
-            real.display()
+            "{OUTSIDE_HELP}. To fix this torch alone, give it a lib directory of its own (`{} && {}`), then run this again",
+            crate::shell::as_run([Path::new("rm"), lib_dir]),
+            crate::shell::as_run([Path::new("cp"), Path::new("-a"), &real, lib_dir]),
         ),
     ))
 }
@@ -384,9 +373,13 @@ pub fn locate(loc: &Locator) -> Result<Torch> {
                 target.display(),
             ),
             format!(
-                "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`cp --remove-destination {} {}`) and install again",
-                target.display(),
-                library.display()
+                "that file may be used by other programs (a system ROCm, say). To patch this torch alone, replace the symlink with a copy (`{}`) and install again",
+                crate::shell::as_run([
+                    Path::new("cp"),
+                    Path::new("--remove-destination"),
+                    &target,
+                    &library
+                ]),
             ),
         ));
     }

@@ -325,8 +325,8 @@ impl Rule {
                     mode & 0o7777
                 ),
                 format!(
-                    "let only its owner write it (`chmod go-w {}`), then run this again",
-                    path.display()
+                    "let only its owner write it (`{}`), then run this again",
+                    crate::shell::line([Path::new("chmod"), Path::new("go-w"), path])
                 ),
             ));
         }

@@ -71,5 +71,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // A fix install made is read from its transactions.
         state: args.state.open().ok(),
     };
-    super::print_report(&doctor::run(&req), &args.report)
+    let report = doctor::run(&req);
+    // Interrupted, the diagnosis did not finish: no verdict is said.
+    if let Some(sig) = crate::interrupt::interrupted() {
+        return Err(crate::interrupt::stopped("rdna1-patch", sig));
+    }
+    super::print_report(&report, &args.report)
 }

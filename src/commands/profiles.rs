@@ -43,7 +43,13 @@ pub fn run(cmd: ProfilesCommand) -> Result<ExitCode> {
                 } else {
                     ""
                 };
-                crate::outln!("{name}{default}\t{}", p.description);
+                // What it builds: a profile may pin more than MIOpen.
+                let components: Vec<&str> = p.components.keys().map(String::as_str).collect();
+                crate::outln!(
+                    "{name}{default}\t{}; builds {}",
+                    p.description,
+                    components.join(", ")
+                );
             }
         }
         ProfilesCommand::Show { name } => {

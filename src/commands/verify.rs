@@ -98,6 +98,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         compile_for: args.compile_for,
     };
     let mut report = verify::run(&req)?;
+    // Interrupted outside the battery (which reports it in its own
+    // report), the checks did not finish: no verdict is said.
+    if let Some(sig) = crate::interrupt::interrupted()
+        && report.interrupted().is_none()
+    {
+        return Err(crate::interrupt::stopped("rdna1-patch", sig));
+    }
     // The battery's report is made to be shared: home is written ~.
     let home = std::env::var("HOME").ok().filter(|_| args.smoke);
     if let Some(file) = &report_file {

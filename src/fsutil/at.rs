@@ -3,6 +3,7 @@
 //! disk. Worked out when the error happens, from the path's nearest
 //! existing directory, so the help names the real owner and free space.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -96,6 +97,17 @@ pub fn fitted_help(path: &Path, e: &std::io::Error, op: &str, place: &str) -> Op
             "the system does not permit this on {shown} whatever its mode (an immutable file shows an `i` in `lsattr`): choose {place}"
         )),
         libc::EACCES => denied(at, reads, place),
+        // A file where a directory is expected: the one in the way.
+        libc::ENOTDIR => {
+            let file = path
+                .ancestors()
+                .find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| !m.is_dir()))
+                .unwrap_or(path);
+            Some(format!(
+                "{} is a file where a directory is expected: name a directory (or one to be made) instead, or move the file away",
+                file.display()
+            ))
+        }
         _ => None,
     }
 }
@@ -123,10 +135,13 @@ fn denied(at: &Path, reads: bool, place: &str) -> Option<String> {
         let bits = format!("u+{bits}");
         return Some(match missing == 0 {
             true => format!(
-                "you own {shown} and its mode ({mode:o}) allows it, so something else refuses (an ACL, a security module): `ls -ld {shown}` and `getfacl {shown}` say more; or choose {place}"
+                "you own {shown} and its mode ({mode:o}) allows it, so something else refuses (an ACL, a security module): `{}` and `{}` say more; or choose {place}",
+                crate::shell::line([OsStr::new("ls"), OsStr::new("-ld"), at.as_os_str()]),
+                crate::shell::line([OsStr::new("getfacl"), at.as_os_str()]),
             ),
             false => format!(
-                "you own {shown}, but its mode ({mode:o}) does not let you {verb}: `chmod {bits} {shown}`, or choose {place}"
+                "you own {shown}, but its mode ({mode:o}) does not let you {verb}: `{}`, or choose {place}",
+                crate::shell::line([OsStr::new("chmod"), OsStr::new(&bits), at.as_os_str()]),
             ),
         });
     }
@@ -137,7 +152,14 @@ fn denied(at: &Path, reads: bool, place: &str) -> Option<String> {
     Some(match owner {
         // A run with sudo leaves root's files in a user's own tree.
         0 if in_home => format!(
-            "{shown} belongs to root, in your home (a run with sudo makes its files root's): take it back (`sudo chown -R {mine} {shown}`), or choose {place} you own"
+            "{shown} belongs to root, in your home (a run with sudo makes its files root's): take it back (`{}`), or choose {place} you own",
+            crate::shell::line([
+                OsStr::new("sudo"),
+                OsStr::new("chown"),
+                OsStr::new("-R"),
+                OsStr::new(&mine),
+                at.as_os_str()
+            ]),
         ),
         0 => format!(
             "{shown} belongs to root: choose {place} you own, or run this with sudo for a system-wide one"

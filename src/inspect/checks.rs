@@ -116,7 +116,7 @@ impl CheckReport {
         self.checks.push(Check {
             name,
             status,
-            detail: detail.into(),
+            detail: crate::shell::rewrite(&detail.into()).into_owned(),
             fix: None,
             cause: None,
             breaks: None,
@@ -136,10 +136,10 @@ impl CheckReport {
         self.checks.push(Check {
             name,
             status: status.into(),
-            detail: detail.into(),
-            fix,
+            detail: crate::shell::rewrite(&detail.into()).into_owned(),
+            fix: fix.map(|f| crate::shell::fix(&f)),
             cause: None,
-            breaks: Some(breaks.into()),
+            breaks: Some(crate::shell::rewrite(&breaks.into()).into_owned()),
         });
     }
 
@@ -154,8 +154,8 @@ impl CheckReport {
         self.checks.push(Check {
             name,
             status,
-            detail: detail.into(),
-            fix: Some(fix.into()),
+            detail: crate::shell::rewrite(&detail.into()).into_owned(),
+            fix: Some(crate::shell::fix(&fix.into())),
             cause: None,
             breaks: None,
         });
@@ -168,8 +168,8 @@ impl CheckReport {
         self.checks.push(Check {
             name,
             status,
-            detail: crate::error::chain(err),
-            fix: crate::error::help(err).map(str::to_owned),
+            detail: crate::shell::rewrite(&crate::error::chain(err)).into_owned(),
+            fix: crate::error::help(err).map(crate::shell::fix),
             cause: None,
             breaks: None,
         });

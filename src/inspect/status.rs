@@ -278,15 +278,21 @@ impl StatusReport {
         for j in &self.installed {
             r.push("installed", Status::Ok, format!("transaction {}", j.id));
         }
-        if self.nothing_ever() {
+        if self.nothing_installed() {
             r.unfinished = Some(NOTHING_INSTALLED.into());
         }
         r
     }
 
-    /// No install was ever made here, and no build is in the prefix.
-    fn nothing_ever(&self) -> bool {
-        self.last.is_none() && self.build.is_none() && self.damaged.is_empty()
+    /// Nothing of ours is in torch now: no install was ever made here and
+    /// no build is in the prefix, or every transaction was rolled back
+    /// (then doctor, not this build, says what torch needs).
+    fn nothing_installed(&self) -> bool {
+        let clean = self.installed.is_empty()
+            && self.unfinished.is_empty()
+            && self.damaged.is_empty()
+            && self.replaced.is_empty();
+        clean && (self.last.is_some() || self.build.is_none())
     }
 
     /// The build in the prefix: what it is, its library, how it was
@@ -355,7 +361,7 @@ impl StatusReport {
     /// The report whole, as `status --detail` prints it.
     fn text(&self) -> String {
         let mut lines = vec![format!("verdict: {}", self.answer().verdict)];
-        if self.nothing_ever() {
+        if self.last.is_none() && self.nothing_installed() {
             lines.push(format!(
                 "last:       no transactions in {}",
                 self.state_dir.display()
@@ -395,9 +401,12 @@ impl StatusReport {
             }
             if let Some((_, now)) = self.replaced.iter().find(|(id, _)| *id == j.id) {
                 lines.push(format!(
-                    "            but it is not there now ({now}): something replaced it (a pip install?); `rdna1-patch install {}--into-torch` installs again, `rdna1-patch rollback --abandon {}` closes the transaction",
-                    if j.set.is_some() { "rocblas " } else { "" },
-                    j.id
+                    "            but it is not there now ({now}): something replaced it (a pip install?); `{}` installs again, `{}` closes the transaction",
+                    match j.set.is_some() {
+                        true => crate::shell::tool(["install", "rocblas", "--into-torch"]),
+                        false => crate::shell::tool(["install", "--into-torch"]),
+                    },
+                    crate::shell::tool(["rollback", "--abandon", &j.id.to_string()])
                 ));
             }
         }

@@ -154,6 +154,21 @@ pub fn preflight(prefix: &Path) -> Result<()> {
     })
 }
 
+/// `err` about a file staged under `staged_root` (the prefix's whole path
+/// again, under its staging dir) said of the file it is to be in the
+/// prefix: one path, the one the user knows.
+pub fn as_installed(mut err: anyhow::Error, staged_root: &Path, prefix: &Path) -> anyhow::Error {
+    let (from, to) = (
+        staged_root.display().to_string(),
+        prefix.display().to_string(),
+    );
+    if let Some(f) = err.downcast_mut::<crate::error::FsError>() {
+        f.message = f.message.replace(&from, &to);
+        f.help = f.help.as_ref().map(|h| h.replace(&from, &to));
+    }
+    err
+}
+
 /// Where `cmake --install` should put files: DESTDIR for the staging area.
 pub fn staging_dir(prefix: &Path) -> PathBuf {
     prefix.join(STAGING)

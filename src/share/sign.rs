@@ -128,10 +128,10 @@ fn readable_by_others(what: &str, path: &Path) -> Option<String> {
         .unwrap_or(0);
     (mode & 0o077 != 0).then(|| {
         format!(
-            "{what} {} can be read by others (mode {:o}); `chmod 600 {}` keeps it yours",
+            "{what} {} can be read by others (mode {:o}); `{}` keeps it yours",
             path.display(),
             mode & 0o777,
-            path.display()
+            crate::shell::line([Path::new("chmod"), Path::new("600"), path])
         )
     })
 }

@@ -163,8 +163,8 @@ fn refuse_read_only(path: &Path) -> Result<()> {
             path.display()
         ),
         format!(
-            "make it writable (`chmod u+w {}`) and run this again, or add the key to its trusted-keys by hand",
-            path.display()
+            "make it writable (`{}`) and run this again, or add the key to its trusted-keys by hand",
+            crate::shell::line([Path::new("chmod"), Path::new("u+w"), path])
         ),
     ))
 }

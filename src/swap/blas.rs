@@ -75,8 +75,8 @@ pub fn check(prefix: &Path, jobs: usize, sysfs: &Path) -> Result<Checked> {
                 p.profile
             ),
             format!(
-                "`rdna1-patch install {} --into-torch` installs that one; for rocBLAS, name the prefix `rdna1-patch build rocblas` installed to (its last line says)",
-                p.component
+                "`{}` installs that one; for rocBLAS, name the prefix `rdna1-patch build rocblas` installed to (its last line says)",
+                crate::shell::tool(["install", &p.component, "--into-torch"])
             ),
         ));
     }
@@ -95,8 +95,8 @@ pub fn check(prefix: &Path, jobs: usize, sysfs: &Path) -> Result<Checked> {
                 prefix.display()
             ),
             format!(
-                "build it again (`rdna1-patch build rocblas --profile {}`): a build installs only a set that passes, so this prefix was changed since",
-                p.profile
+                "build it again (`{}`): a build installs only a set that passes, so this prefix was changed since",
+                crate::shell::tool(["build", "rocblas", "--profile", &p.profile])
             ),
         )
     };
@@ -114,16 +114,18 @@ pub fn check(prefix: &Path, jobs: usize, sysfs: &Path) -> Result<Checked> {
                 targets.join(", "),
                 missing.join(", ")
             ),
-            format!(
-                "build it for this machine: `rdna1-patch build rocblas --profile {} --gpu-targets {}`",
-                p.profile,
-                targets
-                    .iter()
-                    .chain(&missing)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
+            format!("build it for this machine: `{}`", {
+                let all: Vec<&str> = targets.iter().chain(&missing).map(String::as_str).collect();
+                let all = all.join(",");
+                crate::shell::tool([
+                    "build",
+                    "rocblas",
+                    "--profile",
+                    &p.profile,
+                    "--gpu-targets",
+                    &all,
+                ])
+            }),
         ));
     }
     let tensile = prefix.join(PREFIX_TENSILE);

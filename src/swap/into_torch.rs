@@ -67,10 +67,11 @@ pub fn check_build(prefix: &Path, jobs: usize) -> Result<Build> {
 
 /// [`check_build`] of a build of `component`, whose command the help names.
 pub fn check_build_of(prefix: &Path, jobs: usize, component: &str) -> Result<Build> {
+    let build = crate::shell::tool(["build", component]); // the help's command
     let opened = Prefix::open(prefix).map_err(|e| match e {
         OpenError::Provenance(e) => hint(
             format!("no usable build: {e:#}"),
-            format!("run `rdna1-patch build {component}` first, or point --prefix at the prefix it installed to"),
+            format!("run `{build}` first, or point --prefix at the prefix it installed to"),
         ),
         OpenError::Md5sums(e, _) => e,
     })?;
@@ -82,7 +83,7 @@ pub fn check_build_of(prefix: &Path, jobs: usize, component: &str) -> Result<Bui
                 list.join("\n  ")
             ),
             format!(
-                "rebuild and reinstall it with `rdna1-patch build {component}` (a no-op build reinstalls the prefix from the build dir)"
+                "rebuild and reinstall it with `{build}` (a no-op build reinstalls the prefix from the build dir)"
             ),
         ));
     }
@@ -358,8 +359,7 @@ fn source_of<'a>(
     }
 }
 
-/// Whether the in-place route was taken, and what it made; with what it
-/// read of torch's library when that was its source (not a backup).
+/// Whether the in-place route was taken, what it made, and what it read.
 enum InPlace {
     NotTaken,
     /// A dry run, or nothing to fix: said, and nothing written.
@@ -368,10 +368,9 @@ enum InPlace {
 }
 
 /// The in-place route, when it is the one (`route::choose`): torch's own
-/// library, the original even over an install of ours, fixed into the
-/// prefix, which then goes through the same swap as a build. A prefix made
-/// in place before is made again: torch may have been upgraded since, and
-/// it costs seconds.
+/// library (the original, even over an install of ours) fixed into the
+/// prefix, then swapped in as a build is. A prefix made in place before is
+/// made again: torch may have been upgraded since, and it costs seconds.
 fn in_place<'a>(
     req: &'a InstallRequest,
     locked: &mut Option<txn::Locked<'a>>,
@@ -516,10 +515,10 @@ pub(crate) fn settle(locked: &txn::Locked, torch: &Torch, ui: &Ui) -> Result<()>
     recovery.check_target(crate::swap::into_system::settled_target(torch))?;
     for (j, what) in &recovery.unsettled {
         ui.warn(format!(
-            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`rdna1-patch rollback --abandon {}` closes it)",
+            "transaction {} on {} is left open: that file is {what}, which no transaction wrote (`{}` closes it)",
             j.id,
             j.torch.target.display(),
-            j.id
+            crate::shell::tool(["rollback", "--abandon", &j.id.to_string()])
         ));
     }
     Ok(())

@@ -313,8 +313,12 @@ pub fn check_in_place_prefix(prefix: &Path, torch: &Torch, profile: &Profile) ->
             prefix.display()
         ),
         format!(
-            "give the in-place fix its own --prefix DIR (or leave --prefix out), or move that prefix away (`mv {0} {0}.old`) if you no longer want it",
-            prefix.display()
+            "give the in-place fix its own --prefix DIR (or leave --prefix out), or move that prefix away (`{}`) if you no longer want it",
+            crate::shell::as_run([
+                Path::new("mv"),
+                prefix,
+                Path::new(&format!("{}.old", prefix.display())),
+            ])
         ),
     ))
 }

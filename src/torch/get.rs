@@ -113,15 +113,18 @@ pub fn for_build(help: &str) -> Option<String> {
         return None;
     }
     // "with --python P" goes into the command it is for.
-    let (python, rest) = match rest.strip_prefix(" with --python ") {
+    let mut words = vec!["install", "--into-torch"];
+    let rest = match rest.strip_prefix(" with --python ") {
         Some(r) => {
             let end = r.find(';').unwrap_or(r.len());
-            (format!(" --python {}", &r[..end]), &r[end..])
+            words.extend(["--python", &r[..end]]);
+            &r[end..]
         }
-        None => (String::new(), rest),
+        None => rest,
     };
     Some(format!(
-        "{get}, then `rdna1-patch install --into-torch{python}` (that torch's route: its own MIOpen fixed in place, no build){rest}; to build for a torch that is not here, name its profile with --profile"
+        "{get}, then `{}` (that torch's route: its own MIOpen fixed in place, no build){rest}; to build for a torch that is not here, name its profile with --profile",
+        crate::shell::tool(words)
     ))
 }
 

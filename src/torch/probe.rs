@@ -2,7 +2,7 @@
 //! torch: `/bin/ls` or `pip` given a python script answers with noise, and
 //! a hung one would hold the command for the query's whole limit.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -60,3 +60,25 @@ pub fn unless_interrupted(e: anyhow::Error) -> anyhow::Error {
 /// Under sudo python is the user's, run as them: what only root can read
 /// is not theirs to import.
 pub const UNDER_SUDO: &str = "run rdna1-patch without sudo, as the user whose python and torch these are (a venv is its owner's), or make them readable by that user";
+
+/// `--torch-dir`, if it is a torch package: there, with a version.py.
+pub(super) fn package_dir(d: &Path) -> Result<PathBuf> {
+    const WHICH: &str =
+        "pass the directory that `python -c 'import torch; print(torch.__path__[0])'` prints";
+    if std::fs::symlink_metadata(d).is_err() {
+        return Err(hint(
+            format!("--torch-dir {} does not exist", d.display()),
+            WHICH,
+        ));
+    }
+    if !d.join("version.py").is_file() {
+        return Err(hint(
+            format!(
+                "{} is not a torch package: it has no version.py",
+                d.display()
+            ),
+            WHICH,
+        ));
+    }
+    Ok(std::path::absolute(d)?)
+}

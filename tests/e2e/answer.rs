@@ -24,12 +24,13 @@ pub(crate) fn lines_are(text: &str, expected: &[&str]) {
 
 /// doctor's rows after the torch row, at a glance, for a native gfx1010
 /// torch whose batch norm fails on an RX 5600 XT.
-pub(crate) const NATIVE_GFX1010_FAILS: [&str; 9] = [
-    "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010; every fix of …",
+pub(crate) const NATIVE_GFX1010_FAILS: [&str; 10] = [
+    "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: …",
     "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
     "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
     "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-    "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+    "                fix: `rdna1-patch install --into-torch[..]` fixes them in place, proven by compiling before",
+    "                anything is written",
     "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
     "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
     "ok    amdgpu    noretry=-1 mtype_local=-1 vm_fragment_size=4294967295",
@@ -57,7 +58,8 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
         &before.stdout,
         &[
             &[
-                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
+                "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010;",
+                "         `rdna1-patch install --into-torch[..]` fixes them",
                 // Past 160 where the clone's temp dir is long: the layout goes.
                 "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
             ][..],
@@ -67,10 +69,14 @@ fn a_failure_the_tool_can_fix_is_a_failure_until_it_is_fixed() {
     );
     let (code, json) = json_ok(&sb);
     assert_eq!((code, &json["ok"]), (Some(1), &serde_json::json!(false)));
-    assert_eq!(
-        json["verdict"],
-        before.stdout.lines().next().unwrap()["verdict: ".len()..]
-    );
+    // The verdict as printed, its wrapped lines joined again.
+    let shown: Vec<&str> = before
+        .stdout
+        .lines()
+        .take_while(|l| l.starts_with("verdict: ") || l.starts_with("         "))
+        .map(|l| l.trim_start_matches("verdict: ").trim())
+        .collect();
+    assert_eq!(json["verdict"], shown.join(" "));
 
     install(&sb, &[]).ok();
     let after = doctor(&sb, &[]).ok();
@@ -193,7 +199,7 @@ fn verify_and_status_with_nothing_installed_point_at_doctor() {
         lines_are(
             &v.stdout,
             &[
-                "verdict: nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs",
+                "verdict: nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor[..]` says what this torch needs",
                 "skip  prefix    no rdna1-patch install in [..]/state to check; `verify --compile` judges the torch's own kernels as they are",
             ],
         );
@@ -202,7 +208,7 @@ fn verify_and_status_with_nothing_installed_point_at_doctor() {
         lines_are(
             &st.stdout,
             &[
-                "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs",
+                "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor[..]` says what this torch needs",
                 "last:       no transactions in [..]/state",
             ],
         );
@@ -326,13 +332,13 @@ fn two_cards_are_both_judged_and_proven() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010 + gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010 and gfx1012; `rdna1-patch install --into-torch` fixes them",
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010 + gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010 and gfx1012; `rdna1-patch install --into-torch[..]` fixes them",
             "ok    torch     [..]",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
             "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 and gfx1012 (the cards in this machine), through comgr 2.4 ([..]) (4 compiles, [..])",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
-            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "                fix: `rdna1-patch install --into-torch[..]` fixes them in place, proven by compiling before anything is written",
             "ok    torch-gpu [..]/site/torch/lib/libtorch_hip.so has code for gfx1010, gfx1012",
             "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
             "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 2, gfx_target_version 100102): RDNA1, what this tool is for",
@@ -366,14 +372,15 @@ fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 for gfx1010 (--target): 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes",
-            "         them; 1 warning",
+            "verdict: torch 2.6.0+rocm6.4 for gfx1010 (--target): 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010;",
+            "         `rdna1-patch install --into-torch[..]` fixes them; 1 warning",
             "ok    torch     [..]",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1030; every fix …",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (asked with --target), through comgr 2.4 (torch/lib/libamd_comgr.so.2) …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-            "                fix: `rdna1-patch install --into-torch` fixes them in place, proven by compiling before anything is written",
+            "                fix: `rdna1-patch install --into-torch[..]` fixes them in place, proven by compiling before",
+            "                anything is written",
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030",
             "warn  gpu       gfx1030 Navi 21 [..]: not RDNA1 (gfx1010/1011/1012); the patches only …",
             "[..]",
@@ -382,7 +389,7 @@ fn a_target_asked_for_is_judged_on_a_machine_with_no_rdna1_card() {
     );
     doctor(&sb, &["--target", "gfx1030"]).fails_with(
         "error: invalid value 'gfx1030' for '--target <GFX>': `gfx1030` is not an RDNA1 target: gfx1010 (RX 5600/5700), gfx1011 (Radeon Pro 5000) or gfx1012 (RX 5500)
-help: `rdna1-patch doctor --help` lists its arguments",
+help: `rdna1-patch doctor --help[..]` lists its arguments",
     );
 }
 
@@ -401,14 +408,15 @@ fn no_gpu_visible_is_said_in_its_own_words() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4, no GPU visible: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them;",
-            "         1 warning",
+            "verdict: torch 2.6.0+rocm6.4, no GPU visible: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010;",
+            "         `rdna1-patch install --into-torch[..]` fixes them; 1 warning",
             "ok    torch     [..]",
             "ok    route     [..]",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (no GPU visible: judged for gfx1010), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]",
             "                fix: [..]",
+            "                anything is written",
             "ok    torch-gpu [..]",
             // The sandbox's copy of the topology, its middle elided.
             "warn  gpu       no GPU visible: the KFD topology ([..]/topology/nodes) shows none, as in a container without /dev/kfd or with no amdgpu driver; [..]",

@@ -514,7 +514,7 @@ fn runtime_names_the_torch_it_was_given_without_a_prefix() {
         &[
             "verdict: problems to fix: prefix, torch",
             "FAIL  prefix    [..]/prefix does not exist",
-            "                fix: run `rdna1-patch build miopen`, or point --prefix at the prefix it installed to",
+            "                fix: run `rdna1-patch build miopen[..]`, or point --prefix at the prefix it installed to",
             "FAIL  torch     torch 2.5.1+cu124 at [..]/cuda-venv/lib/python3.[..]/site-packages/torch is a CUDA 12.4 build, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
             "                fix: [..]",
         ],

@@ -365,7 +365,7 @@ fn missing_tools_are_reported_before_any_fetch() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = sb.run(&args).fails_with(
         r#"error: missing what the build needs: a C++ compiler (`/nonexistent/amdclang++` is not there), ROCm at [..]/no-rocm
-help: name a C++ compiler with the profile's CMAKE_CXX_COMPILER, $CXX or c++ on PATH (ROCm ships amdclang++ in <rocm>/llvm/bin); install ROCm, or point at it with --rocm DIR; `rdna1-patch doctor` checks everything at once"#,
+help: name a C++ compiler with the profile's CMAKE_CXX_COMPILER, $CXX or c++ on PATH (ROCm ships amdclang++ in <rocm>/llvm/bin); install ROCm, or point at it with --rocm DIR; `rdna1-patch doctor[..]` checks everything at once"#,
     );
     run.says("/nonexistent/amdclang++");
     assert!(

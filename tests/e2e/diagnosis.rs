@@ -190,7 +190,7 @@ fn the_five_stacks_are_diagnosed_fixed_or_refused_as_the_compiler_says() {
     for run in runs {
         run.fails_with(&format!(
             "error: the fix of {} is not proven: {UNKNOWN_MACRO_UNPROVEN}; nothing was changed
-help: this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+help: this MIOpen's batch norm needs more than the in-place fix knows: build the profile from source instead (`rdna1-patch build miopen[..]`), and report the kernel named above",
             torch.miopen().display()
         ));
     }
@@ -211,7 +211,7 @@ help: this MIOpen's batch norm needs more than the in-place fix knows: build the
     for run in runs {
         run.fails_with(&format!(
             "error: batch norm of {} is not fixable here: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL fails (fp32 NCHW: cannot compile inline asm) for gfx1010, and not at the DPP reduction the fix removes; nothing was changed
-help: this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error",
+help: this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen[..]`), and report the kernel and its error",
             torch.miopen().display()
         ));
     }

@@ -276,7 +276,7 @@ fn a_dry_run_says_the_build_would_stop_for_a_missing_tool() {
     args[at + 1] = nowhere.display().to_string();
     let run = crate::support::Run::from(sb.cmd().args(&args).output().unwrap()).fails_with(
         r#"error: the build would stop before fetching: missing what the build needs: ROCm at [..]/no-rocm
-help: install ROCm, or point at it with --rocm DIR; `rdna1-patch doctor` checks everything at once"#,
+help: install ROCm, or point at it with --rocm DIR; `rdna1-patch doctor[..]` checks everything at once"#,
     );
     // The plan is still printed, and ends with the stop.
     run.prints("configure: cmake")

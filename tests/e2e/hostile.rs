@@ -512,7 +512,7 @@ fn an_unreadable_kfd_node_is_said_by_build_and_doctor() {
     copy_dir(&nodes.join("1"), &nodes.join("4294967296"));
     sb.set_gpus(&sys);
     let run = sb.build(&["--dry-run"]).ok();
-    run.prints("targets:   gfx1010 (the RDNA1 card(s) in the KFD topology, 1 node(s) of it unreadable: `rdna1-patch doctor` says which; --gpu-targets to choose)");
+    run.prints("targets:   gfx1010 (the RDNA1 card(s) in the KFD topology, 1 node(s) of it unreadable: `rdna1-patch doctor[..]` says which; --gpu-targets to choose)");
     let doctor = sb.run(&["doctor", "--need-space", "0"]);
     let all = format!("{}{}", doctor.stdout, doctor.stderr);
     assert!(
@@ -557,7 +557,7 @@ help: name the torch with --python PATH or --torch-dir DIR, and the state dir th
     sb.rollback(&["--torch-dir", &dir])
         .fails_with(
             r#"error: [..]/site/torch/lib/libMIOpen.so is an rdna1-patch build, but no transaction in [..]/state installed it, so there is no original here to put back
-help: if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR` with that one; if that state is lost, `pip install --force-reinstall torch==2.5.1+rocm6.2` (from the index you installed it from) brings torch's own library back"#,
+help: if another --state-dir installed it, run `rdna1-patch rollback --state-dir DIR[..]` with that one; if that state is lost, `pip install --force-reinstall torch==2.5.1+rocm6.2` (from the index you installed it from) brings torch's own library back"#,
         )
         .says("is an rdna1-patch build, but no transaction in");
 }

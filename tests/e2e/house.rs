@@ -383,3 +383,43 @@ fn files_are_changed_by_name_only_through_a_directory_held_open() {
         );
     }
 }
+
+/// A command printed with a value in it (a path, a profile, an id) is
+/// rendered by src/shell.rs, which quotes each word and says the tool as
+/// this run was started: no backticked `rm {}`, `mv {0} {0}.damaged` or
+/// `rdna1-patch build {component}` made by `format!` anywhere else.
+#[test]
+fn every_printed_command_with_a_value_goes_through_the_renderer() {
+    const PROGRAMS: [&str; 9] = [
+        "rm",
+        "mv",
+        "cp",
+        "chmod",
+        "chown",
+        "sudo",
+        "ls",
+        "getfacl",
+        "rdna1-patch",
+    ];
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        if name == "shell" {
+            continue;
+        }
+        for line in code.lines() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for span in line.split('`').skip(1).step_by(2) {
+                let program = span.split_whitespace().next().unwrap_or_default();
+                if PROGRAMS.contains(&program) && span.contains('{') {
+                    found.push(format!("{name}: `{span}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "commands made by hand, not by crate::shell: {found:#?}"
+    );
+}

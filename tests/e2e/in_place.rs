@@ -154,7 +154,7 @@ fn publish_refuses_an_in_place_fix_and_says_to_build_one() {
     ])
     .fails_with(&format!(
         "error: {prefix} is an in-place fix of this machine's torch library ({}), not a build others can reuse
-help: to share a fix, build one (`rdna1-patch build --prefix DIR`) and publish that prefix; others with this torch get the same in-place fix from `rdna1-patch install --into-torch`",
+help: to share a fix, build one (`rdna1-patch build --prefix DIR[..]`) and publish that prefix; others with this torch get the same in-place fix from `rdna1-patch install --into-torch[..]`",
         torch.miopen().display()
     ));
     assert!(!layout.exists(), "nothing pushed");
@@ -276,11 +276,11 @@ fn a_fixed_unknown_or_truncated_library_is_refused_and_nothing_changes() {
     std::fs::write(&lib, &odd).unwrap();
     let run = install(&sb, &["--in-place"]).fails_with(
         r#"error: cannot fix [..]/site/torch/lib/libMIOpen.so in place: kernel text MIOPEN_KERNEL_CONFIGURATION_INCLUDE: line 22 decides on the batch-norm reduction as `#if __AMDGCN__==1`, not as `#ifdef __AMDGCN__ before `static constexpr bool use_amdgnc =``
-help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above"#,
+help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen[..]`), and report the kernel named above"#,
     );
     run.error_is(&format!(
         "error: cannot fix {} in place: kernel text MIOPEN_KERNEL_CONFIGURATION_INCLUDE: line 22 decides on the batch-norm reduction as `#if __AMDGCN__==1`, not as `#ifdef __AMDGCN__ before `static constexpr bool use_amdgnc =``
-help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen`), and report the kernel named above",
+help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was changed: build the profile from source instead (`rdna1-patch build miopen[..]`), and report the kernel named above",
         lib.display()
     ));
     assert_eq!(std::fs::read(&lib).unwrap(), odd);
@@ -291,7 +291,7 @@ help: this MIOpen's kernels are not of a shape rdna1-patch knows, so nothing was
     std::fs::write(&lib, &original[..cut]).unwrap();
     install(&sb, &["--in-place"])
         .fails_with("error: [..]/site/torch/lib/libMIOpen.so is not a library whose kernel texts can be read: not an ELF file: bad offset [..]
-help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen`)")
+help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen[..]`)")
         .says("is not a library whose kernel texts can be read");
     assert_eq!(std::fs::read(&lib).unwrap().len(), cut);
 

@@ -175,7 +175,7 @@ fn local_edits_in_a_sparse_checkout_are_found_relative_to_the_project() {
     std::fs::write(sb.src().join("projects/miopen/src/extra.cpp"), "// new\n").unwrap();
     let run = sb.build(&["--stop-after", "patch"]).fails_with(
         r#"error: the checkout [..]/work/mini/miopen/src/projects/miopen has local edits that are not part of miopen rocm-6.2.4 and its patch series: src/extra.cpp, src/tensor.cpp
-help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C [..]/work/mini/miopen/src/projects/miopen checkout -- .` and `git -C [..]/work/mini/miopen/src/projects/miopen clean -fd`"#,
+help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh[..]`; to drop them, `git -C [..]/work/mini/miopen/src/projects/miopen checkout -- .` and `git -C [..]/work/mini/miopen/src/projects/miopen clean -fd`"#,
     );
     run.says(&format!(
         "the checkout {} has local edits that are not part of miopen rocm-6.2.4 and its patch series: src/extra.cpp, src/tensor.cpp",

@@ -241,8 +241,11 @@ fn verify_and_status_read_the_prefix_the_install_used() {
     assert_eq!(status.code, Some(3), "{}", status.stdout);
     assert!(
         status.stdout.starts_with(
-            "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor` says what this torch needs\nlast:       no transactions in "
-        ) && !status.stdout.contains("rocm-6.2.4"),
+            "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor --state-dir "
+        ) && status
+            .stdout
+            .contains("` says what this torch needs\nlast:       no transactions in ")
+            && !status.stdout.contains("rocm-6.2.4"),
         "{}",
         status.stdout
     );
@@ -318,6 +321,8 @@ fn a_rocm_no_profile_is_for_fails_doctor_and_stops_the_build() {
         "error: the build would stop before fetching: {}\nhelp: {}",
         why,
         help.replace("rocm-6.2.4", "[..]")
+            // The build's command carries its --profile (src/shell.rs).
+            .replace("--from REF`", "--from REF[..]`")
     ));
 }
 
@@ -349,7 +354,7 @@ fn a_rocm_of_another_line_than_the_torchs_stops_the_build_first() {
     };
     let run = build(&[]).fails_with(&format!(
         "error: the build would stop before fetching: ROCm 6.4.3 at {} would build MIOpen for ROCm 6.4, but torch 2.5.1+rocm6.2 at {} is for ROCm 6.2: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)
-help: build with ROCm 6.2 (AMD's packages put it at /opt/rocm; or --rocm DIR), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`); to build for another torch anyway, name the profile with --profile",
+help: build with ROCm 6.2 (AMD's packages put it at /opt/rocm; or --rocm DIR), or compile nothing: pull a published build (`rdna1-patch trust KEY[..]`, then `rdna1-patch build --from REF[..]`); to build for another torch anyway, name the profile with --profile",
         rocm.display(),
         torch.dir.canonicalize().unwrap().display()
     ));
@@ -407,7 +412,7 @@ fn a_torch_on_the_systems_miopen_is_refused_with_the_native_route() {
     );
     run.fails_with(&format!(
         "error: torch 2.5.1+rocm6.2 at {} belongs to the dpkg package python3-torch-rocm: rdna1-patch never changes a file a package manager owns; nothing was changed
-help: make a venv with a torch of your own and fix that one: TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch`; or a torch you built for gfx1010 against this system's ROCm",
+help: make a venv with a torch of your own and fix that one: TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch[..]`; or a torch you built for gfx1010 against this system's ROCm",
         dir.display(),
     ));
     assert_eq!(snapshot(&torch.dir), before);

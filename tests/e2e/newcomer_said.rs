@@ -359,8 +359,9 @@ fn a_dry_run_says_what_the_build_or_the_pull_costs() {
     assert_eq!(
         cost,
         format!(
-            "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor` checks the space); a published build, if one were found, would take seconds",
-            user.sb.work.join("mini/miopen").display()
+            "cost:      compiling MIOpen takes 40-75 minutes the first time (a no-op rebuild, seconds) and about 20 GiB in {} (`rdna1-patch doctor --profile {}` checks the space); a published build, if one were found, would take seconds",
+            user.sb.work.join("mini/miopen").display(),
+            user.sb.root.join("mini.toml").display()
         )
     );
     let pull = user

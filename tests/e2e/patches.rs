@@ -65,7 +65,7 @@ fn check_says_whether_a_tree_takes_the_series() {
     )
     .unwrap();
     let run = check(&sb).check_fails();
-    run.error_is("error: patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)\nhelp: check that --source is a checkout of the profile's tag; to carry the series to this tree, edit the patched checkout and `rdna1-patch patches refresh` the patch that failed");
+    run.error_is("error: patch 0003-find-fast-mode.patch does not apply: src/convolution_api.cpp: hunk #1 (@@ -2,13 +2,28 @@) does not match: its context or removed lines are not in the file (offsets are allowed, fuzz is not)\nhelp: check that --source is a checkout of the profile's tag; to carry the series to this tree, edit the patched checkout and `rdna1-patch patches refresh[..]` the patch that failed");
     // The per-patch picture is on stdout too, not only in --json.
     run.prints("FAILED   0003-find-fast-mode.patch")
         .prints("patches apply to ");

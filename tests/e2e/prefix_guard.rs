@@ -73,10 +73,12 @@ fn a_prefix_made_from_another_torch_is_refused_alike_by_dry_and_real_runs() {
     let before = snapshot(&b.dir);
     let want = format!(
         "error: the prefix {prefix} is the in-place fix of another torch's library, {}, not of torch 2.6.0+rocm6.4's {}: it fits only the library it was made from; nothing was changed
-help: leave out --built: `rdna1-patch install --into-torch` fixes torch 2.6.0+rocm6.4's own library in place (with --prefix DIR, into a prefix of its own, keeping {prefix} for the other torch)
+help: leave out --built: `rdna1-patch install --into-torch --torch-dir {} --state-dir {} --prefix {prefix} --profile rocm-6.4.3` fixes torch 2.6.0+rocm6.4's own library in place (with --prefix DIR, into a prefix of its own, keeping {prefix} for the other torch)
 ",
         a.miopen().canonicalize().unwrap().display(),
-        b.miopen().canonicalize().unwrap().display()
+        b.miopen().canonicalize().unwrap().display(),
+        b.dir.display(),
+        sb.state(),
     );
     for dry in [true, false] {
         let mut extra = vec!["--built"];
@@ -124,11 +126,13 @@ help: leave out --built: `rdna1-patch install --into-torch` fixes torch 2.6.0+ro
     std::fs::rename(&tmp, &library).unwrap();
     let want = format!(
         "error: the prefix {prefix} is the in-place fix of {} as it was (SHA-256 {}), and that file has changed since (SHA-256 {}: a pip install or upgrade?); nothing was changed
-help: leave out --built: `rdna1-patch install --into-torch` fixes the library torch 2.6.0+rocm6.4 has now, in place
+help: leave out --built: `rdna1-patch install --into-torch --torch-dir {} --state-dir {} --prefix {prefix} --profile rocm-6.4.3` fixes the library torch 2.6.0+rocm6.4 has now, in place
 ",
         library.display(),
         sha(&was),
-        sha(&upgraded)
+        sha(&upgraded),
+        a.dir.display(),
+        sb.state(),
     );
     for dry in [true, false] {
         let mut extra = vec!["--built"];

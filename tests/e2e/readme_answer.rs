@@ -7,7 +7,7 @@
 
 use rdna1_testkit::figures;
 
-use crate::in_place::{HIP64, install, torch_of};
+use crate::in_place::{HIP64, torch_of};
 use crate::support::{Sandbox, gpus};
 
 #[test]
@@ -15,10 +15,11 @@ fn readmes_answer_is_what_doctor_prints_before_and_after_the_fix() {
     let sb = Sandbox::new();
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
     torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
-    let state = sb.state();
-    let doctor = || sb.run(&["doctor", "--profile", "rocm-6.4.3", "--state-dir", &state]);
+    // As README shows them: no options, so the commands doctor prints
+    // carry none (src/shell.rs) and read as README's do.
+    let doctor = || sb.run(&["doctor"]);
     let before = doctor().check_fails().stdout;
-    install(&sb, &[]).ok();
+    sb.run(&["install", "--into-torch"]).ok();
     let after = doctor().ok().stdout;
     let root = sb.root.canonicalize().unwrap().display().to_string();
     let block = figures::answer_block(&before.replace(&root, "~"), &after.replace(&root, "~"));

@@ -110,7 +110,7 @@ fn abandon_always_works_and_a_deleted_torch_blocks_nothing() {
     // Torch A itself is refused, with the fix; and the fix works.
     let run = sb.install(&[]).fails_with(
         r#"error: [..]/site/torch/lib/libMIOpen.so (MD5 [..]) is neither the original (MD5 [..]) nor the library transaction 1 installed (MD5 [..]): something else changed it, perhaps a pip install
-help: rdna1-patch does not overwrite a file it did not put there. If torch was reinstalled, its own library is back and `rdna1-patch rollback --abandon 1` closes the transaction without touching torch; the original stays in [..].so"#,
+help: rdna1-patch does not overwrite a file it did not put there. If torch was reinstalled, its own library is back and `rdna1-patch rollback --abandon 1[..]` closes the transaction without touching torch; the original stays in [..].so"#,
     );
     run.says("something else changed it");
     run.says("rollback --abandon 1");

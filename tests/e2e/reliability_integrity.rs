@@ -25,7 +25,7 @@ fn an_md5sums_that_leaves_out_the_library_vouches_for_nothing() {
     let run = sb.install(&[]).fails_with(
         r#"error: the build in [..]/prefix does not match its MD5SUMS:
   share/rdna1-patch/MD5SUMS lists no files
-help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+help: rebuild and reinstall it with `rdna1-patch build miopen[..]` (a no-op build reinstalls the prefix from the build dir)"#,
     );
     run.says("share/rdna1-patch/MD5SUMS lists no files");
     let run = sb.verify(&[]).check_fails();
@@ -42,7 +42,7 @@ help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build re
   share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0
   lib/libMIOpen.so: MD5 [..], expected [..]
   lib/libMIOpen.so.1: MD5 [..], expected [..]
-help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+help: rebuild and reinstall it with `rdna1-patch build miopen[..]` (a no-op build reinstalls the prefix from the build dir)"#,
     );
     run.says("share/rdna1-patch/MD5SUMS does not list lib/libMIOpen.so.1.0.0");
     assert_eq!(md5(&torch.miopen()), before);
@@ -100,7 +100,7 @@ fn md5sums_naming_a_fifo_or_a_device_fails_at_once() {
   include/fifo: [..]/prefix/include/fifo is a FIFO, not a regular file
   ../../../../../../dev/zero: outside the directory it vouches for
   /dev/zero: outside the directory it vouches for
-help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+help: rebuild and reinstall it with `rdna1-patch build miopen[..]` (a no-op build reinstalls the prefix from the build dir)"#,
     );
     run.says("does not match its MD5SUMS");
     assert_eq!(md5(&torch.miopen()), before);
@@ -121,7 +121,7 @@ fn local_edits_in_the_checkout_are_named_and_kept() {
     std::fs::write(&hip, &hip_edited).unwrap();
     let run = sb.build(&[]).fails_with(
         r#"error: the checkout [..]/work/mini/miopen/src has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp
-help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh`; to drop them, `git -C [..]/work/mini/miopen/src checkout -- .` and `git -C [..]/work/mini/miopen/src clean -fd`"#,
+help: nothing was changed. To build with them, pass --keep-local (they are recorded in the prefix's provenance); to make them part of a patch, `rdna1-patch patches refresh[..]`; to drop them, `git -C [..]/work/mini/miopen/src checkout -- .` and `git -C [..]/work/mini/miopen/src clean -fd`"#,
     );
     run.says("has local edits that are not part of miopen rocm-6.2.4 and its patch series: CMakeLists.txt, src/hip/handlehip.cpp");
     run.says("--keep-local");

@@ -96,7 +96,7 @@ fn rocblas_goes_into_a_bundling_torch_as_one_set_and_rolls_back_byte_for_byte() 
     assert_eq!(
         dry.stdout.trim_end(),
         format!(
-            "     Route would install the rocBLAS build in {p} (profile rocblas-mini, ROCm 6.4.4, for gfx1012) into torch 2.6.0+rocm6.4 at {t}: in place of the set torch bundles, {t}/lib/librocblas.so and {t}/lib/rocblas/library (64 file(s)), as one transaction; `rdna1-patch rollback` puts every file back (dry run: nothing was changed)"
+            "     Route would install the rocBLAS build in {p} (profile rocblas-mini, ROCm 6.4.4, for gfx1012) into torch 2.6.0+rocm6.4 at {t}: in place of the set torch bundles, {t}/lib/librocblas.so and {t}/lib/rocblas/library (64 file(s)), as one transaction; `rdna1-patch rollback --state-dir {s}` puts every file back (dry run: nothing was changed)"
         )
     );
     assert!(!Path::new(&s).exists(), "the dry run made the state dir");
@@ -112,7 +112,7 @@ fn rocblas_goes_into_a_bundling_torch_as_one_set_and_rolls_back_byte_for_byte() 
      Torch {t} 2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128), rocBLAS: its own {t}/lib/librocblas.so
     Relink RUNPATH -> $ORIGIN
  Installed {t}/lib/librocblas.so and {t}/lib/rocblas/library (transaction 1): MD5 {original} -> [..], Tensile files 64 -> 6
-           the originals are kept in {s}/backups; `rdna1-patch rollback` puts every file back"
+           the originals are kept in {s}/backups; `rdna1-patch rollback[..]` puts every file back"
         ),
     );
     // torch's Tensile directory is the build's, file for file; the library
@@ -288,7 +288,7 @@ fn a_tampered_or_incomplete_rocblas_prefix_is_refused_before_install() {
         &format!(
             "error: the build in {p} does not match its MD5SUMS:
   {LIBRARY}/{CATALOGUE}: MD5 [..], expected [..]
-help: rebuild and reinstall it with `rdna1-patch build rocblas` (a no-op build reinstalls the prefix from the build dir)"
+help: rebuild and reinstall it with `rdna1-patch build rocblas[..]` (a no-op build reinstalls the prefix from the build dir)"
         ),
     );
     restore();
@@ -296,7 +296,7 @@ help: rebuild and reinstall it with `rdna1-patch build rocblas` (a no-op build r
     let check_says = |problem: &str| {
         format!(
             "error: the rocBLAS build in {p} does not pass the check its build makes before install: {problem}; nothing was changed
-help: build it again (`rdna1-patch build rocblas --profile rocblas-mini`): a build installs only a set that passes, so this prefix was changed since"
+help: build it again (`rdna1-patch build rocblas --profile rocblas-mini[..]`): a build installs only a set that passes, so this prefix was changed since"
         )
     };
     // A code object for another target, its MD5 recorded.
@@ -339,7 +339,7 @@ help: build it again (`rdna1-patch build rocblas --profile rocblas-mini`): a bui
         &sb,
         &format!(
             "error: the rocBLAS build in {p} has code for gfx1012, none for gfx1010, the card(s) in this machine; nothing was changed
-help: build it for this machine: `rdna1-patch build rocblas --profile rocblas-mini --gpu-targets gfx1012,gfx1010`"
+help: build it for this machine: `rdna1-patch build rocblas --profile rocblas-mini --gpu-targets gfx1012,gfx1010[..]`"
         ),
     );
     sb.set_gpus(gpus("rx5500xt-gfx1012"));
@@ -350,7 +350,7 @@ help: build it for this machine: `rdna1-patch build rocblas --profile rocblas-mi
     let run = sb.run_with_state(&["install", "rocblas", "--into-torch", "--prefix", &m], &[]);
     run.fails_with(&format!(
         "error: the prefix {m} holds a miopen build (profile mini), not rocBLAS's; nothing was changed
-help: `rdna1-patch install miopen --into-torch` installs that one; for rocBLAS, name the prefix `rdna1-patch build rocblas` installed to (its last line says)"
+help: `rdna1-patch install miopen --into-torch[..]` installs that one; for rocBLAS, name the prefix `rdna1-patch build rocblas[..]` installed to (its last line says)"
     ));
     same_tree("after all refusals", &before, &bytes_of(&torch.dir));
 }
@@ -716,7 +716,7 @@ fn a_rocm_sdk_torch_gets_no_rocblas_of_ours() {
     let before = bytes_of(&sdk.site);
     install(&sb, &prefix, &["--python", "python3"]).fails_with(&format!(
         "error: torch [..] loads its ROCm libraries from the rocm-sdk packages ({}/_rocm_sdk_libraries_gfx101X_dgpu), whose rocBLAS TheRock builds for gfx1010, gfx1011 and gfx1012; rdna1-patch puts no rocBLAS under it; nothing was changed
-help: `rdna1-patch doctor` says whether its rocBLAS has code for your card",
+help: `rdna1-patch doctor[..]` says whether its rocBLAS has code for your card",
         sdk.site.display()
     ));
     same_tree("the site after the refusal", &before, &bytes_of(&sdk.site));

@@ -96,8 +96,9 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
     assert_eq!(
         dry.stdout.trim_end(),
         format!(
-            "     Route would install the rocBLAS build in {p} (profile rocblas-mini, ROCm 6.4.4, for gfx1012) into torch 2.9.1+rocm6.4 at {t}: beside the system's {s}/librocblas.so.4.4.1 (the dpkg package librocblas4), which is only read: a copy as {l}/librocblas.so.4 with its Tensile directory {l}/rocblas/library; libtorch_hip.so's RUNPATH {s} does not search torch/lib first: the copy goes there and the RUNPATH gains $ORIGIN ahead (patchelf, journaled); `rdna1-patch rollback` puts every file back (dry run: nothing was changed)",
-            t = b.st.torch.dir.display()
+            "     Route would install the rocBLAS build in {p} (profile rocblas-mini, ROCm 6.4.4, for gfx1012) into torch 2.9.1+rocm6.4 at {t}: beside the system's {s}/librocblas.so.4.4.1 (the dpkg package librocblas4), which is only read: a copy as {l}/librocblas.so.4 with its Tensile directory {l}/rocblas/library; libtorch_hip.so's RUNPATH {s} does not search torch/lib first: the copy goes there and the RUNPATH gains $ORIGIN ahead (patchelf, journaled); `rdna1-patch rollback --state-dir {state}` puts every file back (dry run: nothing was changed)",
+            t = b.st.torch.dir.display(),
+            state = sb.state()
         )
     );
     same_tree(
@@ -116,7 +117,7 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
      Route libtorch_hip.so's RUNPATH {s} does not search torch/lib first: the copy goes there and the RUNPATH gains $ORIGIN ahead (patchelf, journaled)
            the system's {s}/librocblas.so.4.4.1 (the dpkg package librocblas4) is only read; the copy's run path is {s}
  Installed {l}/librocblas.so.4 and {l}/rocblas/library (6 Tensile files) (transaction 1): added beside the system's {s}/librocblas.so.4.4.1, which is unchanged; libtorch_hip.so's run path {s} -> $ORIGIN:{s}
-           nothing of torch's or the system's was replaced; `rdna1-patch rollback` puts every file back",
+           nothing of torch's or the system's was replaced; `rdna1-patch rollback[..]` puts every file back",
             t = b.st.torch.dir.display()
         ),
     );
@@ -166,7 +167,7 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
 
 /// The fix doctor gives a torch its user built, whose rocBLAS has no code
 /// for the RX 5500 XT's gfx1012.
-pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch`";
+pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch[..]`";
 
 /// The `library`/`tensile` rows of rocBLAS in `doctor`'s whole report,
 /// each with its detail lines.
@@ -233,7 +234,10 @@ fn doctor_names_the_rocblas_build_for_a_self_built_torch_and_is_ok_after_it() {
     };
     let before = doctor().check_fails();
     assert!(
-        before.stdout.starts_with("verdict: torch 2.9.1+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them; library; tensile\n"),
+        crate::support_run::line_matches(
+            "verdict: torch 2.9.1+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch[..]` fixes them; library; tensile",
+            before.stdout.lines().next().unwrap_or_default()
+        ),
         "{}",
         before.stdout
     );
@@ -253,7 +257,10 @@ fn doctor_names_the_rocblas_build_for_a_self_built_torch_and_is_ok_after_it() {
     b.install(&sb, &[]).ok();
     let after = doctor().check_fails();
     assert!(
-        after.stdout.starts_with("verdict: torch 2.9.1+rocm6.4 on gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them\n"),
+        crate::support_run::line_matches(
+            "verdict: torch 2.9.1+rocm6.4 on gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch[..]` fixes them",
+            after.stdout.lines().next().unwrap_or_default()
+        ),
         "{}",
         after.stdout
     );

@@ -143,7 +143,7 @@ fn root_under_sudo_e_believes_no_memo_the_user_planted() {
     assert!(!run.stderr.contains("proven before"), "{}", run.stderr);
     run.fails_with(&format!(
         "error: batch norm of {} is not fixable here: MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL fails (fp32 NCHW: [..]) for gfx1010, and not at the DPP reduction the fix removes; nothing was changed
-help: this needs more than the in-place fix: build the profile from source (`rdna1-patch build miopen`), and report the kernel and its error",
+help: this needs more than the in-place fix: build the profile from source (`sudo rdna1-patch build miopen[..]`), and report the kernel and its error",
         torch.miopen().display()
     ));
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), before);

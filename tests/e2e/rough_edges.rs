@@ -52,7 +52,7 @@ fn publish_names_the_missing_build_before_any_key() {
     ])
     .fails_with(&format!(
         "error: no build to publish: [..]{}[..]
-help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to",
+help: run `rdna1-patch build miopen[..]` first, or point --prefix at the prefix it installed to",
         prefix.display()
     ));
 }

@@ -92,7 +92,7 @@ fn a_rocm62_wheel_is_built_for_its_detection_and_fast_find_patches() {
     said.install
         .fails_with(
             r#"error: no usable build: [..]/empty-prefix does not exist
-help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to"#,
+help: run `rdna1-patch build miopen[..]` first, or point --prefix at the prefix it installed to"#,
         )
         .says("no usable build");
 }

@@ -36,10 +36,13 @@ fn status_sees_a_replaced_library_and_install_warns_of_no_rocm_of_its_own() {
         "{status}"
     );
     assert!(
-        status.contains(&format!(
-            "but it is not there now (MD5 {}): something replaced it (a pip install?); `rdna1-patch install --into-torch` installs again, `rdna1-patch rollback --abandon 1` closes the transaction",
-            rdna1_patch::checksum::md5_file(&torch.miopen()).unwrap()
-        )),
+        crate::support_run::contains(
+            &status,
+            &format!(
+                "but it is not there now (MD5 {}): something replaced it (a pip install?); `rdna1-patch install --into-torch[..]` installs again, `rdna1-patch rollback --abandon 1[..]` closes the transaction",
+                rdna1_patch::checksum::md5_file(&torch.miopen()).unwrap()
+            )
+        ),
         "{status}"
     );
 }

@@ -83,6 +83,10 @@ pub fn tools() -> &'static Path {
             .iter()
             .any(|p| name.starts_with(p))
         };
+        // The tool itself is on PATH, as an installed one is: the commands
+        // it prints name it `rdna1-patch` (src/shell.rs), whatever the
+        // clone's path.
+        std::os::unix::fs::symlink(BIN, dir.join("rdna1-patch")).unwrap();
         let path = std::env::var_os("PATH").unwrap_or_default();
         for d in std::env::split_paths(&path) {
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {

@@ -105,7 +105,7 @@ impl Run {
     #[track_caller]
     pub fn says(&self, needle: &str) -> &Run {
         assert!(
-            self.stderr.contains(needle),
+            contains(&self.stderr, needle),
             "stderr lacks {needle:?}\nstdout:\n{}\nstderr:\n{}",
             self.stdout,
             self.stderr
@@ -117,7 +117,7 @@ impl Run {
     #[track_caller]
     pub fn prints(&self, needle: &str) -> &Run {
         assert!(
-            self.stdout.contains(needle),
+            contains(&self.stdout, needle),
             "stdout lacks {needle:?}\nstdout:\n{}\nstderr:\n{}",
             self.stdout,
             self.stderr
@@ -133,6 +133,19 @@ impl Run {
             .map(|o| o.rsplit('/').next().unwrap().to_owned())
             .collect()
     }
+}
+
+/// Whether `text` holds `needle`, each `[..]` in it matching any text
+/// within a line (a printed command's carried options, say).
+pub fn contains(text: &str, needle: &str) -> bool {
+    if !needle.contains("[..]") {
+        return text.contains(needle);
+    }
+    text.lines().any(|l| {
+        (0..l.len())
+            .filter(|&i| l.is_char_boundary(i))
+            .any(|i| line_matches(&format!("{needle}[..]"), &l[i..]))
+    })
 }
 
 /// `pattern` with each `[..]` matching any text, against one whole line.

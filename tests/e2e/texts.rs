@@ -119,7 +119,7 @@ fn a_library_of_thousands_of_batch_norm_texts_is_refused_at_once() {
     );
     run.fails_with(&format!(
         "error: {} is not a library whose kernel texts can be read: it embeds more than 256 batch-norm kernel texts, where MIOpen has about a dozen
-help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen`)",
+help: it is not a MIOpen the in-place fix knows; nothing was changed: reinstall torch if the file is damaged, or build the profile from source (`rdna1-patch build miopen[..]`)",
         torch.miopen().display()
     ));
 }

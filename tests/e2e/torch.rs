@@ -135,7 +135,7 @@ fn rollback_to_undoes_installs_into_several_torches() {
     );
     sb.rollback(&["--to", "3"]).fails_with(
         "error: there is no transaction 3: the newest is 2
-help: `rdna1-patch rollback --list` shows them",
+help: `rdna1-patch rollback --list[..]` shows them",
     );
     // Transaction 1 undone, a later one in: "1 and later" undoes that one.
     sb.install(&[]).ok();
@@ -292,7 +292,7 @@ fn a_prefix_that_fails_its_checksums_is_refused() {
     let run = sb.install(&[]).fails_with(
         r#"error: the build in [..]/prefix does not match its MD5SUMS:
   include/miopen/miopen.h: MD5 [..], expected [..]
-help: rebuild and reinstall it with `rdna1-patch build miopen` (a no-op build reinstalls the prefix from the build dir)"#,
+help: rebuild and reinstall it with `rdna1-patch build miopen[..]` (a no-op build reinstalls the prefix from the build dir)"#,
     );
     run.says("does not match its MD5SUMS");
     run.says("include/miopen/miopen.h: MD5");

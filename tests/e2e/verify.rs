@@ -55,7 +55,7 @@ fn verify_on_an_untouched_install_is_all_ok() {
 fn no_build_at_the_prefix_is_said_in_words() {
     let sb = Sandbox::new();
     sb.torch(TorchKind::Rocm, HIP);
-    let help = "help: run `rdna1-patch build miopen` first, or point --prefix at the prefix it installed to";
+    let help = "help: run `rdna1-patch build miopen[..]` first, or point --prefix at the prefix it installed to";
     let absent = format!("{} does not exist", sb.prefix.display());
     sb.install(&["--dry-run"])
         .fails_with(&format!("error: no usable build: {absent}\n{help}"));

@@ -60,6 +60,7 @@ pub fn run(root: &Path, keep: bool) -> Result<Ran> {
             .args(args)
             .env("PYTHONPATH", sb.join("site"))
             .env("HOME", sb.join("home"))
+            .env_remove("XDG_STATE_HOME")
             .env("XDG_CACHE_HOME", sb.join("cache"))
             .env(
                 rdna1_testkit::SYSFS_ENV,
@@ -67,7 +68,13 @@ pub fn run(root: &Path, keep: bool) -> Result<Ran> {
             );
         c
     };
-    let state = sb.join("state").display().to_string();
+    // The default state dir (under the sandbox's HOME): the commands the
+    // tool prints then carry no --state-dir (README's answer block shows
+    // doctor as a user types it).
+    let state = sb
+        .join("home/.local/state/rdna1-patch")
+        .display()
+        .to_string();
     let prefix = sb.join("prefix").display().to_string();
     let with_state = |args: &[&str]| {
         let mut all: Vec<&str> = args.to_vec();
@@ -76,7 +83,7 @@ pub fn run(root: &Path, keep: bool) -> Result<Ran> {
     };
     let start = std::time::Instant::now();
     println!("\n== doctor: the torch, its kernels compiled for the card, its route");
-    let doctor = || verb(&["doctor", "--profile", "rocm-6.4.3", "--state-dir", &state]);
+    let doctor = || verb(&["doctor", "--state-dir", &state]);
     // Exit 1: a problem to fix, which the fix below fixes.
     let before = report(sb, &mut doctor(), 1)?;
     let install = |extra: &[&str]| {

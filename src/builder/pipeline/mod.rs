@@ -435,15 +435,12 @@ impl BuildPlan<'_> {
     /// `install` refuses an hour later, so either stops the build before
     /// the fetch.
     pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
+        self.check_served()?;
         let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
         self.check_requires()?;
-        use crate::builder::profile::{RocmFit, rocm_fit};
         let Some(v) = t.rocm.version.as_deref() else {
             return Ok(t);
         };
-        if let RocmFit::Unserved(e) = rocm_fit(&self.opts.profile, v, &self.rocm) {
-            return Err(e);
-        }
         let line = crate::version::major_minor(v);
         match &self.opts.torch {
             Some(torch) if crate::version::major_minor(&torch.rocm) != line => Err(hint(

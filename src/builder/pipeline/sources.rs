@@ -88,6 +88,17 @@ impl BuildPlan<'_> {
             .collect()
     }
 
+    /// A ROCm no profile is for, named before anything else: what the build
+    /// lacks may not exist for it (libroctracer-dev, Debian 12's ROCm 5.2).
+    pub(super) fn check_served(&self) -> Result<()> {
+        use crate::builder::profile::{RocmFit, rocm_fit};
+        let v = crate::builder::tools::rocm_version(&self.rocm);
+        match v.map(|v| rocm_fit(&self.opts.profile, &v, &self.rocm)) {
+            Some(RocmFit::Unserved(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// The files the component needs of the ROCm install (rocBLAS:
     /// roctx's header), all named at once when any is missing.
     pub(super) fn check_requires(&self) -> Result<()> {

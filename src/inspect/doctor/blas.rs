@@ -51,8 +51,8 @@ fn build(req: &DoctorRequest, t: &Torch) -> Option<String> {
         false => cards.join(" and "),
     };
     Some(format!(
-        "build rocBLAS for {card} with its Tensile kernels, {time}, and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile {}`, then `rdna1-patch install rocblas --into-torch`",
-        profile.name
+        "build rocBLAS for {card} with its Tensile kernels, {time}, and put it under this torch as one reversible transaction: `{}`, then `rdna1-patch install rocblas --into-torch`",
+        crate::shell::tool(["build", "rocblas", "--profile", &profile.name])
     ))
 }
 

@@ -46,8 +46,8 @@ pub(super) fn rows(journals: &[Journal], torch: Option<&Torch>, jobs: usize, r: 
                     j.id
                 ),
                 format!(
-                    "`rdna1-patch install rocblas --into-torch` installs it again; `rdna1-patch rollback --abandon {}` closes the transaction",
-                    j.id
+                    "`rdna1-patch install rocblas --into-torch` installs it again; `{}` closes the transaction",
+                    crate::shell::tool(["rollback", "--abandon", &j.id.to_string()])
                 ),
             ),
             (Ok(()), Ok(prefix)) => r.push(

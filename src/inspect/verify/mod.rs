@@ -168,6 +168,9 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
         Some((prov, library)) => {
             let (t, i) = installed(req, &prov, &library, &mut r)?;
             blas::rows(&rocblas, t.as_ref(), req.jobs, &mut r);
+            if i.is_none() && rocblas.is_empty() && all_rolled_back(req) {
+                r.unfinished = Some(NOTHING_INSTALLED.into());
+            }
             (t, i)
         }
         None if req.smoke => {
@@ -216,10 +219,7 @@ pub fn run(req: &VerifyRequest) -> Result<VerifyReport> {
                 && req.state.installed_prefix().is_none()
                 && rocblas.is_empty()
             {
-                r.unfinished = Some(
-                    "nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs"
-                        .into(),
-                );
+                r.unfinished = Some(NOTHING_INSTALLED.into());
             }
             return Ok(VerifyReport {
                 checks: r,
@@ -265,6 +265,28 @@ fn check_torch_dir(dir: &std::path::Path) -> Result<()> {
 }
 
 /// The checks of a prefix and the torch it went into: the torch, and the
+/// Every install here was rolled back (and only the install is asked
+/// about): the build is as it was, but nothing of ours is in torch, which
+/// doctor judges.
+fn all_rolled_back(req: &VerifyRequest) -> bool {
+    let journals = req.state.read().map(|a| a.list).unwrap_or_default();
+    let closed = |j: &Journal| {
+        matches!(
+            j.state,
+            State::RolledBack | State::Aborted | State::Abandoned | State::Replaced
+        )
+    };
+    !req.smoke
+        && !req.compile
+        && !req.runtime
+        && !journals.is_empty()
+        && journals.iter().all(closed)
+}
+
+/// What verify says where nothing of ours is in torch: doctor says what
+/// this torch needs.
+const NOTHING_INSTALLED: &str = "nothing of rdna1-patch's is installed to verify: `rdna1-patch doctor` says what this torch needs";
+
 /// install that put the prefix's library there.
 fn installed(
     req: &VerifyRequest,

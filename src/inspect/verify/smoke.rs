@@ -165,7 +165,7 @@ fn nothing_run(req: &VerifyRequest, why: String, fix: &str, r: &mut CheckReport)
         .collect();
     summarize(&battery, r);
     if let Some(row) = r.checks.last_mut().filter(|c| c.name == "smoke") {
-        row.fix = Some(fix.to_owned());
+        row.fix = Some(crate::shell::fix(fix));
     }
     battery
 }

@@ -140,7 +140,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     });
     if let Err(e) = backed {
         let _ = fsutil::remove_own_file(&temp);
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         return Err(out_of_space(
             e,
             locked.state.root(),
@@ -151,7 +151,7 @@ pub fn swap(locked: &Locked, swap: &Swap) -> Result<SwapOutcome> {
     crash_point!("install-backed-up");
     if let Err(e) = written.and_then(|()| (swap.check)(&temp)) {
         let _ = fsutil::remove_own_file(&temp);
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         return Err(library_out_of_space(e, dir, "torch was not changed"));
     }
     swap_in(locked, &mut j)?;

@@ -405,8 +405,12 @@ impl Damaged {
         let help = match damaged.iter().any(|d| d.untrusted) {
             true => "run rdna1-patch as the user who owns that state dir, without sudo, or give root a state dir only root can write (the default, with sudo's own environment)".to_owned(),
             false => format!(
-                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`mv {0} {0}.damaged`) and run this again",
-                first.display()
+                "if you edited it, undo the edit; otherwise check that torch's libMIOpen.so is the one you want, then set the journal aside (`{}`) and run this again",
+                crate::shell::as_run([
+                    Path::new("mv"),
+                    first,
+                    Path::new(&format!("{}.damaged", first.display())),
+                ])
             ),
         };
         hint(

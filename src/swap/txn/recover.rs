@@ -61,8 +61,8 @@ pub(super) fn changed_elsewhere(j: &Journal, what: &str) -> anyhow::Error {
             j.new.md5
         ),
         format!(
-            "rdna1-patch does not overwrite a file it did not put there. If torch was reinstalled, its own library is back and `rdna1-patch rollback --abandon {}` closes the transaction without touching torch; the original stays in {}",
-            j.id,
+            "rdna1-patch does not overwrite a file it did not put there. If torch was reinstalled, its own library is back and `{}` closes the transaction without touching torch; the original stays in {}",
+            crate::shell::tool(["rollback", "--abandon", &j.id.to_string()]),
             j.backup.display()
         ),
     )

@@ -219,8 +219,8 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
                 j.id
             ),
             format!(
-                "if torch was reinstalled, `rdna1-patch rollback --abandon {}` closes the transaction; the original stays in {}",
-                j.id,
+                "if torch was reinstalled, `{}` closes the transaction; the original stays in {}",
+                crate::shell::tool(["rollback", "--abandon", &j.id.to_string()]),
                 j.backup.display()
             ),
         ));

@@ -294,7 +294,7 @@ pub fn swap(locked: &Locked, s: &SetSwap) -> Result<SwapOutcome> {
     locked.save(&mut j)?;
     crash_point!("set-begun");
     if let Err(e) = back_up(locked, &j, &f) {
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         return Err(super::install::out_of_space(
             e,
             locked.state.root(),
@@ -312,7 +312,7 @@ pub fn swap(locked: &Locked, s: &SetSwap) -> Result<SwapOutcome> {
     })();
     if let Err(e) = written {
         j.remove_temps();
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         remove_made_parent(&j);
         return Err(library_out_of_space(e, lib_dir, "torch was not changed"));
     }

@@ -79,8 +79,8 @@ impl StateDir {
                 hint(
                     format!("cannot open the lock file {}: {e}", path.display()),
                     format!(
-                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`rm {}`) and run again",
-                        path.display()
+                        "it must be a plain file that rdna1-patch created; if it is a symlink or something else, remove it (`{}`) and run again",
+                        crate::shell::as_run([std::ffi::OsStr::new("rm"), path.as_os_str()])
                     ),
                 )
             })?;
@@ -374,5 +374,20 @@ impl Locked<'_> {
     pub(super) fn set(&self, j: &mut Journal, state: State) -> Result<()> {
         j.state = state;
         self.save(j)
+    }
+
+    /// Close `j`, which has not changed torch, as aborted; where its
+    /// journal cannot be written (a full or read-only state dir), remove
+    /// it: a transaction that never changed torch is then never opened,
+    /// and status and rollback work on.
+    pub(super) fn abort(&self, j: &mut Journal) -> Result<()> {
+        let Err(e) = self.set(j, State::Aborted) else {
+            return Ok(());
+        };
+        let path = self.state.journal_dir().join(format!("{:04}.toml", j.id));
+        match fsutil::remove_own_file(&path) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(e),
+        }
     }
 }

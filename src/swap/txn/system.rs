@@ -152,7 +152,7 @@ pub fn add(locked: &Locked, add: &AddSystem) -> Result<SwapOutcome> {
     })();
     if let Err(e) = written {
         j.remove_temps();
-        locked.set(&mut j, State::Aborted)?;
+        locked.abort(&mut j)?;
         remove_made_parent(&j);
         return Err(super::install::library_out_of_space(
             e,
@@ -419,8 +419,8 @@ fn changed(j: &Journal, what: &str) -> anyhow::Error {
             j.id
         ),
         format!(
-            "if torch was reinstalled, `rdna1-patch rollback --abandon {}` closes the transaction without touching torch; libtorch_hip.so's original, if it was edited, stays in {}",
-            j.id,
+            "if torch was reinstalled, `{}` closes the transaction without touching torch; libtorch_hip.so's original, if it was edited, stays in {}",
+            crate::shell::tool(["rollback", "--abandon", &j.id.to_string()]),
             j.backup.display()
         ),
     )
