@@ -62,6 +62,7 @@ mod signed;
 mod signed_publish;
 mod smoke;
 mod smoke_report;
+mod staged_races;
 mod support;
 mod support_run;
 mod system_route;
