@@ -477,14 +477,7 @@ pub fn copy_at(
 pub fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     let (da, na) = fd::parent_of(a)?;
     let (db, nb) = fd::parent_of(b)?;
-    if !da.same_as(&db)? {
-        return Err(std::io::Error::other(format!(
-            "{} and {} are not in one directory",
-            a.display(),
-            b.display()
-        )));
-    }
-    da.exchange(na, nb)
+    da.exchange(na, &db, nb)
 }
 
 /// Rename `from` to `to`, each name looked up in its directory held open

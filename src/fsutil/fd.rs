@@ -49,11 +49,6 @@ impl Dir {
         &self.path
     }
 
-    /// Whether `other` is this very directory (device and inode).
-    pub fn same_as(&self, other: &Dir) -> io::Result<bool> {
-        Ok(self.id()? == other.id()?)
-    }
-
     /// The directory's device and inode.
     pub fn id(&self) -> io::Result<(u64, u64)> {
         let m = self.file.metadata()?;
@@ -306,9 +301,9 @@ impl Dir {
         })
     }
 
-    /// Swap the names `a` and `b` here in one step (renameat2
+    /// Swap the name `a` here with `b` in `other` in one step (renameat2
     /// RENAME_EXCHANGE), as this directory's owner.
-    pub fn exchange(&self, a: &OsStr, b: &OsStr) -> io::Result<()> {
+    pub fn exchange(&self, a: &OsStr, other: &Dir, b: &OsStr) -> io::Result<()> {
         let (a, b) = (Dir::c(a)?, Dir::c(b)?);
         self.as_owner(|| {
             // SAFETY: valid fds and names.
@@ -316,7 +311,7 @@ impl Dir {
                 libc::renameat2(
                     self.fd(),
                     a.as_ptr(),
-                    self.fd(),
+                    other.fd(),
                     b.as_ptr(),
                     libc::RENAME_EXCHANGE,
                 )
@@ -483,6 +478,22 @@ pub fn fchmod(file: &File, mode: u32) -> io::Result<()> {
     match unsafe { libc::fchmod(file.as_raw_fd(), crate::owner::plain_mode(mode)) } {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Run `f` with sudo's user's file-system identity (`SUDO_UID`,
+/// `SUDO_GID`) when root acts for them, so a file their environment names
+/// is opened only if they could open it themselves; else as is.
+pub fn as_invoking_user<T>(f: impl FnOnce() -> T) -> io::Result<T> {
+    if !crate::owner::is_root() {
+        return Ok(f());
+    }
+    match crate::owner::sudo_identity().map_err(|e| io::Error::other(format!("{e:#}")))? {
+        Some((uid, gid)) => {
+            let _back = FsIdentity::become_(uid, gid)?;
+            Ok(f())
+        }
+        None => Ok(f()),
     }
 }
 

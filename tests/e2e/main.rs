@@ -17,6 +17,7 @@ mod conventions;
 mod detection;
 mod diagnosis;
 mod diagnosis_compilers;
+mod entry_points;
 mod examples;
 mod fast;
 mod first_contact;
