@@ -51,6 +51,7 @@ mod rocblas_system;
 mod rocm_sdk;
 mod rollback;
 mod root_cache;
+mod root_choices;
 mod root_writes;
 mod rough_edges;
 mod routes;
