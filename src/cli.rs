@@ -168,11 +168,27 @@ pub fn main() -> ExitCode {
     // signal handling of ours; its parent holds it to a time limit.
     // A reaper (reaper.rs) around a child that must not outlive its limit:
     // first, as the child it starts may be the compile child.
-    if std::env::var_os(crate::reaper::REAPER_ENV).is_some() {
-        return crate::reaper::serve();
-    }
-    if std::env::var_os(crate::comgr::child::CHILD_ENV).is_some() {
-        return crate::comgr::child::serve();
+    // Each only when this binary started it (`spawned`): set by hand,
+    // under `sudo -E` say, neither runs anything.
+    for (var, serve) in [
+        (
+            crate::reaper::REAPER_ENV,
+            crate::reaper::serve as fn() -> ExitCode,
+        ),
+        (crate::comgr::child::CHILD_ENV, crate::comgr::child::serve),
+    ] {
+        if std::env::var_os(var).is_some() {
+            if !crate::spawned::by_this_binary() {
+                crate::output::error(&crate::error::hint(
+                    format!(
+                        "{var} is set, but rdna1-patch did not start this process; nothing was run"
+                    ),
+                    "that variable is for the processes rdna1-patch starts itself; unset it (`rdna1-patch --help` lists the commands)",
+                ));
+                return ExitCode::from(2);
+            }
+            return serve();
+        }
     }
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();

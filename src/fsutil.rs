@@ -21,7 +21,38 @@ macro_rules! failpoint {
 
 mod at;
 pub mod fd;
+mod walk;
 pub use at::{ANOTHER_PLACE, At, existing_ancestor, fitted_help, free_bytes, fs_error};
+
+/// A test's stand-in for a user who swaps their directory while root
+/// works in it (cargo feature `failpoints`): `FAILPOINTS=NAME=return(DIR,
+/// TO,N)` renames DIR aside (`DIR.aside`) and puts a symlink to TO at its
+/// name, as its owner could at that instant, at the Nth time (from 0) the
+/// point is passed while DIR is a directory.
+pub fn race_point(_name: &str) {
+    #[cfg(feature = "failpoints")]
+    fail::eval(_name, |arg: Option<String>| {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static PASSED: AtomicUsize = AtomicUsize::new(0);
+        let arg = arg.unwrap_or_default();
+        let mut parts = arg.split(',');
+        let (Some(dir), Some(to), n) = (parts.next(), parts.next(), parts.next()) else {
+            return;
+        };
+        let n: usize = n.and_then(|n| n.parse().ok()).unwrap_or(0);
+        if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+            return;
+        }
+        if PASSED.fetch_add(1, Ordering::Relaxed) != n {
+            return;
+        }
+        let mut aside = std::ffi::OsString::from(dir);
+        aside.push(".aside");
+        std::fs::rename(dir, &aside)
+            .and_then(|()| std::os::unix::fs::symlink(to, dir))
+            .unwrap_or_else(|e| panic!("the failpoint could not swap {dir} for a symlink: {e}"));
+    });
+}
 
 /// Write `data` to a new file beside `path`, fsync it, give it `mode` (or
 /// the replaced file's mode; never a setuid, setgid or sticky bit) through
@@ -164,15 +195,18 @@ pub fn read_small(path: &Path, limit: u64) -> Result<String> {
 /// symlink itself is removed (never what a symlink points to, never a
 /// directory). Returns whether something was removed.
 pub fn remove_own_file(path: &Path) -> Result<bool> {
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e).at("inspect", path),
-        Ok(m) if m.is_dir() => anyhow::bail!(
+    let (dir, name) = match fd::parent_of(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        other => other.at("inspect", path)?,
+    };
+    match dir.stat(name).at("inspect", path)? {
+        None => Ok(false),
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => anyhow::bail!(
             "{} is a directory where rdna1-patch keeps a file of its own; it was left alone",
             path.display()
         ),
-        Ok(_) => {
-            std::fs::remove_file(path).at("remove", path)?;
+        Some(_) => {
+            dir.remove_file(name).at("remove", path)?;
             Ok(true)
         }
     }
@@ -247,13 +281,11 @@ pub fn project_dirs() -> Option<directories::ProjectDirs> {
 /// Remove a file or a whole directory (not following a symlink); one that
 /// is already gone is fine.
 pub fn remove_path(path: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
+    let (dir, name) = match fd::parent_of(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-    }
-    .at("remove", path)
+        other => other.at("remove", path)?,
+    };
+    dir.remove_tree(name).at("remove", path)
 }
 
 /// Whether an error is the disk (or a quota, or a file size limit) being full.
@@ -377,30 +409,66 @@ impl Stamp {
 /// made, when that does not hold or the link cannot be made (another
 /// filesystem, a filesystem without links): the caller copies instead.
 pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::symlink_metadata(from) else {
+    let Ok((src, from_name)) = fd::parent_of(from) else {
         return Ok(false);
     };
-    let bits = meta.mode() & 0o7777;
-    if !meta.is_file() || meta.uid() != owner::euid() || bits & 0o7022 != 0 {
+    let (dir, name) = fd::parent_of(to).at("create", to)?;
+    link_own_at(&src, from_name, &dir, name, mode).at("create", to)
+}
+
+/// [`link_own`] of `from` in `src` as `name` in `dir`, both directories
+/// held open: the file is judged by what `src` holds under that name, and
+/// the link made from it there, never looked up by path again.
+pub fn link_own_at(
+    src: &fd::Dir,
+    from: &std::ffi::OsStr,
+    dir: &fd::Dir,
+    name: &std::ffi::OsStr,
+    mode: Option<u32>,
+) -> std::io::Result<bool> {
+    let Ok(Some(st)) = src.stat(from) else {
+        return Ok(false);
+    };
+    let bits = st.st_mode & 0o7777;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG
+        || st.st_uid != owner::euid()
+        || bits & 0o7022 != 0
+    {
         return Ok(false);
     }
     // A link into a directory someone else owns would leave them a file of
     // ours (root's, under sudo) that they cannot replace: copy instead.
-    let dir = to.parent().unwrap_or(Path::new("/"));
-    if std::fs::metadata(dir).map_or(true, |m| m.uid() != meta.uid()) {
+    if dir.uid().map_or(true, |u| u != st.st_uid) {
         return Ok(false);
     }
     if mode.is_some_and(|m| m != bits) {
         return Ok(false);
     }
-    let (dir, name) = fd::parent_of(to).at("create", to)?;
-    dir.remove_file(name).at("remove", to)?;
-    match dir.link(from, name) {
+    dir.remove_file(name)?;
+    match dir.link_from(src, from, name) {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => Err(e).at("create", to),
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => Err(e),
         Err(_) => Ok(false),
     }
+}
+
+/// Copy the file `from` in `src` to a new file `name` in `dir` (replacing
+/// a leftover), with `mode`, both looked up in directories held open;
+/// fsynced before returning.
+pub fn copy_at(
+    src: &fd::Dir,
+    from: &std::ffi::OsStr,
+    dir: &fd::Dir,
+    name: &std::ffi::OsStr,
+    mode: u32,
+) -> std::io::Result<()> {
+    let mode = owner::plain_mode(mode);
+    let mut input = src.open_read(from)?;
+    dir.remove_file(name)?;
+    let mut out = dir.create_new(name, mode)?;
+    std::io::copy(&mut input, &mut out)?;
+    dir.set_file_mode(&out, mode)?;
+    out.sync_all()
 }
 
 /// Swap the names of `a` and `b` (each a file or a directory) in one step
@@ -408,25 +476,19 @@ pub fn link_own(from: &Path, to: &Path, mode: Option<u32>) -> Result<bool> {
 /// name, never neither. Fails where the filesystem cannot (then nothing
 /// changed).
 pub fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c =
-        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
-    let (a, b) = (c(a)?, c(b)?);
-    // SAFETY: two NUL-terminated paths that live across the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    let (da, na) = fd::parent_of(a)?;
+    let (db, nb) = fd::parent_of(b)?;
+    da.exchange(na, &db, nb)
+}
+
+/// Rename `from` to `to`, each name looked up in its directory held open
+/// (`fd::parent_of`; a symlink at either name is renamed itself, never
+/// followed); the directory of `to` synced.
+pub fn rename_in_dir(from: &Path, to: &Path) -> Result<()> {
+    let (df, nf) = fd::parent_of(from).at("rename", from)?;
+    let (dt, nt) = fd::parent_of(to).at("rename to", to)?;
+    df.rename_to(nf, &dt, nt).at("rename to", to)?;
+    dt.sync().at("sync", dt.path())
 }
 
 #[cfg(test)]

@@ -147,6 +147,21 @@ pub struct Scan {
 const SYSFS_LIMIT: u64 = 64 << 10;
 
 pub fn scan_all(sysfs: &Path) -> Scan {
+    as_user(sysfs, || scan_all_now(sysfs))
+}
+
+/// Run `f`, which reads under `sysfs`: a tree `RDNA1_PATCH_SYSFS` names
+/// (not `/sys`) is read as sudo's user when root acts for one, so a
+/// symlink of theirs there to a file only root may read shows nothing
+/// (issue 69); `/sys` as is.
+fn as_user<T: Default>(sysfs: &Path, f: impl FnOnce() -> T) -> T {
+    match sysfs == Path::new("/sys") {
+        true => f(),
+        false => crate::fsutil::fd::as_invoking_user(f).unwrap_or_default(),
+    }
+}
+
+fn scan_all_now(sysfs: &Path) -> Scan {
     let mut out = Scan::default();
     let Ok(rd) = std::fs::read_dir(topology(sysfs)) else {
         return out;
@@ -266,6 +281,10 @@ pub const AMDGPU_PARAMS: [&str; 3] = ["noretry", "mtype_local", "vm_fragment_siz
 
 pub fn amdgpu_params(sysfs: &Path) -> Vec<(&'static str, Option<String>)> {
     let dir = sysfs.join("module/amdgpu/parameters");
+    as_user(sysfs, || params_in(&dir))
+}
+
+fn params_in(dir: &Path) -> Vec<(&'static str, Option<String>)> {
     AMDGPU_PARAMS
         .iter()
         .map(|p| {

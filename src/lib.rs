@@ -42,6 +42,7 @@ pub(crate) mod rocm_sdk;
 pub(crate) mod select;
 pub(crate) mod share;
 pub(crate) mod shell;
+pub(crate) mod spawned;
 pub(crate) mod stack;
 pub mod swap;
 pub(crate) mod tally;

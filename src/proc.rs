@@ -44,7 +44,7 @@ pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
 /// no supplementary groups (std drops them when it sets the user): the
 /// code is that user's torch, and needs nothing of root's.
 pub fn run_contained(cmd: Command, limit: Duration) -> Result<Output> {
-    let mut reaped = crate::reaper::contain(&cmd, Path::new("/proc/self/exe"), false);
+    let mut reaped = crate::reaper::contain(&cmd, Path::new("/proc/self/exe"), false)?;
     if let Some((uid, gid)) = crate::owner::sudo_identity()? {
         reaped.uid(uid).gid(gid);
     }
@@ -62,7 +62,7 @@ pub fn run_fed_contained(
     stall: Duration,
     limit: Duration,
 ) -> Result<Output> {
-    let reaped = crate::reaper::contain(&cmd, exe, true);
+    let reaped = crate::reaper::contain(&cmd, exe, true)?;
     named_as(
         &cmd,
         run_with(reaped, Some(input), Some(stall), limit, true),

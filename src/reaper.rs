@@ -26,7 +26,7 @@ const SWEEP_LIMIT: Duration = Duration::from_secs(10);
 /// environment and working directory. `clear_env` says that `cmd`'s
 /// environment is only what it sets (`Command::env_clear`, which a Command
 /// does not tell).
-pub fn contain(cmd: &Command, exe: &std::path::Path, clear_env: bool) -> Command {
+pub fn contain(cmd: &Command, exe: &std::path::Path, clear_env: bool) -> std::io::Result<Command> {
     let mut c = Command::new(exe);
     if clear_env {
         c.env_clear();
@@ -44,7 +44,9 @@ pub fn contain(cmd: &Command, exe: &std::path::Path, clear_env: bool) -> Command
     if let Some(dir) = cmd.get_current_dir() {
         c.current_dir(dir);
     }
-    c
+    // The reaper runs only with the proof that this binary started it.
+    crate::spawned::pass(&mut c)?;
+    Ok(c)
 }
 
 /// The reaper: run the program given as arguments, then leave nothing of
@@ -64,11 +66,14 @@ pub fn serve() -> ExitCode {
     let Some(program) = args.next() else {
         return ExitCode::from(125);
     };
-    let child = match Command::new(&program)
-        .args(args)
-        .env_remove(REAPER_ENV)
-        .spawn()
-    {
+    let mut cmd = Command::new(&program);
+    cmd.args(args).env_remove(REAPER_ENV);
+    // The program may be the compile child, which runs only with the
+    // proof that this binary (the reaper) started it.
+    if crate::spawned::pass(&mut cmd).is_err() {
+        return ExitCode::from(125);
+    }
+    let child = match cmd.spawn() {
         Ok(c) => c.id() as i32,
         Err(e) => {
             eprintln!("rdna1-patch: cannot run {}: {e}", program.to_string_lossy());

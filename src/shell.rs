@@ -358,7 +358,7 @@ fn is_default(flag: &str, value: &Path) -> bool {
                         .find(|p| p.is_file())
                 }),
             };
-            given.is_some_and(|g| crate::which_python::choose(None).python == g)
+            given.is_some_and(|g| crate::which_python::choose(None).is_ok_and(|c| c.python == g))
         }
         "state-dir" => directories::ProjectDirs::from("", "", "rdna1-patch")
             .and_then(|d| d.state_dir().map(Path::to_owned))

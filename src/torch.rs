@@ -35,11 +35,11 @@ pub enum Locator {
 impl Locator {
     /// `--torch-dir` wins; then `--python`; then the python
     /// `which_python` chooses (the user's, never the tool's own venv's).
-    pub fn new(python: Option<PathBuf>, torch_dir: Option<PathBuf>) -> Locator {
-        match torch_dir {
+    pub fn new(python: Option<PathBuf>, torch_dir: Option<PathBuf>) -> anyhow::Result<Locator> {
+        Ok(match torch_dir {
             Some(d) => Locator::Dir(d),
-            None => Locator::Python(crate::which_python::choose(python.as_deref()).python),
-        }
+            None => Locator::Python(crate::which_python::choose(python.as_deref())?.python),
+        })
     }
 }
 

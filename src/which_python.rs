@@ -79,15 +79,73 @@ impl Env {
 }
 
 /// `--python` when given, else the python the process's environment
-/// points at ([`choose_in`]).
-pub fn choose(given: Option<&Path>) -> Chosen {
+/// points at ([`choose_in`]), which a root shell runs only when no one
+/// but root can change it ([`root_may_run`]).
+pub fn choose(given: Option<&Path>) -> anyhow::Result<Chosen> {
     match given {
-        Some(p) => Chosen {
+        Some(p) => Ok(Chosen {
             python: p.to_owned(),
             why: Why::Given,
-        },
-        None => choose_in(&Env::of_process()),
+        }),
+        None => {
+            let chosen = choose_in(&Env::of_process());
+            root_may_run(&chosen)?;
+            Ok(chosen)
+        }
     }
+}
+
+/// Run from a root shell (root, no sudo: `su` without `-` and doas's
+/// keepenv keep the user's VIRTUAL_ENV, CONDA_PREFIX and PATH), a python
+/// the environment chose would run as root, with every `.pth` file and
+/// `sitecustomize` of its environment (issue 69). It is run only when no
+/// one but root can change it, by its name or its real path, nor
+/// anything of the environment it heads (the writers check a torch
+/// gets); otherwise an error whose help is `--python`. Under sudo every
+/// python runs as sudo's user (`proc::python`), and `--python` is root's
+/// own choice.
+fn root_may_run(c: &Chosen) -> anyhow::Result<()> {
+    if !crate::owner::is_root() || crate::owner::invoking_user().is_some() {
+        return Ok(());
+    }
+    let mut found = None;
+    // The directory that holds the name (who may replace it; a symlink's
+    // own mode bits mean nothing), and the file it leads to.
+    let real = c.python.canonicalize().unwrap_or_else(|_| c.python.clone());
+    let dir = c.python.parent().unwrap_or(Path::new("/")).to_owned();
+    for p in [&dir, &real] {
+        let w = crate::owner::Writers::of(p)?;
+        let others = w.others_than(None);
+        if !others.is_empty() {
+            found = Some((others, w.first.unwrap_or_else(|| p.clone())));
+            break;
+        }
+    }
+    let env_dir = match c.why {
+        Why::VirtualEnv | Why::Conda | Why::OwnWithTorch => {
+            c.python.parent().and_then(Path::parent)
+        }
+        _ => None,
+    };
+    if found.is_none()
+        && let Some(dir) = env_dir
+    {
+        found = crate::owner::tree_writers(dir)?;
+    }
+    let Some((who, at)) = found else {
+        return Ok(());
+    };
+    let through = match at == c.python {
+        true => String::new(),
+        false => format!(" (through {})", at.display()),
+    };
+    Err(crate::error::hint(
+        format!(
+            "the python chosen, {c}, can be changed by {}{through}; run as root, rdna1-patch runs no python another user controls; nothing was run",
+            crate::owner::describe(&who),
+        ),
+        "name a python only root can change with `--python` (e.g. `--python /usr/bin/python3`), or run rdna1-patch as the user whose environment that is",
+    ))
 }
 
 /// The user's active venv, then their conda environment, then the tool's
@@ -257,7 +315,7 @@ mod tests {
         env.path = None;
         assert_eq!(choose_in(&env).python, PathBuf::from("python3"));
         assert_eq!(
-            choose(Some(Path::new("/x/python"))).to_string(),
+            choose(Some(Path::new("/x/python"))).unwrap().to_string(),
             "/x/python (--python)"
         );
     }

@@ -548,7 +548,15 @@ fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
     let wanted: Vec<&Path> = std::iter::once(r.compilers.comgr.as_path())
         .chain(r.compilers.hiprtc.as_deref())
         .collect();
-    let vetted = super::vet::vet(&wanted, r.trusted)?;
+    // As root, another user's files are trusted only when the compile
+    // drops to that very user: a request naming one while it stays root
+    // (what a hand-made request on stdin would say) trusts root's alone.
+    let trusted = match (r.trusted, r.run_as) {
+        (Some(t), Some((uid, _))) if t == uid => Some(t),
+        (t, None) if !crate::owner::is_root() => t,
+        _ => None,
+    };
+    let vetted = super::vet::vet(&wanted, trusted)?;
     super::swap_point();
     if let Some((uid, gid)) = r.run_as {
         become_user(uid, gid)?;

@@ -133,7 +133,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         route,
         torch,
     } = crate::select::for_build(
-        &args.torch.locator(),
+        &args.torch.locator()?,
         args.profile.profile.as_deref(),
         &args.component,
     )?;

@@ -51,7 +51,7 @@ fn rdna1_target(s: &str) -> Result<String, String> {
 pub fn run(args: Args) -> Result<ExitCode> {
     // The torch `install` would use: --python, --torch-dir, else python3;
     // looked for once.
-    let stack = crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root())
+    let stack = crate::stack::Stack::establish(args.torch.locator()?, super::sysfs_root())
         .asking(args.target);
     let asked_rocm = args.rocm.is_some();
     let req = DoctorRequest {
@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         rocm: args.rocm.or_else(super::rocm_path_env),
         work_dir: WorkDir::new(args.work_dir.as_deref())?.root().to_owned(),
         stack,
-        python: args.torch.python(),
+        python: args.torch.python()?,
         // Naming a ROCm is asking about a build.
         all: args.all || asked_rocm,
         gfx_override: std::env::var("HSA_OVERRIDE_GFX_VERSION").ok(),

@@ -75,7 +75,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // The route starts from the torch: with no ROCm torch there is
     // nothing to install into, whatever a prefix holds.
     let stack =
-        crate::stack::Stack::establish(args.torch.locator(), super::sysfs_root()).with_torch()?;
+        crate::stack::Stack::establish(args.torch.locator()?, super::sysfs_root()).with_torch()?;
     if args.component == "rocblas" {
         return rocblas(args, stack, &ui);
     }

@@ -110,16 +110,36 @@ fn beside_the_binary() -> Result<PathBuf> {
 
 /// Every page into `dir/man1`; the directory and how many pages.
 fn install(mut cli: clap::Command, dir: &Path) -> Result<(PathBuf, usize)> {
+    use crate::fsutil::{At, fd};
     let man1 = dir.join("man1");
-    crate::fsutil::create_dir_all(&man1)?;
+    // Every page goes into the directory made here, held open; its name
+    // must still hold it after each page (a user who swaps their `man1`
+    // for a symlink under sudo gets an error, and nothing through it).
+    let held = fd::create_dir_all(&man1).at("create", &man1)?;
+    let id = held.id().at("read", &man1)?;
+    let (parent, name) = fd::parent_of(&man1).at("open the directory of", &man1)?;
     let verbs = verbs(&mut cli);
     let mut pages = vec![("rdna1-patch.1".to_owned(), page(cli.clone(), None)?)];
     for v in &verbs {
         pages.push((format!("rdna1-patch-{v}.1"), page(cli.clone(), Some(v))?));
     }
-    for (name, text) in &pages {
-        crate::fsutil::write_atomic(&man1.join(name), text.as_bytes(), Some(0o644))
-            .with_context(|| format!("writing the manual page {name}"))?;
+    for (page, text) in &pages {
+        held.write_atomic(std::ffi::OsStr::new(page), text.as_bytes(), 0o644)
+            .at("write", &man1.join(page))
+            .with_context(|| format!("writing the manual page {page}"))?;
+        crate::fsutil::race_point("man-page-written");
+        if !parent.holds_dir(name, id).at("read", &man1)? {
+            return Err(hint(
+                format!(
+                    "{} is not the directory rdna1-patch made: another program replaced it (a symlink or another directory stands there) while the pages went in; nothing was written through it",
+                    man1.display()
+                ),
+                format!(
+                    "stop whatever else writes in {} (under sudo, a directory another user owns is written as that user), then run this again",
+                    dir.display()
+                ),
+            ));
+        }
     }
     Ok((man1, pages.len()))
 }

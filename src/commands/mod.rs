@@ -103,15 +103,16 @@ pub struct TorchArg {
 }
 
 impl TorchArg {
-    pub fn locator(&self) -> crate::torch::Locator {
+    pub fn locator(&self) -> anyhow::Result<crate::torch::Locator> {
         crate::torch::Locator::new(self.python.clone(), self.torch_dir.clone())
     }
 
     /// The python asked for torch, and why that one; none with --torch-dir.
-    pub fn python(&self) -> Option<crate::which_python::Chosen> {
+    pub fn python(&self) -> anyhow::Result<Option<crate::which_python::Chosen>> {
         self.torch_dir
             .is_none()
             .then(|| crate::which_python::choose(self.python.as_deref()))
+            .transpose()
     }
 
     pub fn given(&self) -> bool {

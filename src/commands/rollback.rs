@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         RollbackRequest::Undo {
             to: args.to,
-            torch: args.torch.locator(),
+            torch: args.torch.locator()?,
             named: args.torch.given(),
         }
     };

@@ -80,7 +80,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let req = VerifyRequest {
         prefix: args.prefix.resolve_installed(&state)?,
         prefix_named: args.prefix.prefix.is_some(),
-        torch: args.torch.given().then(|| args.torch.locator()),
+        torch: args
+            .torch
+            .given()
+            .then(|| args.torch.locator())
+            .transpose()?,
         python: args
             .torch
             .python

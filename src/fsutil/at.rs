@@ -25,7 +25,7 @@ impl<T> At<T> for std::io::Result<T> {
 pub fn fs_error(op: &str, path: &Path, e: &std::io::Error) -> anyhow::Error {
     if let Some(swapped) = e
         .get_ref()
-        .and_then(|i| i.downcast_ref::<super::fd::Swapped>())
+        .and_then(|i| i.downcast_ref::<super::walk::Swapped>())
     {
         return crate::error::hint(
             format!("cannot {op} {}: {swapped}", path.display()),

@@ -22,6 +22,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::walk::swapped_error;
+
 /// A directory held open, and whose file-system identity changes in it
 /// are made with.
 #[derive(Debug)]
@@ -34,15 +36,41 @@ pub struct Dir {
 }
 
 impl Dir {
-    /// Open the directory at `path` (a symlink on the way is followed, as
-    /// the caller named it; what is inside is never followed again).
+    /// Open the directory at `path`: as root, one component at a time
+    /// from `/`, following a symlink only where no one but root could
+    /// have put it (`walk`); what is inside is never followed again.
     pub fn open(path: &Path) -> io::Result<Dir> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(path)?;
+        let file = super::walk::open_dir(path)?;
         Dir::from_file(file, path.to_owned())
+    }
+
+    /// The path this directory was opened by, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory's device and inode.
+    pub fn id(&self) -> io::Result<(u64, u64)> {
+        let m = self.file.metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    /// Whether `name` here is a directory of that device and inode (not
+    /// a symlink to one).
+    pub fn holds_dir(&self, name: &OsStr, id: (u64, u64)) -> io::Result<bool> {
+        Ok(self.stat(name)?.is_some_and(|st| {
+            st.st_mode & libc::S_IFMT == libc::S_IFDIR && (st.st_dev, st.st_ino) == id
+        }))
+    }
+
+    /// The directory's permission bits, read from its descriptor.
+    pub fn mode(&self) -> io::Result<u32> {
+        Ok(self.file.metadata()?.mode() & 0o7777)
+    }
+
+    /// The directory's owner, read from its descriptor.
+    pub fn uid(&self) -> io::Result<u32> {
+        Ok(self.file.metadata()?.uid())
     }
 
     fn from_file(file: File, path: PathBuf) -> io::Result<Dir> {
@@ -187,17 +215,146 @@ impl Dir {
         Dir::from_file(unsafe { File::from_raw_fd(fd) }, self.path.join(name))
     }
 
-    /// A second name `name` here for the file at `from` (a hard link; a
-    /// symlink at `from` is linked itself, never followed).
-    pub fn link(&self, from: &Path, name: &OsStr) -> io::Result<()> {
-        let f = CString::new(from.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let n = Dir::c(name)?;
+    /// A second name `name` here for the file `from` in `src` (a hard
+    /// link; a symlink at `from` is linked itself, never followed): both
+    /// names looked up in directories held open, never by path.
+    pub fn link_from(&self, src: &Dir, from: &OsStr, name: &OsStr) -> io::Result<()> {
+        let (f, n) = (Dir::c(from)?, Dir::c(name)?);
         self.as_owner(|| {
             // SAFETY: valid names and fds.
-            match unsafe { libc::linkat(libc::AT_FDCWD, f.as_ptr(), self.fd(), n.as_ptr(), 0) } {
+            match unsafe { libc::linkat(src.fd(), f.as_ptr(), self.fd(), n.as_ptr(), 0) } {
                 0 => Ok(()),
                 _ => Err(io::Error::last_os_error()),
+            }
+        })
+    }
+
+    /// A new directory `name` here (an existing name, a symlink included,
+    /// is an error), made as this directory's owner and held open.
+    pub fn subdir_new(&self, name: &OsStr, mode: u32) -> io::Result<Dir> {
+        let c = Dir::c(name)?;
+        self.as_owner(|| {
+            // SAFETY: a valid fd and name.
+            match unsafe { libc::mkdirat(self.fd(), c.as_ptr(), mode as libc::mode_t) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        })?;
+        self.subdir_open(name)
+    }
+
+    /// The directory `name` here, held open; a symlink there is refused.
+    pub fn subdir_open(&self, name: &OsStr) -> io::Result<Dir> {
+        let c = Dir::c(name)?;
+        // SAFETY: a valid fd and name; the result is checked.
+        let fd = unsafe {
+            libc::openat(
+                self.fd(),
+                c.as_ptr(),
+                libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd == -1 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => swapped_error(format!(
+                    "{} is not the directory rdna1-patch made (a symlink or a file stands there; another program swapped it); nothing was written through it",
+                    self.path.join(name).display()
+                )),
+                _ => e,
+            });
+        }
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        Dir::from_file(unsafe { File::from_raw_fd(fd) }, self.path.join(name))
+    }
+
+    /// The regular file `name` here, opened for reading; a symlink or
+    /// anything but a regular file is refused.
+    pub fn open_read(&self, name: &OsStr) -> io::Result<File> {
+        let c = Dir::c(name)?;
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        // SAFETY: a valid fd and name; the result is checked.
+        let file = match unsafe { libc::openat(self.fd(), c.as_ptr(), flags) } {
+            -1 => return Err(io::Error::last_os_error()),
+            // SAFETY: a descriptor just opened, owned by nothing else.
+            fd => unsafe { File::from_raw_fd(fd) },
+        };
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other(format!(
+                "{} is not a regular file",
+                self.path.join(name).display()
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Give `from` here the name `to` in `other` (renameat), as this
+    /// directory's owner.
+    pub fn rename_to(&self, from: &OsStr, other: &Dir, to: &OsStr) -> io::Result<()> {
+        let (f, t) = (Dir::c(from)?, Dir::c(to)?);
+        self.as_owner(|| {
+            // SAFETY: valid fds and names.
+            match unsafe { libc::renameat(self.fd(), f.as_ptr(), other.fd(), t.as_ptr()) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        })
+    }
+
+    /// Swap the name `a` here with `b` in `other` in one step (renameat2
+    /// RENAME_EXCHANGE), as this directory's owner.
+    pub fn exchange(&self, a: &OsStr, other: &Dir, b: &OsStr) -> io::Result<()> {
+        let (a, b) = (Dir::c(a)?, Dir::c(b)?);
+        self.as_owner(|| {
+            // SAFETY: valid fds and names.
+            let rc = unsafe {
+                libc::renameat2(
+                    self.fd(),
+                    a.as_ptr(),
+                    other.fd(),
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
+            match rc {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        })
+    }
+
+    /// Remove `name` here and, when it is a directory, all it holds, each
+    /// directory below opened without following a symlink (a symlink is
+    /// removed itself); nothing there is fine.
+    pub fn remove_tree(&self, name: &OsStr) -> io::Result<()> {
+        let Some(st) = self.stat(name)? else {
+            return Ok(());
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return self.remove_file(name);
+        }
+        let sub = self.subdir_open(name)?;
+        let names: Vec<std::ffi::OsString> =
+            std::fs::read_dir(format!("/proc/self/fd/{}", sub.fd()))?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<io::Result<_>>()?;
+        for n in names {
+            sub.remove_tree(&n)?;
+        }
+        self.remove_dir(name)
+    }
+
+    /// Remove the empty directory `name` here (unlinkat AT_REMOVEDIR).
+    pub fn remove_dir(&self, name: &OsStr) -> io::Result<()> {
+        let c = Dir::c(name)?;
+        self.as_owner(|| {
+            // SAFETY: a valid fd and name.
+            match unsafe { libc::unlinkat(self.fd(), c.as_ptr(), libc::AT_REMOVEDIR) } {
+                0 => Ok(()),
+                _ => match io::Error::last_os_error() {
+                    e if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                    e => Err(e),
+                },
             }
         })
     }
@@ -216,9 +373,10 @@ impl Dir {
         })
     }
 
-    /// The directory's own permission bits, set through its descriptor.
+    /// The directory's own permission bits, set through its descriptor
+    /// (as its owner, when root acts for them).
     pub fn set_mode(&self, mode: u32) -> io::Result<()> {
-        fchmod(&self.file, mode)
+        self.as_owner(|| fchmod(&self.file, mode))
     }
 
     /// The permission bits of `file`, made here, set as this directory's
@@ -306,24 +464,12 @@ impl Dir {
     }
 }
 
-/// A name that stopped being the tool's file while it wrote it.
-#[derive(Debug)]
-pub struct Swapped(String);
-
-impl std::fmt::Display for Swapped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Swapped {}
-
 fn swapped(dir: &Path, name: &OsStr) -> io::Error {
-    io::Error::other(Swapped(format!(
+    swapped_error(format!(
         "another program replaced the file being written as {} in {} (whoever can write in that directory); nothing of theirs was changed",
         name.to_string_lossy(),
         dir.display()
-    )))
+    ))
 }
 
 /// The permission bits of an open file, set through its descriptor.
@@ -332,6 +478,22 @@ pub fn fchmod(file: &File, mode: u32) -> io::Result<()> {
     match unsafe { libc::fchmod(file.as_raw_fd(), crate::owner::plain_mode(mode)) } {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Run `f` with sudo's user's file-system identity (`SUDO_UID`,
+/// `SUDO_GID`) when root acts for them, so a file their environment names
+/// is opened only if they could open it themselves; else as is.
+pub fn as_invoking_user<T>(f: impl FnOnce() -> T) -> io::Result<T> {
+    if !crate::owner::is_root() {
+        return Ok(f());
+    }
+    match crate::owner::sudo_identity().map_err(|e| io::Error::other(format!("{e:#}")))? {
+        Some((uid, gid)) => {
+            let _back = FsIdentity::become_(uid, gid)?;
+            Ok(f())
+        }
+        None => Ok(f()),
     }
 }
 

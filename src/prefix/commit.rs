@@ -16,7 +16,6 @@ use super::{
 use crate::checksum::{self, Entry};
 use crate::error::hint;
 use crate::fsutil;
-use crate::fsutil::At;
 
 /// Start a fresh staging area (a leftover from an interrupted run is removed).
 pub fn begin(prefix: &Path) -> Result<PathBuf> {
@@ -227,19 +226,19 @@ fn exchange_whole(prefix: &Path, staged_root: &Path, entries: &[Entry]) -> Resul
     write_md5sums(staged_root, entries)?;
     let mode = fsutil::mode(prefix)?;
     fsutil::set_dir_mode(staged_root, mode)?;
-    if std::fs::rename(staged_root, &aside).is_err() {
-        std::fs::remove_file(staged_root.join(MD5SUMS)).ok();
+    if fsutil::rename_in_dir(staged_root, &aside).is_err() {
+        fsutil::remove_own_file(&staged_root.join(MD5SUMS)).ok();
         return Ok(false);
     }
     if fsutil::exchange(&aside, prefix).is_err() {
-        std::fs::rename(&aside, staged_root).with_context(|| {
+        fsutil::rename_in_dir(&aside, staged_root).with_context(|| {
             format!(
                 "cannot move {} back to {}",
                 aside.display(),
                 staged_root.display()
             )
         })?;
-        std::fs::remove_file(staged_root.join(MD5SUMS)).ok();
+        fsutil::remove_own_file(&staged_root.join(MD5SUMS)).ok();
         return Ok(false);
     }
     fsutil::sync_dir(prefix.parent().unwrap_or(Path::new("/")))?;
@@ -260,17 +259,13 @@ fn file_by_file(
     fits(prefix, entries)?;
     // From here on the prefix changes: first make it visibly incomplete.
     let md5_path = prefix.join(MD5SUMS);
-    match std::fs::remove_file(&md5_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).at("remove", &md5_path),
-    }
+    fsutil::remove_own_file(&md5_path)?;
     for e in entries {
         let (from, to) = (staged_root.join(&e.path), prefix.join(&e.path));
         if let Some(dir) = to.parent() {
             fsutil::create_dir_all(dir)?;
         }
-        std::fs::rename(&from, &to)
+        fsutil::rename_in_dir(&from, &to)
             .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))?;
     }
     // The old MD5SUMS is an editable file: only a plain path inside the

@@ -39,21 +39,61 @@ pub fn path() -> Option<PathBuf> {
     }
 }
 
+/// A config sudo's user may not read, said as such: under sudo it is read
+/// as them, and the generic help (worked out as root) would mislead.
+fn unreadable_as_user(e: anyhow::Error, path: &Path) -> anyhow::Error {
+    let denied =
+        crate::error::io_errors(&e).any(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
+    match (denied, crate::owner::invoking_user()) {
+        (true, Some(uid)) if crate::owner::is_root() => {
+            let who = crate::owner::name_of(uid);
+            hint(
+                format!(
+                    "cannot read the config {}: {who} (uid {uid}, who ran sudo) may not read it, and under sudo the config is read as that user",
+                    path.display()
+                ),
+                format!(
+                    "make it readable by {who}, or name one they can read in RDNA1_PATCH_CONFIG; nothing was read"
+                ),
+            )
+        }
+        _ => e,
+    }
+}
+
 impl Config {
     pub fn load() -> Result<Config> {
         let Some(path) = path() else {
             return Ok(Config::default());
         };
-        if !path.exists() {
+        // Named by the user's environment (`RDNA1_PATCH_CONFIG`, their
+        // home): read as sudo's user when root acts for them, so a file
+        // only root may read is not read at all (issue 69).
+        let read = crate::fsutil::fd::as_invoking_user(|| match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => crate::fsutil::read_small(&path, 1 << 20).map(Some),
+        })
+        .map_err(anyhow::Error::new)?
+        .map_err(|e| unreadable_as_user(e, &path))?;
+        let Some(text) = read else {
             return Ok(Config {
                 path: Some(path),
                 ..Config::default()
             });
-        }
-        let text = crate::fsutil::read_small(&path, 1 << 20)?;
+        };
         let mut config: Config = toml::from_str(&text).map_err(|e| {
+            // Named, never quoted: the parser's own words and the line,
+            // not the text of it.
+            let line = e
+                .span()
+                .map(|s| text.bytes().take(s.start).filter(|b| *b == b'\n').count() + 1);
+            let at = line.map_or_else(String::new, |l| format!(" (line {l})"));
             hint(
-                format!("{} is not a valid rdna1-patch config: {e}", path.display()),
+                format!(
+                    "{} is not a valid rdna1-patch config{at}: {}",
+                    path.display(),
+                    e.message().trim_end()
+                ),
                 "it may set caches = [\"oci://...\"] and trusted-keys = [\"RW...\"]; fix the file, or move it away to run without it",
             )
         })?;

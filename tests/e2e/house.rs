@@ -293,6 +293,14 @@ const BY_PATH: &[&str] = &[
     "fs::create_dir(",
     "fs::create_dir_all(",
     "DirBuilder::new(",
+    // A directory opened by path follows every symlink on the way (issue
+    // 69): `fd::Dir::open` walks one component at a time instead.
+    "O_DIRECTORY",
+    "fs::rename(",
+    "renameat2(libc::AT_FDCWD",
+    "linkat(libc::AT_FDCWD",
+    "remove_dir_all(",
+    "fs::remove_dir(",
 ];
 
 /// The calls by name that stay, each with why it cannot let a user steer
@@ -334,6 +342,46 @@ const BY_PATH_ALLOWED: &[(&str, &str, &str)] = &[
         "inside that 0700 directory of this run's, which no one else can enter",
     ),
     (
+        "fsutil",
+        ".custom_flags(libc::O_DIRECTORY)",
+        "try_lock_dir and lock_dir: a directory opened only to flock it, which changes nothing on disk",
+    ),
+    (
+        "fsutil",
+        "std::fs::rename(dir, &aside)",
+        "race_point, only in a test build (feature failpoints): the tests' stand-in for a user swapping their own directory",
+    ),
+    (
+        "fsutil",
+        "std::os::unix::fs::symlink(to, dir)",
+        "race_point, only in a test build (feature failpoints): the tests' stand-in for a user swapping their own directory",
+    ),
+    (
+        "share",
+        "let _ = std::fs::remove_dir_all(e.path());",
+        "a pull's staging dir of a process that is gone, in the tool's own cache (as root, a cache dir only root can write)",
+    ),
+    (
+        "share::pull",
+        "let _ = std::fs::remove_dir_all(&staging);",
+        "the pull's own staging dir in the tool's cache (as root, a cache dir only root can write)",
+    ),
+    (
+        "inplace",
+        "let _ = std::fs::remove_dir_all(&staging);",
+        "the in-place fix's staging dir, made by this run in the tool's cache (as root, only root can write there)",
+    ),
+    (
+        "builder::source::tarball",
+        "std::fs::rename(&unpacked, req.src)",
+        "the build's own work dir, which a build under sudo does not share with another user (SECURITY.md: build)",
+    ),
+    (
+        "builder::pipeline",
+        "let _ = std::fs::remove_dir(&self.prefix);",
+        "an empty prefix this build made and failed to fill: rmdir removes only an empty directory, never a symlink's target",
+    ),
+    (
         "tally",
         "std::fs::write(path, lines())",
         "only in a test build (feature failpoints), to the file a test names in RDNA1_PATCH_TALLY",
@@ -344,8 +392,9 @@ const BY_PATH_ALLOWED: &[(&str, &str, &str)] = &[
 fn files_are_changed_by_name_only_through_a_directory_held_open() {
     let mut found = Vec::new();
     for (name, code) in modules() {
-        // The fd module itself, and modules of tests (`x::tests`).
+        // The fd and walk modules themselves, and modules of tests (`x::tests`).
         if name == "fsutil::fd"
+            || name == "fsutil::walk"
             || name
                 .rsplit("::")
                 .next()

@@ -283,16 +283,14 @@ pub(super) fn write_temp(
 /// it got to.
 pub(super) fn swap_in(locked: &Locked, j: &mut Journal) -> Result<()> {
     let target = j.torch.target.clone();
-    let dir = target.parent().unwrap_or(Path::new("/"));
     let temp = j.temp(false);
     locked.set(j, State::Swapping)?;
     crash_point!("install-swapping");
 
     // The temp file is in the target's own directory, so this rename never
     // crosses a filesystem.
-    std::fs::rename(&temp, &target)
+    fsutil::rename_in_dir(&temp, &target)
         .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
-    fsutil::sync_dir(dir)?;
     crash_point!("install-renamed");
     Ok(())
 }
@@ -328,7 +326,7 @@ pub(super) fn write_backup(
             }
         }
         crash_point!("install-backup-written");
-        std::fs::rename(&tmp, backup).at("create", backup)
+        fsutil::rename_in_dir(&tmp, backup)
     })();
     if let Err(e) = made {
         let _ = fsutil::remove_own_file(&tmp);

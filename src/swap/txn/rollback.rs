@@ -251,7 +251,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
         );
     }
     crash_point!("rollback-temp-written");
-    std::fs::rename(&temp, &j.torch.target).with_context(|| {
+    fsutil::rename_in_dir(&temp, &j.torch.target).with_context(|| {
         format!(
             "cannot rename {} to {}",
             temp.display(),

@@ -304,21 +304,25 @@ pub fn swap(locked: &Locked, s: &SetSwap) -> Result<SwapOutcome> {
     locked.set(&mut j, State::BackedUp)?;
     crash_point!("set-backed-up");
     let (lib_temp, dir_temp) = (j.temp(false), temp_path(dir, j.id, false));
-    let written = (|| -> Result<()> {
+    let written = (|| -> Result<tree::Staged> {
         fsutil::create_dir_all(parent)?;
         write_temp(s.staged, None, &lib_temp, &j)?;
-        tree::stage(s.tensile, s.entries, &dir_temp, jobs())?;
-        (s.check)(&lib_temp)
+        let staged = tree::stage(s.tensile, s.entries, &dir_temp, jobs())?;
+        (s.check)(&lib_temp)?;
+        Ok(staged)
     })();
-    if let Err(e) = written {
-        j.remove_temps();
-        locked.abort(&mut j)?;
-        remove_made_parent(&j);
-        return Err(library_out_of_space(e, lib_dir, "torch was not changed"));
-    }
+    let staged = match written {
+        Ok(staged) => staged,
+        Err(e) => {
+            j.remove_temps();
+            locked.abort(&mut j)?;
+            remove_made_parent(&j);
+            return Err(library_out_of_space(e, lib_dir, "torch was not changed"));
+        }
+    };
     locked.set(&mut j, State::Swapping)?;
     crash_point!("set-swapping");
-    tree::swap_in(&dir_temp, dir)?;
+    tree::swap_in(&dir_temp, dir, staged)?;
     crash_point!("set-dir-swapped");
     rename(&lib_temp, target)?;
     crash_point!("set-renamed");
@@ -332,9 +336,8 @@ pub fn swap(locked: &Locked, s: &SetSwap) -> Result<SwapOutcome> {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to)
-        .with_context(|| format!("cannot rename {} to {}", from.display(), to.display()))?;
-    fsutil::sync_dir(to.parent().unwrap_or(Path::new("/")))
+    fsutil::rename_in_dir(from, to)
+        .with_context(|| format!("cannot rename {} to {}", from.display(), to.display()))
 }
 
 /// torch/lib/rocblas, when this transaction made it and it is empty again.
@@ -342,8 +345,9 @@ fn remove_made_parent(j: &Journal) {
     let set = set_of(j);
     if set.made_parent
         && let Some(p) = set.dir.parent()
+        && let Ok((dir, name)) = fsutil::fd::parent_of(p)
     {
-        let _ = std::fs::remove_dir(p);
+        let _ = dir.remove_dir(name);
     }
 }
 
@@ -410,7 +414,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
     let (lib_temp, dir_temp) = (j.temp(true), temp_path(&set.dir, j.id, true));
     locked.set(j, State::RollingBack)?;
     crash_point!("set-rollback-begun");
-    let staged = (|| -> Result<()> {
+    let staged = (|| -> Result<Option<tree::Staged>> {
         fsutil::copy_synced(&j.backup, &lib_temp, j.original.mode)?;
         let copy = checksum::md5_file(&lib_temp)?;
         if copy != j.original.md5 {
@@ -429,17 +433,20 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
                     backup.display()
                 );
             }
-            tree::stage(&backup, &entries, &dir_temp, jobs())?;
+            return Ok(Some(tree::stage(&backup, &entries, &dir_temp, jobs())?));
         }
-        Ok(())
+        Ok(None)
     })();
-    if let Err(e) = staged {
-        j.remove_temps();
-        locked.set(j, State::Installed)?;
-        return Err(library_out_of_space(e, &lib_dir, "torch was not changed"));
-    }
-    match set.original {
-        Some(_) => tree::swap_in(&dir_temp, &set.dir)?,
+    let staged = match staged {
+        Ok(staged) => staged,
+        Err(e) => {
+            j.remove_temps();
+            locked.set(j, State::Installed)?;
+            return Err(library_out_of_space(e, &lib_dir, "torch was not changed"));
+        }
+    };
+    match staged {
+        Some(staged) => tree::swap_in(&dir_temp, &set.dir, staged)?,
         // torch had no directory there: ours goes, to the temp name.
         None => rename(&set.dir, &dir_temp)?,
     }

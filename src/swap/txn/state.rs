@@ -123,6 +123,7 @@ impl StateDir {
             .and_then(|()| write!(file, "pid {}", std::process::id()))
             .at("write", &path)?;
         self.remove_leftovers();
+        fsutil::race_point("state-locked");
         Ok(Locked {
             state: self,
             _file: file,
@@ -211,7 +212,7 @@ impl StateDir {
                 let name = e.file_name();
                 let Some(name) = name.to_str() else { continue };
                 if pred(name) && e.file_type().is_ok_and(|t| t.is_file()) {
-                    let _ = std::fs::remove_file(e.path());
+                    let _ = fsutil::remove_own_file(&e.path());
                 }
             }
         };
@@ -234,7 +235,7 @@ impl StateDir {
                 .and_then(|n| n.strip_suffix(".tensile.tmp"))
                 .is_some_and(|md5| md5.len() == 32 && md5.chars().all(|c| c.is_ascii_hexdigit()));
             if ours && e.file_type().is_ok_and(|t| t.is_dir()) {
-                let _ = std::fs::remove_dir_all(e.path());
+                let _ = fsutil::remove_path(&e.path());
             }
         }
     }

@@ -334,9 +334,8 @@ fn check_copy(temp: &Path, lib_dir: &Path) -> Result<()> {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to)
-        .with_context(|| format!("cannot rename {} to {}", from.display(), to.display()))?;
-    fsutil::sync_dir(to.parent().unwrap_or(Path::new("/")))
+    fsutil::rename_in_dir(from, to)
+        .with_context(|| format!("cannot rename {} to {}", from.display(), to.display()))
 }
 
 fn new_journal(
@@ -492,8 +491,9 @@ fn remove_dir(j: &Journal) -> Result<()> {
 fn remove_made_parent(j: &Journal) {
     if let Some(set) = j.set.as_ref().filter(|s| s.made_parent)
         && let Some(p) = set.dir.parent()
+        && let Ok((dir, name)) = fsutil::fd::parent_of(p)
     {
-        let _ = std::fs::remove_dir(p);
+        let _ = dir.remove_dir(name);
     }
 }
 

@@ -4,13 +4,16 @@
 //! one line however many files it holds; it is staged, backed up and
 //! restored whole beside where it goes, and compared whole.
 
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::checksum;
-use crate::fsutil::{self, At};
+use crate::error::hint;
+use crate::fsutil::{self, At, fd};
 
 /// A tree as a journal records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,55 +182,191 @@ fn under(root: &Path, rel: &str) -> Result<PathBuf> {
 }
 
 /// Make `to` (which must not exist) hold `entries` of the tree at `from`:
-/// each file a hard link where `fsutil::link_own` allows one (the same
+/// each file a hard link where `fsutil::link_own_at` allows one (the same
 /// bytes, no copy), else a copy; then every file read back against its
 /// MD5, so that nothing that is not the tree takes its name. A partial
 /// tree is removed.
-pub fn stage(from: &Path, entries: &[Entry], to: &Path, jobs: usize) -> Result<()> {
-    let made = (|| -> Result<()> {
-        if std::fs::symlink_metadata(to).is_ok() {
-            bail!("{} is there already", to.display());
-        }
-        fsutil::create_dir_all(to)?;
-        for e in entries {
-            let (src, dst) = (under(from, &e.rel)?, under(to, &e.rel)?);
-            match &e.md5 {
-                None => fsutil::create_dir_all(&dst)?,
-                Some(_) => {
-                    if !fsutil::link_own(&src, &dst, Some(e.mode))? {
-                        fsutil::copy_synced(&src, &dst, e.mode)?;
-                    }
-                }
-            }
-        }
-        for e in entries.iter().filter(|e| e.md5.is_none()) {
-            fsutil::set_dir_mode(&under(to, &e.rel)?, e.mode)?;
-        }
-        fsutil::set_dir_mode(to, fsutil::mode(from)?)?;
-        let files: Vec<(&Entry, PathBuf)> = entries
-            .iter()
-            .filter(|e| e.md5.is_some())
-            .map(|e| Ok((e, under(to, &e.rel)?)))
-            .collect::<Result<_>>()?;
-        let paths: Vec<PathBuf> = files.iter().map(|(_, p)| p.clone()).collect();
-        for ((e, p), got) in files.iter().zip(checksum::md5_files(&paths, jobs)) {
-            let got = got?;
-            if Some(&got) != e.md5.as_ref() {
-                bail!(
-                    "{} reads back as MD5 {got}, not {}; was {} changed meanwhile?",
-                    p.display(),
-                    e.md5.as_deref().unwrap_or_default(),
-                    under(from, &e.rel)?.display()
-                );
-            }
-        }
-        fsutil::sync_dir(to)?;
-        fsutil::sync_dir(to.parent().unwrap_or(Path::new("/")))
-    })();
+///
+/// Every step goes through a descriptor: `to` is made in its directory
+/// held open and held open itself, each directory below it likewise, each
+/// file made, linked, read back and given its mode through the directory
+/// that holds it (`*at` calls, fchmod); the source is read the same way.
+/// Someone who swaps a staged directory for a symlink meanwhile (its
+/// owner, under sudo) changes nothing of root's: the tool goes on writing
+/// into the directory it made, or stops with an error naming the swap.
+pub fn stage(from: &Path, entries: &[Entry], to: &Path, jobs: usize) -> Result<Staged> {
+    let (parent, name) = fd::parent_of(to).at("create", to)?;
+    if parent.stat(name).at("read", to)?.is_some() {
+        bail!("{} is there already", to.display());
+    }
+    let made = stage_in(from, entries, &parent, name, to, jobs).and_then(|id| {
+        let staged = Staged(id);
+        staged.check(&parent, name, to)?;
+        Ok(staged)
+    });
     if made.is_err() {
-        let _ = fsutil::remove_path(to);
+        let _ = parent.remove_tree(name);
     }
     made
+}
+
+/// The directory [`stage`] made, by device and inode: what its name must
+/// still hold when it is moved into place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Staged((u64, u64));
+
+impl Staged {
+    /// Whether `name` in `dir` (`path`) is still this directory.
+    fn check(&self, dir: &fd::Dir, name: &OsStr, path: &Path) -> Result<()> {
+        held(dir, name, self.0, path)
+    }
+}
+
+/// Whether `name` in `dir` (`path`) is still the directory `id`.
+fn held(dir: &fd::Dir, name: &OsStr, id: (u64, u64), path: &Path) -> Result<()> {
+    {
+        if dir.holds_dir(name, id).at("read", path)? {
+            return Ok(());
+        }
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        Err(hint(
+            format!(
+                "{} is not the directory rdna1-patch staged: another program replaced it (a symlink or another directory stands there) while rdna1-patch filled it; nothing was written through it",
+                path.display()
+            ),
+            format!(
+                "stop whatever else writes in {} (under sudo, a directory another user owns is written as that user), then run this again",
+                parent.display()
+            ),
+        ))
+    }
+}
+
+fn stage_in(
+    from: &Path,
+    entries: &[Entry],
+    parent: &fd::Dir,
+    name: &OsStr,
+    to: &Path,
+    jobs: usize,
+) -> Result<(u64, u64)> {
+    let src = fd::Dir::open(from).at("read", from)?;
+    let top_mode = src.mode().at("read", from)?;
+    let root = parent.subdir_new(name, 0o700).at("create", to)?;
+    fsutil::race_point("tree-mkdir");
+    // Each directory of the tree, held open, by its entry's path ("" the top).
+    let mut dirs: HashMap<&str, (fd::Dir, fd::Dir)> = HashMap::new();
+    dirs.insert("", (root, src));
+    for e in entries {
+        let (up, base) = split(&e.rel)?;
+        let (dst, src) = &dirs[up];
+        let at = under(to, &e.rel)?;
+        match &e.md5 {
+            None => {
+                let d = dst.subdir_new(base, 0o700).at("create", &at)?;
+                let s = src.subdir_open(base).at("read", &under(from, &e.rel)?)?;
+                dirs.insert(e.rel.as_str(), (d, s));
+                fsutil::race_point("tree-mkdir");
+            }
+            Some(_) => {
+                if !fsutil::link_own_at(src, base, dst, base, Some(e.mode)).at("create", &at)? {
+                    fsutil::copy_at(src, base, dst, base, e.mode).at("create", &at)?;
+                }
+                fsutil::race_point("tree-file");
+            }
+        }
+    }
+    for e in entries.iter().filter(|e| e.md5.is_none()) {
+        fsutil::race_point("tree-chmod");
+        dirs[e.rel.as_str()]
+            .0
+            .set_mode(e.mode)
+            .at("set the mode of", &under(to, &e.rel)?)?;
+    }
+    fsutil::race_point("tree-chmod");
+    dirs[""].0.set_mode(top_mode).at("set the mode of", to)?;
+    let files: Vec<&Entry> = entries.iter().filter(|e| e.md5.is_some()).collect();
+    let sums = read_back(&files, &dirs, jobs);
+    for (e, got) in files.iter().zip(sums) {
+        let p = under(to, &e.rel)?;
+        let got = got.at("read", &p)?;
+        if Some(&got) != e.md5.as_ref() {
+            bail!(
+                "{} reads back as MD5 {got}, not {}; was {} changed meanwhile?",
+                p.display(),
+                e.md5.as_deref().unwrap_or_default(),
+                under(from, &e.rel)?.display()
+            );
+        }
+    }
+    // Every directory below must still be the one made, at its name.
+    for e in entries.iter().filter(|e| e.md5.is_none()) {
+        let (up, base) = split(&e.rel)?;
+        let id = dirs[e.rel.as_str()].0.id().at("read", to)?;
+        held(&dirs[up].0, base, id, &under(to, &e.rel)?)?;
+    }
+    dirs[""].0.sync().at("sync", to)?;
+    parent.sync().at("sync", parent.path())?;
+    dirs[""].0.id().at("read", to)
+}
+
+/// The MD5 of each staged file, read through the directory holding it, on
+/// `jobs` threads.
+fn read_back(
+    files: &[&Entry],
+    dirs: &HashMap<&str, (fd::Dir, fd::Dir)>,
+    jobs: usize,
+) -> Vec<std::io::Result<String>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let out: Vec<std::sync::Mutex<Option<std::io::Result<String>>>> =
+        files.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, files.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(e) = files.get(i) else { break };
+                    let sum = split(&e.rel)
+                        .map_err(std::io::Error::other)
+                        .and_then(|(up, base)| dirs[up].0.open_read(base))
+                        .and_then(md5_of);
+                    *out[i].lock().expect("no thread panics holding it") = Some(sum);
+                }
+            });
+        }
+    });
+    out.into_iter()
+        .map(|m| {
+            m.into_inner()
+                .expect("no thread panics holding it")
+                .expect("every file read")
+        })
+        .collect()
+}
+
+fn md5_of(mut file: std::fs::File) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut md5 = checksum::Md5::new().map_err(std::io::Error::other)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf)? {
+            0 => break,
+            n => md5.update(&buf[..n]).map_err(std::io::Error::other)?,
+        }
+    }
+    md5.finish().map_err(std::io::Error::other)
+}
+
+/// An entry's directory (`a/b/`, `""` at the top) and its own name,
+/// checked to be plain.
+fn split(rel: &str) -> Result<(&str, &OsStr)> {
+    under(Path::new("/"), rel)?;
+    let r = rel.trim_end_matches('/');
+    Ok(match r.rfind('/') {
+        Some(i) => (&rel[..=i], OsStr::new(&r[i + 1..])),
+        None => ("", OsStr::new(r)),
+    })
 }
 
 /// Make `to` hold the tree at `from` as `want` records it (a backup, or a
@@ -262,11 +401,12 @@ pub fn copy_to(
         );
     }
     let tmp = temp_of(to);
-    let _ = fsutil::remove_path(&tmp);
-    stage(from, entries, &tmp, jobs)?;
+    fsutil::remove_path(&tmp)?;
+    let staged = stage(from, entries, &tmp, jobs)?;
     fsutil::remove_path(to)?;
-    std::fs::rename(&tmp, to).at("rename to", to)?;
-    fsutil::sync_dir(to.parent().unwrap_or(Path::new("/")))
+    let (dir, name) = fd::parent_of(&tmp).at("open the directory of", &tmp)?;
+    staged.check(&dir, name, &tmp)?;
+    fsutil::rename_in_dir(&tmp, to)
 }
 
 /// Where [`copy_to`] stages.
@@ -278,13 +418,17 @@ pub fn temp_of(dir: &Path) -> PathBuf {
 
 /// Put `new` (a whole tree, staged beside `live`) at `live`'s name in one
 /// step, the tree that was there then at `new`'s name: each name always
-/// holds one whole tree. Where nothing was there, a rename.
-pub fn swap_in(new: &Path, live: &Path) -> Result<()> {
-    let there = std::fs::symlink_metadata(live).is_ok();
+/// holds one whole tree. Where nothing was there, a rename. Both names
+/// are looked up in their directory held open.
+pub fn swap_in(new: &Path, live: &Path, staged: Staged) -> Result<()> {
+    let (dir, live_name) = fd::parent_of(live).at("open the directory of", live)?;
+    let (from, new_name) = fd::parent_of(new).at("open the directory of", new)?;
+    staged.check(&from, new_name, new)?;
+    let there = dir.stat(live_name).at("read", live)?.is_some();
     let done = if there {
         fsutil::exchange(new, live)
     } else {
-        std::fs::rename(new, live)
+        from.rename_to(new_name, &dir, live_name)
     };
     done.map_err(|e| {
         anyhow::Error::new(e).context(format!(
@@ -293,7 +437,8 @@ pub fn swap_in(new: &Path, live: &Path) -> Result<()> {
             live.display()
         ))
     })?;
-    fsutil::sync_dir(live.parent().unwrap_or(Path::new("/")))
+    dir.sync().at("sync", dir.path())?;
+    staged.check(&dir, live_name, live)
 }
 
 #[cfg(test)]
