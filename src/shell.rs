@@ -110,7 +110,10 @@ where
 /// `rest` (the words after `rdna1-patch`, already a shell's text) as this
 /// run would type it.
 fn command(rest: &str) -> String {
-    let run = run();
+    command_in(run(), rest)
+}
+
+fn command_in(run: &Invocation, rest: &str) -> String {
     // A pipe, a redirection or a second command ends this one.
     let end = [" | ", " > ", " && ", " ; ", " 2>"]
         .iter()
@@ -159,19 +162,23 @@ fn verb_options<'a>(run: &'a Invocation, own: &str) -> Cow<'a, BTreeSet<String>>
 /// `text` with every backticked `rdna1-patch ...` command in it rendered
 /// as this run would type it (an already rendered one is left as it is).
 pub fn rewrite(text: &str) -> Cow<'_, str> {
-    rewrite_with(text, |s| s.to_owned())
+    rewrite_with(run(), text, |s| s.to_owned())
 }
 
 /// [`rewrite`] for a JSON document: what is put in is escaped as a JSON
 /// string's characters.
 pub fn rewrite_json(text: &str) -> Cow<'_, str> {
-    rewrite_with(text, |s| {
+    rewrite_with(run(), text, |s| {
         let quoted = serde_json::to_string(s).unwrap_or_default();
         quoted[1..quoted.len() - 1].to_owned()
     })
 }
 
-fn rewrite_with(text: &str, escape: impl Fn(&str) -> String) -> Cow<'_, str> {
+fn rewrite_with<'a>(
+    run: &Invocation,
+    text: &'a str,
+    escape: impl Fn(&str) -> String,
+) -> Cow<'a, str> {
     const HEAD: &str = "`rdna1-patch";
     if !text.contains(HEAD) {
         return Cow::Borrowed(text);
@@ -186,7 +193,7 @@ fn rewrite_with(text: &str, escape: impl Fn(&str) -> String) -> Cow<'_, str> {
             Some(c) if matches!(next, Some(' ') | Some('`')) => {
                 out.push_str(&rest[..at]);
                 out.push('`');
-                out.push_str(&escape(&command(after[..c].trim_start())));
+                out.push_str(&escape(&command_in(run, after[..c].trim_start())));
                 out.push('`');
                 rest = &after[c + 1..];
             }
@@ -204,9 +211,13 @@ fn rewrite_with(text: &str, escape: impl Fn(&str) -> String) -> Cow<'_, str> {
 /// --into-torch`, no backticks) rendered as this run would type it; any
 /// other text as [`rewrite`] renders it.
 pub fn fix(text: &str) -> String {
+    fix_in(run(), text)
+}
+
+fn fix_in(run: &Invocation, text: &str) -> String {
     match text.strip_prefix("rdna1-patch ") {
-        Some(rest) if !text.contains('`') => command(rest),
-        _ => rewrite(text).into_owned(),
+        Some(rest) if !text.contains('`') => command_in(run, rest),
+        _ => rewrite_with(run, text, |s| s.to_owned()).into_owned(),
     }
 }
 
@@ -388,6 +399,7 @@ mod tests {
 
     #[test]
     fn the_runs_options_ride_on_the_commands_of_verbs_that_take_them() {
+        // This run's, made here: the process's own is left to the CLI.
         let run = Invocation {
             tool: "uvx rdna1-patch".into(),
             sudo: false,
@@ -398,24 +410,33 @@ mod tests {
             ]
             .into(),
         };
-        let _ = RUN.set(run);
+        let rewrite = |t: &str| rewrite_with(&run, t, |s| s.to_owned()).into_owned();
         assert_eq!(
             rewrite("then `rdna1-patch install --into-torch` fixes it"),
             "then `uvx rdna1-patch install --into-torch --python '/v env/bin/python'` fixes it"
         );
-        let once = rewrite("`rdna1-patch install --into-torch`").into_owned();
+        let once = rewrite("`rdna1-patch install --into-torch`");
         assert_eq!(rewrite(&once), once, "rendered twice");
         assert_eq!(
             rewrite("`rdna1-patch man | man -l -`"),
             "`uvx rdna1-patch man | man -l -`"
         );
         assert_eq!(
-            fix("rdna1-patch install --into-torch --python /p"),
+            fix_in(&run, "rdna1-patch install --into-torch --python /p"),
             "uvx rdna1-patch install --into-torch --python /p"
         );
         assert_eq!(
             rewrite("rdna1-patch 1.0; `rdna1-patchx`"),
             "rdna1-patch 1.0; `rdna1-patchx`"
+        );
+        let sudo = Invocation {
+            tool: "rdna1-patch".into(),
+            sudo: true,
+            ..run.clone()
+        };
+        assert_eq!(
+            command_in(&sudo, "install --into-torch"),
+            "sudo rdna1-patch install --into-torch --python '/v env/bin/python'"
         );
     }
 }

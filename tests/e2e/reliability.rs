@@ -74,7 +74,10 @@ fn a_kill_during_an_install_over_our_own_is_settled() {
             run.stderr
         );
         assert_eq!(std::fs::read(torch.miopen()).unwrap(), original, "{point}");
-        let status = sb.status();
+        // Every install rolled back: nothing installed (exit 3), nothing open.
+        let prefix = sb.prefix.display().to_string();
+        let status = sb.run_with_state(&["status", "--prefix", &prefix], &[]);
+        assert_eq!(status.code, Some(3), "{point}: {}", status.stdout);
         assert!(
             !status.stdout.contains("unfinished"),
             "{point}: {}",

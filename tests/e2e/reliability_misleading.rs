@@ -288,5 +288,9 @@ fn a_kill_right_after_an_install_over_our_own_leaves_one_installed() {
     let run = sb.rollback(&[]).ok();
     run.says("went over transaction 1 before a run was stopped; 1 is now replaced");
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
-    sb.status().prints("installed:  nowhere");
+    // Rolled back: nothing installed, which status says with exit 3.
+    let prefix = sb.prefix.display().to_string();
+    let status = sb.run_with_state(&["status", "--prefix", &prefix], &[]);
+    assert_eq!(status.code, Some(3), "{}", status.stdout);
+    status.prints("installed:  nowhere");
 }

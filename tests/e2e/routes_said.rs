@@ -56,10 +56,18 @@ fn after_a_rollback_status_and_verify_name_the_prefix_that_was_used() {
     torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
     sb.install(&["--profile", "rocm-6.4.3"]).ok();
     sb.rollback(&[]).ok();
-    let status = sb.run_with_state(&["status"], &[]).ok().stdout;
+    // Nothing installed now: said, pointing at doctor, exit 3 (issue 72:
+    // "no problem found" here hid that the kernels fail again).
+    let status = sb.run_with_state(&["status"], &[]);
+    assert_eq!(status.code, Some(3), "{}", status.stdout);
+    let status = status.stdout;
+    let mut lines = status.lines();
     assert!(
-        status.starts_with(&format!(
-            "verdict: no problem found\nbuild:      {} miopen fixed in place",
+        crate::support_run::line_matches(
+            "verdict: nothing of rdna1-patch's is installed here: `rdna1-patch doctor[..]` says what this torch needs",
+            lines.next().unwrap_or_default()
+        ) && lines.next().unwrap_or_default().starts_with(&format!(
+            "build:      {} miopen fixed in place",
             sb.prefix.display()
         )),
         "{status}"

@@ -348,12 +348,22 @@ fn a_crash_at_any_step_is_recovered_by_rollback() {
     let original = std::fs::read(torch.miopen()).unwrap();
     let original_md5 = md5(&torch.miopen());
     let state = sb.state();
-    // An open transaction fails status's answer (exit 1; issue 64).
+    // An open transaction fails status's answer (exit 1; issue 64);
+    // nothing installed (every transaction closed) is exit 3 (issue 72).
     let prefix = sb.prefix.display().to_string();
     let status = || {
         let run = sb.run_with_state(&["status", "--prefix", &prefix], &[]);
         let open = run.stdout.contains("unfinished: transaction");
-        assert_eq!(run.code, Some(i32::from(open)), "{}", run.stdout);
+        let none =
+            run.stdout.contains("installed:  nowhere") || run.stdout.contains("no transactions in");
+        let want = if open {
+            1
+        } else if none {
+            3
+        } else {
+            0
+        };
+        assert_eq!(run.code, Some(want), "{}", run.stdout);
         run.stdout
     };
     let crash = |args: &[&str], point: &str| {
