@@ -513,6 +513,25 @@ mod tests {
             shorten("/home/u/x /home/user", "/home/u", "~"),
             "~/x /home/user"
         );
+        // A command is pasted and run: a quoted path stays as it is
+        // (`'~/my venv'` is no home), a plain one starting a word is `~`.
+        assert_eq!(
+            shorten(
+                "at /home/u/a b: `x --python '/home/u/my venv/bin/python' --state-dir /home/u/s` /home/u/c",
+                "/home/u",
+                "~"
+            ),
+            "at ~/a b: `x --python '/home/u/my venv/bin/python' --state-dir ~/s` ~/c"
+        );
+        // torch's own short name means nothing to a shell.
+        assert_eq!(
+            shorten(
+                "at /t/torch/lib: `mv /t/torch/lib/a b`",
+                "/t/torch",
+                "torch"
+            ),
+            "at torch/lib: `mv /t/torch/lib/a b`"
+        );
     }
 
     /// A failure that follows from another is counted under its cause, and

@@ -10,7 +10,10 @@ pub const GLANCE: usize = 160;
 /// `text` with `path` written `short` wherever it stands as whole path
 /// components (`/home/u` in `/home/u/x`, not in `/home/user`); a `path`
 /// ending in `/` only where more follows it (`/site/torch/` in
-/// `/site/torch/lib`, not in `at /site/torch;`).
+/// `/site/torch/lib`, not in `at /site/torch;`). Inside a `command`,
+/// which is copied and run, only a `~` that starts a word, where the
+/// shell reads it as the home: `torch/lib` names nothing there, and a
+/// `~` in quotes is not the home.
 pub fn shorten(text: &str, path: &str, short: &str) -> String {
     if path.trim_end_matches('/').is_empty() {
         return text.to_owned();
@@ -24,6 +27,9 @@ pub fn shorten(text: &str, path: &str, short: &str) -> String {
         let whole = !before.is_some_and(path_char)
             && (path.ends_with('/') || !after.is_some_and(path_char));
         out.push_str(&rest[..at]);
+        let in_command = out.matches('`').count() % 2 == 1;
+        let word_start = before.is_none_or(|c| c == ' ' || c == '`');
+        let whole = whole && (!in_command || (short == "~" && word_start));
         out.push_str(if whole { short } else { path });
         rest = &rest[at + path.len()..];
     }
