@@ -201,7 +201,12 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|e| usage_error(e));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
     // Every command printed from here on is this run's (shell.rs).
-    crate::shell::set(crate::shell::Invocation::of(&Cli::command(), &matches));
+    let python = crate::which_python::choose(None).ok().map(|c| c.python);
+    crate::shell::set(crate::shell::Invocation::of(
+        &Cli::command(),
+        &matches,
+        python.as_deref(),
+    ));
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,

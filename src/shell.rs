@@ -266,14 +266,20 @@ fn path_of(exe: &Path) -> String {
 }
 
 impl Invocation {
-    /// This run's, from the command line clap parsed against `cli`.
-    pub fn of(cli: &clap::Command, matches: &clap::ArgMatches) -> Invocation {
+    /// This run's, from the command line clap parsed against `cli`;
+    /// `python` is the python the tool takes with no --python (the CLI
+    /// asks which_python, which sits above this module).
+    pub fn of(
+        cli: &clap::Command,
+        matches: &clap::ArgMatches,
+        python: Option<&Path>,
+    ) -> Invocation {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rdna1-patch"));
         let sudo = under_sudo();
         Invocation {
             tool: tool_name(&exe, std::env::var_os("PATH").as_deref()),
             sudo,
-            options: given(cli, matches),
+            options: given(cli, matches, python),
             verbs: verbs(cli),
         }
     }
@@ -315,7 +321,11 @@ fn verbs(cli: &clap::Command) -> BTreeMap<String, BTreeSet<String>> {
 
 /// The carried options on this command line, paths made absolute (a
 /// printed command may be pasted in another directory).
-fn given(cli: &clap::Command, matches: &clap::ArgMatches) -> Vec<(String, String)> {
+fn given(
+    cli: &clap::Command,
+    matches: &clap::ArgMatches,
+    python: Option<&Path>,
+) -> Vec<(String, String)> {
     let (mut cmd, mut m) = (cli, matches);
     while let Some((name, sub)) = m.subcommand() {
         match cmd.find_subcommand(name) {
@@ -346,7 +356,7 @@ fn given(cli: &clap::Command, matches: &clap::ArgMatches) -> Vec<(String, String
             true => std::path::absolute(value).unwrap_or_else(|_| PathBuf::from(value)),
             false => PathBuf::from(value),
         };
-        if is_default(flag, &value) {
+        if is_default(flag, &value, python) {
             continue;
         }
         out.push((flag.to_owned(), value.to_string_lossy().into_owned()));
@@ -355,10 +365,10 @@ fn given(cli: &clap::Command, matches: &clap::ArgMatches) -> Vec<(String, String
 }
 
 /// Whether `value` of `--flag` is what the run takes without it: the
-/// python the tool would choose anyway (by its path, not the file a venv's
-/// python links to), the default state dir. A command without it finds
-/// the same.
-fn is_default(flag: &str, value: &Path) -> bool {
+/// python the tool would choose anyway (`python`, by its path, not the
+/// file a venv's python links to), the default state dir. A command
+/// without it finds the same.
+fn is_default(flag: &str, value: &Path, python: Option<&Path>) -> bool {
     match flag {
         "python" => {
             let given = match value.to_string_lossy().contains('/') {
@@ -369,7 +379,7 @@ fn is_default(flag: &str, value: &Path) -> bool {
                         .find(|p| p.is_file())
                 }),
             };
-            given.is_some_and(|g| crate::which_python::choose(None).is_ok_and(|c| c.python == g))
+            given.is_some_and(|g| python == Some(g.as_path()))
         }
         "state-dir" => directories::ProjectDirs::from("", "", "rdna1-patch")
             .and_then(|d| d.state_dir().map(Path::to_owned))
