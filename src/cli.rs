@@ -163,13 +163,13 @@ enum Command {
     Man(commands::man::Args),
 }
 
-pub fn main() -> ExitCode {
-    // The compile check's child (comgr::child): no command line, no
-    // signal handling of ours; its parent holds it to a time limit.
-    // A reaper (reaper.rs) around a child that must not outlive its limit:
-    // first, as the child it starts may be the compile child.
-    // Each only when this binary started it (`spawned`): set by hand,
-    // under `sudo -E` say, neither runs anything.
+/// The compile check's child (comgr::child): no command line, no
+/// signal handling of ours; its parent holds it to a time limit. A
+/// reaper (reaper.rs) around a child that must not outlive its limit:
+/// first, as the child it starts may be the compile child. Each only
+/// when this binary started it (`spawned`): set by hand, under `sudo -E`
+/// say, neither runs anything. `None` for a run of a verb.
+fn hidden_entry_point() -> Option<ExitCode> {
     for (var, serve) in [
         (
             crate::reaper::REAPER_ENV,
@@ -185,10 +185,17 @@ pub fn main() -> ExitCode {
                     ),
                     "that variable is for the processes rdna1-patch starts itself; unset it (`rdna1-patch --help` lists the commands)",
                 ));
-                return ExitCode::from(2);
+                return Some(ExitCode::from(2));
             }
-            return serve();
+            return Some(serve());
         }
+    }
+    None
+}
+
+pub fn main() -> ExitCode {
+    if let Some(code) = hidden_entry_point() {
+        return code;
     }
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
