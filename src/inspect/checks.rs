@@ -109,6 +109,10 @@ pub struct CheckReport {
     /// `--detail` keep them whole.
     #[serde(skip)]
     pub short: Vec<(String, String)>,
+    /// The plan for this machine (doctor's): its steps go into the JSON,
+    /// its count and first step into the verdict.
+    #[serde(skip)]
+    pub plan: Option<crate::plan::Plan>,
 }
 
 impl CheckReport {
@@ -227,6 +231,11 @@ impl CheckReport {
             0 => String::new(),
             1 => "; 1 warning".to_owned(),
             n => format!("; {n} warnings"),
+        };
+        // The plan's count and first step, where it has more than one.
+        let warnings = match self.plan.as_ref().and_then(crate::plan::Plan::said) {
+            Some(p) => format!("{warnings}; {p}"),
+            None => warnings,
         };
         let subject = self
             .subject
@@ -369,6 +378,9 @@ impl CheckReport {
         });
         if let (Some(libs), Some(map)) = (&self.libraries, doc.as_object_mut()) {
             map.insert("libraries".into(), serde_json::json!(libs));
+        }
+        if let (Some(plan), Some(map)) = (&self.plan, doc.as_object_mut()) {
+            map.insert("plan".into(), serde_json::json!(plan));
         }
         doc
     }

@@ -151,9 +151,12 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
         lines_are(
             &run.stdout,
             &[
-                "verdict: torch 2.6.0+rocm6.4 on gfx1012: 1 problem to fix: everything: torch has no code for gfx1012; the torch for gfx1012 first (see torch-gpu)",
+                "verdict: torch 2.6.0+rocm6.4 on gfx1012: 1 problem to fix: everything: torch has no code for gfx1012; the torch for gfx1012 first (see torch-gpu); 2 steps,",
+                "         first the torch for gfx1012 (see route)",
                 "ok    torch     [..]",
                 "skip  route     torch first: libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012, so nothing runs there; no MIOpen fix is offered for it",
+                "                step 1 of 2: the torch for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"` (a …",
+                "                step 2 of 2: after the torch for gfx1012, run doctor again: MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch` (seconds, …",
                 &format!(
                     "FAIL  torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
                 ),
@@ -343,6 +346,7 @@ fn two_cards_are_both_judged_and_proven() {
     lines_are(
         &dry.stderr,
         &[
+            "      Plan step 1 of 1: MIOpen's batch-norm fix for gfx1010 and gfx1012: `rdna1-patch install --into-torch` (seconds: its kernels judged by compiling, and fixed where they fail; fixes batch-norm training on gfx1010 and gfx1012)",
             "     Route MIOpen sees the real chip (libtorch_hip.so has code for gfx1010, gfx1012) and every fix profile rocm-6.4.3 makes is kernel text: [..]",
             "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: [..]; fails in 1 of 1 case for gfx1010 and gfx1012",
             "    Kernel MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: [..]; fails in 1 of 1 case for gfx1010 and gfx1012",

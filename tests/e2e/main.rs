@@ -37,6 +37,7 @@ mod newcomer;
 mod newcomer_said;
 mod other_user;
 mod patches;
+mod plan;
 mod prefix_guard;
 mod privilege;
 mod python_probe;
