@@ -250,3 +250,102 @@ help: install the torch built for gfx1011: `{line}`, then run this again (then r
     assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
     assert_eq!(snapshot(&torch.dir), before);
 }
+
+/// What rocBLAS's step says, for an RX 5500 XT: its build, with its time.
+const ROCBLAS_BUILD: &str = "build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch`";
+
+/// A torch its user built (`2.6.0a0+git...`) with gfx1012 code, whose
+/// bundled rocBLAS has none (ten other targets, gfx1010 among them), on
+/// an RX 5500 XT: the first line names what breaks (every matmul), and the
+/// route row and the dry run hold rocBLAS's step before MIOpen's, which
+/// does not wait for it. On 84ed257 the first line said "library;
+/// tensile", the route row "in place" alone and the dry run proved the
+/// MIOpen fix with no word of rocBLAS.
+#[test]
+fn a_rocblas_without_the_cards_code_is_a_step_before_miopens() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5500xt-gfx1012"));
+    let torch = crate::glance::debian_torch_in(&sb, "2.6.0a0+git1eba9b3");
+    let run = doctor(&sb, &["--detail"]).check_fails();
+    let rocblas_step = "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch` (about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions))";
+    let miopen_step = "MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch`";
+    let mut lines = run.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "verdict: torch 2.6.0a0+git1eba9b3 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch` fixes them; every matmul fails on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions): rocBLAS has no code for gfx1012; rocBLAS for gfx1012 (see library); rocBLAS's Tensile kernels: none for gfx1012 (see tensile); 2 steps, first rocBLAS for gfx1012 (see route)"
+        ),
+        "{}",
+        run.stdout
+    );
+    lines_are(
+        &run.stdout
+            .lines()
+            .skip(2)
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        &[
+            "ok    route     in place, no build: `rdna1-patch install --into-torch` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
+            &format!("                {rocblas_step}"),
+            &format!(
+                "                step 2 of 2: {miopen_step} (seconds, in place, proven by compiling before anything is written; fixes batch-norm training on gfx1012)"
+            ),
+        ],
+    );
+    let fixes: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("fix: build rocBLAS"))
+        .collect();
+    let build = format!("                fix: {ROCBLAS_BUILD}");
+    assert_eq!(fixes, [build.as_str(); 2], "{}", run.stdout);
+    // The dry run: the plan first, rocBLAS's step before MIOpen's, then
+    // MIOpen's fix proven (it does not wait for rocBLAS).
+    let before = snapshot(&torch.dir);
+    let dry = install(&sb, &["--dry-run"]).ok();
+    let plan: Vec<&str> = dry.stderr.lines().take(2).collect();
+    assert_eq!(
+        plan,
+        [
+            format!("      Plan {rocblas_step}").as_str(),
+            &format!(
+                "      Plan step 2 of 2: {miopen_step} (seconds: its kernels judged by compiling, and fixed where they fail; fixes batch-norm training on gfx1012)"
+            ),
+        ],
+        "{}",
+        dry.stderr
+    );
+    dry.says("Proven 2 batch-norm kernels compile for gfx1012 (the card in this machine)");
+    assert_eq!(snapshot(&torch.dir), before);
+}
+
+/// The same rocBLAS under a torch whose version reads as pytorch.org's
+/// (`2.6.0+rocm6.4`): both ways are offered, each with its cost: this
+/// tool's rocBLAS build to keep this torch, or TheRock's torch. On
+/// 84ed257 only TheRock's torch was.
+#[test]
+fn a_pytorch_org_torch_gets_both_ways_for_rocblas() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5500xt-gfx1012"));
+    crate::glance::debian_torch_in(&sb, "2.6.0+rocm6.4");
+    let run = doctor(&sb, &["--detail"]).check_fails();
+    let both = format!(
+        "                fix: {ROCBLAS_BUILD}; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `{}`, then run this again",
+        torch_line(&["gfx1012"])
+    );
+    let fixes: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("fix: build rocBLAS"))
+        .collect();
+    assert_eq!(fixes, [both.as_str(); 2], "{}", run.stdout);
+    let json: serde_json::Value = serde_json::from_str(&doctor(&sb, &["--json"]).stdout).unwrap();
+    let step = &json["plan"]["steps"][0];
+    assert_eq!(step["kind"], "rocblas", "{json}");
+    assert_eq!(step["or"]["kind"], "torch", "{json}");
+    assert_eq!(
+        step["or"]["cost"], "a download of about 4 GB, no build",
+        "{json}"
+    );
+}
