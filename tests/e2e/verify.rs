@@ -439,6 +439,12 @@ fn doctor_reads_torchs_compressed_gpu_code_as_every_librarys() {
 /// Rewrite `lib`'s `.hip_fatbin` bundle as one compressed bundle (clang
 /// --offload-compress's format, CCOB version 3), in place.
 pub(crate) fn compress_fatbin(lib: &std::path::Path) {
+    compress_fatbin_as(lib, 3);
+}
+
+/// [`compress_fatbin`] in CCOB `version`: 1 (clang 19's: no total size),
+/// 2 (sizes as u32) or 3 (clang 20's: as u64).
+pub(crate) fn compress_fatbin_as(lib: &std::path::Path, version: u16) {
     let mut elf = std::fs::read(lib).unwrap();
     let (offset, size) = {
         let e = goblin::elf::Elf::parse(&elf).unwrap();
@@ -451,14 +457,26 @@ pub(crate) fn compress_fatbin(lib: &std::path::Path) {
     };
     let bundle = elf[offset..offset + size].to_vec();
     let z = zstd::encode_all(&bundle[..], 19).unwrap();
-    // Version 3 (clang 20's): magic, version, method (zstd), total size,
-    // uncompressed size, hash, each size a u64.
+    // Magic, version, method (zstd), total size (none in version 1),
+    // uncompressed size, hash.
+    let sizes: Vec<u8> = match version {
+        1 => (bundle.len() as u32).to_le_bytes().to_vec(),
+        2 => [
+            ((24 + z.len()) as u32).to_le_bytes(),
+            (bundle.len() as u32).to_le_bytes(),
+        ]
+        .concat(),
+        _ => [
+            ((32 + z.len()) as u64).to_le_bytes(),
+            (bundle.len() as u64).to_le_bytes(),
+        ]
+        .concat(),
+    };
     let mut ccob = [
         &b"CCOB"[..],
-        &3u16.to_le_bytes(),
+        &version.to_le_bytes(),
         &1u16.to_le_bytes(),
-        &((32 + z.len()) as u64).to_le_bytes(),
-        &(bundle.len() as u64).to_le_bytes(),
+        &sizes,
         &[0u8; 8],
         &z,
     ]
