@@ -225,9 +225,11 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
 /// A torch deep in an environment under home, as conda makes them
 /// (`~/miniconda3/envs/NAME/lib/python3.X/site-packages/torch`), found by
 /// that environment's python: at a glance the paths lose their middle
-/// (`~/miniconda3/…/site-packages/torch`), never what the row says after
-/// them (which python, and why); `--detail` and the JSON keep them whole.
-/// On 345998d the torch row was cut inside the torch's own path.
+/// but keep the environment's name and the file's (issue 70:
+/// `~/miniconda3/envs/NAME/…/torch`, the python in that environment then
+/// `~/miniconda3/…/python`), and which python; `--detail` and the JSON
+/// keep them whole. On 345998d the torch row was cut inside the torch's
+/// own path.
 #[test]
 fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
     let sb = Sandbox::new();
@@ -269,7 +271,7 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
         &[
             &[
                 "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
-                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by ~/miniconda3/…/bin/python (--python); torch/lib: …",
+                "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by ~/miniconda3/…/python …",
             ][..],
             &crate::answer::NATIVE_GFX1010_FAILS,
         ]
@@ -299,7 +301,7 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
             "verdict: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010; `rdna1-patch install --into-torch` fixes them",
             "skip  prefix    [..]",
             "ok    layout    torch/lib: torch loads ~/miniconda3/envs/a-rather-long-environment-name/lib/python3.[..]/site-packages/torch/lib/libMIOpen.so",
-            "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/lib/libamd_comgr.so.2):",
+            "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/libamd_comgr.so.2):",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
             "                fix: batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen",
@@ -310,4 +312,49 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
     for args in [&["verify"][..], &["status"]] {
         one_glance(&args.join(" "), &sb.run_with_state(args, &[]).stdout);
     }
+}
+
+/// A torch in a conda environment off PATH (`~/miniconda3/envs/rocm-torch`),
+/// found by that environment's python: at a glance the torch row keeps
+/// the environment's name, the one part a user needs, and the file's
+/// name. On 84ed257 it read `~/miniconda3/…/site-packages/torch, found by
+/// ~/miniconda3/…/bin/python`.
+#[test]
+fn a_conda_environments_name_is_kept_in_the_torch_row() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let env = "home/miniconda3/envs/rocm-torch";
+    let site = format!("{env}/lib/python3.11/site-packages");
+    crate::in_place::torch_in(&sb, &site, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let bin = sb.root.join(env).join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::support::tools().join("python3"), bin.join("python"))
+        .unwrap();
+    let python = bin.join("python").display().to_string();
+    let state = sb.state();
+    let mut c = sb.cmd();
+    c.args([
+        "doctor",
+        "--profile",
+        "rocm-6.4.3",
+        "--python",
+        &python,
+        "--state-dir",
+        &state,
+    ])
+    .env("PYTHONPATH", sb.root.join(&site));
+    let run = crate::support_run::Run::from(c.output().unwrap());
+    let row = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ok    torch "))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert_eq!(
+        row,
+        "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/rocm-torch/…/torch, found by ~/miniconda3/…/python (--python); torch/lib: torch …",
+        "{}",
+        run.stdout
+    );
+    one_glance("doctor in a conda environment", &run.stdout);
 }
