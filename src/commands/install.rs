@@ -92,7 +92,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crate::plan::Miopen::Judging,
     ));
     refuse_off_plan(&plan, &stack)?;
-    if args.dry_run {
+    // --built installs the prefix's build, whatever the plan would fix in
+    // place: its dry run says that route alone.
+    if args.dry_run && !args.built {
         for line in plan.lines() {
             ui.stage("Plan", line);
         }

@@ -349,3 +349,23 @@ fn a_pytorch_org_torch_gets_both_ways_for_rocblas() {
         "{json}"
     );
 }
+
+/// `verify --compile` on an RX 5500 XT (gfx1012) with a torch that has no
+/// gfx1012 code: its kernels row names the torch for the card, never
+/// `install --into-torch`, which refuses there. On 84ed257 it
+/// recommended `install --into-torch`.
+#[test]
+fn verify_compile_on_a_card_torch_lacks_names_its_torch() {
+    let sb = Sandbox::new();
+    sb.set_gpus(gpus("rx5500xt-gfx1012"));
+    torch_with_code(&sb, &["gfx1010", "gfx1030"]);
+    let v = sb
+        .run_with_state(&["verify", "--compile", "--detail"], &[])
+        .check_fails();
+    v.prints("batch-norm training: 2 kernels fail for gfx1012, and torch has no code for gfx1012 at all: the torch for it first");
+    v.prints(&format!(
+        "                fix: install the torch built for gfx1012: `{}`, then run this again",
+        torch_line(&["gfx1012"])
+    ));
+    assert!(!v.stdout.contains("install --into-torch"), "{}", v.stdout);
+}
