@@ -35,6 +35,7 @@ pub mod loader;
 pub(crate) mod output;
 pub(crate) mod owner;
 pub(crate) mod packages;
+pub(crate) mod plan;
 pub(crate) mod prefix;
 pub(crate) mod proc;
 pub(crate) mod reaper;

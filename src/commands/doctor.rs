@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 /// An RDNA1 target, the only ones batch norm is judged for.
-fn rdna1_target(s: &str) -> Result<String, String> {
+pub(super) fn rdna1_target(s: &str) -> Result<String, String> {
     match crate::verdict::RDNA1.contains(&s) {
         true => Ok(s.to_owned()),
         false => Err(format!(

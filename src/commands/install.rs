@@ -42,6 +42,11 @@ pub struct Args {
     /// anyway, unproven (the provenance and `status` say so)
     #[arg(long)]
     unproven: bool,
+    /// Prepare torch for this RDNA1 target (gfx1010, gfx1011 or gfx1012)
+    /// instead of this machine's cards: on a machine with no RDNA1 card,
+    /// for a card that is not here (repeat it for more)
+    #[arg(long, value_name = "GFX", value_parser = super::doctor::rdna1_target)]
+    target: Vec<String>,
     /// Not taken (install reports as it goes): said so, rather than
     /// taken for a value
     #[arg(long, hide = true)]
@@ -74,10 +79,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let ui = Ui::new(&term);
     // The route starts from the torch: with no ROCm torch there is
     // nothing to install into, whatever a prefix holds.
-    let stack =
-        crate::stack::Stack::establish(args.torch.locator()?, super::sysfs_root()).with_torch()?;
+    let stack = crate::stack::Stack::establish(args.torch.locator()?, super::sysfs_root())
+        .asking(args.target.clone())
+        .with_torch()?;
     if args.component == "rocblas" {
         return rocblas(args, stack, &ui);
+    }
+    // Only what the plan holds: nothing where no card needs it, no fix
+    // for a torch its first step replaces.
+    let plan = crate::plan::plan(&crate::plan::Facts::of(
+        &stack,
+        crate::plan::Miopen::Judging,
+    ));
+    refuse_off_plan(&plan, &stack)?;
+    // --built installs the prefix's build, whatever the plan would fix in
+    // place: its dry run says that route alone.
+    if args.dry_run && !args.built {
+        for line in plan.lines() {
+            ui.stage("Plan", line);
+        }
     }
     let (prefix, profile, why) = args.prefix.resolve_with_profile(&stack.torch)?;
     if let Some(why) = why {
@@ -102,6 +122,34 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     into_torch::run(&req, &ui)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The errors for an install the plan does not hold: no RDNA1 card here
+/// (and none asked for), or a torch to be replaced first.
+fn refuse_off_plan(plan: &crate::plan::Plan, stack: &crate::stack::Stack) -> Result<()> {
+    if let Some(why) = &plan.nothing {
+        return Err(crate::error::hint(
+            format!("{why}; nothing was changed"),
+            "to prepare this torch for an RDNA1 card that is not here, name it: `rdna1-patch install --into-torch --target gfx1010`",
+        ));
+    }
+    let (Some(first), Ok(t)) = (plan.steps.first(), &stack.torch) else {
+        return Ok(());
+    };
+    if first.replaces_torch() {
+        // What torch has, said as the swap says it, where that is why.
+        if let crate::swap::route::Chip::NoCodeFor { cards, what } = crate::swap::route::chip(t) {
+            return Err(crate::swap::route::no_code_for(t, &cards, &what));
+        }
+        return Err(crate::error::hint(
+            format!(
+                "torch {}: {}, so no fix is proven or installed for it; nothing was changed",
+                t.version, first.fixes
+            ),
+            first.fix(),
+        ));
+    }
+    Ok(())
 }
 
 /// `install rocblas --into-torch`: MIOpen's routes (in place, --built)

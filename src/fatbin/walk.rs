@@ -111,30 +111,7 @@ pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
         win.read(&mut head[..avail], at)?;
         if head.starts_with(COMPRESSED_MAGIC) {
             out.compressed += 1;
-            let version = u16::from_le_bytes([head[4], head[5]]);
-            let total = match version {
-                2 => u64::from(u32::from_le_bytes(head[8..12].try_into()?)),
-                3 => u64::from_le_bytes(head[8..16].try_into()?),
-                _ => 0,
-            };
-            let data = match version {
-                2 => 24,
-                3 => 32,
-                _ => 20,
-            };
-            let stop = if total > data {
-                at.saturating_add(total).min(end)
-            } else {
-                end
-            };
-            let from = at.saturating_add(data);
-            // Only a bundle that states its size holds a stream worth
-            // starting on: one that does not is skipped by its magic.
-            if total > data && from < stop {
-                out.compressed_named
-                    .extend(compressed_ids(&mut decoder, read_at, from, stop));
-            }
-            pos = at.saturating_add(total.max(COMPRESSED_MAGIC.len() as u64));
+            pos = compressed(&head, at, end, read_at, &mut decoder, &mut out)?;
             continue;
         }
         let most = TABLE_MAX.min(end - at);
@@ -177,6 +154,51 @@ pub fn walk(read_at: ReadAt, start: u64, end: u64) -> Result<Walked> {
         pos = at.saturating_add(bundle_end);
     }
     Ok(out)
+}
+
+/// A compressed bundle at `at` (its first 32 bytes `head`): the targets
+/// its entry IDs name, into `out`; where the walk goes on.
+fn compressed(
+    head: &[u8; 32],
+    at: u64,
+    end: u64,
+    read_at: ReadAt,
+    decoder: &mut Option<zstd::stream::raw::Decoder<'static>>,
+    out: &mut Walked,
+) -> Result<u64> {
+    let version = u16::from_le_bytes([head[4], head[5]]);
+    // After magic, version, method: 1: uncompressed size (u32), hash (no
+    // total); 2: total, uncompressed (u32), hash; 3: the same as u64s.
+    let (total, data) = match version {
+        1 => (None, 20),
+        2 => (
+            Some(u64::from(u32::from_le_bytes(head[8..12].try_into()?))),
+            24,
+        ),
+        3 => (Some(u64::from_le_bytes(head[8..16].try_into()?)), 32),
+        _ => (Some(0), 20),
+    };
+    let from = at.saturating_add(data);
+    Ok(match total {
+        // A bundle that states its size: its stream, then on past it.
+        Some(total) if total > data => {
+            let stop = at.saturating_add(total).min(end);
+            if from < stop {
+                out.compressed_named
+                    .extend(compressed_ids(decoder, read_at, from, stop));
+            }
+            at.saturating_add(total)
+        }
+        // Version 1 states none: its stream is read as far as its entry
+        // table; the walk goes on from it, by the next magic.
+        None if from < end => {
+            out.compressed_named
+                .extend(compressed_ids(decoder, read_at, from, end));
+            from
+        }
+        // One that states no usable size is skipped by its magic.
+        _ => at.saturating_add(COMPRESSED_MAGIC.len() as u64),
+    })
 }
 
 /// The targets a compressed bundle's entry IDs name: its zstd stream in
@@ -510,36 +532,65 @@ mod tests {
         assert_eq!(walk_bytes(&lying).entries[0].declared, None);
     }
 
-    /// clang --offload-compress's format, version 2: the magic, version,
-    /// method, total size, uncompressed size, hash, then the zstd stream.
+    /// A compressed bundle (clang --offload-compress) of `inner` in format
+    /// `version`: version 1 states no total size, 2 states it as a u32, 3
+    /// as a u64 (clang's CompressedOffloadBundle).
+    fn ccob(version: u16, inner: &[u8]) -> Vec<u8> {
+        let z = zstd::encode_all(inner, 3).unwrap();
+        let mut out = COMPRESSED_MAGIC.to_vec();
+        out.extend(version.to_le_bytes());
+        out.extend(1u16.to_le_bytes());
+        match version {
+            1 => out.extend((inner.len() as u32).to_le_bytes()),
+            2 => {
+                out.extend(((24 + z.len()) as u32).to_le_bytes());
+                out.extend((inner.len() as u32).to_le_bytes());
+            }
+            _ => {
+                out.extend(((32 + z.len()) as u64).to_le_bytes());
+                out.extend((inner.len() as u64).to_le_bytes());
+            }
+        }
+        out.extend(0u64.to_le_bytes());
+        out.extend(&z);
+        out
+    }
+
+    /// Versions 1, 2 and 3 of the compressed format are read alike: named
+    /// by their entry IDs, and the bundle after each read too. Version 1
+    /// (no total size) was skipped by its magic before issue 70.
     #[test]
-    fn compressed_bundles_are_named_by_their_entry_ids() {
+    fn every_compressed_version_is_read() {
         let inner = bundle_with_code(&[
             ("host-x86_64-unknown-linux-gnu-", 0),
             ("hipv4-amdgcn-amd-amdhsa--gfx1010", 0x33),
             ("hipv4-amdgcn-amd-amdhsa--gfx1030", 0x36),
         ]);
-        let z = zstd::encode_all(&inner[..], 3).unwrap();
-        let mut ccob = COMPRESSED_MAGIC.to_vec();
-        ccob.extend(2u16.to_le_bytes());
-        ccob.extend(1u16.to_le_bytes());
-        ccob.extend(((24 + z.len()) as u32).to_le_bytes());
-        ccob.extend((inner.len() as u32).to_le_bytes());
-        ccob.extend(0u64.to_le_bytes());
-        ccob.extend(&z);
-        let mut file = ccob.clone();
-        file.extend(bundle_with_code(&[(
-            "hipv4-amdgcn-amd-amdhsa--gfx1012",
-            0x35,
-        )]));
-        let w = walk_bytes(&file);
-        assert_eq!(w.compressed, 1);
-        assert_eq!(
-            w.compressed_named.iter().collect::<Vec<_>>(),
-            ["gfx1010", "gfx1030"]
+        for version in [1, 2, 3] {
+            let mut file = ccob(version, &inner);
+            file.extend(bundle_with_code(&[(
+                "hipv4-amdgcn-amd-amdhsa--gfx1012",
+                0x35,
+            )]));
+            let w = walk_bytes(&file);
+            assert_eq!(w.compressed, 1, "version {version}");
+            assert_eq!(
+                w.compressed_named.iter().collect::<Vec<_>>(),
+                ["gfx1010", "gfx1030"],
+                "version {version}"
+            );
+            let after: Vec<&str> = w.entries.iter().map(|e| e.named.as_str()).collect();
+            assert_eq!(after, ["gfx1012"], "version {version}");
+        }
+    }
+
+    /// A compressed bundle whose stream is no zstd: counted, nothing named.
+    #[test]
+    fn compressed_bundles_are_named_by_their_entry_ids() {
+        let ccob = ccob(
+            2,
+            &bundle_with_code(&[("hipv4-amdgcn-amd-amdhsa--gfx1010", 0x33)]),
         );
-        assert_eq!(w.entries.len(), 1, "the bundle after it is read too");
-        // A stream that is no zstd: counted, nothing named.
         let mut bad = ccob[..24].to_vec();
         bad.extend([0u8; 64]);
         let w = walk_bytes(&bad);

@@ -109,6 +109,10 @@ pub struct CheckReport {
     /// `--detail` keep them whole.
     #[serde(skip)]
     pub short: Vec<(String, String)>,
+    /// The plan for this machine (doctor's): its steps go into the JSON,
+    /// its count and first step into the verdict.
+    #[serde(skip)]
+    pub plan: Option<crate::plan::Plan>,
 }
 
 impl CheckReport {
@@ -228,6 +232,11 @@ impl CheckReport {
             1 => "; 1 warning".to_owned(),
             n => format!("; {n} warnings"),
         };
+        // The plan's count and first step, where it has more than one.
+        let warnings = match self.plan.as_ref().and_then(crate::plan::Plan::said) {
+            Some(p) => format!("{warnings}; {p}"),
+            None => warnings,
+        };
         let subject = self
             .subject
             .as_deref()
@@ -312,20 +321,23 @@ impl CheckReport {
     /// fix or the verdict wrapped there; with it, everything whole.
     pub fn text_for(&self, detail: bool) -> String {
         let column = " ".repeat(4 + 2 + 9 + 1);
+        // Each command as this run types it (shell.rs) before a row is
+        // cut or wrapped, so that the cut and the wrap see it whole; the
+        // rewrite is the same again when the text is printed.
         let short = |text: &str| {
+            let text = crate::shell::rewrite(text).into_owned();
             if detail {
-                return text.to_owned();
+                return text;
             }
-            self.short
-                .iter()
-                .fold(text.to_owned(), |t, (p, s)| shorten(&t, p, s))
+            self.short.iter().fold(text, |t, (p, s)| shorten(&t, p, s))
         };
         let row = |line: String| if detail { line } else { glance(&line) };
         let wrapped = |line: String, indent: &str| match detail {
             true => line,
             false => glance_wrapped(&line, indent),
         };
-        let mut lines = vec![wrapped(format!("verdict: {}", self.verdict()), "         ")];
+        let verdict = crate::shell::rewrite(&self.verdict()).into_owned();
+        let mut lines = vec![wrapped(format!("verdict: {verdict}"), "         ")];
         for c in self.checks.iter().filter(|c| c.cause.is_none()) {
             let text = short(&c.detail);
             let mut text = text.lines();
@@ -369,6 +381,9 @@ impl CheckReport {
         });
         if let (Some(libs), Some(map)) = (&self.libraries, doc.as_object_mut()) {
             map.insert("libraries".into(), serde_json::json!(libs));
+        }
+        if let (Some(plan), Some(map)) = (&self.plan, doc.as_object_mut()) {
+            map.insert("plan".into(), serde_json::json!(plan));
         }
         doc
     }

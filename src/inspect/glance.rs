@@ -38,7 +38,7 @@ pub fn shorten(text: &str, path: &str, short: &str) -> String {
 }
 
 /// `line` in [`GLANCE`] characters: its longest paths first written with
-/// their middle elided (`~/miniconda3/…/site-packages/torch`), then, if it
+/// their middle elided (`~/miniconda3/envs/NAME/…/torch`), then, if it
 /// is still longer, cut at a word, ending ` …` where it was cut. The rest
 /// is in `--detail` and the JSON.
 pub fn glance(line: &str) -> String {
@@ -69,18 +69,45 @@ pub fn glance(line: &str) -> String {
 /// it is copied and run.
 pub fn elide_paths(line: &str) -> String {
     let mut line = line.to_owned();
-    while line.chars().count() > GLANCE {
-        let Some((at, path, short)) = longest_path(&line) else {
-            break;
-        };
-        let end = at + path.len();
-        line.replace_range(at..end, &short);
+    // Each path keeps its environment's name; where the row still does
+    // not fit, one the cut would reach gives it up rather than be cut
+    // away (its file's name stays).
+    for shorter in [elided_in as fn(&str, &str) -> Option<String>, plain] {
+        while line.chars().count() > GLANCE {
+            let Some((at, path, short)) = longest_path(&line, shorter) else {
+                break;
+            };
+            let end = at + path.len();
+            line.replace_range(at..end, &short);
+        }
     }
     line
 }
 
+/// An elided path that kept its environment's name and ends past where
+/// the row is cut (`before` it in the row), with only its first
+/// components and its file's name.
+fn plain(before: &str, path: &str) -> Option<String> {
+    if before.chars().count() + path.chars().count() <= GLANCE - 2 {
+        return None;
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    let head = if path.starts_with('/') { 3 } else { 2 };
+    let short = [
+        &parts[..head.min(parts.len())],
+        &["…"],
+        &parts[parts.len() - 1..],
+    ]
+    .concat()
+    .join("/");
+    (path.contains('…') && short.len() < path.len()).then_some(short)
+}
+
 /// `path` with its middle elided, where at least two components are in
-/// it; `None` for a shallow path, or one already elided.
+/// it; `None` for a shallow path, or one already elided. What identifies
+/// it is never the part dropped: the first components, the last two (the
+/// file's name), and the environment's name between them (conda's
+/// `envs/NAME`, a venv's directory).
 fn elided(path: &str) -> Option<String> {
     let parts: Vec<&str> = path.split('/').collect();
     // "/a/b" splits as "", "a", "b": the root stays with the first two.
@@ -88,17 +115,73 @@ fn elided(path: &str) -> Option<String> {
     if path.contains('…') || parts.len() < head + 2 + 2 {
         return None;
     }
-    Some(
-        [&parts[..head], &["…"], &parts[parts.len() - 2..]]
-            .concat()
-            .join("/"),
-    )
+    // The file's name always; its directory too where no environment is
+    // named.
+    let env = environment(&parts).filter(|&(a, b)| a >= head && b < parts.len());
+    let tail = parts.len() - if env.is_some() { 1 } else { 2 };
+    let mut out = parts[..head].to_vec();
+    match env {
+        Some((a, b)) => {
+            if a > head {
+                out.push("…");
+            }
+            out.extend(&parts[a..b]);
+            if b < tail {
+                out.push("…");
+            }
+        }
+        None => out.push("…"),
+    }
+    out.extend(&parts[tail..]);
+    let short = out.join("/");
+    short.contains('…').then_some(short)
+}
+
+/// [`elided`], for a path that `before` precedes in its line: where
+/// `before` names the path's environment already, the path keeps only its
+/// first components and its file's name (`~/miniconda3/…/python`).
+fn elided_in(before: &str, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let head = if path.starts_with('/') { 3 } else { 2 };
+    match environment(&parts) {
+        Some((a, b))
+            if !path.contains('…')
+                && parts.len() > head + 1
+                && before.contains(&format!("/{}/", parts[a..b].join("/"))) =>
+        {
+            Some(
+                [&parts[..head], &["…"], &parts[parts.len() - 1..]]
+                    .concat()
+                    .join("/"),
+            )
+        }
+        _ => elided(path),
+    }
+}
+
+/// Where a path names its environment, as a range of its components:
+/// conda's `envs/NAME`, else a venv's directory (the one holding
+/// `lib/pythonX.Y` or `bin`).
+fn environment(parts: &[&str]) -> Option<(usize, usize)> {
+    if let Some(i) = parts.iter().position(|p| *p == "envs")
+        && i + 2 <= parts.len()
+    {
+        return Some((i, i + 2));
+    }
+    let at = parts
+        .windows(2)
+        .position(|w| w[0] == "lib" && w[1].starts_with("python"))
+        .or_else(|| parts.iter().position(|p| *p == "bin"))?;
+    (at >= 1).then(|| (at - 1, at))
 }
 
 /// The longest path in `line` outside backticks that [`elided`] shortens
 /// (an absolute one, or one from `~/`): where it starts, it, and its
 /// short form.
-fn longest_path(line: &str) -> Option<(usize, &str, String)> {
+fn longest_path(
+    line: &str,
+    shorter: fn(&str, &str) -> Option<String>,
+) -> Option<(usize, &str, String)> {
     let mut best: Option<(usize, &str, String)> = None;
     let mut quoted = false;
     let mut start = None;
@@ -111,7 +194,7 @@ fn longest_path(line: &str) -> Option<(usize, &str, String)> {
             start = None;
             // A sentence's stop or a colon after the path is not in it.
             let path = line[from..at].trim_end_matches(['.', ':']);
-            if let Some(short) = elided(path)
+            if let Some(short) = shorter(&line[..from], path)
                 && best.as_ref().is_none_or(|(_, b, _)| path.len() > b.len())
             {
                 best = Some((from, path, short));
@@ -205,18 +288,19 @@ mod tests {
             "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at {deep}, found by {python} (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
         );
         assert!(line.chars().count() > GLANCE);
-        // The longest path goes first, then the next; the words after
-        // them are cut last, and what is cut is the least of the row.
+        // The longest path goes first, then the next, each keeping its
+        // environment's name (issue 70: `~/miniconda3/…/site-packages/torch`
+        // named no environment); the words after them are cut last.
         assert_eq!(
             glance(&line),
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by /home/user/…/bin/python (--python); torch/lib: torch …"
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by /home/user/…/python (--python); …"
         );
         // One path elided can be enough: the other stays whole.
         let one = line.replace(python, "/usr/bin/python3");
         let one = one.replace(" (HIP 6.4.43484-123eb5128)", "");
         assert_eq!(
             glance(&one),
-            "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/…/site-packages/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads torch/lib/libMIOpen.so"
+            "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads …"
         );
         // A row is never cut inside a command: the command goes whole.
         let run = format!(
@@ -226,13 +310,14 @@ mod tests {
         assert_eq!(glance(&run), format!("{} …", "word ".repeat(25).trim_end()));
         // A command is copied and run: its path stays whole.
         let cmd = format!(
-            "fix: run `{python} -m pip install torch` at {deep}: {}",
+            "fix: run `{python} -m pip install torch` at {}: {}",
+            deep.replace("a-rather-long-environment-name", "rt"),
             "x ".repeat(30)
         );
         let short = glance(&cmd);
         assert!(short.contains(&format!("`{python} -m pip")), "{short}");
         assert!(
-            short.contains("at ~/miniconda3/…/site-packages/torch: x"),
+            short.contains("at ~/miniconda3/envs/rt/…/torch: x"),
             "{short}"
         );
         // A fitting line is untouched; a path is elided only where at
@@ -243,5 +328,22 @@ mod tests {
         assert_eq!(elided("~/a/b/c/d"), None);
         assert_eq!(elided("~/a/b/c/d/e").as_deref(), Some("~/a/…/d/e"));
         assert_eq!(elided("~/a/…/c/d"), None);
+        // The environment's name stays: conda's envs/NAME, a venv's dir.
+        assert_eq!(
+            elided("~/miniconda3/envs/rocm-torch/lib/python3.11/site-packages/torch").as_deref(),
+            Some("~/miniconda3/envs/rocm-torch/…/torch")
+        );
+        assert_eq!(
+            elided("/home/u/work/venv/lib/python3.11/site-packages/torch").as_deref(),
+            Some("/home/u/…/venv/…/torch")
+        );
+        assert_eq!(
+            elided("/home/u/work/proj/venv/bin/python").as_deref(),
+            Some("/home/u/…/venv/…/python")
+        );
+        assert_eq!(
+            elided("~/miniconda3/envs/rocm-torch/bin/python").as_deref(),
+            Some("~/miniconda3/envs/rocm-torch/…/python")
+        );
     }
 }

@@ -38,6 +38,19 @@ pub fn check(
     limit: Duration,
     r: &mut CheckReport,
 ) {
+    // GPUs, none RDNA1, none asked for: nothing of this tool's to judge.
+    if let (true, crate::plan::Here::NoRdna1(others)) =
+        (asked.is_empty(), crate::plan::facts::cards(sysfs, asked).1)
+    {
+        return r.push(
+            "kernels",
+            Status::Skip,
+            format!(
+                "not compiled: no RDNA1 card in this machine ({}), so nothing for this tool to fix on it (--compile-for gfx1010 judges for one)",
+                others.join(", ")
+            ),
+        );
+    }
     let dirs = torch.runtime_dirs();
     let Some(path) = crate::comgr::find(&dirs) else {
         return not_checked(
@@ -90,7 +103,10 @@ pub fn check(
             Ok(bytes) => verdict::judge(&compiler, bytes, arch),
             Err(e) => Err(anyhow::anyhow!("{e:#}")),
         });
-        report(r, &by, arch, why, &now, before);
+        // torch with no code for the card runs nothing there: its torch
+        // first, whatever MIOpen does.
+        let lacks = matches!(torch.gpu_code(), Ok(Some(c)) if !c.all_targets().is_empty() && !c.covers(arch));
+        report(r, &by, arch, why, &now, before, lacks);
     }
 }
 
@@ -143,6 +159,7 @@ fn report(
     why: &str,
     now: &Judgement,
     before: Option<anyhow::Result<Judgement>>,
+    torch_lacks: bool,
 ) {
     if now.kernels.is_empty() {
         return not_checked(
@@ -196,12 +213,21 @@ fn report(
                 bad.len(),
                 bad.join("\n")
             ),
-            format!(
-                "batch-norm training: {} for {arch}; `rdna1-patch install --into-torch` fixes {}",
-                crate::output::count(bad.len(), "kernel fails", "kernels fail"),
-                if bad.len() == 1 { "it" } else { "them" }
-            ),
-            Some("batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen".into()),
+            match torch_lacks {
+                true => format!(
+                    "batch-norm training: {} for {arch}, and torch has no code for {arch} at all: the torch for it first",
+                    crate::output::count(bad.len(), "kernel fails", "kernels fail"),
+                ),
+                false => format!(
+                    "batch-norm training: {} for {arch}; `rdna1-patch install --into-torch` fixes {}",
+                    crate::output::count(bad.len(), "kernel fails", "kernels fail"),
+                    if bad.len() == 1 { "it" } else { "them" }
+                ),
+            },
+            Some(match torch_lacks {
+                true => crate::swap::route::torch_for(&[arch.to_owned()]),
+                false => "batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen".into(),
+            }),
         );
     }
 }

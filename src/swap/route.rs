@@ -258,17 +258,29 @@ pub fn no_code_for(torch: &Torch, cards: &[String], what: &str) -> anyhow::Error
     )
 }
 
-/// The help that installs the torch for `cards` (TheRock's device extra
-/// of the first; a second card's is said).
+/// The help that installs the torch for `cards` and every other RDNA1
+/// card of the machine, in one line (TheRock's device extras, one per
+/// card): a torch for one card in place of one for the other would only
+/// move the failure.
 pub fn torch_for(cards: &[String]) -> String {
-    let first = cards.first().map_or("gfx1010", String::as_str);
-    format!(
-        "install the torch built for {first}: `{}`, then run this again{}",
-        crate::torch::native_torch(first),
-        match cards.get(1) {
-            Some(_) => format!(" (for {} too: its own device extra)", cards[1..].join(", ")),
-            None => String::new(),
+    let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
+    for c in cards {
+        if !all.contains(c) {
+            all.push(c.clone());
         }
+    }
+    if all.is_empty() {
+        all.push("gfx1010".to_owned());
+    }
+    all.sort();
+    let said = match all.as_slice() {
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+        [] => unreachable!(),
+    };
+    format!(
+        "install the torch built for {said}: `{}`, then run this again",
+        crate::torch::native_torch_for(&all),
     )
 }
 

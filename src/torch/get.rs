@@ -52,14 +52,46 @@ fn index() -> String {
     }
 }
 
+/// pip's options for the index, as words: [`INDEX_ENV`]'s when set, else
+/// TheRock's.
+pub fn index_args() -> Vec<String> {
+    match std::env::var(INDEX_ENV) {
+        Ok(v) if v.contains("://") => vec!["--index-url".into(), v],
+        Ok(v) if !v.trim().is_empty() => vec!["--no-index".into(), "--find-links".into(), v],
+        _ => vec!["--index-url".into(), THEROCK_INDEX.into()],
+    }
+}
+
+/// TheRock's torch with every target's device code, in one requirement:
+/// `torch[device-gfx1010,device-gfx1012]` (its RELEASES.md installs
+/// several devices so).
+pub fn device_extra(targets: &[String]) -> String {
+    let devices: Vec<String> = targets.iter().map(|t| format!("device-{t}")).collect();
+    format!("torch[{}]", devices.join(","))
+}
+
 /// `pip install` of TheRock's torch for `target` (gfx1010, gfx1011 or
 /// gfx1012; TheRock names a device extra for each), from [`index`].
 pub fn native_torch(target: &str) -> String {
-    install("pip", target)
+    install("pip", &[target.to_owned()])
 }
 
-fn install(pip: &str, target: &str) -> String {
-    format!("{pip} install {} \"torch[device-{target}]\"", index())
+/// [`native_torch`] for every one of `targets`, in one line.
+pub fn native_torch_for(targets: &[String]) -> String {
+    install("pip", targets)
+}
+
+fn install(pip: &str, targets: &[String]) -> String {
+    format!("{pip} install {} \"{}\"", index(), device_extra(targets))
+}
+
+/// "gfx1010", "gfx1010 and gfx1012".
+fn and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// `text` as one shell word: as it is when nothing in it is special to
@@ -76,8 +108,15 @@ fn quote(text: &str) -> String {
 /// The help for no ROCm torch: the torch for `target` (`which` says why
 /// that one), where `asked` finds it. `installed`: a torch (CUDA, CPU) is
 /// there, to be replaced. `or`: what else may be meant, after the line.
-pub fn help(target: &str, which: &str, asked: Option<&Asked>, installed: bool, or: &str) -> String {
-    let head = format!("{NO_ROCM_TORCH_HELP} {target} ({which})");
+pub fn help(
+    targets: &[String],
+    which: &str,
+    asked: Option<&Asked>,
+    installed: bool,
+    or: &str,
+) -> String {
+    let head = format!("{NO_ROCM_TORCH_HELP} {} ({which})", and(targets));
+    let target = targets;
     match asked {
         Some(a) if a.managed => {
             let exe = quote(&a.executable.to_string_lossy());
@@ -137,14 +176,29 @@ pub fn no_rocm_torch(
     or: &str,
 ) -> anyhow::Error {
     let sysfs = crate::gpu::sysfs_root();
-    let (target, which) = match crate::gpu::rdna1_targets(&sysfs).into_iter().next() {
-        Some(t) => (t, "the card in this machine"),
-        None => (
-            "gfx1010".to_owned(),
+    let scan = crate::gpu::scan_all(&sysfs);
+    let cards = scan.rdna1_targets();
+    let (targets, which) = match cards.len() {
+        0 if !scan.gpus.is_empty() => {
+            // GPUs, none RDNA1: no torch of this tool's for a card that
+            // is not here.
+            let others: Vec<String> = scan.gpus.iter().map(crate::gpu::Gpu::gfx).collect();
+            return hint(
+                what,
+                format!(
+                    "this machine has no RDNA1 card ({}), so nothing here is for rdna1-patch to fix: a ROCm torch for it is pytorch.org's (https://pytorch.org/get-started/locally/); to prepare a torch for an RDNA1 card that is not here, `rdna1-patch doctor --target gfx1010`",
+                    others.join(", ")
+                ),
+            );
+        }
+        0 => (
+            vec!["gfx1010".to_owned()],
             "no RDNA1 card is seen here; an RX 5500's is gfx1012",
         ),
+        1 => (cards, "the card in this machine"),
+        _ => (cards, "the cards in this machine"),
     };
-    hint(what, help(&target, which, asked, installed, or))
+    hint(what, help(&targets, which, asked, installed, or))
 }
 
 #[cfg(test)]
@@ -169,7 +223,7 @@ mod tests {
             managed: true,
         };
         let h = help(
-            "gfx1010",
+            &["gfx1010".to_owned()],
             "the card in this machine",
             Some(&asked),
             false,

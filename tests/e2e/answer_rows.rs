@@ -21,10 +21,10 @@ fn doctor_under(sb: &Sandbox, value: &str, extra: &[&str]) -> Run {
 
 /// A pytorch.org-style wheel (gfx1030 code, none for gfx101x) on an RX
 /// 5600 XT under HSA_OVERRIDE_GFX_VERSION=10.3.0: torch runs as gfx1030,
-/// MIOpen compiles for gfx1030 where batch norm works, and the fix changes
-/// nothing: yes, and the route is "nothing to do" with no fix line. On
-/// 345998d the route was `warn` with a fix "for the fix to act, use a
-/// torch with gfx101x code" under "no problem found; 1 warning".
+/// MIOpen compiles for gfx1030 where batch norm works, and no fix of this
+/// tool acts: yes (exit 0), with the plan's one way for the fix to act,
+/// the torch for the card (issue 70), as the override row's fix; no step
+/// that changes nothing.
 #[test]
 fn the_inert_route_is_nothing_to_do_and_no_problem() {
     let sb = Sandbox::new();
@@ -35,15 +35,17 @@ fn the_inert_route_is_nothing_to_do_and_no_problem() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found",
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found; 1 warning; 2 steps, first the torch for gfx1010 (see route)",
             "ok    torch     [..]",
-            "ok    route     nothing to do: under HSA_OVERRIDE_GFX_VERSION=10.3.0 MIOpen compiles for gfx1030, where batch norm works and the fix changes nothing",
-            "                libtorch_hip.so has code for gfx1030 and none for gfx101x: torch runs under HSA_OVERRIDE_GFX_VERSION=10.3.0, MIOpen compiles its kernels for …",
-            "                a torch with gfx101x code (TheRock's torch[device-gfx1010]) needs no override; with it, the fix acts",
+            "skip  route     the torch for gfx1010 first: torch has no code for gfx1010 itself, so it runs only under HSA_OVERRIDE_GFX_VERSION=10.3.0, where MIOpen sees …",
+            "                step 1 of 2: the torch for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then …",
+            "                step 2 of 2: after the torch for gfx1010, run doctor again: MIOpen's batch-norm fix for gfx1010: …",
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1030 (no gfx101x)",
             "ok    gpu       [..]",
             "ok    amdgpu    [..]",
-            "ok    override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): required, torch has no gfx101x code. MIOpen then sees gfx1030: …",
+            "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): torch has no code for gfx1010 itself, so it runs only under …",
+            "                fix: install the torch built for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then",
+            "                run this again (then run torch without HSA_OVERRIDE_GFX_VERSION)",
         ],
     );
     let json = doctor_under(&sb, "10.3.0", &["--json"]);
@@ -100,9 +102,11 @@ fn an_override_that_hides_torchs_own_code_is_the_failure_to_unset() {
     lines_are(
         &run.stdout,
         &[
-            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: everything: torch has no code for gfx1030 (what HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report for gfx1010); `unset HSA_OVERRIDE_GFX_VERSION` (see torch-gpu) (1 more check(s) fail because of it, shown under it)",
+            "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: everything: torch has no code for gfx1030 (what HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report for gfx1010); `unset HSA_OVERRIDE_GFX_VERSION` (see torch-gpu) (1 more check(s) fail because of it, shown under it); 1 warning; 2 steps, first unset HSA_OVERRIDE_GFX_VERSION (see route)",
             "ok    torch     [..]",
-            "skip  route     torch first: libtorch_hip.so has code for gfx1010 and none for gfx1030 (what HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report for gfx1010), so nothing runs there; no MIOpen fix is offered for it",
+            "warn  route     unset HSA_OVERRIDE_GFX_VERSION first: MIOpen seeing gfx1030 instead of gfx1010: torch has their own code",
+            "                step 1 of 2: unset HSA_OVERRIDE_GFX_VERSION: `unset HSA_OVERRIDE_GFX_VERSION`, while it is 10.3.0, ROCm loads gfx1030 code (nothing; fixes MIOpen seeing gfx1030 instead of gfx1010: torch has their own code)",
+            "                step 2 of 2: after unsetting HSA_OVERRIDE_GFX_VERSION, run doctor again: MIOpen's batch-norm fix for gfx1010: `rdna1-patch install --into-torch[..]` (seconds, in place, proven by compiling before anything is written; fixes batch-norm training on gfx1010)",
             &format!(
                 "FAIL  torch-gpu {} has code for gfx1010 and none for gfx1030 (what HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report for gfx1010): torch runs nothing on that card",
                 lib.display()
@@ -153,7 +157,7 @@ fn torch_code_that_cannot_be_read_is_not_checked() {
             "verdict: torch 2.5.1+rocm6.2 on gfx1010: 1 problem to fix: rocm (2 more check(s) fail because of it, shown under it); not checked: whether torch has code for",
             "         the card: its libtorch_hip.so's GPU code could not be read (see torch-gpu)",
             "ok    torch     [..]",
-            "ok    route     libtorch_hip.so carries no readable GPU code, so what MIOpen sees is not known; profile rocm-6.2.4 would be built (`rdna1-patch build miopen`)",
+            "ok    route     libtorch_hip.so carries no readable GPU code, so what MIOpen sees is not known; profile rocm-6.2.4 would be built (`rdna1-patch build miopen[..]`)",
             "----  torch-gpu not checked: torch/lib/libtorch_hip.so carries no GPU code objects (.hip_fatbin), so whether torch runs on the card is not known",
         ],
     );
@@ -176,8 +180,8 @@ fn a_library_whose_code_cannot_be_read_is_not_checked() {
     let (out, code) = crate::libraries::doctor(&sb);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.lines().next().unwrap().ends_with(
-            "not checked: librocblas.so: whether it has code for the card cannot be told (see library)"
+        out.lines().next().unwrap().contains(
+            "not checked: librocblas.so: whether it has code for the card cannot be told (see library); 2 steps, first TheRock's torch for gfx1010"
         ),
         "{out}"
     );

@@ -151,13 +151,17 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
         &before.stdout,
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012;",
-            "         `rdna1-patch install --into-torch[..]` fixes them; library; tensile",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads [..]",
-            "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: …",
+            "         `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` fixes them; every matmul fails on gfx1012 (mm, bmm, linear,",
+            "         addmm, einsum, MIOpen's GEMM convolutions): rocBLAS has no code for gfx1012; rocBLAS for gfx1012 (see library); rocBLAS's Tensile kernels: none for",
+            "         gfx1012 (see tensile); 2 steps, first rocBLAS for gfx1012 (see route)",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads …",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` (MIOpen sees the real chip: …",
+            "                step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3`, then …",
+            "                step 2 of 2: MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1012 (the card in this machine), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1012",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
-            "                fix: `rdna1-patch install --into-torch[..]` fixes them in place, proven by compiling before",
+            "                fix: `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` fixes them in place, proven by compiling before",
             "                anything is written",
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1012",
             "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
@@ -166,12 +170,20 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
             "FAIL  library   librocblas.so at torch/lib has code for 10 targets, none for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) and MIOpen's …",
             "                targets: gfx1010, gfx1030, gfx1031, gfx1032, gfx1034, gfx803, gfx900, gfx906, gfx908, gfx90a",
             "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)",
-            "                fix: TheRock's torch has rocBLAS for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`",
+            "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card),",
+            "                and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then",
+            "                `rdna1-patch install rocblas --into-torch --state-dir [..]/state --profile rocm-6.4.3`; or, in place of this torch, TheRock's torch",
+            "                for gfx1012 (a download of about 4 GB, no build):",
+            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
             "FAIL  tensile   rocBLAS's Tensile directory torch/lib/rocblas/library has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) …",
             "                54 catalogue(s), 10 code-object file(s); for gfx1012: 0 code-object file(s), 54 generic catalogue(s)",
             "                catalogues read for gfx1012: TensileLibrary_Type_4xi8I_Contraction_l_Ailk_Bjlk_Cijk_Dijk_1_fallback.dat, …",
             "                TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)",
-            "                fix: TheRock's torch has rocBLAS for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`",
+            "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card),",
+            "                and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then",
+            "                `rdna1-patch install rocblas --into-torch --state-dir [..]/state --profile rocm-6.4.3`; or, in place of this torch, TheRock's torch",
+            "                for gfx1012 (a download of about 4 GB, no build):",
+            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
         ],
     );
     one_glance("doctor", &before.stdout);
@@ -224,9 +236,11 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
 /// A torch deep in an environment under home, as conda makes them
 /// (`~/miniconda3/envs/NAME/lib/python3.X/site-packages/torch`), found by
 /// that environment's python: at a glance the paths lose their middle
-/// (`~/miniconda3/…/site-packages/torch`), never what the row says after
-/// them (which python, and why); `--detail` and the JSON keep them whole.
-/// On 345998d the torch row was cut inside the torch's own path.
+/// but keep the environment's name and the file's (issue 70:
+/// `~/miniconda3/envs/NAME/…/torch`, the python in that environment then
+/// `~/miniconda3/…/python`), and which python; `--detail` and the JSON
+/// keep them whole. On 345998d the torch row was cut inside the torch's
+/// own path.
 #[test]
 fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
     let sb = Sandbox::new();
@@ -269,15 +283,15 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
         &run.stdout,
         &[
             "verdict: torch 2.6.0+rocm6.4 on gfx1010: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010;",
-            "         `rdna1-patch install --into-torch --python [..]/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]`",
+            "         `rdna1-patch install --into-torch --python [..]/home/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]/state --profile rocm-6.4.3`",
             "         fixes them",
-            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/…/site-packages/torch, found by ~/miniconda3/…/bin/python (--python); torch/lib: …",
+            "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by ~/miniconda3/…/python …",
             "ok    route     in place, no build: …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
             "                fix:",
-            "                `rdna1-patch install --into-torch --python ~/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]`",
+            "                `rdna1-patch install --into-torch --python ~/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]/state --profile rocm-6.4.3`",
             "                fixes them in place, proven by compiling before anything is written",
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1010",
             "ok    gpu       gfx1010 Navi 10 (RX 5600/5700 series) at 0000:03:00.0 (node 1, gfx_target_version 100100): RDNA1, what this tool is for",
@@ -311,7 +325,7 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
             "         fixes them",
             "skip  prefix    [..]",
             "ok    layout    torch/lib: torch loads ~/miniconda3/envs/a-rather-long-environment-name/lib/python3.[..]/site-packages/torch/lib/libMIOpen.so",
-            "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/lib/libamd_comgr.so.2):",
+            "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/libamd_comgr.so.2):",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
             "                fix: batch norm fails on this card:",
@@ -324,4 +338,49 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
     for args in [&["verify"][..], &["status"]] {
         one_glance(&args.join(" "), &sb.run_with_state(args, &[]).stdout);
     }
+}
+
+/// A torch in a conda environment off PATH (`~/miniconda3/envs/rocm-torch`),
+/// found by that environment's python: at a glance the torch row keeps
+/// the environment's name, the one part a user needs, and the file's
+/// name. On 84ed257 it read `~/miniconda3/…/site-packages/torch, found by
+/// ~/miniconda3/…/bin/python`.
+#[test]
+fn a_conda_environments_name_is_kept_in_the_torch_row() {
+    let sb = Sandbox::new();
+    sb.at_a_glance();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let env = "home/miniconda3/envs/rocm-torch";
+    let site = format!("{env}/lib/python3.11/site-packages");
+    crate::in_place::torch_in(&sb, &site, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
+    let bin = sb.root.join(env).join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::support::tools().join("python3"), bin.join("python"))
+        .unwrap();
+    let python = bin.join("python").display().to_string();
+    let state = sb.state();
+    let mut c = sb.cmd();
+    c.args([
+        "doctor",
+        "--profile",
+        "rocm-6.4.3",
+        "--python",
+        &python,
+        "--state-dir",
+        &state,
+    ])
+    .env("PYTHONPATH", sb.root.join(&site));
+    let run = crate::support_run::Run::from(c.output().unwrap());
+    let row = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ok    torch "))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert_eq!(
+        row,
+        "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/rocm-torch/…/torch, found by ~/miniconda3/…/python (--python); torch/lib: torch …",
+        "{}",
+        run.stdout
+    );
+    one_glance("doctor in a conda environment", &run.stdout);
 }

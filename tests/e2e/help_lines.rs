@@ -214,7 +214,7 @@ fn a_cuda_or_cpu_torch_is_replaced_by_the_lines_doctor_prints() {
         starts_with(
             &run,
             &[
-                "verdict: 1 problem to fix: torch",
+                "verdict: 1 problem to fix: torch; 2 steps, first the torch for gfx1010 (see route)",
                 &format!(
                     "FAIL  torch     torch {version} at {}/torch is {what}, not a ROCm one: torch.version.hip is None and torch/lib has no libMIOpen.so",
                     site.display()
@@ -244,7 +244,7 @@ fn a_python_with_no_torch_gets_it_by_the_lines_doctor_prints() {
     starts_with(
         &run,
         &[
-            "verdict: 1 problem to fix: torch",
+            "verdict: 1 problem to fix: torch; 2 steps, first the torch for gfx1010 (see route)",
             &format!("FAIL  torch     {py} ({py}) has no torch installed"),
             &fix,
             ROUTE,
@@ -281,7 +281,7 @@ fn an_externally_managed_python_gets_a_venv_first() {
     starts_with(
         &run,
         &[
-            "verdict: 1 problem to fix: torch",
+            "verdict: 1 problem to fix: torch; 2 steps, first the torch for gfx1010 (see route)",
             "FAIL  torch     /usr/bin/python3 (/usr/bin/python3) has no torch installed",
             &fix,
             ROUTE,

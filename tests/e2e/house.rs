@@ -18,7 +18,7 @@ fn layer(module: &str) -> usize {
         "builder" | "inplace" => 3,
         // What fails in the user's stack: read by install, verify, doctor.
         "swap" | "diagnosis" | "stack" => 4,
-        "inspect" | "select" | "clean" => 5,
+        "inspect" | "select" | "clean" | "plan" => 5,
         "commands" => 6,
         "cli" | "main" | "lib" => 7,
         _ => 0,

@@ -42,6 +42,7 @@ mod newcomer;
 mod newcomer_said;
 mod other_user;
 mod patches;
+mod plan;
 mod prefix_guard;
 mod printed_commands;
 mod privilege;

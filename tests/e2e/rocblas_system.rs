@@ -167,7 +167,7 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
 
 /// The fix doctor gives a torch its user built, whose rocBLAS has no code
 /// for the RX 5500 XT's gfx1012.
-pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch[..]`";
+pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]`";
 
 /// The `library`/`tensile` rows of rocBLAS in `doctor`'s whole report,
 /// each with its detail lines.
@@ -234,8 +234,10 @@ fn doctor_names_the_rocblas_build_for_a_self_built_torch_and_is_ok_after_it() {
     };
     let before = doctor().check_fails();
     assert!(
+        // What breaks, said (every matmul), and the plan's count and first
+        // step: rocBLAS's build, MIOpen's fix not waiting for it.
         crate::support_run::line_matches(
-            "verdict: torch 2.9.1+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch[..]` fixes them; library; tensile",
+            "verdict: torch 2.9.1+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch[..]` fixes them; every matmul fails on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions): rocBLAS has no code for gfx1012; rocBLAS for gfx1012 (see library); rocBLAS's Tensile kernels: none for gfx1012 (see tensile); 2 steps, first rocBLAS for gfx1012 (see route)",
             before.stdout.lines().next().unwrap_or_default()
         ),
         "{}",

@@ -48,6 +48,15 @@ skip  route     a torch first: the route (the in-place fix, a build, or nothing 
     )
 }
 
+/// The route row's plan where there is no ROCm torch: the torch row's
+/// line, then MIOpen's fix after it.
+fn steps(target: &str) -> String {
+    format!(
+        "                step 1 of 2: the torch for {target}: the line the torch row gives, for the python asked (a download of about 4 GB, no build; fixes no ROCm torch is there)
+                step 2 of 2: after the torch for {target}, run doctor again: MIOpen's batch-norm fix for {target}: `rdna1-patch install --into-torch` (seconds, in place; fixes batch-norm training, where that torch's MIOpen fails it)"
+    )
+}
+
 const OR_PYTHON: &str = "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir";
 
 /// The help for no ROCm torch in the sandbox's python3: with none there,
@@ -86,7 +95,10 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
             let rows = torch_rows(what, target, "the card in this machine", replace);
             stdout_is(
                 &run,
-                &format!("verdict: 1 problem to fix: torch\n{rows}\n{tail}"),
+                &format!(
+                    "verdict: 1 problem to fix: torch; 2 steps, first the torch for {target} (see route)\n{rows}\n{}\n{tail}",
+                    steps(target)
+                ),
             );
         };
         // No torch in the python on PATH.

@@ -314,10 +314,20 @@ fn doctors_route_and_override_rows_agree_under_the_override() {
     let out = doctor_report(&sb, true);
     let route = check_row(&out, "route");
     assert!(route.starts_with("warn  route     "), "{out}");
+    // The plan's first step is the override's (issue 70), the MIOpen fix
+    // after it; the kernels row promises nothing before.
     assert!(
-        route.ends_with(
-            "(once HSA_OVERRIDE_GFX_VERSION is unset: while it is 10.3.0, MIOpen sees gfx1030 instead; see override)"
+        route.starts_with(
+            "warn  route     unset HSA_OVERRIDE_GFX_VERSION first: MIOpen seeing gfx1030 instead of gfx1010: torch has their own code"
         ),
+        "{out}"
+    );
+    assert!(
+        out.contains("step 2 of 2: after unsetting HSA_OVERRIDE_GFX_VERSION, run doctor again: MIOpen's batch-norm fix for gfx1010"),
+        "{out}"
+    );
+    assert!(
+        check_row(&out, "kernels").starts_with("warn  kernels   "),
         "{out}"
     );
     assert!(
@@ -349,7 +359,10 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
         "{out}"
     );
     let o = line(&out, "override");
-    assert!(o.starts_with("ok    override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): required, torch has no gfx101x code. MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing"), "{o}");
+    // It runs only under the override, where no fix acts: the torch for
+    // the card is the plan's step (issue 70), never "unset" alone.
+    assert!(o.starts_with("warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): torch has no code for gfx1010 itself, so it runs only under HSA_OVERRIDE_GFX_VERSION=10.3.0"), "{o}");
+    assert!(!out.contains("fix: unset"), "{out}");
     // Without the override it runs nothing on the card: a failure, the
     // override's under torch-gpu's (one cause, one fix: the torch for it).
     let out = doctor(false);
@@ -426,6 +439,12 @@ fn doctor_reads_torchs_compressed_gpu_code_as_every_librarys() {
 /// Rewrite `lib`'s `.hip_fatbin` bundle as one compressed bundle (clang
 /// --offload-compress's format, CCOB version 3), in place.
 pub(crate) fn compress_fatbin(lib: &std::path::Path) {
+    compress_fatbin_as(lib, 3);
+}
+
+/// [`compress_fatbin`] in CCOB `version`: 1 (clang 19's: no total size),
+/// 2 (sizes as u32) or 3 (clang 20's: as u64).
+pub(crate) fn compress_fatbin_as(lib: &std::path::Path, version: u16) {
     let mut elf = std::fs::read(lib).unwrap();
     let (offset, size) = {
         let e = goblin::elf::Elf::parse(&elf).unwrap();
@@ -438,14 +457,26 @@ pub(crate) fn compress_fatbin(lib: &std::path::Path) {
     };
     let bundle = elf[offset..offset + size].to_vec();
     let z = zstd::encode_all(&bundle[..], 19).unwrap();
-    // Version 3 (clang 20's): magic, version, method (zstd), total size,
-    // uncompressed size, hash, each size a u64.
+    // Magic, version, method (zstd), total size (none in version 1),
+    // uncompressed size, hash.
+    let sizes: Vec<u8> = match version {
+        1 => (bundle.len() as u32).to_le_bytes().to_vec(),
+        2 => [
+            ((24 + z.len()) as u32).to_le_bytes(),
+            (bundle.len() as u32).to_le_bytes(),
+        ]
+        .concat(),
+        _ => [
+            ((32 + z.len()) as u64).to_le_bytes(),
+            (bundle.len() as u64).to_le_bytes(),
+        ]
+        .concat(),
+    };
     let mut ccob = [
         &b"CCOB"[..],
-        &3u16.to_le_bytes(),
+        &version.to_le_bytes(),
         &1u16.to_le_bytes(),
-        &((32 + z.len()) as u64).to_le_bytes(),
-        &(bundle.len() as u64).to_le_bytes(),
+        &sizes,
         &[0u8; 8],
         &z,
     ]

@@ -15,6 +15,7 @@ use crate::swap::advice;
 use crate::torch;
 
 mod blas;
+mod plan_rows;
 mod toolchain;
 mod torch_side;
 
@@ -86,6 +87,7 @@ pub fn run(req: &DoctorRequest) -> CheckReport {
             needs_no_sdk(&mut r);
         }
     }
+    plan_rows::apply(req, &mut r);
     r
 }
 
