@@ -51,3 +51,40 @@ help: name a python only root can change with `--python` (e.g. `--python /usr/bi
         ));
     }
 }
+
+/// `sudo rdna1-patch build` runs no compiler, cmake or python as root: it
+/// is refused before anything is fetched or run, its help the way to
+/// build as the user and copy the prefix into place. On main the whole
+/// build ran as uid 0.
+#[test]
+fn a_build_under_sudo_runs_nothing_as_root() {
+    if !root_for("a build under sudo") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut c = sb.cmd();
+    c.args(sb.build_args(&[]));
+    let run = Run::from(
+        crate::other_user::as_sudo_for(&mut c, NOBODY)
+            .output()
+            .unwrap(),
+    );
+    run.fails_with(
+        "error: run as root under sudo, rdna1-patch builds nothing: a build runs the compilers, cmake and python that nobody's profile, PATH and --rocm name, as root, for up to an hour; nothing was run
+help: build as nobody, without sudo, into a prefix nobody owns (the default, or `--prefix ~/rdna1-patch-build`), then copy it into place as root (`sudo cp -a PREFIX /opt/NAME`; `cd /opt/NAME && md5sum -c share/rdna1-patch/MD5SUMS` checks the copy)",
+    );
+    assert!(
+        !sb.prefix.join("lib").exists(),
+        "nothing was built into {}",
+        sb.prefix.display()
+    );
+    // Its plan, which runs nothing, is still there to read.
+    let mut c = sb.cmd();
+    c.args(sb.build_args(&["--dry-run"]));
+    Run::from(
+        crate::other_user::as_sudo_for(&mut c, NOBODY)
+            .output()
+            .unwrap(),
+    )
+    .ok();
+}
