@@ -69,8 +69,11 @@ pub fn for_card(dir: &Path, card: &str) -> Result<CardCatalogue> {
     prefixes.sort();
     prefixes.dedup();
     for prefix in prefixes {
-        if prefix.contains('/') || prefix.starts_with('.') {
-            bail!("{name} names the library `{prefix}`, which is not a file name");
+        if prefix.contains('/') || prefix.starts_with('.') || prefix.chars().any(char::is_control) {
+            bail!(
+                "{name} names the library `{}`, which is not a file name",
+                super::shown(&prefix)
+            );
         }
         let inner = format!("{prefix}.dat");
         let need = |file: String, by: &str, out: &mut CardCatalogue| {
@@ -104,7 +107,7 @@ pub fn for_card(dir: &Path, card: &str) -> Result<CardCatalogue> {
 
 /// Parse a catalogue file.
 pub fn read(path: &Path) -> Result<Value> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let name = super::shown(&path.file_name().unwrap_or_default().to_string_lossy());
     if !name.ends_with(".dat") {
         bail!(
             "{name} is not MessagePack (.dat): this version reads only rocBLAS's default catalogue format (Tensile_LIBRARY_FORMAT=msgpack)"

@@ -1,7 +1,8 @@
 //! What root runs is root's to choose (issue 69): a root shell that kept
 //! a user's VIRTUAL_ENV or CONDA_PREFIX (`su` without `-`, doas keepenv)
-//! runs no python of theirs as root. On main (84ed257) doctor ran
-//! `$VIRTUAL_ENV/bin/python` as uid 0.
+//! runs no python of theirs as root (on main, 84ed257, doctor ran
+//! `$VIRTUAL_ENV/bin/python` as uid 0), `sudo build` runs nothing; and
+//! what a user's files name reaches root's terminal escaped.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -87,4 +88,30 @@ help: build as nobody, without sudo, into a prefix nobody owns (the default, or 
             .unwrap(),
     )
     .ok();
+}
+
+/// A Tensile catalogue named with an escape sequence reaches the terminal
+/// escaped (issue 69: on main doctor wrote it raw, and the terminal ran
+/// it).
+#[test]
+fn a_catalogue_named_with_an_escape_sequence_is_shown_escaped() {
+    let (sb, torch, _) = crate::rocblas_swap::sandbox("2.6.0+rocm6.4");
+    let odd = "TensileLibrary_Type_\u{1b}]0;pwned\u{7}_fallback.dat";
+    std::fs::copy(
+        torch
+            .lib
+            .join("rocblas/library/TensileLibrary_Type_SS_Contraction_l_Ailk_Bljk_Cijk_Dijk_0_fallback.dat"),
+        torch.lib.join("rocblas/library").join(odd),
+    )
+    .unwrap();
+    let run = sb.run_with_state(&["doctor", "--detail"], &[]);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        all.contains("TensileLibrary_Type_\\u{1b}]0;pwned\\u{7}_fallback.dat"),
+        "the name is shown, escaped:\n{all}"
+    );
+    assert!(
+        !all.contains('\u{1b}'),
+        "a raw escape reached the terminal:\n{all}"
+    );
 }
