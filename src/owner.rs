@@ -312,6 +312,27 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
         })
 }
 
+/// Run as root under sudo, refuse a build (issue 69): it runs, for up to
+/// an hour, the compiler, cmake and Tensile's python that the user's
+/// profile, PATH and `--rocm` name, in a work dir that under `sudo -E` is
+/// their cache, which they can change while root builds. Built as the
+/// user, a prefix is moved into place by root with a plain copy, checked
+/// by its MD5SUMS. A root shell (no sudo) builds with root's own tools.
+pub fn ensure_not_building_for_a_user() -> anyhow::Result<()> {
+    let Some(uid) = invoking_user().filter(|_| is_root()) else {
+        return Ok(());
+    };
+    let who = name_of(uid);
+    Err(crate::error::hint(
+        format!(
+            "run as root under sudo, rdna1-patch builds nothing: a build runs the compilers, cmake and python that {who}'s profile, PATH and --rocm name, as root, for up to an hour; nothing was run"
+        ),
+        format!(
+            "build as {who}, without sudo, into a prefix {who} owns (the default, or `--prefix ~/rdna1-patch-build`), then copy it into place as root (`sudo cp -a PREFIX /opt/NAME`; `cd /opt/NAME && md5sum -c share/rdna1-patch/MD5SUMS` checks the copy)"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,6 +120,9 @@ fn parse_gfx(s: &str) -> Result<String, String> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    if !args.dry_run {
+        crate::owner::ensure_not_building_for_a_user()?;
+    }
     let mut defines = Vec::new();
     for d in &args.define {
         match d.split_once('=') {

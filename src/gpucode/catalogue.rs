@@ -64,13 +64,15 @@ pub fn for_card(dir: &Path, card: &str) -> Result<CardCatalogue> {
         }
         return Ok(out);
     }
-    let mut prefixes = Vec::new();
-    placeholders(&top, &mut prefixes);
+    let mut prefixes = top.placeholders.clone();
     prefixes.sort();
     prefixes.dedup();
     for prefix in prefixes {
-        if prefix.contains('/') || prefix.starts_with('.') {
-            bail!("{name} names the library `{prefix}`, which is not a file name");
+        if prefix.contains('/') || prefix.starts_with('.') || prefix.chars().any(char::is_control) {
+            bail!(
+                "{name} names the library `{}`, which is not a file name",
+                super::shown(&prefix)
+            );
         }
         let inner = format!("{prefix}.dat");
         let need = |file: String, by: &str, out: &mut CardCatalogue| {
@@ -86,7 +88,7 @@ pub fn for_card(dir: &Path, card: &str) -> Result<CardCatalogue> {
         }
         out.present += 1;
         let lib = read(&dir.join(&inner))?;
-        let (source, assembly) = kernel_kinds(&lib);
+        let (source, assembly) = (lib.source, lib.assembly);
         if source {
             let file = if prefix.contains("fallback") {
                 format!("{prefix}_{card}.hsaco")
@@ -102,9 +104,41 @@ pub fn for_card(dir: &Path, card: &str) -> Result<CardCatalogue> {
     Ok(out)
 }
 
-/// Parse a catalogue file.
-pub fn read(path: &Path) -> Result<Value> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
+/// What the tool needs of a catalogue, read as it streams by (issue 69:
+/// a tree of every value took 33 times the file's size, 2.1 GiB for a
+/// 64 MiB file of nils): its placeholders' file prefixes, and whether its
+/// solutions have source kernels, assembly kernels. Nothing else is kept,
+/// so reading one takes the file's bytes and the names it holds, at most
+/// twice its size.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Catalogue {
+    pub placeholders: Vec<String>,
+    pub source: bool,
+    pub assembly: bool,
+}
+
+/// A value as its parent needs it.
+enum Seen {
+    Str(String),
+    Bool(bool),
+    /// A map, and its `sourceKernel` when it has a boolean one.
+    Map(Option<bool>),
+    Other,
+}
+
+/// Where a value sits: a map's key (nothing in it is collected, as a
+/// tree's walk never looked into keys), the top map's `solutions`, or
+/// anywhere else.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Key,
+    Solutions,
+    Plain,
+}
+
+/// Read a catalogue file.
+pub fn read(path: &Path) -> Result<Catalogue> {
+    let name = super::shown(&path.file_name().unwrap_or_default().to_string_lossy());
     if !name.ends_with(".dat") {
         bail!(
             "{name} is not MessagePack (.dat): this version reads only rocBLAS's default catalogue format (Tensile_LIBRARY_FORMAT=msgpack)"
@@ -117,85 +151,18 @@ pub fn read(path: &Path) -> Result<Value> {
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len)?);
     std::io::Read::read_to_end(&mut &file, &mut bytes)?;
-    let mut r = Reader {
-        bytes: &bytes,
-        at: 0,
-    };
-    let v = r
-        .value(0)
-        .map_err(|e| anyhow!("{name} is not a readable catalogue: {e}"))?;
+    parse(&bytes).map_err(|e| anyhow!("{name} is not a readable catalogue: {e}"))
+}
+
+/// [`read`] of the bytes themselves.
+pub fn parse(bytes: &[u8]) -> Result<Catalogue> {
+    let mut r = Reader { bytes, at: 0 };
+    let mut out = Catalogue::default();
+    r.value(0, Role::Plain, true, &mut out)?;
     if r.at != bytes.len() {
-        bail!(
-            "{name} is not a readable catalogue: {} bytes after its end",
-            bytes.len() - r.at
-        );
+        bail!("{} bytes after its end", bytes.len() - r.at);
     }
-    Ok(v)
-}
-
-/// Every placeholder's file prefix under `v`.
-fn placeholders(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Map(entries) => {
-            if v.get("type").and_then(Value::as_str) == Some("Placeholder")
-                && let Some(prefix) = v.get("value").and_then(Value::as_str)
-            {
-                out.push(prefix.to_owned());
-            }
-            for (_, x) in entries {
-                placeholders(x, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|x| placeholders(x, out)),
-        _ => {}
-    }
-}
-
-/// Whether a library's solutions have source kernels, assembly kernels.
-fn kernel_kinds(lib: &Value) -> (bool, bool) {
-    let solutions = match lib.get("solutions") {
-        Some(Value::Array(s)) => s.as_slice(),
-        _ => &[],
-    };
-    let kind = |want: bool| {
-        solutions
-            .iter()
-            .any(|s| matches!(s.get("sourceKernel"), Some(Value::Bool(b)) if *b == want))
-    };
-    (kind(true), kind(false))
-}
-
-/// A MessagePack value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Nil,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Str(String),
-    Bin(Vec<u8>),
-    Array(Vec<Value>),
-    Map(Vec<(Value, Value)>),
-}
-
-impl Value {
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// A map's value for the string key `key`.
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        match self {
-            Value::Map(entries) => entries
-                .iter()
-                .find(|(k, _)| k.as_str() == Some(key))
-                .map(|(_, v)| v),
-            _ => None,
-        }
-    }
+    Ok(out)
 }
 
 /// Nesting deeper than this is refused (Tensile's trees are tens deep).
@@ -229,69 +196,63 @@ impl Reader<'_> {
         Ok(usize::try_from(self.uint(n)?)?)
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value> {
+    /// The next value, what `out` needs of it noted (when `top`, it is
+    /// the whole catalogue's map).
+    fn value(&mut self, depth: usize, role: Role, top: bool, out: &mut Catalogue) -> Result<Seen> {
         if depth > MAX_DEPTH {
             bail!("values nested over {MAX_DEPTH} deep");
         }
         let b = self.take(1)?[0];
         Ok(match b {
-            0x00..=0x7f => Value::Int(i128::from(b)),
-            0x80..=0x8f => self.map(usize::from(b & 0x0f), depth)?,
-            0x90..=0x9f => self.array(usize::from(b & 0x0f), depth)?,
+            0x80..=0x8f => self.map(usize::from(b & 0x0f), depth, role, top, out)?,
+            0x90..=0x9f => self.array(usize::from(b & 0x0f), depth, role, out)?,
             0xa0..=0xbf => self.str(usize::from(b & 0x1f))?,
-            0xc0 => Value::Nil,
-            0xc2 => Value::Bool(false),
-            0xc3 => Value::Bool(true),
+            0xc2 => Seen::Bool(false),
+            0xc3 => Seen::Bool(true),
             0xc4..=0xc6 => {
                 let n = self.len(1 << (b - 0xc4))?;
-                Value::Bin(self.take(n)?.to_vec())
+                self.take(n)?;
+                Seen::Other
             }
             0xc7..=0xc9 => {
                 let n = self.len(1 << (b - 0xc7))?;
                 self.take(1 + n)?;
-                Value::Nil
+                Seen::Other
             }
-            0xca => Value::Float(f64::from(f32::from_bits(u32::try_from(self.uint(4)?)?))),
-            0xcb => Value::Float(f64::from_bits(self.uint(8)?)),
-            0xcc..=0xcf => Value::Int(i128::from(self.uint(1 << (b - 0xcc))?)),
-            0xd0..=0xd3 => {
-                let n = 1usize << (b - 0xd0);
-                let raw = self.uint(n)?;
-                let shift = 64 - 8 * n as u32;
-                Value::Int(i128::from(((raw << shift) as i64) >> shift))
-            }
-            0xd4..=0xd8 => {
-                self.take(1 + (1 << (b - 0xd4)))?;
-                Value::Nil
-            }
+            0xca => self.take(4).map(|_| Seen::Other)?,
+            0xcb => self.take(8).map(|_| Seen::Other)?,
+            0xcc..=0xcf => self.take(1 << (b - 0xcc)).map(|_| Seen::Other)?,
+            0xd0..=0xd3 => self.take(1 << (b - 0xd0)).map(|_| Seen::Other)?,
+            0xd4..=0xd8 => self.take(1 + (1 << (b - 0xd4))).map(|_| Seen::Other)?,
             0xd9..=0xdb => {
                 let n = self.len(1 << (b - 0xd9))?;
                 self.str(n)?
             }
             0xdc | 0xdd => {
                 let n = self.len(if b == 0xdc { 2 } else { 4 })?;
-                self.array(n, depth)?
+                self.array(n, depth, role, out)?
             }
             0xde | 0xdf => {
                 let n = self.len(if b == 0xde { 2 } else { 4 })?;
-                self.map(n, depth)?
+                self.map(n, depth, role, top, out)?
             }
-            0xe0..=0xff => Value::Int(i128::from(b as i8)),
             0xc1 => bail!("byte 0xc1 (never used) at {}", self.at - 1),
+            // Fixints and nil.
+            _ => Seen::Other,
         })
     }
 
-    fn str(&mut self, n: usize) -> Result<Value> {
+    fn str(&mut self, n: usize) -> Result<Seen> {
         let at = self.at;
         let s = self.take(n)?;
-        Ok(Value::Str(
+        Ok(Seen::Str(
             std::str::from_utf8(s)
                 .map_err(|_| anyhow!("a string at byte {at} is not UTF-8"))?
                 .to_owned(),
         ))
     }
 
-    fn array(&mut self, n: usize, depth: usize) -> Result<Value> {
+    fn array(&mut self, n: usize, depth: usize, role: Role, out: &mut Catalogue) -> Result<Seen> {
         // Each element is at least a byte: a count beyond what is left is a lie.
         if n > self.bytes.len() - self.at {
             bail!(
@@ -299,31 +260,87 @@ impl Reader<'_> {
                 self.at
             );
         }
-        (0..n)
-            .map(|_| self.value(depth + 1))
-            .collect::<Result<_>>()
-            .map(Value::Array)
+        let inner = match role {
+            Role::Key => Role::Key,
+            _ => Role::Plain,
+        };
+        for _ in 0..n {
+            let item = self.value(depth + 1, inner, false, out)?;
+            // The top map's solutions: each one's kind of kernel.
+            if role == Role::Solutions
+                && let Seen::Map(Some(source)) = item
+            {
+                match source {
+                    true => out.source = true,
+                    false => out.assembly = true,
+                }
+            }
+        }
+        Ok(Seen::Other)
     }
 
-    fn map(&mut self, n: usize, depth: usize) -> Result<Value> {
+    fn map(
+        &mut self,
+        n: usize,
+        depth: usize,
+        role: Role,
+        top: bool,
+        out: &mut Catalogue,
+    ) -> Result<Seen> {
         if n.saturating_mul(2) > self.bytes.len() - self.at {
             bail!("a map of {n} at byte {} is longer than the file", self.at);
         }
-        (0..n)
-            .map(|_| Ok((self.value(depth + 1)?, self.value(depth + 1)?)))
-            .collect::<Result<_>>()
-            .map(Value::Map)
+        let inner = match role {
+            Role::Key => Role::Key,
+            _ => Role::Plain,
+        };
+        // A key's first value counts, as a lookup in the map would find it.
+        let (mut kind, mut value, mut source, mut solutions) = (None, None, None, false);
+        for _ in 0..n {
+            let key = match self.value(depth + 1, Role::Key, false, out)? {
+                Seen::Str(k) => Some(k),
+                _ => None,
+            };
+            let role = match key.as_deref() {
+                Some("solutions") if top && !solutions && inner == Role::Plain => {
+                    solutions = true;
+                    Role::Solutions
+                }
+                _ => inner,
+            };
+            let v = self.value(depth + 1, role, false, out)?;
+            match (key.as_deref(), v) {
+                (Some("type"), v) if kind.is_none() => {
+                    kind = Some(matches!(v, Seen::Str(s) if s == "Placeholder"))
+                }
+                (Some("value"), v) if value.is_none() => {
+                    value = Some(match v {
+                        Seen::Str(s) => Some(s),
+                        _ => None,
+                    })
+                }
+                (Some("sourceKernel"), v) if source.is_none() => {
+                    source = Some(match v {
+                        Seen::Bool(b) => Some(b),
+                        _ => None,
+                    })
+                }
+                _ => {}
+            }
+        }
+        if inner == Role::Plain
+            && kind == Some(true)
+            && let Some(Some(prefix)) = value
+        {
+            out.placeholders.push(prefix);
+        }
+        Ok(Seen::Map(source.flatten()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse(bytes: &[u8]) -> Result<Value> {
-        let mut r = Reader { bytes, at: 0 };
-        r.value(0)
-    }
 
     #[test]
     fn reads_what_msgpack_writes() {
@@ -333,15 +350,32 @@ mod tests {
             b'l', b'd', b'e', b'r', 0xa5, b'v', b'a', b'l', b'u', b'e', 0xa1, b'P', 0xa1, b'n',
             0xfe, 0xa1, b'x', 0x92, 0xc3, 0xcd, 0x01, 0x2c,
         ];
-        let v = parse(&bytes).unwrap();
-        let mut out = Vec::new();
-        placeholders(&v, &mut out);
-        assert_eq!(out, ["P"]);
-        assert_eq!(v.get("n"), Some(&Value::Int(-2)));
-        assert_eq!(
-            v.get("x"),
-            Some(&Value::Array(vec![Value::Bool(true), Value::Int(300)]))
-        );
+        let c = parse(&bytes).unwrap();
+        assert_eq!(c.placeholders, ["P"]);
+        assert!(!c.source && !c.assembly);
+    }
+
+    #[test]
+    fn the_top_maps_solutions_say_their_kernels() {
+        // {"solutions": [{"sourceKernel": true}, {"sourceKernel": false}],
+        //  {"type": "Placeholder", "value": "K"}: 1}: a key's placeholder
+        // is not one.
+        let mut bytes = vec![0x82, 0xa9];
+        bytes.extend(b"solutions");
+        bytes.extend([0x92, 0x81, 0xac]);
+        bytes.extend(b"sourceKernel");
+        bytes.extend([0xc3, 0x81, 0xac]);
+        bytes.extend(b"sourceKernel");
+        bytes.extend([0xc2, 0x82, 0xa4]);
+        bytes.extend(b"type");
+        bytes.push(0xab);
+        bytes.extend(b"Placeholder");
+        bytes.push(0xa5);
+        bytes.extend(b"value");
+        bytes.extend([0xa1, b'K', 0x01]);
+        let c = parse(&bytes).unwrap();
+        assert!(c.source && c.assembly);
+        assert!(c.placeholders.is_empty(), "{:?}", c.placeholders);
     }
 
     #[test]

@@ -316,6 +316,18 @@ pub fn named_target(name: &str) -> Option<String> {
     (!digits.is_empty()).then(|| format!("gfx{digits}"))
 }
 
+/// A name read from a file or a directory, shown with its control
+/// characters escaped (`\u{1b}`), as compiler logs are: a file named with
+/// an escape sequence must not drive the terminal it is shown on.
+pub fn shown(name: &str) -> String {
+    name.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -248,7 +248,8 @@ impl Tensile {
             targets: targets.into_iter().cloned().collect(),
             card: card.to_owned(),
             card_covered: Some(self.error.is_none() && code > 0 && !catalogues.is_empty()),
-            notes,
+            // The names in them are the directory's: escaped.
+            notes: notes.iter().map(|n| super::shown(n)).collect(),
         }
     }
 }

@@ -9,6 +9,7 @@ mod build;
 mod build_signals;
 mod build_sources;
 mod bytes_paths;
+mod catalogue_bound;
 mod clone_path;
 mod comgr;
 mod compat;

@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels]`:
+//! `cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels|catalogue]`:
 //! libFuzzer on the ELF and offload-bundle readers (fuzz/fuzz_targets/
 //! elf.rs), seeded with real libraries: clang's HIP fat binaries (one arch
 //! and three) and the fake runtime's ELF files; on the pull's readers
@@ -8,7 +8,9 @@
 //! batch-norm texts, the HIP include names and headers handed to a
 //! compiler, cases, defines, the row_bcast blanking, the in-place edit,
 //! each held to a property), seeded with the fake runtime's libMIOpen
-//! variants and hand-made texts. Each target runs for N seconds. Not in CI: it runs for
+//! variants and hand-made texts; and on the Tensile catalogue reader
+//! (catalogue.rs, its peak allocation held to twice the input plus 64 MB),
+//! seeded with hand-made catalogues. Each target runs for N seconds. Not in CI: it runs for
 //! minutes. It fails on any crash, abort, out-of-memory or slow input
 //! (`-timeout=1` on inputs of at most 1 MiB), and then on any corpus input
 //! that, repeated to 4 MiB, takes 1 s per MB.
@@ -38,7 +40,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
             "--target" => only = Some(value()?.clone()),
             other => {
                 bail!(
-                    "unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels]"
+                    "unknown argument {other}; usage: cargo xtask fuzz [--seconds N] [--jobs J] [--target elf|pull|kernels|catalogue]"
                 )
             }
         }
@@ -48,7 +50,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     if let Some(o) = &only
         && !bins.iter().any(|(name, _)| name == o)
     {
-        bail!("no fuzz target {o}: elf, pull or kernels");
+        bail!("no fuzz target {o}: elf, pull, kernels or catalogue");
     }
     for (name, bin) in bins {
         if only.as_deref().is_some_and(|o| o != name) {
@@ -58,6 +60,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         let seeds = match name {
             "elf" => seeds(&work.join("seeds"))?,
             "kernels" => kernel_seeds(&work.join("seeds"))?,
+            "catalogue" => catalogue_seeds(&work.join("seeds"))?,
             _ => pull_seeds(&work.join("seeds"))?,
         };
         one(name, &bin, &work, &seeds, seconds, jobs)?;
@@ -244,7 +247,7 @@ fn build(root: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
         .arg(&target)
         .env("RUSTFLAGS", flags.join(" ")))?;
     let dir = target.join(triple).join("release");
-    Ok(["elf", "pull", "kernels"]
+    Ok(["elf", "pull", "kernels", "catalogue"]
         .into_iter()
         .map(|n| (n, dir.join(n)))
         .collect())
@@ -299,6 +302,34 @@ type Records = Vec<(&'static str, Vec<u8>)>;
 /// (`../../x`, `/abs`, a NUL, `%:`, a continued `#inc\`-line, a `\r`
 /// line), headers that include themselves and each other under several
 /// names, and a huge line of row_bcast operands.
+/// Hand-made Tensile catalogues (MessagePack): a lazy one naming a
+/// placeholder, a library with source and assembly solutions, and a
+/// bomb's start (an array of nils).
+fn catalogue_seeds(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let mut lazy = vec![0x82, 0xa4];
+    lazy.extend(b"type");
+    lazy.push(0xab);
+    lazy.extend(b"Placeholder");
+    lazy.push(0xa5);
+    lazy.extend(b"value");
+    lazy.push(0xa8);
+    lazy.extend(b"TL_gfx12");
+    let mut lib = vec![0x81, 0xa9];
+    lib.extend(b"solutions");
+    lib.extend([0x92, 0x81, 0xac]);
+    lib.extend(b"sourceKernel");
+    lib.extend([0xc3, 0x81, 0xac]);
+    lib.extend(b"sourceKernel");
+    lib.push(0xc2);
+    let mut nils = vec![0xdd, 0x00, 0x00, 0x04, 0x00];
+    nils.resize(5 + 1024, 0xc0);
+    for (name, bytes) in [("lazy.dat", lazy), ("lib.dat", lib), ("nils.dat", nils)] {
+        std::fs::write(dir.join(name), bytes)?;
+    }
+    Ok(dir.to_owned())
+}
+
 fn kernel_seeds(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let scratch = tempfile::tempdir()?;
