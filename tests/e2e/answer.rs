@@ -230,6 +230,18 @@ fn verify_and_status_with_nothing_installed_point_at_doctor() {
     }
 }
 
+/// `verify --smoke` at a glance on a torch with gfx1010 code and no GPU
+/// visible: the battery checked nothing.
+pub(crate) const SMOKE_WITH_NO_GPU: [&str; 5] = [
+    "verdict: nothing was checked: none of the battery's 47 cases ran",
+    "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
+    "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
+    // The sandbox's copy of the topology (support.rs, set_gpus): a path
+    // of fixed length, its middle elided; what follows stays.
+    "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/topology/nodes), so no case of the battery ran",
+    "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
+];
+
 /// `verify --smoke` with no --python runs python3's torch, as its help
 /// says (on ada2d43: `skip torch no --python/--torch-dir given and no
 /// install recorded`, and the battery checked nothing).
@@ -239,18 +251,7 @@ fn smoke_without_python_uses_python3s_torch() {
     sb.at_a_glance();
     torch_with_code(&sb, &["gfx1010"]);
     let run = sb.run_with_state(&["verify", "--smoke"], &[]);
-    lines_are(
-        &run.stdout,
-        &[
-            "verdict: nothing was checked: none of the battery's 47 cases ran",
-            "skip  prefix    no rdna1-patch install in [..]/state to check; --smoke judges the torch as it is",
-            "ok    layout    torch/lib: torch loads [..]/site/torch/lib/libMIOpen.so",
-            // The sandbox's copy of the topology (support.rs, set_gpus): a
-            // path of fixed length, its middle elided; what follows stays.
-            "skip  smoke     nothing was checked: no AMD GPU in the KFD topology ([..]/topology/nodes), so no case of the battery ran",
-            "                fix: the battery runs on an AMD GPU the kernel's amdgpu driver shows in /sys/class/kfd; in a container, pass it /dev/kfd and /dev/dri",
-        ],
-    );
+    lines_are(&run.stdout, &SMOKE_WITH_NO_GPU);
     assert_eq!(run.code, Some(3));
 
     // With an RX 5600 XT the battery runs, every case in the python3 the
