@@ -615,10 +615,14 @@ fn doctor_offers_the_rocblas_build_to_a_torch_its_user_built_only() {
         .filter(|l| l.trim_start().starts_with("fix: "))
         .collect();
     assert_eq!(fixes.len(), 2, "{rows:#?}");
+    // The install carries this run's --state-dir (shell.rs).
     for f in fixes {
-        assert_eq!(
-            f.as_str(),
-            "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch`; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again"
+        assert!(
+            crate::support_run::line_matches(
+                "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch --state-dir [..]`; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+                f
+            ),
+            "{f}"
         );
     }
 
