@@ -92,7 +92,7 @@ tasks:
   fuzz       libFuzzer on the ELF and offload-bundle readers, the pull's, or
              the readers of a libMIOpen's kernel texts and include names;
              fails on any crash, abort, broken property or slow input
-             [--seconds N] [--jobs J] [--target elf|pull|kernels]
+             [--seconds N] [--jobs J] [--target elf|pull|kernels|catalogue]
   killtest   kill -9 installs, rollbacks, publishes and pulls at random
              instants, check nothing is stuck, damaged or left behind
              [--runs N] [--size-mb M] [--seed S] [--route system|rocblas]

@@ -89,7 +89,7 @@ fn the_fuzz_usage_names_every_fuzz_target() {
             line.trim_start_matches("name = ").trim_matches('"')
         })
         .collect();
-    assert_eq!(bins, ["elf", "pull", "kernels"]);
+    assert_eq!(bins, ["elf", "pull", "kernels", "catalogue"]);
     let flag = format!("[--target {}]", bins.join("|"));
     let out = Command::new(XTASK).output().unwrap();
     let usage = String::from_utf8(out.stderr).unwrap();
