@@ -208,11 +208,10 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|e| usage_error(e));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
     // Every command printed from here on is this run's (shell.rs).
-    let python = crate::which_python::choose(None).ok().map(|c| c.python);
     crate::shell::set(crate::shell::Invocation::of(
         &Cli::command(),
         &matches,
-        python.as_deref(),
+        || crate::which_python::choose(None).ok().map(|c| c.python),
     ));
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,

@@ -267,19 +267,20 @@ fn path_of(exe: &Path) -> String {
 
 impl Invocation {
     /// This run's, from the command line clap parsed against `cli`;
-    /// `python` is the python the tool takes with no --python (the CLI
-    /// asks which_python, which sits above this module).
+    /// `python` answers which python the tool takes with no --python (the
+    /// CLI asks which_python, which sits above this module), asked only
+    /// when --python was given.
     pub fn of(
         cli: &clap::Command,
         matches: &clap::ArgMatches,
-        python: Option<&Path>,
+        python: impl Fn() -> Option<PathBuf>,
     ) -> Invocation {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rdna1-patch"));
         let sudo = under_sudo();
         Invocation {
             tool: tool_name(&exe, std::env::var_os("PATH").as_deref()),
             sudo,
-            options: given(cli, matches, python),
+            options: given(cli, matches, &python),
             verbs: verbs(cli),
         }
     }
@@ -324,7 +325,7 @@ fn verbs(cli: &clap::Command) -> BTreeMap<String, BTreeSet<String>> {
 fn given(
     cli: &clap::Command,
     matches: &clap::ArgMatches,
-    python: Option<&Path>,
+    python: &dyn Fn() -> Option<PathBuf>,
 ) -> Vec<(String, String)> {
     let (mut cmd, mut m) = (cli, matches);
     while let Some((name, sub)) = m.subcommand() {
@@ -368,7 +369,7 @@ fn given(
 /// python the tool would choose anyway (`python`, by its path, not the
 /// file a venv's python links to), the default state dir. A command
 /// without it finds the same.
-fn is_default(flag: &str, value: &Path, python: Option<&Path>) -> bool {
+fn is_default(flag: &str, value: &Path, python: &dyn Fn() -> Option<PathBuf>) -> bool {
     match flag {
         "python" => {
             let given = match value.to_string_lossy().contains('/') {
@@ -379,7 +380,7 @@ fn is_default(flag: &str, value: &Path, python: Option<&Path>) -> bool {
                         .find(|p| p.is_file())
                 }),
             };
-            given.is_some_and(|g| python == Some(g.as_path()))
+            given.is_some_and(|g| python().is_some_and(|p| p == g))
         }
         "state-dir" => directories::ProjectDirs::from("", "", "rdna1-patch")
             .and_then(|d| d.state_dir().map(Path::to_owned))
