@@ -377,7 +377,7 @@ const BY_PATH_ALLOWED: &[(&str, &str, &str)] = &[
         "the build's own work dir, which a build under sudo does not share with another user (SECURITY.md: build)",
     ),
     (
-        "builder::pipeline",
+        "builder::pipeline::install",
         "let _ = std::fs::remove_dir(&self.prefix);",
         "an empty prefix this build made and failed to fill: rmdir removes only an empty directory, never a symlink's target",
     ),
