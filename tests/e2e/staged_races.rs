@@ -161,44 +161,11 @@ fn torch_now(torch: &FakeTorch, id: &str) -> BTreeMap<PathBuf, Option<Vec<u8>>> 
     now
 }
 
-/// `install rocblas --into-torch` under sudo, its staged Tensile
-/// directory swapped at each step: root's directory is not written or
-/// chmodded, torch is as it was, and the error names the swap.
-#[test]
-fn a_staged_tensile_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
-    let Some(python) = root_and_python_for_sudo("the staged directories raced under sudo") else {
-        return;
-    };
-    each_step(STEPS, |(point, nth, rel)| {
-        let (sb, torch, prefix) = users_torch(python);
-        let staged = torch.lib.join("rocblas/.library.rdna1-patch-1.tmp");
-        let dir = at(&staged, rel);
-        let victim = roots_only(&sb);
-        let (before, torch_before) = (look(&victim), bytes_of(&torch.dir));
-        let p = prefix.display().to_string();
-        let run = as_sudo(
-            &sb,
-            python,
-            &["install", "rocblas", "--into-torch", "--prefix", &p],
-            &swap_at(point, nth, &dir, &victim),
-        );
-        let what = format!("install, {point} #{nth} at {}", dir.display());
-        untouched(&what, &victim, &before);
-        assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
-        run.fails().error_is(&swap_named(&dir));
-        same_tree(
-            &format!("{what}: torch"),
-            &torch_before,
-            &torch_now(&torch, ".rdna1-patch-1."),
-        );
-    });
-}
-
-/// `rollback` under sudo, the directory it stages from the backup
-/// (`.library.rdna1-patch-1-rollback.tmp`) swapped at each step: root's
-/// directory is not written or chmodded, the install stays whole.
-#[test]
-fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
+/// `install rocblas --into-torch` under sudo (or, after one, `rollback`,
+/// which stages from the backup), its staged Tensile directory swapped at
+/// each step: root's directory is not written or chmodded, torch is as it
+/// was (the install stays whole), and the error names the swap.
+fn staged_dir_swapped(rollback: bool) {
     let Some(python) = root_and_python_for_sudo("the staged directories raced under sudo") else {
         return;
     };
@@ -206,29 +173,38 @@ fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
         let (sb, torch, prefix) = users_torch(python);
         let p = prefix.display().to_string();
         let install = ["install", "rocblas", "--into-torch", "--prefix", &p];
-        as_sudo(&sb, python, &install, "").ok();
-        let staged = torch
-            .lib
-            .join("rocblas/.library.rdna1-patch-1-rollback.tmp");
-        let dir = at(&staged, rel);
+        let (args, staged, ours): (&[&str], _, _) = match rollback {
+            false => (&install, ".library.rdna1-patch-1.tmp", ".rdna1-patch-1."),
+            true => {
+                as_sudo(&sb, python, &install, "").ok();
+                let staged = ".library.rdna1-patch-1-rollback.tmp";
+                (&["rollback"], staged, "-rollback.tmp")
+            }
+        };
+        let dir = at(&torch.lib.join("rocblas").join(staged), rel);
         let victim = roots_only(&sb);
         let (before, torch_before) = (look(&victim), bytes_of(&torch.dir));
-        let run = as_sudo(
-            &sb,
-            python,
-            &["rollback"],
-            &swap_at(point, nth, &dir, &victim),
-        );
-        let what = format!("rollback, {point} #{nth} at {}", dir.display());
+        let run = as_sudo(&sb, python, args, &swap_at(point, nth, &dir, &victim));
+        let what = format!("{}, {point} #{nth} at {}", args[0], dir.display());
         untouched(&what, &victim, &before);
         assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
         run.fails().error_is(&swap_named(&dir));
         same_tree(
             &format!("{what}: torch"),
             &torch_before,
-            &torch_now(&torch, "-rollback.tmp"),
+            &torch_now(&torch, ours),
         );
     });
+}
+
+#[test]
+fn a_staged_tensile_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
+    staged_dir_swapped(false);
+}
+
+#[test]
+fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
+    staged_dir_swapped(true);
 }
 
 /// The state dir's subdirectories, swapped for a symlink once the lock
