@@ -279,3 +279,92 @@ help: stop whatever else writes in {} (under sudo, a directory another user owns
         theirs.display()
     ));
 }
+
+/// `trust KEY` under sudo, the config in a directory of the user's
+/// (`RDNA1_PATCH_CONFIG`), that directory swapped for a symlink once root
+/// holds it open (`fsutil::write_atomic`, as the prefix's records and a
+/// `--report` are written): the config goes into the directory held, as
+/// its owner, nothing into root's.
+#[test]
+fn a_config_dir_swapped_under_sudo_trust_changes_nothing_of_roots() {
+    if !root_for("trust's config raced under sudo") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let victim = roots_only(&sb);
+    let before = look(&victim);
+    let theirs = sb.root.join("their-config");
+    let conf = theirs.join("rdna1-patch");
+    std::fs::create_dir_all(&conf).unwrap();
+    chown(&theirs, NOBODY);
+    let mut c = sb.cmd();
+    c.args(["trust", &crate::trust::key(7)])
+        .env("RDNA1_PATCH_CONFIG", conf.join("config.toml"))
+        .env(
+            "FAILPOINTS",
+            swap_at("atomic-dir-opened", 0, &conf, &victim),
+        );
+    let run = Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap());
+    untouched("the config's directory", &victim, &before);
+    let written = theirs.join("rdna1-patch.aside/config.toml");
+    let m = std::fs::symlink_metadata(&written)
+        .unwrap_or_else(|e| panic!("{}: {e}; {}", written.display(), run.stderr));
+    assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "written as its owner");
+    assert!(
+        std::fs::read_to_string(&written)
+            .unwrap()
+            .contains(&crate::trust::key(7)),
+        "{}",
+        run.stderr
+    );
+}
+
+/// SECURITY.md's table of the places root writes in a user's place names,
+/// for each, the test that races it (`module::test`, or a module whose
+/// tests all do): every one it names exists; a row that names none says
+/// it is not raced.
+#[test]
+fn securitys_table_names_an_existing_race_test_for_each_place() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("SECURITY.md")).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with("| where root writes in a user's place"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 10, "the table is gone: {rows:?}");
+    for row in rows {
+        let last = row.trim_end_matches('|').rsplit(" | ").next().unwrap();
+        let named: Vec<&str> = last
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == ':')
+            })
+            .filter(|n| {
+                std::fs::exists(
+                    root.join("tests/e2e")
+                        .join(format!("{}.rs", n.split("::").next().unwrap())),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(
+            !named.is_empty() || last.starts_with("not raced"),
+            "a row names no test that races it: {row}"
+        );
+        for n in named {
+            let (module, test) = n.split_once("::").unwrap_or((n, ""));
+            let file =
+                std::fs::read_to_string(root.join(format!("tests/e2e/{module}.rs"))).unwrap();
+            assert!(
+                test.is_empty() || file.contains(&format!("fn {test}(")),
+                "SECURITY.md names {n}, which is no test: {row}"
+            );
+        }
+    }
+}
