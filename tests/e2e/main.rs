@@ -27,6 +27,7 @@ mod fast;
 mod first_contact;
 mod fs_errors;
 mod glance;
+mod glance_verbs;
 mod help_lines;
 mod hostile;
 mod house;
