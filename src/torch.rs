@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::error::hint;
 use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
-pub use get::{NATIVE_TORCH, device_extra, for_build, index_args, native_torch, native_torch_for};
+pub use get::{for_build, index_args, native_torch, native_torch_for, requirements};
 pub use system::System;
 
 pub mod get;
