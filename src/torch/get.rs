@@ -62,20 +62,14 @@ pub fn requirements(targets: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `pip install` of TheRock's torch for `target` (gfx1010, gfx1011 or
-/// gfx1012; TheRock names a device extra for each), from [`index`].
-pub fn native_torch(target: &str) -> String {
-    install("pip", &[target.to_owned()])
-}
-
-/// [`native_torch`] for every one of `targets`, in one line.
-pub fn native_torch_for(targets: &[String]) -> String {
-    install("pip", targets)
-}
-
-fn install(pip: &str, targets: &[String]) -> String {
-    let words = index_args().into_iter().chain(requirements(targets));
-    format!("{pip} install {}", crate::shell::line(words))
+/// `pip install` of TheRock's torch for `target`, for the help of a
+/// torch that a package owns (torch.rs, below the plan); every other
+/// line is the plan's (`plan::torch_line`).
+pub(super) fn native_torch(target: &str) -> String {
+    commands(&[target.to_owned()], None, false)
+        .pop()
+        .map(crate::shell::line)
+        .unwrap_or_default()
 }
 
 /// "gfx1010", "gfx1010 and gfx1012".

@@ -159,6 +159,12 @@ help: to prepare this torch for an RDNA1 card that is not here, name it: `rdna1-
     let before = snapshot(&torch.dir);
     install(&sb, &["--dry-run"]).fails_with(want);
     install(&sb, &[]).fails_with(want);
+    // install rocblas reads the same plan: nothing for it here either.
+    sb.run_with_state(&["install", "rocblas", "--into-torch"], &[])
+        .fails_with(&want.replace(
+            "`rdna1-patch install --into-torch",
+            "`rdna1-patch install rocblas --into-torch",
+        ));
     assert_eq!(snapshot(&torch.dir), before, "torch was changed");
     assert!(!sb.prefix.exists(), "a prefix was written");
     let json: serde_json::Value = serde_json::from_str(&doctor(&sb, &["--json"]).stdout).unwrap();
@@ -331,6 +337,18 @@ fn a_rocblas_without_the_cards_code_is_a_step_before_miopens() {
         ],
     );
     dry.says("Proven 2 batch-norm kernels compile for gfx1012 (the card in this machine)");
+    // install rocblas's dry run says the plan's rocBLAS step alone (then
+    // finds no build of it here).
+    let blas = sb.run_with_state(&["install", "rocblas", "--into-torch", "--dry-run"], &[]);
+    assert!(
+        line_matches(
+            &format!("      Plan {rocblas_step}"),
+            blas.stderr.lines().next().unwrap_or_default()
+        ),
+        "{}",
+        blas.stderr
+    );
+    assert!(!blas.stderr.contains("step 2 of 2"), "{}", blas.stderr);
     assert_eq!(snapshot(&torch.dir), before);
 }
 
