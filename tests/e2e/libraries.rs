@@ -277,7 +277,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(code, 1, "{out}");
 }
 
-pub(crate) const THEROCK_ROCBLAS: &str = "TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)\n                fix: TheRock's torch has rocBLAS for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`";
+pub(crate) const THEROCK_ROCBLAS: &str = "TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)\n                fix: TheRock's torch has rocBLAS for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`";
 
 /// An RX 5500 XT (gfx1012) with a rocBLAS and Tensile files built for
 /// gfx1010 (and gfx1030): what an RX 5700 runs has nothing for it.
