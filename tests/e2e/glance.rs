@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::answer::{doctor, lines_are};
-use crate::in_place::{HIP64, install, torch_of};
+use crate::in_place::{HIP64, install};
 use crate::support::{FakeTorch, Sandbox};
 
 /// What Debian's librocblas 6.4 is built for, as far as this clang goes:
@@ -63,7 +63,12 @@ fn debian_torch() -> Sandbox {
 /// targets, none gfx1012, and torch/lib/rocblas/library with 54 generic
 /// catalogues and a code object per target.
 pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
-    let torch = torch_of(sb, version, HIP64, &["gfx1010", "gfx1012"]);
+    debian_torch_at(sb, "site", version)
+}
+
+/// As [`debian_torch_in`], in `<root>/<site>`.
+pub(crate) fn debian_torch_at(sb: &Sandbox, site: &str, version: &str) -> FakeTorch {
+    let torch = crate::in_place::torch_in(sb, site, version, HIP64, &["gfx1010", "gfx1012"]);
     let code = debian_code(&torch.lib);
     std::fs::copy(
         code.join("hip/libtorch_hip.so"),
@@ -156,7 +161,7 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
             "         gfx1012 (see tensile); 2 steps, first rocBLAS for gfx1012 (see route)",
             "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at [..]/site/torch, found by python3 (--python); torch/lib: torch loads …",
             "ok    route     in place, no build: `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` (MIOpen sees the real chip: …",
-            "                step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3`, then …",
+            "                step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch --state-dir [..]/state --profile rocm-6.4.3` …",
             "                step 2 of 2: MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch --state-dir [..]/state --profile rocm-6.4.3` …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1012 (the card in this machine), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1012",
@@ -174,7 +179,8 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
             "                and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then",
             "                `rdna1-patch install rocblas --into-torch --state-dir [..]/state --profile rocm-6.4.3`; or, in place of this torch, TheRock's torch",
             "                for gfx1012 (a download of about 4 GB, no build):",
-            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this",
+            "                again",
             "FAIL  tensile   rocBLAS's Tensile directory torch/lib/rocblas/library has no kernels for gfx1012 (the card's): every matmul (mm, bmm, linear, addmm, einsum) …",
             "                54 catalogue(s), 10 code-object file(s); for gfx1012: 0 code-object file(s), 54 generic catalogue(s)",
             "                catalogues read for gfx1012: TensileLibrary_Type_4xi8I_Contraction_l_Ailk_Bjlk_Cijk_Dijk_1_fallback.dat, …",
@@ -183,7 +189,8 @@ fn every_row_of_doctor_verify_and_status_fits_a_glance() {
             "                and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then",
             "                `rdna1-patch install rocblas --into-torch --state-dir [..]/state --profile rocm-6.4.3`; or, in place of this torch, TheRock's torch",
             "                for gfx1012 (a download of about 4 GB, no build):",
-            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this",
+            "                again",
         ],
     );
     one_glance("doctor", &before.stdout);
@@ -286,7 +293,7 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
             "         `rdna1-patch install --into-torch --python [..]/home/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]/state --profile rocm-6.4.3`",
             "         fixes them",
             "ok    torch     2.6.0+rocm6.4 (HIP 6.4.43484-123eb5128) at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by ~/miniconda3/…/python …",
-            "ok    route     in place, no build: …",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch --python [..]/bin/python --state-dir [..]/state --profile rocm-6.4.3` …",
             "FAIL  kernels   2 of 2 batch-norm kernels of torch/lib/libMIOpen.so fail for gfx1010 (the card in this machine), through comgr 2.4 …",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for …",
