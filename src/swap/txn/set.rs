@@ -230,13 +230,7 @@ fn new_journal(locked: &Locked, s: &SetSwap, journals: &Journals, f: &Found0) ->
         state: State::Begun,
         created: now(),
         updated: String::new(),
-        torch: TorchRec {
-            dir: s.torch.dir.clone(),
-            version: s.torch.version.clone(),
-            hip: s.torch.hip.clone(),
-            target: s.target.to_owned(),
-            sdk: None,
-        },
+        torch: TorchRec::of(s.torch, s.target),
         build: s.build.clone(),
         new: FileRec {
             md5: f.new_md5.clone(),

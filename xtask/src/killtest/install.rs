@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Result, bail};
 use rdna1_patch::checksum::md5_file;
-use rdna1_patch::swap::txn::{Journals, State};
+use rdna1_patch::swap::txn::Journals;
 use rdna1_testkit::{FakeTorch, Fixture};
 
 use super::{Base, Known, Op, Route};
@@ -141,22 +141,9 @@ impl Route for Install {
     }
 
     fn as_journals_say(&self, what: &str, journals: &Journals) -> Result<()> {
-        let installed = journals
-            .list
-            .iter()
-            .rev()
-            .find(|j| j.state == State::Installed);
-        let want = installed.map_or(self.known.original(), |j| &j.new.md5);
         let now = md5_file(&self.torch.miopen())?;
-        if &now != want {
-            let name = |m| self.known.name(m).unwrap_or("unknown");
-            bail!(
-                "{what}: torch holds MD5 {now} ({}), the journals say {want} ({})",
-                name(&now),
-                name(want)
-            );
-        }
-        Ok(())
+        self.known
+            .as_journals_say(what, now, journals, |j| j.new.md5.clone())
     }
 
     /// A last publish and pull, to the end: the layout and the prefix work.

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use rdna1_patch::swap::txn::Journals;
+use rdna1_patch::swap::txn::{Journal, Journals, State};
 use rdna1_testkit::{FakeTorch, TorchKind};
 
 use crate::rng::Rng;
@@ -127,7 +127,7 @@ trait Route {
 /// install left.
 struct Known<T>(Vec<(&'static str, T)>);
 
-impl<T: PartialEq> Known<T> {
+impl<T: PartialEq + std::fmt::Debug> Known<T> {
     fn new(original: T) -> Known<T> {
         Known(vec![("the original", original)])
     }
@@ -151,6 +151,33 @@ impl<T: PartialEq> Known<T> {
 
     fn name(&self, t: &T) -> Option<&'static str> {
         self.0.iter().find(|(_, k)| k == t).map(|(n, _)| *n)
+    }
+
+    /// An error unless torch holds `now`, what the journals say: the last
+    /// installed one's `new`, else the original.
+    fn as_journals_say(
+        &self,
+        what: &str,
+        now: T,
+        journals: &Journals,
+        new: fn(&Journal) -> T,
+    ) -> Result<()> {
+        let installed = journals
+            .list
+            .iter()
+            .rev()
+            .find(|j| j.state == State::Installed);
+        let want = installed.map(new);
+        let want = want.as_ref().unwrap_or(self.original());
+        if now != *want {
+            let name = |t| self.name(t).unwrap_or("unknown");
+            bail!(
+                "{what}: torch holds {} ({now:?}), the journals say {} ({want:?})",
+                name(&now),
+                name(want)
+            );
+        }
+        Ok(())
     }
 }
 
