@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 use crate::builder::pipeline::checks;
 use crate::error::hint;
 use crate::fsutil;
-use crate::swap::into_torch::{self, Build};
+use crate::swap::checked_build::{self, Build};
+use crate::swap::into_torch;
 use crate::swap::relink::{self, Relink};
 use crate::swap::txn::tree::{self, Entry};
 use crate::swap::txn::{
@@ -64,7 +65,7 @@ pub enum Place {
 /// the set passes the check its build made before install, with code for
 /// each of this machine's RDNA1 cards.
 pub fn check(prefix: &Path, jobs: usize, sysfs: &Path) -> Result<Checked> {
-    let build = into_torch::check_build_of(prefix, jobs, "rocblas")?;
+    let build = checked_build::check_build_of(prefix, jobs, "rocblas")?;
     let p = &build.provenance;
     if p.component != "rocblas" {
         return Err(hint(
@@ -206,7 +207,7 @@ pub fn run(req: &BlasRequest, ui: &Ui) -> Result<()> {
     }
     let checked = check(&req.prefix, req.jobs, &req.stack.sysfs)?;
     let (loads, place) = place(torch, &req.state.read()?.list)?;
-    into_torch::check_versions(&checked.build, torch, req.force, ui)?;
+    checked_build::check_versions(&checked.build, torch, req.force, ui)?;
     if req.dry_run {
         into_torch::ensure_may_change(torch)?;
         crate::swap::txn::ensure_writable(&torch.dir.join("lib"))?;
