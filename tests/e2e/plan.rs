@@ -80,6 +80,9 @@ fn two_cards_get_one_torch_line_naming_both() {
 help: install the torch built for gfx1010 and gfx1012: `{both}`, then run this again"
         ));
         assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
+        // install rocblas reads the same plan: the same refusal.
+        let blas = sb.run_with_state(&["install", "rocblas", "--into-torch", "--dry-run"], &[]);
+        assert_eq!((blas.code, &blas.stderr), (dry.code, &dry.stderr));
         assert_eq!(snapshot(&torch.dir), before);
     }
     // A torch for both: no torch step, the in-place fix proven for both.
