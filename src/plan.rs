@@ -23,7 +23,7 @@ pub mod facts;
 mod helps;
 
 pub use facts::{Facts, Here, Miopen, MiopenRoute, Origin, TorchFacts};
-pub use helps::{no_code_help, torch_fix, torch_line};
+pub use helps::{miopen_fix, no_code_help, torch_fix, torch_line};
 
 /// A command a step runs: a program and its arguments, printed by
 /// [`render`] alone.

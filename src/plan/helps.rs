@@ -1,10 +1,10 @@
 //! The plan's steps said where no stack is at hand (a refusal deep in
 //! the swap, a row of verify's): TheRock's torch line for some cards, the
-//! torch-first fix for every card of the machine, and the one next step
-//! where torch runs nothing on a card. What they say is the plan's torch
+//! torch-first fix for every card of the machine, the one next step
+//! where torch runs nothing on a card, and MIOpen's in-place fix. What they say is the plan's torch
 //! step, never words of their own.
 
-use super::{Facts, Here, render, torch_step};
+use super::{Facts, Here, Miopen, MiopenRoute, miopen_step, render, torch_step};
 
 /// TheRock's torch for `cards`, as the one line any pip runs: for the
 /// helps that name it where no stack is at hand.
@@ -32,6 +32,16 @@ pub fn torch_fix(cards: &[String]) -> String {
     }
     all.sort();
     torch_step(&bare(all), String::new()).fix()
+}
+
+/// MIOpen's step where batch norm fails on `cards` and torch has their
+/// code: the in-place fix, said as a row's fix line.
+pub fn miopen_fix(cards: &[String]) -> String {
+    let fails = Miopen::Fails {
+        cards: cards.to_vec(),
+        route: MiopenRoute::InPlace,
+    };
+    miopen_step(&bare(cards.to_vec()), &fails).fix()
 }
 
 /// The facts of `cards` alone: no torch, no override, any pip.
