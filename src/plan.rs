@@ -22,6 +22,7 @@ pub(crate) mod advice;
 pub mod facts;
 mod helps;
 
+pub use crate::output::and;
 pub use facts::{Facts, Here, Miopen, MiopenRoute, Origin, TorchFacts};
 pub use helps::{miopen_fix, no_code_help, torch_fix, torch_line};
 
@@ -215,15 +216,6 @@ impl Plan {
                 self.steps[0].short()
             )),
         }
-    }
-}
-
-/// "gfx1010", "gfx1010 and gfx1012", "gfx1010, gfx1011 and gfx1012".
-pub fn and(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
     }
 }
 
