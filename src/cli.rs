@@ -28,6 +28,11 @@ pub struct Cli {
     /// Also print the build's own output, and each step as a line
     #[arg(short, long, global = true, help_heading = GLOBAL)]
     verbose: bool,
+    /// Print every line whole: full paths, every list and detail line
+    /// (lines are otherwise one glance, at most 160 characters besides a
+    /// command; the JSON is always whole)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    detail: bool,
     /// Colour: auto (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE
     /// forces it), always, never
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN", help_heading = GLOBAL)]
@@ -216,6 +221,7 @@ pub fn main() -> ExitCode {
     crate::output::configure(crate::output::Settings {
         quiet: cli.quiet,
         verbose: cli.verbose,
+        detail: cli.detail,
         color: colour_on(cli.color),
     });
     let json = cli.command.json();

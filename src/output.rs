@@ -13,14 +13,27 @@ use std::sync::OnceLock;
 
 use anstyle::{AnsiColor, Style};
 
-/// How much to say, and whether in colour: the global `-q`, `-v` and
-/// `--color`, set once by the CLI before any output.
+/// How much to say, and whether in colour: the global `-q`, `-v`,
+/// `--detail` and `--color`, set once by the CLI before any output.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Settings {
     pub quiet: bool,
     pub verbose: bool,
+    /// Every line whole: no path shortened, no line wrapped at a glance.
+    pub detail: bool,
     pub color: bool,
 }
+
+impl Settings {
+    /// Lines are printed whole (`--detail` or `-v`), not one glance each.
+    pub fn whole(&self) -> bool {
+        self.detail || self.verbose
+    }
+}
+
+/// The longest line a person reads at a glance, a whole command aside:
+/// rows, progress and errors. `--detail` (and the JSON) give lines whole.
+pub const GLANCE: usize = 160;
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
@@ -88,9 +101,21 @@ pub fn out(args: fmt::Arguments<'_>) {
     }
 }
 
-/// An error, the one way errors are printed (`error::render`).
+/// An error, the one way errors are printed (`error::render`): each line
+/// wrapped at a [`GLANCE`] under its head (`error: `, `help: `), a command
+/// never broken; whole with `--detail` or `-v`.
 pub fn error(err: &anyhow::Error) {
     let text = crate::error::render(err);
+    let text = match settings().whole() {
+        true => text,
+        false => wrap(&text, GLANCE, |line| {
+            if line.starts_with("help:") {
+                "      "
+            } else {
+                "       "
+            }
+        }),
+    };
     for line in text.lines() {
         let line = if let Some(rest) = line.strip_prefix("error:") {
             format!("{}{rest}", paint(ERROR, "error:"))
@@ -107,6 +132,40 @@ pub fn error(err: &anyhow::Error) {
 pub fn err_line(args: fmt::Arguments<'_>) {
     let text = args.to_string();
     let _ = writeln!(std::io::stderr().lock(), "{}", crate::shell::rewrite(&text));
+}
+
+/// Each line of `text` wrapped to `width` (at least 40), never mid-word
+/// and never inside a `command`: a command is copied and pasted, and a
+/// line break in it would run half of it, so one longer than the width
+/// stands whole on a line of its own. Continuation lines are indented as
+/// `indent` says for that line.
+pub fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a str) -> String {
+    // Inside backticks a space is held as a character no separator splits
+    // and that is as wide as a space (a private-use one: never in a row).
+    const HELD: char = '\u{e000}';
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut quoted = false;
+        let held: String = line
+            .chars()
+            .map(|c| {
+                quoted ^= c == '`';
+                if quoted && c == ' ' { HELD } else { c }
+            })
+            .collect();
+        let opts = textwrap::Options::new(width.max(40))
+            .subsequent_indent(indent(line))
+            .break_words(false)
+            .word_separator(textwrap::WordSeparator::AsciiSpace)
+            // A command's `device-gfx1012` stays one word.
+            .word_splitter(textwrap::WordSplitter::NoHyphenation);
+        out.extend(
+            textwrap::wrap(&held, opts)
+                .into_iter()
+                .map(|l| l.replace(HELD, " ")),
+        );
+    }
+    out.join("\n")
 }
 
 /// Like `println!`, through [`out`].

@@ -14,6 +14,11 @@ pub trait Reporter {
     fn note(&self, msg: &str);
     /// What only `-v` shows: a program's own output as it runs.
     fn detail(&self, _msg: &str) {}
+    /// A line under the previous stage that is a whole command (one a
+    /// user may copy): never wrapped.
+    fn command(&self, cmd: &str) {
+        self.note(cmd);
+    }
     /// The command's answer (what a dry run would do): the result, not
     /// progress, so stdout, under `-q` too.
     fn answer(&self, stage: &str, msg: &str);
@@ -59,6 +64,10 @@ impl<'a> Ui<'a> {
 
     pub fn detail(&self, msg: impl Display) {
         self.reporter.detail(&msg.to_string());
+    }
+
+    pub fn command(&self, cmd: impl Display) {
+        self.reporter.command(&cmd.to_string());
     }
 
     pub fn progress(&self, len: u64) -> Box<dyn Progress> {

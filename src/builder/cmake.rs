@@ -324,7 +324,7 @@ impl Configure<'_> {
         // the define list stays in `previous` until a new stamp is written.
         let _ = std::fs::remove_file(self.stamp_file());
         let shown = format!("cmake {}", args.join(" "));
-        ui.note(&shown);
+        ui.command(&shown);
         let run = run_logged(
             cmake_cmd(tools, &args),
             "cmake configure",

@@ -190,7 +190,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     if opts.dry_run {
         let (plan, stop) = pipeline::dry_run(&opts)?;
-        crate::outln!("{plan}");
+        crate::outln!("{}", at_a_glance(&plan.to_string()));
         if let Some(e) = stop {
             return Err(e);
         }
@@ -198,4 +198,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
         pipeline::run(&opts, &Ui::new(&super::term::Term::new()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dry run's lines one glance each (`--detail` and `-v`: whole); its
+/// `configure:` and `build:` lines are whole commands, never wrapped.
+fn at_a_glance(plan: &str) -> String {
+    if crate::output::settings().whole() {
+        return plan.to_owned();
+    }
+    plan.lines()
+        .map(
+            |l| match l.starts_with("configure: ") || l.starts_with("build: ") {
+                true => l.to_owned(),
+                false => super::term::glance(l, "           "),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -249,10 +249,13 @@ pub struct ReportArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
-    /// Show each row whole: full paths, every list and detail line (rows
-    /// are otherwise cut to 160 characters; the JSON is always whole)
-    #[arg(long)]
-    pub detail: bool,
+}
+
+impl ReportArgs {
+    /// Rows whole: the global `--detail` (or `-v`).
+    pub fn detail(&self) -> bool {
+        crate::output::settings().whole()
+    }
 }
 
 /// Home as `~` in the report a person reads.
@@ -295,7 +298,7 @@ pub fn print_report(
     } else {
         let mut report = report.clone();
         home_short(&mut report);
-        let text = report.text_wrapped(term::stdout_width(), args.detail);
+        let text = report.text_wrapped(term::stdout_width(), args.detail());
         crate::outln!("{}", painted(&text));
     }
     Ok(ExitCode::from(report.answer().exit))

@@ -50,7 +50,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let term = super::term::Term::new();
     for line in out_of_torch::run(&state, &req, &Ui::new(&term))? {
-        crate::outln!("{line}");
+        // A transaction's row one glance long, as the stages are.
+        crate::outln!("{}", super::term::glance(&line, "      "));
     }
     Ok(ExitCode::SUCCESS)
 }

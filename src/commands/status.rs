@@ -14,10 +14,6 @@ pub struct Args {
     /// Print the report as JSON
     #[arg(long)]
     pub(crate) json: bool,
-    /// Show each line whole: full paths and the proof (lines are otherwise
-    /// cut or wrapped at 160 characters; the JSON is always whole)
-    #[arg(long)]
-    detail: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -36,7 +32,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crate::outln!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
         let home = std::env::var("HOME").ok();
-        crate::outln!("{}", report.text_for(args.detail, home.as_deref()));
+        crate::outln!(
+            "{}",
+            report.text_for(crate::output::settings().whole(), home.as_deref())
+        );
     }
     // The rule doctor and verify take: rows to exit status.
     Ok(ExitCode::from(report.answer().exit))

@@ -37,6 +37,31 @@ impl Term {
             verbose: s.verbose,
         }
     }
+
+    /// `head` (padded to the message's column) then `msg`, one glance
+    /// long unless lines are whole: the head painted in `style`.
+    fn line(&self, head: &str, msg: &str, style: Option<anstyle::Style>) -> String {
+        let head = format!("{head:>10}");
+        let plain = format!("{head} {msg}");
+        let line = glance(&plain, INDENT);
+        match style {
+            Some(style) => format!("{}{}", paint(style, &head), &line[head.len()..]),
+            None => line,
+        }
+    }
+}
+
+/// Where a message starts: after the ten columns of its head and a space.
+const INDENT: &str = "           ";
+
+/// `line` one glance long (home as `~`, then wrapped under `indent`, its
+/// commands whole: `glance::fit`), or whole with `--detail` or `-v`.
+pub fn glance(line: &str, indent: &str) -> String {
+    if crate::output::settings().whole() {
+        return line.to_owned();
+    }
+    let home = std::env::var("HOME").ok().filter(|h| h.len() > 1);
+    crate::inspect::glance::fit(line, indent, home.as_deref())
 }
 
 /// The width of the terminal stdout is, when it is one: reports wrap to
@@ -56,21 +81,33 @@ impl Reporter for Term {
     /// Right-aligned the way cargo prints "Compiling".
     fn stage(&self, stage: &str, msg: &str) {
         if !self.quiet {
-            crate::errln!("{} {msg}", paint(STAGE, &format!("{stage:>10}")));
+            crate::errln!("{}", self.line(stage, msg, Some(STAGE)));
         }
     }
 
     fn warn(&self, msg: &str) {
-        crate::errln!("{} {msg}", paint(WARNING, "warning:"));
+        let line = glance(&format!("warning: {msg}"), "         ");
+        crate::errln!(
+            "{}{}",
+            paint(WARNING, "warning:"),
+            &line["warning:".len()..]
+        );
     }
 
     fn answer(&self, stage: &str, msg: &str) {
-        crate::outln!("{stage:>10} {msg}");
+        crate::outln!("{}", self.line(stage, msg, None));
     }
 
     fn note(&self, msg: &str) {
         if !self.quiet {
-            crate::errln!("{:>10} {msg}", "");
+            crate::errln!("{}", self.line("", msg, None));
+        }
+    }
+
+    /// A command line (cmake's configure) is copied whole: never wrapped.
+    fn command(&self, cmd: &str) {
+        if !self.quiet {
+            crate::errln!("{:>10} {cmd}", "");
         }
     }
 
@@ -126,7 +163,8 @@ impl Progress for Bar {
 
     fn step(&self, pos: u64, len: u64, msg: &str) {
         if self.lines {
-            crate::errln!("{:>10} [{pos}/{len}] {msg}", "");
+            let line = format!("{:>10} [{pos}/{len}] {msg}", "");
+            crate::errln!("{}", glance(&line, INDENT));
         } else {
             self.update(pos, len, msg);
         }

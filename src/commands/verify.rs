@@ -123,7 +123,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let text = report.text(
             super::term::stdout_width(),
             home.as_deref(),
-            args.report.detail,
+            args.report.detail(),
         );
         crate::outln!("{}", super::painted(&text));
     }

@@ -6,7 +6,7 @@
 
 /// The longest line a row takes in the report a person reads: one glance.
 /// `--detail` (and the JSON) give the whole row.
-pub const GLANCE: usize = 160;
+pub const GLANCE: usize = crate::output::GLANCE;
 
 /// `text` with `path` written `short` wherever it stands as whole path
 /// components (`/home/u` in `/home/u/x`, not in `/home/user`); a `path`
@@ -233,38 +233,36 @@ pub fn glance_wrapped(line: &str, indent: &str) -> String {
     wrap(line, GLANCE, |_| indent)
 }
 
-/// Each line of `text` wrapped to `width` (at least 40), never mid-word
-/// and never inside a `command`: a command is copied and pasted, and a
-/// line break in it would run half of it, so one longer than the width
-/// stands whole on a line of its own. Continuation lines are indented as
-/// `indent` says for that line.
-pub(crate) fn wrap<'a>(text: &str, width: usize, indent: impl Fn(&str) -> &'a str) -> String {
-    // Inside backticks a space is held as a character no separator splits
-    // and that is as wide as a space (a private-use one: never in a row).
-    const HELD: char = '\u{e000}';
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut quoted = false;
-        let held: String = line
-            .chars()
-            .map(|c| {
-                quoted ^= c == '`';
-                if quoted && c == ' ' { HELD } else { c }
-            })
-            .collect();
-        let opts = textwrap::Options::new(width.max(40))
-            .subsequent_indent(indent(line))
-            .break_words(false)
-            .word_separator(textwrap::WordSeparator::AsciiSpace)
-            // A command's `device-gfx1012` stays one word.
-            .word_splitter(textwrap::WordSplitter::NoHyphenation);
-        out.extend(
-            textwrap::wrap(&held, opts)
-                .into_iter()
-                .map(|l| l.replace(HELD, " ")),
-        );
+pub(crate) use crate::output::wrap;
+
+/// The characters of `line` outside its `commands`: what a glance reads
+/// besides the commands, which are copied whole.
+pub fn besides_commands(line: &str) -> usize {
+    line.split('`').step_by(2).map(|p| p.chars().count()).sum()
+}
+
+/// A progress or answer line of install, rollback or build at a glance:
+/// if it is longer than [`GLANCE`] besides its commands, home written `~`
+/// (`home`), then wrapped with its continuations under `indent`, each
+/// command whole; a line that would still take more than two lines loses
+/// the middle of its deep paths first. `--detail` and `-v` print it as it
+/// is.
+pub fn fit(line: &str, indent: &str, home: Option<&str>) -> String {
+    if besides_commands(line) <= GLANCE {
+        return line.to_owned();
     }
-    out.join("\n")
+    let line = match home {
+        Some(home) => shorten(line, home, "~"),
+        None => line.to_owned(),
+    };
+    if besides_commands(&line) <= GLANCE {
+        return line;
+    }
+    let wrapped = wrap(&line, GLANCE, |_| indent);
+    if wrapped.lines().count() <= 2 {
+        return wrapped;
+    }
+    wrap(&elide_paths(&line), GLANCE, |_| indent)
 }
 
 #[cfg(test)]

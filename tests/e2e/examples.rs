@@ -316,11 +316,10 @@ fn check(env: &Env, reg: &Registry, examples: &[String], failures: &mut Vec<Stri
             // and status say so with their own status (the exit table).
             (Some(3), None) => line.contains("verify") || line.contains("rdna1-patch status"),
             (Some(2), Some((_, why))) => {
-                stderr.contains(why)
-                    && stderr
-                        .lines()
-                        .last()
-                        .is_some_and(|l| l.starts_with("help: "))
+                // The error as --detail prints it: at a glance it wraps.
+                let whole = crate::support_run::unwrapped_error(&stderr);
+                whole.join("\n").contains(why)
+                    && whole.last().is_some_and(|l| l.starts_with("help: "))
             }
             _ => false,
         };

@@ -167,7 +167,8 @@ fn check(cause: Cause) {
         let run = match (verb, cause) {
             ("build", Cause::Full) => {
                 let run = run.fails();
-                let last = run.stderr.lines().last().unwrap_or_default();
+                let lines = crate::support_run::unwrapped_error(&run.stderr);
+                let last = lines.last().map(String::as_str).unwrap_or_default();
                 assert!(crate::support::line_matches(&want, last), "{}", run.stderr);
                 assert!(
                     run.stderr.contains("No space left on device"),

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::answer::{doctor, lines_are};
-use crate::in_place::{HIP64, install, torch_of};
+use crate::in_place::{HIP64, install};
 use crate::support::{FakeTorch, Sandbox};
 
 /// What Debian's librocblas 6.4 is built for, as far as this clang goes:
@@ -63,7 +63,12 @@ fn debian_torch() -> Sandbox {
 /// targets, none gfx1012, and torch/lib/rocblas/library with 54 generic
 /// catalogues and a code object per target.
 pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
-    let torch = torch_of(sb, version, HIP64, &["gfx1010", "gfx1012"]);
+    debian_torch_at(sb, "site", version)
+}
+
+/// As [`debian_torch_in`], in `<root>/<site>`.
+pub(crate) fn debian_torch_at(sb: &Sandbox, site: &str, version: &str) -> FakeTorch {
+    let torch = crate::in_place::torch_in(sb, site, version, HIP64, &["gfx1010", "gfx1012"]);
     let code = debian_code(&torch.lib);
     std::fs::copy(
         code.join("hip/libtorch_hip.so"),

@@ -73,7 +73,12 @@ fn pastable(command: &str) -> bool {
 
 #[track_caller]
 fn runs_as_printed(sb: &Sandbox, command: &str) {
-    let run = paste(sb, command);
+    found_the_same(command, &paste(sb, command));
+}
+
+/// `run`, of `command` pasted, found what the run it came from found.
+#[track_caller]
+fn found_the_same(command: &str, run: &Run) {
     let all = format!("{}{}", run.stdout, run.stderr);
     assert!(
         run.code != Some(127)
@@ -156,17 +161,86 @@ fn the_tool_is_named_as_it_was_started() {
     let all = commands(&run, "uvx rdna1-patch");
     let install = format!("uvx rdna1-patch install --into-torch --python '{p}'");
     assert!(all.contains(&install), "no `{install}` in\n{}", run.stdout);
-    let pytools = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pytools/bin/uvx");
-    match std::env::var_os("RDNA1_PATCH_WHEEL") {
-        Some(_) if pytools.is_file() => {
-            // wheel.rs runs the wheel through `uvx --offline`; a bare
-            // `uvx rdna1-patch` pasted needs the index.
-            eprintln!("not checked (uvx): `uvx rdna1-patch` pasted needs PyPI's index");
-        }
-        _ => eprintln!(
-            "not checked (uvx): no uv in target/pytools and no RDNA1_PATCH_WHEEL; the name `uvx rdna1-patch` is checked"
-        ),
+    // Pasted, `uvx rdna1-patch ...` runs through uv itself:
+    // lines_printed_under_uvx_run_when_pasted.
+}
+
+/// Whether this is a CI run (`CI` set, as CI services set it, and not
+/// `false`): there an optional tool's test fails rather than skip.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// uv as a user has it: `uvx rdna1-patch ...` typed into bash, uv offline
+/// on the wheel `cargo xtask ci` built (find-links), its cache and tool
+/// dirs in the sandbox's home. doctor run so prints its fix as `uvx
+/// rdna1-patch install --into-torch --python P`; every command it prints,
+/// pasted into the same bash, runs and finds the same torch, and doctor
+/// then finds the kernels fixed. On 84ed257 the printed `rdna1-patch
+/// install --into-torch` was `command not found` (exit 127) under uvx.
+/// Without the wheel or uv: `not checked` in a plain `cargo test`, a
+/// failure under CI=true.
+#[test]
+fn lines_printed_under_uvx_run_when_pasted() {
+    let wheel = std::env::var_os("RDNA1_PATCH_WHEEL").map(PathBuf::from);
+    let uvx = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pytools/bin/uvx");
+    let (Some(wheel), true) = (wheel.filter(|w| w.is_file()), uvx.is_file()) else {
+        let why = "no wheel in $RDNA1_PATCH_WHEEL or no target/pytools/bin/uvx (`cargo xtask ci` makes both)";
+        assert!(
+            !under_ci(),
+            "CI=true, and the uvx paste test cannot run: {why}"
+        );
+        eprintln!("not checked (uvx paste): {why}");
+        return;
+    };
+    let sb = Sandbox::new();
+    sb.set_gpus(rdna1_testkit::gpus("rx5600xt-gfx1010"));
+    let python = venv_python(&sb);
+    let p = python.to_str().unwrap();
+    let wheels = sb.root.join("wheels");
+    let bin = sb.root.join("bin");
+    for dir in [&wheels, &bin] {
+        std::fs::create_dir_all(dir).unwrap();
     }
+    std::fs::copy(&wheel, wheels.join(wheel.file_name().unwrap())).unwrap();
+    std::os::unix::fs::symlink(&uvx, bin.join("uvx")).unwrap();
+    let harness = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let harness = String::from_utf8(harness.stdout).unwrap();
+    let path = std::env::join_paths([bin.as_path(), crate::support::tools()]).unwrap();
+    let paste = |line: &str| {
+        let mut c = Command::new("bash");
+        sb.env(&mut c);
+        c.env("PATH", &path)
+            .env_remove("PYTHONPATH")
+            .env("UV_CACHE_DIR", sb.root.join("home/.cache/uv"))
+            .env("UV_TOOL_DIR", sb.root.join("home/.local/share/uv/tools"))
+            .env("UV_OFFLINE", "1")
+            .env("UV_NO_INDEX", "1")
+            .env("UV_FIND_LINKS", &wheels)
+            .env("UV_PYTHON", harness.trim())
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env("UV_NO_CONFIG", "1")
+            .args(["--norc", "-c", line]);
+        Run::from(c.output().unwrap())
+    };
+    let doctor = format!("uvx rdna1-patch doctor --python '{p}'");
+    let run = paste(&doctor).check_fails();
+    let all = commands(&run, "uvx rdna1-patch");
+    let install = format!("uvx rdna1-patch install --into-torch --python '{p}'");
+    assert!(
+        all.contains(&install),
+        "no `{install}` in\n{}{}",
+        run.stdout,
+        run.stderr
+    );
+    for c in all.iter().filter(|c| pastable(c)) {
+        found_the_same(c, &paste(c));
+    }
+    // The pasted fix fixed this torch: doctor through uvx finds nothing.
+    paste(&doctor).ok();
 }
 
 /// Under sudo every command printed is said with `sudo ` in front, its

@@ -23,9 +23,10 @@ pub struct Sandbox {
     /// The sysfs tree the binary reads its GPUs from; no GPU until a test
     /// says otherwise, whatever this machine has.
     gpus: std::cell::RefCell<PathBuf>,
-    /// Whether doctor, verify and status print their rows at a glance (cut
-    /// to 160 characters), as a user sees them; else [`Sandbox::run`]
-    /// asks for them whole (`--detail`), which is what most tests read.
+    /// Whether doctor, verify, status, install, rollback and build print
+    /// their lines at a glance (160 characters), as a user sees them; else
+    /// [`Sandbox::run`] and [`Sandbox::build`] ask for them whole
+    /// (`--detail`), which is what most tests read.
     glance: std::cell::Cell<bool>,
 }
 
@@ -271,9 +272,12 @@ impl Sandbox {
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
-        // Rows whole (`--detail`) unless the test reads them at a glance.
-        let reports = matches!(args.first(), Some(&("doctor" | "verify" | "status")));
-        let detail = reports && !self.glance.get() && !args.contains(&"--detail");
+        // Lines whole (`--detail`) unless the test reads them at a glance.
+        let verb = matches!(
+            args.first(),
+            Some(&("doctor" | "verify" | "status" | "install" | "rollback" | "build"))
+        );
+        let detail = verb && !self.glance.get() && !args.contains(&"--detail");
         let mut cmd = self.cmd();
         cmd.args(args);
         if detail {
@@ -291,7 +295,13 @@ impl Sandbox {
     }
 
     pub fn build(&self, extra: &[&str]) -> Run {
-        Run::from(self.cmd().args(self.build_args(extra)).output().unwrap())
+        let mut cmd = self.cmd();
+        cmd.args(self.build_args(extra));
+        // Lines whole unless the test reads them at a glance.
+        if !self.glance.get() {
+            cmd.arg("--detail");
+        }
+        Run::from(cmd.output().unwrap())
     }
 
     /// Replace `from` with `to` in a patch of the series.

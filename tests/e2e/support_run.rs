@@ -45,7 +45,7 @@ impl Run {
             self.stdout,
             self.stderr
         );
-        let lines: Vec<&str> = self.stderr.lines().collect();
+        let lines = unwrapped_error(&self.stderr);
         let errors = lines.iter().filter(|l| l.starts_with("error: ")).count();
         assert_eq!(errors, 1, "one error line expected:\n{}", self.stderr);
         let helps = lines.iter().filter(|l| l.starts_with("help: ")).count();
@@ -85,7 +85,8 @@ impl Run {
     /// not compared.
     #[track_caller]
     pub fn error_is(&self, expected: &str) -> &Run {
-        let lines: Vec<&str> = self.stderr.lines().collect();
+        let lines = unwrapped_error(&self.stderr);
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
         let start = lines.iter().position(|l| l.starts_with("error: "));
         let got = start.map(|s| &lines[s..]).unwrap_or(&[]);
         let want: Vec<&str> = expected.trim_end().lines().collect();
@@ -104,8 +105,10 @@ impl Run {
     /// stderr contains `needle`; the whole output is shown if not.
     #[track_caller]
     pub fn says(&self, needle: &str) -> &Run {
+        // An error's lines as --detail prints them: at a glance they wrap.
+        let whole = unwrapped_error(&self.stderr).join("\n");
         assert!(
-            contains(&self.stderr, needle),
+            contains(&self.stderr, needle) || contains(&whole, needle),
             "stderr lacks {needle:?}\nstdout:\n{}\nstderr:\n{}",
             self.stdout,
             self.stderr
@@ -198,4 +201,37 @@ fn dump_error(file: &std::ffi::OsStr, at: &std::panic::Location, stderr: &str) {
     {
         let _ = f.write_all(format!("{line}\n").as_bytes());
     }
+}
+
+/// `stderr` with an error's lines whole: at a glance the binary wraps an
+/// `error:` line's continuations under 7 spaces and a `help:` line's under
+/// 6 (output.rs), which this joins back, so an expectation names each
+/// line of the error as `--detail` prints it.
+pub fn unwrapped_error(stderr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut head = "";
+    for line in stderr.lines() {
+        let indent = match head {
+            "error:" => "       ",
+            "help:" => "      ",
+            _ => "",
+        };
+        let continues = !indent.is_empty()
+            && line.starts_with(indent)
+            && !line[indent.len()..].starts_with(' ');
+        match out.last_mut() {
+            Some(last) if continues => {
+                last.push(' ');
+                last.push_str(&line[indent.len()..]);
+            }
+            _ => {
+                head = ["error:", "help:"]
+                    .into_iter()
+                    .find(|h| line.starts_with(h))
+                    .unwrap_or("");
+                out.push(line.to_owned());
+            }
+        }
+    }
+    out
 }
