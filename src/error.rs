@@ -15,16 +15,7 @@ pub struct Hint {
     pub help: String,
     /// What a layer above acts on besides the words (the python asked,
     /// where torch is missing): `downcast_ref` by its type. Never said.
-    pub data: Option<Data>,
-}
-
-/// A [`Hint`]'s data for a layer above, of any type.
-pub struct Data(pub Box<dyn std::any::Any + Send + Sync>);
-
-impl fmt::Debug for Data {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Data(..)")
-    }
+    pub data: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl fmt::Display for Hint {
@@ -53,7 +44,7 @@ impl Hint {
     /// With `data` for a layer above ([`Hint::data`]).
     pub fn with<T: std::any::Any + Send + Sync>(self, data: T) -> Hint {
         Hint {
-            data: Some(Data(Box::new(data))),
+            data: Some(Box::new(data)),
             ..self
         }
     }
@@ -63,7 +54,6 @@ impl Hint {
         err.downcast_ref::<Hint>()?
             .data
             .as_ref()?
-            .0
             .downcast_ref::<T>()
     }
 }

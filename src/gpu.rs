@@ -269,6 +269,14 @@ pub fn rdna1_by_pci_id(device_id: u64) -> Option<u64> {
     }
 }
 
+/// HSA_OVERRIDE_GFX_VERSION and the target it makes ROCm report, when it
+/// names one.
+pub fn seen_override() -> Option<(String, String)> {
+    let v = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok()?;
+    let target = override_gfx(&v)?;
+    Some((v, target))
+}
+
 /// HSA_OVERRIDE_GFX_VERSION ("10.3.0") as a gfx name ("gfx1030").
 pub fn override_gfx(value: &str) -> Option<String> {
     let mut it = value.trim().split('.').map(|p| p.parse::<u64>().ok());

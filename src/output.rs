@@ -187,6 +187,16 @@ macro_rules! errln {
     };
 }
 
+/// "gfx1010", "gfx1010 and gfx1012", "gfx1010, gfx1011 and gfx1012".
+pub fn and<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 /// "1 decision", "2 decisions"; "the marker", "all 3 markers": counts said
 /// as a person says them.
 pub fn count(n: usize, one: &str, many: &str) -> String {

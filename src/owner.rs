@@ -208,11 +208,7 @@ pub fn name_of(uid: u32) -> String {
 /// "uid 1000 and group 100".
 pub fn describe(list: &[Who]) -> String {
     let names: Vec<String> = list.iter().map(Who::to_string).collect();
-    match names.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
-    }
+    crate::output::and(&names)
 }
 
 /// Run as root, who besides root and sudo's user can change anything in

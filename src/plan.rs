@@ -18,9 +18,13 @@
 
 use serde::Serialize;
 
+pub(crate) mod advice;
 pub mod facts;
+mod helps;
 
+pub use crate::output::and;
 pub use facts::{Facts, Here, Miopen, MiopenRoute, Origin, TorchFacts};
+pub use helps::{miopen_fix, no_code_help, torch_fix, torch_line};
 
 /// A command a step runs: a program and its arguments, printed by
 /// [`render`] alone.
@@ -215,15 +219,6 @@ impl Plan {
     }
 }
 
-/// "gfx1010", "gfx1010 and gfx1012", "gfx1010, gfx1011 and gfx1012".
-pub fn and(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-    }
-}
-
 /// The cost of TheRock's torch: a download, no build.
 pub const TORCH_COST: &str = "a download of about 4 GB, no build";
 
@@ -327,45 +322,6 @@ fn for_this_torch(f: &Facts, t: &TorchFacts) -> Vec<Step> {
         }
     }
     steps
-}
-
-/// TheRock's torch for `cards`, as the one line any pip runs: for the
-/// helps that name it where no stack is at hand.
-pub fn torch_line(cards: &[&str]) -> String {
-    let cards: Vec<String> = cards.iter().map(|c| (*c).to_owned()).collect();
-    let step = torch_step(&bare(cards), String::new());
-    step.commands.first().map(render).unwrap_or_default()
-}
-
-/// The torch step's fix line where torch runs nothing on `cards`: the
-/// torch for them and every other RDNA1 card of this machine, in one line
-/// (a torch for one card in place of one for the other would only move
-/// the failure).
-pub fn torch_fix(cards: &[String]) -> String {
-    let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
-    all.extend(
-        cards
-            .iter()
-            .filter(|c| !all.contains(c))
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
-    if all.is_empty() {
-        all.push("gfx1010".to_owned());
-    }
-    all.sort();
-    torch_step(&bare(all), String::new()).fix()
-}
-
-/// The facts of `cards` alone: no torch, no override, any pip.
-fn bare(cards: Vec<String>) -> Facts {
-    Facts {
-        cards,
-        here: Here::Cards,
-        overridden: None,
-        torch: None,
-        missing: None,
-    }
 }
 
 /// TheRock's torch for every card the plan is for: one line, every device.

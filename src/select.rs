@@ -169,7 +169,7 @@ fn build_plan(
         };
         return Err(hint(
             format!("nothing to build for torch {}: {why}", t.version),
-            crate::swap::route::no_code_help(t.gpu_code().ok().flatten(), &cards),
+            crate::plan::no_code_help(t.gpu_code().ok().flatten(), &cards),
         ));
     }
     if let (Plan::Inert(why), false) = (&p, named) {

@@ -12,10 +12,7 @@ use crate::verdict::{self, Outcome};
 impl Diagnosis {
     /// The targets judged, in words: "gfx1010", "gfx1010 and gfx1012".
     pub fn said_targets(&self) -> String {
-        match self.targets.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-            _ => self.targets.join(""),
-        }
+        crate::output::and(&self.targets)
     }
 
     /// Each kernel as judged for each target, in the first judgement's

@@ -226,7 +226,7 @@ fn report(
             },
             Some(match torch_lacks {
                 true => crate::plan::torch_fix(&[arch.to_owned()]),
-                false => "batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen".into(),
+                false => crate::plan::miopen_fix(&[arch.to_owned()]),
             }),
         );
     }

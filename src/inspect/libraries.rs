@@ -54,13 +54,11 @@ pub(crate) fn survey(t: &torch::Torch, target: &str, r: &mut CheckReport) -> Vec
     }
 }
 
-/// What doctor knows beyond the files: the route that fixes rocBLAS for
-/// this torch (a build of it, for a torch its user built), and the
-/// transaction whose rocBLAS torch holds, when one does.
+/// What doctor knows beyond the files: the transaction whose rocBLAS
+/// torch holds, when one does. (What fixes a failing rocBLAS row is the
+/// plan's step: doctor's plan_rows.)
 #[derive(Debug, Default)]
 pub(crate) struct Routes {
-    /// The fix a failing rocBLAS row gets in place of TheRock's torch.
-    pub rocblas: Option<String>,
     /// "transaction 1 of 2026-...": the install torch's rocBLAS is.
     pub rocblas_fixed_by: Option<String>,
 }
@@ -144,7 +142,6 @@ fn library_row(f: &Finding, judged: &str, routes: &Routes, r: &mut CheckReport) 
             f,
             format!("{head}, none for {judged}"),
             &notes,
-            routes,
             r,
         ),
     }
@@ -175,7 +172,6 @@ fn tensile_row(f: &Finding, judged: &str, routes: &Routes, r: &mut CheckReport) 
             f,
             format!("{head} has no kernels for {judged}"),
             &format!("{notes}{under}"),
-            routes,
             r,
         ),
     }
@@ -192,14 +188,7 @@ fn falls_back(f: &Finding) -> bool {
 /// A library or Tensile directory with no code for the card: what fails,
 /// FAIL or (where torch falls back) warn, and TheRock's torch where it
 /// builds the library for gfx101x.
-fn missing(
-    name: &'static str,
-    f: &Finding,
-    head: String,
-    notes: &str,
-    routes: &Routes,
-    r: &mut CheckReport,
-) {
+fn missing(name: &'static str, f: &Finding, head: String, notes: &str, r: &mut CheckReport) {
     let mut notes = notes.to_owned();
     let lib = f.path.file_name().map(|n| n.to_string_lossy().into_owned());
     let (project, ops) = therock::project(lib.as_deref().unwrap_or(""))
@@ -247,11 +236,6 @@ fn missing(
             "TheRock builds no {project} for gfx101x either ({}): its torch goes the same way; nothing to install",
             therock::SOURCE
         )
-    };
-    // A torch its user built gets its rocBLAS built here.
-    let fix = match (&routes.rocblas, Routes::is_rocblas(f)) {
-        (Some(ours), true) => ours.clone(),
-        _ => fix,
     };
     r.push_fix(name, status, format!("{head}: {ops}{notes}"), fix);
 }

@@ -344,7 +344,7 @@ pub(crate) fn warn_about_override(torch: &Torch, ui: &Ui) {
         && !code.all_targets().is_empty()
     {
         let value = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok();
-        let a = crate::swap::advice::override_advice(Some(code), value.as_deref(), &[]);
+        let a = crate::plan::advice::override_advice(Some(code), value.as_deref(), &[]);
         if !a.fine {
             ui.warn(format!("{}; {}", a.detail, a.fix.unwrap_or_default()));
         }

@@ -1,10 +1,10 @@
 //! The swap into torch (found by `crate::torch`): `relink` fits the library to it,
 //! `linker` (`crate::loader`) works out what the loader would load (reading
 //! ELF headers and `ld_cache`, running nothing), `txn` journals the swap, `into_torch` is the
-//! operation of `install --into-torch` (`checked_build` the build it installs), `out_of_torch` that of `rollback`;
-//! `advice` says what HSA_OVERRIDE_GFX_VERSION torch's GPU code needs.
+//! operation of `install --into-torch` (`checked_build` the build it installs),
+//! `out_of_torch` that of `rollback`. What HSA_OVERRIDE_GFX_VERSION torch's
+//! GPU code needs is the plan's (`crate::plan::advice`).
 
-pub(crate) mod advice;
 pub(crate) mod blas;
 pub(crate) mod checked_build;
 pub(crate) mod dry_run;

@@ -40,51 +40,24 @@ pub enum Chip {
 /// could not be read or there is no RDNA1 card.
 pub fn cards_without_code(code: &crate::gpucode::Code) -> Vec<String> {
     let sysfs = crate::gpu::sysfs_root();
-    let seen = seen_override().map(|(_, t)| t);
+    let seen = crate::gpu::seen_override().map(|(_, t)| t);
     crate::gpu::rdna1_targets(&sysfs)
         .into_iter()
         .filter(|card| !code.covers(seen.as_deref().unwrap_or(card)))
         .collect()
 }
 
-/// HSA_OVERRIDE_GFX_VERSION and the target it makes ROCm report, when it
-/// names one.
-fn seen_override() -> Option<(String, String)> {
-    let v = std::env::var("HSA_OVERRIDE_GFX_VERSION").ok()?;
-    let target = crate::gpu::override_gfx(&v)?;
-    Some((v, target))
-}
-
 /// The code torch lacks for `cards` ([`cards_without_code`]), said as the
 /// runtime looks for it: "gfx1012", or under the override "gfx1030 (what
 /// HSA_OVERRIDE_GFX_VERSION=10.3.0 makes ROCm report for gfx1010)".
 pub fn missing_said(cards: &[String]) -> String {
-    match seen_override() {
+    match crate::gpu::seen_override() {
         Some((v, target)) => format!(
             "{target} (what HSA_OVERRIDE_GFX_VERSION={v} makes ROCm report for {})",
             cards.join(", ")
         ),
         None => cards.join(", "),
     }
-}
-
-/// The one next step where torch runs nothing on `cards`: where torch has
-/// their code and only the override hides it, unsetting it; else the
-/// torch for the card (run without the override, if one is set).
-pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> String {
-    let Some((v, target)) = seen_override() else {
-        return crate::plan::torch_fix(cards);
-    };
-    if code.is_some_and(|c| cards.iter().all(|card| c.covers(card))) {
-        return format!(
-            "`unset HSA_OVERRIDE_GFX_VERSION`: torch has code for {} of its own, and while it is {v} ROCm looks for {target} code instead; then run this again",
-            cards.join(", ")
-        );
-    }
-    format!(
-        "{}, without HSA_OVERRIDE_GFX_VERSION (it makes ROCm look for {target} code)",
-        crate::plan::torch_fix(cards)
-    )
 }
 
 pub fn chip(torch: &Torch) -> Chip {
@@ -254,7 +227,7 @@ pub fn no_code_for(torch: &Torch, cards: &[String], what: &str) -> anyhow::Error
             torch.version,
             missing_said(cards)
         ),
-        no_code_help(torch.gpu_code().ok().flatten(), cards),
+        crate::plan::no_code_help(torch.gpu_code().ok().flatten(), cards),
     )
 }
 

@@ -72,15 +72,6 @@ pub(super) fn native_torch(target: &str) -> String {
         .unwrap_or_default()
 }
 
-/// "gfx1010", "gfx1010 and gfx1012".
-fn and(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-    }
-}
-
 /// What a look that found no ROCm torch leaves for the plan, as its
 /// hint's data: the python asked (None: `--torch-dir`, or a python that
 /// could not say), and whether a torch (CUDA, CPU) is there to be replaced.
@@ -129,7 +120,10 @@ pub fn help(
     installed: bool,
     or: &str,
 ) -> String {
-    let head = format!("{NO_ROCM_TORCH_HELP} {} ({which})", and(targets));
+    let head = format!(
+        "{NO_ROCM_TORCH_HELP} {} ({which})",
+        crate::output::and(targets)
+    );
     let line = commands(targets, asked, installed)
         .iter()
         .map(crate::shell::line)

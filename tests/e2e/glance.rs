@@ -335,9 +335,9 @@ fn a_deep_torch_path_keeps_what_matters_at_a_glance() {
             "FAIL  kernels   2 of 2 batch-norm kernels judged do not compile for gfx1010 through comgr 2.4 (~/miniconda3/…/libamd_comgr.so.2):",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm)",
-            "                fix: batch norm fails on this card:",
-            "                `rdna1-patch install --into-torch --python ~/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]` fixes",
-            "                torch's MIOpen",
+            "                fix: MIOpen's batch-norm fix for gfx1010:",
+            "                `rdna1-patch install --into-torch --python ~/miniconda3/envs/a-rather-long-environment-name/bin/python --state-dir [..]`",
+            "                (seconds, in place, proven by compiling before anything is written; fixes batch-norm training on gfx1010)",
         ],
     );
     install(&sb, &["--python", &py]).ok();

@@ -80,6 +80,9 @@ fn two_cards_get_one_torch_line_naming_both() {
 help: install the torch built for gfx1010 and gfx1012: `{both}`, then run this again"
         ));
         assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
+        // install rocblas reads the same plan: the same refusal.
+        let blas = sb.run_with_state(&["install", "rocblas", "--into-torch", "--dry-run"], &[]);
+        assert_eq!((blas.code, &blas.stderr), (dry.code, &dry.stderr));
         assert_eq!(snapshot(&torch.dir), before);
     }
     // A torch for both: no torch step, the in-place fix proven for both.
@@ -150,10 +153,19 @@ fn a_machine_with_no_rdna1_card_gets_no_step() {
 help: to prepare this torch for an RDNA1 card that is not here, name it: `rdna1-patch install --into-torch --target gfx1010[..]`";
     // No torch: the torch row names no gfx101x torch.
     let run = sb.run(&["doctor"]).check_fails();
-    assert!(!run.stdout.contains("device-gfx101"), "{}", run.stdout);
-    run.prints(
-        "this machine has no RDNA1 card (gfx1030), so nothing here is for rdna1-patch to fix",
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: 1 problem to fix: torch; 1 warning",
+            "FAIL  torch     [..]/python3 ([..]) has no torch installed",
+            "                fix: this machine has no RDNA1 card (gfx1030), so nothing here is for rdna1-patch to fix: a ROCm torch for it is pytorch.org's (https://pytorch.org/get-started/locally/); to prepare a torch for an RDNA1 card that is not here, `rdna1-patch doctor --target gfx1010[..]`",
+            "skip  route     a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix",
+            "warn  gpu       gfx1030 Navi 21 (RX 6800/6900 series) at 0000:0c:00.0 (node 1, gfx_target_version 100300): not RDNA1 (gfx1010/1011/1012); the patches only change behaviour on RDNA1",
+            "skip  amdgpu    [..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set (no RDNA1 card here needs it)",
+        ],
     );
+    assert!(!run.stdout.contains("device-gfx101"), "{}", run.stdout);
 
     let torch = torch_with_code(&sb, &["gfx1010", "gfx1030"]);
     let before = snapshot(&torch.dir);
@@ -362,6 +374,28 @@ fn a_pytorch_org_torch_gets_both_ways_for_rocblas() {
     sb.set_gpus(gpus("rx5500xt-gfx1012"));
     crate::glance::debian_torch_in(&sb, "2.6.0+rocm6.4");
     let run = doctor(&sb, &["--detail"]).check_fails();
+    // The first line, the route row and its steps, as text.
+    let rocblas_step = format!(
+        "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]` (about 45-75 minutes for one card (plus about 2-3 minutes of Tensile kernels per card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions)); or the torch for gfx1012: `{}` (a download of about 4 GB, no build)",
+        torch_line(&["gfx1012"])
+    );
+    let mut top: Vec<&str> = run.stdout.lines().take(5).collect();
+    top.remove(1);
+    lines_are(
+        &top.join("\n"),
+        &[
+            "verdict: torch 2.6.0+rocm6.4 on gfx1012: problems to fix: batch-norm training: 2 kernels fail for gfx1012; `rdna1-patch install --into-torch[..]` fixes them; every matmul fails on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions): rocBLAS has no code for gfx1012; rocBLAS for gfx1012 (see library); rocBLAS's Tensile kernels: none for gfx1012 (see tensile); 2 steps, first rocBLAS for gfx1012 (see route)",
+            "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
+            &format!("                {rocblas_step}"),
+            "                step 2 of 2: MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch[..]` (seconds, in place, proven by compiling before anything is written; fixes batch-norm training on gfx1012)",
+        ],
+    );
+    // The dry run's first step is the same step.
+    let dry = install(&sb, &["--dry-run"]).ok();
+    lines_are(
+        dry.stderr.lines().next().unwrap_or_default(),
+        &[&format!("      Plan {rocblas_step}")],
+    );
     let both = format!(
         "                fix: {ROCBLAS_BUILD}; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `{}`, then run this again",
         torch_line(&["gfx1012"])

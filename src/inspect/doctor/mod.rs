@@ -11,7 +11,7 @@ use crate::gpu;
 use crate::gpucode;
 use crate::inspect::checks::{CheckReport, Status};
 use crate::inspect::libraries;
-use crate::swap::advice;
+use crate::plan::advice;
 use crate::torch;
 
 mod blas;

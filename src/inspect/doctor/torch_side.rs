@@ -196,7 +196,7 @@ fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckRepor
         Blocking::Fail,
         format!("{has} and none for {said}: torch runs nothing on that card{notes}"),
         breaks,
-        Some(route::no_code_help(Some(c), &missing)),
+        Some(crate::plan::no_code_help(Some(c), &missing)),
     );
 }
 

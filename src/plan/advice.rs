@@ -78,7 +78,7 @@ pub fn override_for(
             // no such extra).
             fix: Some(format!(
                 "export HSA_OVERRIDE_GFX_VERSION=10.3.0 ({inert}); or install a torch built for gfx101x, which needs no override: `{}`",
-                crate::plan::torch_line(&[card_list
+                super::torch_line(&[card_list
                     .iter()
                     .find(|c| crate::gpu::is_rdna1_arch(c))
                     .map_or("gfx1010", String::as_str)])

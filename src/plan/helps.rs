@@ -1,0 +1,75 @@
+//! The plan's steps said where no stack is at hand (a refusal deep in
+//! the swap, a row of verify's): TheRock's torch line for some cards, the
+//! torch-first fix for every card of the machine, the one next step
+//! where torch runs nothing on a card, and MIOpen's in-place fix. What they say is the plan's torch
+//! step, never words of their own.
+
+use super::{Facts, Here, Miopen, MiopenRoute, miopen_step, render, torch_step};
+
+/// TheRock's torch for `cards`, as the one line any pip runs: for the
+/// helps that name it where no stack is at hand.
+pub fn torch_line(cards: &[&str]) -> String {
+    let cards: Vec<String> = cards.iter().map(|c| (*c).to_owned()).collect();
+    let step = torch_step(&bare(cards), String::new());
+    step.commands.first().map(render).unwrap_or_default()
+}
+
+/// The torch step's fix line where torch runs nothing on `cards`: the
+/// torch for them and every other RDNA1 card of this machine, in one line
+/// (a torch for one card in place of one for the other would only move
+/// the failure).
+pub fn torch_fix(cards: &[String]) -> String {
+    let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
+    all.extend(
+        cards
+            .iter()
+            .filter(|c| !all.contains(c))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    if all.is_empty() {
+        all.push("gfx1010".to_owned());
+    }
+    all.sort();
+    torch_step(&bare(all), String::new()).fix()
+}
+
+/// MIOpen's step where batch norm fails on `cards` and torch has their
+/// code: the in-place fix, said as a row's fix line.
+pub fn miopen_fix(cards: &[String]) -> String {
+    let fails = Miopen::Fails {
+        cards: cards.to_vec(),
+        route: MiopenRoute::InPlace,
+    };
+    miopen_step(&bare(cards.to_vec()), &fails).fix()
+}
+
+/// The facts of `cards` alone: no torch, no override, any pip.
+fn bare(cards: Vec<String>) -> Facts {
+    Facts {
+        cards,
+        here: Here::Cards,
+        overridden: None,
+        torch: None,
+        missing: None,
+    }
+}
+
+/// The one next step where torch runs nothing on `cards`: where torch has
+/// their code and only the override hides it, unsetting it; else the
+/// torch for the card (run without the override, if one is set).
+pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> String {
+    let Some((v, target)) = crate::gpu::seen_override() else {
+        return torch_fix(cards);
+    };
+    if code.is_some_and(|c| cards.iter().all(|card| c.covers(card))) {
+        return format!(
+            "`unset HSA_OVERRIDE_GFX_VERSION`: torch has code for {} of its own, and while it is {v} ROCm looks for {target} code instead; then run this again",
+            cards.join(", ")
+        );
+    }
+    format!(
+        "{}, without HSA_OVERRIDE_GFX_VERSION (it makes ROCm look for {target} code)",
+        torch_fix(cards)
+    )
+}
