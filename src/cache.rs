@@ -81,6 +81,13 @@ impl Cache {
         }
     }
 
+    /// Drop what is kept under `key`, if anything is.
+    pub fn forget(&self, key: &str) {
+        if plain_key(key) && self.trusted_dir() {
+            let _ = std::fs::remove_file(self.dir.join(key));
+        }
+    }
+
     /// Make the cache dir; as root only where no one else could have
     /// put a symlink on the way (checked before and after).
     fn make_dir(&self) -> Option<()> {

@@ -13,6 +13,18 @@ use std::fmt;
 pub struct Hint {
     pub message: String,
     pub help: String,
+    /// What a layer above acts on besides the words (the python asked,
+    /// where torch is missing): `downcast_ref` by its type. Never said.
+    pub data: Option<Data>,
+}
+
+/// A [`Hint`]'s data for a layer above, of any type.
+pub struct Data(pub Box<dyn std::any::Any + Send + Sync>);
+
+impl fmt::Debug for Data {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Data(..)")
+    }
 }
 
 impl fmt::Display for Hint {
@@ -34,7 +46,25 @@ impl Hint {
         Hint {
             message: message.into(),
             help: help.into(),
+            data: None,
         }
+    }
+
+    /// With `data` for a layer above ([`Hint::data`]).
+    pub fn with<T: std::any::Any + Send + Sync>(self, data: T) -> Hint {
+        Hint {
+            data: Some(Data(Box::new(data))),
+            ..self
+        }
+    }
+
+    /// The data of the first hint in `err`'s chain, when it is a `T`.
+    pub fn data_of<T: std::any::Any>(err: &anyhow::Error) -> Option<&T> {
+        err.downcast_ref::<Hint>()?
+            .data
+            .as_ref()?
+            .0
+            .downcast_ref::<T>()
     }
 }
 

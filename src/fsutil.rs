@@ -60,6 +60,7 @@ pub fn race_point(_name: &str) {
 /// another user owns, all of it as that user (`fd::Dir`).
 pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     let (dir, name) = fd::parent_of(path).at("open the directory of", path)?;
+    race_point("atomic-dir-opened");
     let mode = mode.or_else(|| {
         dir.stat(name)
             .ok()

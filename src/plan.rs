@@ -44,27 +44,10 @@ impl Cmd {
     }
 }
 
-/// The one way a plan's command is printed: each word as it is when
-/// nothing in it is special to the shell, else quoted (double quotes where
-/// nothing in it is special inside them, as pip's extras are written).
+/// The one way a plan's command is printed: the renderer's
+/// (`crate::shell`), each word quoted where the shell needs it.
 pub fn render(c: &Cmd) -> String {
-    std::iter::once(&c.program)
-        .chain(&c.args)
-        .map(|w| quote(w))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn quote(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
-    let in_double = |c: char| !"$`\"\\!".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        word.to_owned()
-    } else if word.chars().all(in_double) {
-        format!("\"{word}\"")
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
+    crate::shell::line(std::iter::once(&c.program).chain(&c.args))
 }
 
 /// What a step does.
@@ -122,7 +105,9 @@ impl Step {
 
     /// Whether it installs another torch (TheRock's) in place of this one.
     pub fn replaces_torch(&self) -> bool {
-        self.commands.first().is_some_and(|c| c.program == "pip")
+        self.commands
+            .iter()
+            .any(|c| c.args.iter().any(|a| a.starts_with("torch[")))
     }
 
     /// The step as a row's fix line says it.
@@ -344,24 +329,83 @@ fn for_this_torch(f: &Facts, t: &TorchFacts) -> Vec<Step> {
     steps
 }
 
+/// TheRock's torch for `cards`, as the one line any pip runs: for the
+/// helps that name it where no stack is at hand.
+pub fn torch_line(cards: &[&str]) -> String {
+    let cards: Vec<String> = cards.iter().map(|c| (*c).to_owned()).collect();
+    let step = torch_step(&bare(cards), String::new());
+    step.commands.first().map(render).unwrap_or_default()
+}
+
+/// The torch step's fix line where torch runs nothing on `cards`: the
+/// torch for them and every other RDNA1 card of this machine, in one line
+/// (a torch for one card in place of one for the other would only move
+/// the failure).
+pub fn torch_fix(cards: &[String]) -> String {
+    let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
+    all.extend(
+        cards
+            .iter()
+            .filter(|c| !all.contains(c))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    if all.is_empty() {
+        all.push("gfx1010".to_owned());
+    }
+    all.sort();
+    torch_step(&bare(all), String::new()).fix()
+}
+
+/// The facts of `cards` alone: no torch, no override, any pip.
+fn bare(cards: Vec<String>) -> Facts {
+    Facts {
+        cards,
+        here: Here::Cards,
+        overridden: None,
+        torch: None,
+        missing: None,
+    }
+}
+
 /// TheRock's torch for every card the plan is for: one line, every device.
 fn torch_step(f: &Facts, fixes: String) -> Step {
-    let mut args = vec!["install".to_owned()];
-    args.extend(crate::torch::index_args());
-    args.push(crate::torch::device_extra(&f.cards));
+    let words = match &f.missing {
+        Some((asked, installed)) => {
+            crate::torch::get::commands(&f.cards, asked.as_ref(), *installed)
+        }
+        None => vec![
+            ["pip", "install"]
+                .iter()
+                .map(|w| (*w).to_owned())
+                .chain(crate::torch::index_args())
+                .chain(crate::torch::requirements(&f.cards))
+                .collect(),
+        ],
+    };
     Step {
         kind: Kind::Torch,
         fixes,
         cards: f.cards.clone(),
         cost: TORCH_COST.to_owned(),
-        commands: vec![Cmd {
-            program: "pip".to_owned(),
-            args,
-        }],
-        help: f
-            .overridden
-            .as_ref()
-            .map(|_| "then run torch without HSA_OVERRIDE_GFX_VERSION".to_owned()),
+        commands: words
+            .into_iter()
+            .filter_map(|w| {
+                let (program, args) = w.split_first()?;
+                Some(Cmd {
+                    program: program.clone(),
+                    args: args.to_vec(),
+                })
+            })
+            .collect(),
+        help: match (&f.overridden, &f.missing) {
+            (Some(_), _) => Some("then run torch without HSA_OVERRIDE_GFX_VERSION".to_owned()),
+            (None, Some((Some(a), _))) if a.managed => Some(format!(
+                "then use --python {}",
+                crate::torch::get::VENV_PYTHON
+            )),
+            _ => None,
+        },
         after: None,
         or: None,
     }

@@ -177,7 +177,7 @@ fn build_plan(
             format!("nothing to build for torch {}: {why}", t.version),
             format!(
                 "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
-                crate::torch::native_torch("gfx1010")
+                crate::plan::torch_line(&["gfx1010"])
             ),
         ));
     }

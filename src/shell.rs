@@ -55,11 +55,15 @@ fn run() -> &'static Invocation {
 }
 
 /// `word` as a shell reads it back: as it is when every character is
-/// plain, else in single quotes (a `'` in it as `'\''`).
+/// plain; in double quotes when only brackets are not, as pip's extras are
+/// written (`"torch[device-gfx1010]"`); else in single quotes (a `'` in it
+/// as `'\''`).
 pub fn quote(word: &str) -> Cow<'_, str> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%^~".contains(c);
     if !word.is_empty() && word.chars().all(plain) {
         Cow::Borrowed(word)
+    } else if !word.is_empty() && word.chars().all(|c| plain(c) || c == '[' || c == ']') {
+        Cow::Owned(format!("\"{word}\""))
     } else {
         Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
     }
@@ -405,6 +409,7 @@ mod tests {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote("it's"), r"'it'\''s'");
         assert_eq!(quote(""), "''");
+        assert_eq!(quote("torch[device-gfx1010]"), "\"torch[device-gfx1010]\"");
         assert_eq!(line(["rm", "/x y/z"]), "rm '/x y/z'");
     }
 

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use crate::error::hint;
 use crate::fsutil::At;
 pub use crate::rocm_sdk::Sdk;
-pub use get::{NATIVE_TORCH, device_extra, for_build, index_args, native_torch, native_torch_for};
+use get::native_torch;
+pub use get::{for_build, index_args, requirements};
 pub use system::System;
 
 pub mod get;

@@ -15,15 +15,12 @@
 //! with an environment the tool builds ([`CHILD_PATH`] and those three,
 //! nothing of the caller's: no `AMD_COMGR_*`, no `LD_*`).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::Comgr;
-use super::hiprtc::{self, Hiprtc};
 use crate::compile::Lang;
 use crate::error::hint;
 
@@ -34,14 +31,10 @@ pub const CHILD_ENV: &str = "RDNA1_PATCH_COMGR_CHILD";
 /// The child's PATH: the system's programs, none of the caller's.
 pub const CHILD_PATH: &str = "/usr/bin:/bin";
 
-/// The most a request may be: every kernel text of two libraries is a few MB.
+mod serve;
 mod stderr;
+pub use serve::serve;
 pub use stderr::KeptStderr;
-
-const REQUEST_CAP: u64 = 256 << 20;
-/// The most of a compiler's error kept per job: its first lines are what
-/// is shown.
-const ANSWER_CAP: usize = 4096;
 
 /// Kernel texts and the compiles to make of them, for one child.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -162,87 +155,6 @@ impl Batch {
         let j = &self.jobs[job];
         let name = self.sources.get(j.source).map_or("?", |s| s.name.as_str());
         format!("{name} for {}", j.target)
-    }
-}
-
-/// Compile `batch` through `comgr` (and `hiprtc` for HIP texts) in this
-/// process, the child's, calling `each` with every answer as it comes.
-/// With `stderr`, what the compiler writes to descriptor 2 during each
-/// compile is kept and, for a failure, put after its log: comgr's log says
-/// only "cannot compile inline asm" where LLVM's assembler writes the
-/// operand it rejected, with its line, to stderr.
-pub fn run_in_process(
-    comgr: &Comgr,
-    hiprtc: Option<&Hiprtc>,
-    batch: &Batch,
-    stderr: Option<&KeptStderr>,
-    mut each: impl FnMut(&Answer),
-) -> Vec<Answer> {
-    let mut answers: Vec<Answer> = Vec::with_capacity(batch.jobs.len());
-    for (i, job) in batch.jobs.iter().enumerate() {
-        let waits_in_vain = job
-            .after
-            .is_some_and(|a| a >= i || !matches!(answers[a], Answer::Compiled(_)));
-        let answer = match batch.sources.get(job.source) {
-            _ if waits_in_vain => Answer::Skipped,
-            None => Answer::Failed(format!("no source {} in the batch", job.source)),
-            Some(s) => {
-                let kept = stderr.map(KeptStderr::start);
-                let compiled = compile_one(comgr, hiprtc, s, job);
-                let said = kept.map(|k| k.finish()).unwrap_or_default();
-                match compiled {
-                    Ok(ir) if job.front_end => Answer::Compiled(super::ir_digest(&ir)),
-                    Ok(object) => match crate::elf::not_code_object(&object) {
-                        None => Answer::Compiled(crate::elf::code_digest(&object)),
-                        Some(what) => Answer::Broken(what),
-                    },
-                    Err(e) if said.trim().is_empty() => Answer::Failed(cut(e, ANSWER_CAP)),
-                    Err(e) => Answer::Failed(cut(format!("{e}\n{}", said.trim_end()), ANSWER_CAP)),
-                }
-            }
-        };
-        each(&answer);
-        answers.push(answer);
-    }
-    answers
-}
-
-fn compile_one(
-    comgr: &Comgr,
-    hiprtc: Option<&Hiprtc>,
-    s: &Source,
-    job: &Job,
-) -> std::result::Result<Vec<u8>, String> {
-    // The names comgr writes files by: only plain relative ones, whoever
-    // made the batch (`verdict::Unit::refused` keeps the others out first).
-    let names = std::iter::once(&s.name).chain(s.headers.iter().map(|h| &h.name));
-    for name in names {
-        if let Some(how) = crate::compile::unplain(name) {
-            return Err(format!(
-                "{name:?} is {how}, and a compiler is handed only plain relative names"
-            ));
-        }
-    }
-    match (s.lang, hiprtc) {
-        (Lang::OpenCl, _) if job.front_end => {
-            comgr.front_end_ocl(&s.name, &s.text, &job.target, &job.options)
-        }
-        (Lang::Hip, _) if job.front_end => Err(format!(
-            "{} is HIP: only an OpenCL text is compiled to its front end alone",
-            s.name
-        )),
-        (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
-        (Lang::Hip, Some(rtc)) => {
-            let headers: Vec<(String, Vec<u8>)> = s
-                .headers
-                .iter()
-                .map(|h| (h.name.clone(), h.text.clone()))
-                .collect();
-            let mut options = hiprtc::miopen_options(&job.target, rtc.version);
-            options.extend(job.options.iter().cloned());
-            rtc.compile_hip(&s.name, &s.text, &headers, &options)
-        }
-        (Lang::Hip, None) => Err(format!("{} is HIP, and no hipRTC was loaded", s.name)),
     }
 }
 
@@ -408,52 +320,6 @@ fn own_dir(run_as: Option<(u32, u32)>) -> Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// Drop to `uid` and `gid` for good, in the order that leaves nothing of
-/// root's: no supplementary group, the group, the user; then checked,
-/// root's ids gone from every slot and not to be had back.
-fn become_user(uid: u32, gid: u32) -> Result<()> {
-    let help = "run rdna1-patch as that user, without sudo";
-    let failed = |what: &str| {
-        hint(
-            format!(
-                "the compile could not drop to uid {uid} gid {gid} (sudo's user): {what} failed: {}; nothing was loaded",
-                std::io::Error::last_os_error()
-            ),
-            help,
-        )
-    };
-    // SAFETY: plain credential calls, in the child before any library
-    // of the compiler's is loaded; out-pointers to locals.
-    unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0 {
-            return Err(failed("setgroups"));
-        }
-        if libc::setgid(gid) != 0 {
-            return Err(failed("setgid"));
-        }
-        if libc::setuid(uid) != 0 {
-            return Err(failed("setuid"));
-        }
-        let (mut r, mut e, mut s) = (0, 0, 0);
-        let (mut rg, mut eg, mut sg) = (0, 0, 0);
-        let dropped = libc::getresuid(&raw mut r, &raw mut e, &raw mut s) == 0
-            && [r, e, s] == [uid; 3]
-            && libc::getresgid(&raw mut rg, &raw mut eg, &raw mut sg) == 0
-            && [rg, eg, sg] == [gid; 3]
-            && libc::getgroups(0, std::ptr::null_mut()) == 0
-            && (uid == 0 || libc::setuid(0) != 0);
-        if !dropped {
-            return Err(hint(
-                format!(
-                    "the compile kept more than uid {uid} gid {gid} (sudo's user) after dropping to them; nothing was loaded"
-                ),
-                help,
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// How a child that stopped short ended, and the last thing it said.
 fn ended(out: &crate::proc::Output) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -485,101 +351,6 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGXFSZ => "SIGXFSZ",
         _ => "a signal",
     }
-}
-
-/// The child's side: load the comgr the request names, compile its batch,
-/// one answer a line. Its own stdout is kept for the answers; anything the
-/// comgr prints goes to stderr, which the parent reads apart.
-pub fn serve() -> std::process::ExitCode {
-    use std::os::fd::FromRawFd;
-    #[cfg(feature = "failpoints")]
-    let _failpoints = fail::FailScenario::setup();
-    // SAFETY: plain descriptor calls at the start of the process, before
-    // any thread or library uses descriptors 1 and 2. The kept copy is
-    // close-on-exec: a program comgr starts never writes to it.
-    let mut answers = unsafe {
-        let kept = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
-        if kept < 0 || libc::dup2(2, 1) < 0 {
-            return std::process::ExitCode::from(2);
-        }
-        std::fs::File::from_raw_fd(kept)
-    };
-    let mut say = |line: String| {
-        // A parent gone (killed, or past its limit) ends the child too.
-        if writeln!(answers, "{line}")
-            .and_then(|()| answers.flush())
-            .is_err()
-        {
-            std::process::exit(2);
-        }
-    };
-    let refused = |e: &anyhow::Error| {
-        serde_json::to_string(&Hello::Refused {
-            error: format!("{e:#}"),
-            help: crate::error::help(e).map(str::to_owned),
-        })
-        .unwrap_or_default()
-    };
-    // Before any compiler is loaded: its handlers, if it installs any,
-    // come after ours and hand on to them.
-    let stderr = KeptStderr::new();
-    let loaded = read_request().and_then(load);
-    let (comgr, rtc, batch) = match loaded {
-        Ok(l) => l,
-        Err(e) => {
-            say(refused(&e));
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let hello = Hello::Loaded {
-        comgr: comgr.version,
-        hiprtc: rtc.as_ref().map(|r| r.version),
-    };
-    say(serde_json::to_string(&hello).unwrap_or_default());
-    run_in_process(&comgr, rtc.as_ref(), &batch, stderr.as_ref(), |a| {
-        say(serde_json::to_string(a).unwrap_or_default());
-    });
-    std::process::ExitCode::SUCCESS
-}
-
-/// Vet what the request names and everything it needs, holding each file
-/// open; drop to sudo's user; load what was vetted.
-fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
-    let wanted: Vec<&Path> = std::iter::once(r.compilers.comgr.as_path())
-        .chain(r.compilers.hiprtc.as_deref())
-        .collect();
-    // As root, another user's files are trusted only when the compile
-    // drops to that very user: a request naming one while it stays root
-    // (what a hand-made request on stdin would say) trusts root's alone.
-    let trusted = match (r.trusted, r.run_as) {
-        (Some(t), Some((uid, _))) if t == uid => Some(t),
-        (t, None) if !crate::owner::is_root() => t,
-        _ => None,
-    };
-    let vetted = super::vet::vet(&wanted, trusted)?;
-    super::swap_point();
-    if let Some((uid, gid)) = r.run_as {
-        become_user(uid, gid)?;
-    }
-    let handles = vetted.load()?;
-    let comgr = Comgr::from_handle(&r.compilers.comgr, handles[0])?;
-    let rtc = match &r.compilers.hiprtc {
-        Some(p) => Some(Hiprtc::from_handle(p, vetted.real(1), handles[1])?),
-        None => None,
-    };
-    Ok((comgr, rtc, r.batch))
-}
-
-fn read_request() -> Result<Request> {
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(REQUEST_CAP + 1)
-        .read_to_end(&mut bytes)
-        .context("cannot read the compile request")?;
-    if bytes.len() as u64 > REQUEST_CAP {
-        bail!("the compile request is over {} MiB", REQUEST_CAP >> 20);
-    }
-    serde_json::from_slice(&bytes).context("the compile request does not parse")
 }
 
 /// Bytes as base64 in JSON: kernel texts need not be UTF-8.

@@ -82,16 +82,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let stack = crate::stack::Stack::establish(args.torch.locator()?, super::sysfs_root())
         .asking(args.target.clone())
         .with_torch()?;
-    if args.component == "rocblas" {
-        return rocblas(args, stack, &ui);
-    }
     // Only what the plan holds: nothing where no card needs it, no fix
     // for a torch its first step replaces.
+    // MIOpen is judged by the fix itself, so its step is counted for both
+    // components: the steps are numbered as doctor numbers them.
     let plan = crate::plan::plan(&crate::plan::Facts::of(
         &stack,
         crate::plan::Miopen::Judging,
     ));
-    refuse_off_plan(&plan, &stack)?;
+    refuse_off_plan(&plan, &stack, &args.component)?;
+    if args.component == "rocblas" {
+        return rocblas(args, stack, &plan, &ui);
+    }
     // --built installs the prefix's build, whatever the plan would fix in
     // place: its dry run says that route alone.
     if args.dry_run && !args.built {
@@ -126,16 +128,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 /// The errors for an install the plan does not hold: no RDNA1 card here
 /// (and none asked for), or a torch to be replaced first.
-fn refuse_off_plan(plan: &crate::plan::Plan, stack: &crate::stack::Stack) -> Result<()> {
+fn refuse_off_plan(
+    plan: &crate::plan::Plan,
+    stack: &crate::stack::Stack,
+    component: &str,
+) -> Result<()> {
     if let Some(why) = &plan.nothing {
+        let verb = match component {
+            "rocblas" => vec!["install", "rocblas", "--into-torch", "--target", "gfx1010"],
+            _ => vec!["install", "--into-torch", "--target", "gfx1010"],
+        };
         return Err(crate::error::hint(
             format!("{why}; nothing was changed"),
-            "to prepare this torch for an RDNA1 card that is not here, name it: `rdna1-patch install --into-torch --target gfx1010`",
+            format!(
+                "to prepare this torch for an RDNA1 card that is not here, name it: `{}`",
+                crate::shell::tool(verb)
+            ),
         ));
     }
     let (Some(first), Ok(t)) = (plan.steps.first(), &stack.torch) else {
         return Ok(());
     };
+    // rocBLAS where the plan puts TheRock's torch in place of this one.
+    if let Some(s) = plan
+        .first(crate::plan::Kind::Rocblas)
+        .filter(|s| s.replaces_torch())
+        && component == "rocblas"
+    {
+        return Err(crate::error::hint(
+            format!(
+                "torch {}: no rocBLAS build of this tool is for its ROCm line, so none is installed; nothing was changed",
+                t.version
+            ),
+            s.fix(),
+        ));
+    }
     if first.replaces_torch() {
         // What torch has, said as the swap says it, where that is why.
         if let crate::swap::route::Chip::NoCodeFor { cards, what } = crate::swap::route::chip(t) {
@@ -154,7 +181,12 @@ fn refuse_off_plan(plan: &crate::plan::Plan, stack: &crate::stack::Stack) -> Res
 
 /// `install rocblas --into-torch`: MIOpen's routes (in place, --built)
 /// are not rocBLAS's.
-fn rocblas(args: Args, stack: crate::stack::Stack, ui: &Ui) -> Result<ExitCode> {
+fn rocblas(
+    args: Args,
+    stack: crate::stack::Stack,
+    plan: &crate::plan::Plan,
+    ui: &Ui,
+) -> Result<ExitCode> {
     if let Some(flag) = [
         (args.in_place, "--in-place"),
         (args.built, "--built"),
@@ -167,6 +199,17 @@ fn rocblas(args: Args, stack: crate::stack::Stack, ui: &Ui) -> Result<ExitCode> 
             format!("{flag} is MIOpen's (its batch-norm fix in place); rocBLAS is always a build"),
             "leave it out: `rdna1-patch install rocblas --into-torch` installs the build `rdna1-patch build rocblas` made",
         ));
+    }
+    // The plan's rocBLAS step, said as install's own does.
+    if args.dry_run {
+        let lines = plan.lines();
+        for (line, _) in lines
+            .into_iter()
+            .zip(&plan.steps)
+            .filter(|(_, s)| s.kind == crate::plan::Kind::Rocblas)
+        {
+            ui.stage("Plan", line);
+        }
     }
     let (prefix, why) = args.prefix.resolve_component(&stack.torch, "rocblas")?;
     if let Some(why) = why {

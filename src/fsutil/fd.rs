@@ -193,26 +193,13 @@ impl Dir {
                 },
             }
         })?;
-        // SAFETY: a valid fd and name; the result is checked.
-        let fd = unsafe {
-            libc::openat(
-                self.fd(),
-                c.as_ptr(),
-                libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_RDONLY | libc::O_CLOEXEC,
-            )
-        };
-        if fd == -1 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::ELOOP) | Some(libc::ENOTDIR) => io::Error::other(format!(
-                    "{} is not a directory rdna1-patch made (a symlink or a file stands there)",
-                    self.path.join(name).display()
-                )),
-                _ => e,
-            });
-        }
-        // SAFETY: a descriptor just opened, owned by nothing else.
-        Dir::from_file(unsafe { File::from_raw_fd(fd) }, self.path.join(name))
+        // A name that was there before may be anything: said plainly.
+        self.open_dir(name, |path| {
+            io::Error::other(format!(
+                "{} is not a directory rdna1-patch made (a symlink or a file stands there)",
+                path.display()
+            ))
+        })
     }
 
     /// A second name `name` here for the file `from` in `src` (a hard
@@ -243,8 +230,20 @@ impl Dir {
         self.subdir_open(name)
     }
 
-    /// The directory `name` here, held open; a symlink there is refused.
+    /// The directory `name` here, held open; a symlink there is refused
+    /// as a swap (the tool made it, or read it as a directory, just now).
     pub fn subdir_open(&self, name: &OsStr) -> io::Result<Dir> {
+        self.open_dir(name, |path| {
+            swapped_error(format!(
+                "{} is not the directory rdna1-patch made (a symlink or a file stands there; another program swapped it); nothing was written through it",
+                path.display()
+            ))
+        })
+    }
+
+    /// The directory `name` here, held open, never through a symlink:
+    /// `not_dir` makes the error when a symlink or a file stands there.
+    fn open_dir(&self, name: &OsStr, not_dir: impl FnOnce(&Path) -> io::Error) -> io::Result<Dir> {
         let c = Dir::c(name)?;
         // SAFETY: a valid fd and name; the result is checked.
         let fd = unsafe {
@@ -257,10 +256,7 @@ impl Dir {
         if fd == -1 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::ELOOP) | Some(libc::ENOTDIR) => swapped_error(format!(
-                    "{} is not the directory rdna1-patch made (a symlink or a file stands there; another program swapped it); nothing was written through it",
-                    self.path.join(name).display()
-                )),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => not_dir(&self.path.join(name)),
                 _ => e,
             });
         }

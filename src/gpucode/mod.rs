@@ -21,6 +21,7 @@ use crate::fatbin;
 pub mod catalogue;
 mod db;
 mod tensile;
+mod tensile_scan;
 pub mod therock;
 
 pub use db::MiopenDb;
@@ -270,7 +271,7 @@ pub fn survey(libs: &[PathBuf], card: &str) -> Vec<Finding> {
             }
             out.extend(
                 dirs.into_iter()
-                    .map(|dir| Tensile::read(&dir).finding(project, card)),
+                    .map(|dir| tensile::Summary::read(&dir).finding(project, card)),
             );
         }
         if name.starts_with("libMIOpen.so")

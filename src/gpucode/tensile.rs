@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Code, Finding, named_target, runs_on};
-use crate::cache::{Cache, stamp_key};
+use super::tensile_scan::scan;
+use super::{Finding, named_target, runs_on};
 
 /// How the note listing every catalogue read for the card starts: said
 /// under the tensile row, not in it.
@@ -94,86 +94,25 @@ pub(super) fn no_dir(lib: &Path, project: &str, card: &str) -> Finding {
     }
 }
 
-fn is_code_file(name: &str) -> bool {
-    name.ends_with(".co") || name.ends_with(".hsaco")
-}
-
-fn is_catalogue(name: &str) -> bool {
-    name.starts_with("TensileLibrary")
-        && [".dat", ".yaml", ".yml"].iter().any(|x| name.ends_with(x))
-}
-
-/// What the cache keeps per directory: each code file's stamp and what it held.
-type Remembered = BTreeMap<String, (String, TensileFile)>;
-
 impl Tensile {
     /// Read `dir`: every catalogue's name and every code file's ELF or
     /// bundle headers, a file whose stamp the cache knows not read again.
     pub fn read(dir: &Path) -> Tensile {
-        let mut out = Tensile {
+        let mut files = Vec::new();
+        let scan = scan(dir, |name, declared| {
+            files.push(TensileFile {
+                name: name.to_owned(),
+                named: named_target(name),
+                declared: declared.to_vec(),
+            });
+        });
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        Tensile {
             dir: dir.to_owned(),
-            ..Tensile::default()
-        };
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) => {
-                out.error = Some(format!("cannot read {}: {e}", dir.display()));
-                return out;
-            }
-        };
-        let cache = Cache::open("gpucode");
-        let key = format!(
-            "tensile-v1-{}",
-            crate::checksum::hex(&<sha2::Sha256 as sha2::Digest>::digest(
-                dir.as_os_str().as_encoded_bytes()
-            ))
-        );
-        let known: Remembered = cache
-            .as_ref()
-            .and_then(|c| c.get(&key, 64 << 20))
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        let mut now = Remembered::new();
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // Only regular files, never followed through a symlink.
-            let Ok(meta) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            if is_catalogue(&name) {
-                out.catalogues.push(name);
-                continue;
-            }
-            if !is_code_file(&name) {
-                continue;
-            }
-            let stamp = stamp_key(&meta);
-            let file = match known.get(&name) {
-                Some((s, f)) if *s == stamp => f.clone(),
-                _ => TensileFile {
-                    named: named_target(&name),
-                    declared: super::read_code_file(&e.path())
-                        .ok()
-                        .flatten()
-                        .map(|c: Code| c.targets)
-                        .unwrap_or_default(),
-                    name: name.clone(),
-                },
-            };
-            now.insert(name, (stamp, file.clone()));
-            out.files.push(file);
+            catalogues: scan.catalogues,
+            files,
+            error: scan.error,
         }
-        if now != known
-            && let (Some(c), Ok(text)) = (cache, serde_json::to_string(&now))
-        {
-            c.put(&key, &text);
-        }
-        out.catalogues.sort();
-        out.files.sort_by(|a, b| a.name.cmp(&b.name));
-        out
     }
 
     /// The code files whose code objects run on `card`.
@@ -182,17 +121,56 @@ impl Tensile {
             .iter()
             .filter(move |f| f.declared.iter().any(|t| runs_on(t, card)))
     }
+}
 
-    /// Files named for `card` that hold another target's code (or none).
-    pub fn misnamed_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a TensileFile> {
-        self.files.iter().filter(move |f| {
-            f.named.as_deref() == Some(card) && !f.declared.iter().any(|t| runs_on(t, card))
-        })
+/// What doctor's row needs of a Tensile directory, kept as counts: a
+/// directory of a million code files costs a count per set of targets,
+/// not a million names.
+#[derive(Debug, Default)]
+pub(super) struct Summary {
+    dir: PathBuf,
+    catalogues: Vec<String>,
+    /// Each set of targets the code files declare, with how many do.
+    sets: BTreeMap<Vec<String>, usize>,
+    /// Files whose name names a target their code does not run on.
+    misnamed: Vec<TensileFile>,
+    error: Option<String>,
+}
+
+impl Summary {
+    pub(super) fn read(dir: &Path) -> Summary {
+        let mut sets: BTreeMap<Vec<String>, usize> = BTreeMap::new();
+        let mut misnamed = Vec::new();
+        let scan = scan(dir, |name, declared| {
+            match sets.get_mut(declared) {
+                Some(n) => *n += 1,
+                None => {
+                    sets.insert(declared.to_vec(), 1);
+                }
+            }
+            if let Some(named) = named_target(name)
+                && !declared.iter().any(|t| runs_on(t, &named))
+            {
+                misnamed.push(TensileFile {
+                    name: name.to_owned(),
+                    named: Some(named),
+                    declared: declared.to_vec(),
+                });
+            }
+        });
+        misnamed.sort_by(|a, b| a.name.cmp(&b.name));
+        Summary {
+            dir: dir.to_owned(),
+            catalogues: scan.catalogues,
+            sets,
+            misnamed,
+            error: scan.error,
+        }
     }
 
     /// The catalogues rocBLAS reads for `card`: those named for it, and
     /// those named for no target (`TensileLibrary.dat`, for all).
-    pub fn catalogues_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a String> {
+    fn catalogues_for<'a>(&'a self, card: &'a str) -> impl Iterator<Item = &'a String> {
         self.catalogues.iter().filter(move |c| {
             let named = named_target(c);
             named.is_none() || named.as_deref() == Some(card)
@@ -200,8 +178,13 @@ impl Tensile {
     }
 
     pub(super) fn finding(&self, project: &str, card: &str) -> Finding {
-        let targets: BTreeSet<&String> = self.files.iter().flat_map(|f| &f.declared).collect();
-        let code = self.files_for(card).count();
+        let targets: BTreeSet<&String> = self.sets.keys().flatten().collect();
+        let code: usize = self
+            .sets
+            .iter()
+            .filter(|(set, _)| set.iter().any(|t| runs_on(t, card)))
+            .map(|(_, n)| n)
+            .sum();
         let catalogues: Vec<&str> = self.catalogues_for(card).map(String::as_str).collect();
         // Counts, not lists: Debian's librocblas has 50 generic
         // `*_fallback.dat` catalogues, each one rocBLAS reads for any card.
@@ -212,7 +195,7 @@ impl Tensile {
         let mut notes = vec![format!(
             "{} catalogue(s), {} code-object file(s); for {card}: {code} code-object file(s), {}",
             self.catalogues.len(),
-            self.files.len(),
+            self.sets.values().sum::<usize>(),
             match (catalogues.len(), named) {
                 (0, _) => "no catalogue".to_owned(),
                 (n, 0) => format!("{n} generic catalogue(s)"),
@@ -221,7 +204,9 @@ impl Tensile {
             }
         )];
         let misnamed: Vec<String> = self
-            .misnamed_for(card)
+            .misnamed
+            .iter()
+            .filter(|f| f.named.as_deref() == Some(card))
             .map(|f| match f.declared.as_slice() {
                 [] => format!("{} holds no code object", f.name),
                 d => format!("{} holds {}", f.name, d.join(", ")),

@@ -1,7 +1,8 @@
 //! One glance: a row of doctor, verify or status in at most [`GLANCE`]
 //! characters, without losing what it says (docs/rows.md, "One glance"):
 //! paths shortened or their middle elided, a row cut at a word, never
-//! inside a command; a fix or verdict wrapped, its command whole.
+//! inside a command (a whole command is excepted from the glance: the
+//! prose after it goes); a fix or verdict wrapped, its command whole.
 
 /// The longest line a row takes in the report a person reads: one glance.
 /// `--detail` (and the JSON) give the whole row.
@@ -54,12 +55,25 @@ pub fn glance(line: &str) -> String {
         .rfind(' ')
         .filter(|at| *at > GLANCE / 2)
         .unwrap_or(keep.len());
-    // Never half a command: one the cut would split goes whole, to
-    // --detail.
+    // Never half a command: one the cut would split is kept whole, past
+    // the glance (a whole command is excepted from it), and the prose
+    // after it is what goes.
+    // The commands a step runs one after another (`a`, then `b`) go
+    // together.
     if keep[..cut].matches('`').count() % 2 == 1 {
-        cut = keep[..cut].rfind('`').unwrap_or(cut);
+        let mut open = keep[..cut].rfind('`').unwrap_or(cut);
+        loop {
+            let Some(close) = line[open + 1..].find('`') else {
+                return line;
+            };
+            cut = open + 1 + close + 1;
+            match line[cut..].starts_with(", then `") {
+                true => open = cut + ", then ".len(),
+                false => break,
+            }
+        }
     }
-    format!("{} …", keep[..cut].trim_end())
+    format!("{} …", line[..cut].trim_end())
 }
 
 /// `line` with the middle of its deep paths written `…`, the longest
@@ -300,12 +314,11 @@ mod tests {
             glance(&one),
             "ok    torch     2.6.0+rocm6.4 at ~/miniconda3/envs/a-rather-long-environment-name/…/torch, found by /usr/bin/python3 (--python); torch/lib: torch loads …"
         );
-        // A row is never cut inside a command: the command goes whole.
-        let run = format!(
-            "{} `pip install --index-url https://example.org/whl/ \"torch[device-gfx1010]\"`",
-            "word ".repeat(25)
-        );
-        assert_eq!(glance(&run), format!("{} …", "word ".repeat(25).trim_end()));
+        // A row is never cut inside a command: the command stays whole,
+        // past the glance, and the prose after it goes.
+        let pip = "`pip install --index-url https://example.org/whl/ \"torch[device-gfx1010]\"`";
+        let run = format!("{}{pip} (a download)", "word ".repeat(25));
+        assert_eq!(glance(&run), format!("{}{pip} …", "word ".repeat(25)));
         // A command is copied and run: its path stays whole.
         let cmd = format!(
             "fix: run `{python} -m pip install torch` at {}: {}",

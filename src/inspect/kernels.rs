@@ -225,7 +225,7 @@ fn report(
                 ),
             },
             Some(match torch_lacks {
-                true => crate::swap::route::torch_for(&[arch.to_owned()]),
+                true => crate::plan::torch_fix(&[arch.to_owned()]),
                 false => "batch norm fails on this card: `rdna1-patch install --into-torch` fixes torch's MIOpen".into(),
             }),
         );

@@ -225,10 +225,10 @@ fn missing(
     let card = &f.card;
     // The exact command for this card: TheRock names a device extra for
     // each RDNA1 target.
-    let command = match gpu::is_rdna1_arch(card) {
-        true => crate::torch::native_torch(card),
-        false => crate::torch::NATIVE_TORCH.to_owned(),
-    };
+    let command = crate::plan::torch_line(&[match gpu::is_rdna1_arch(card) {
+        true => card,
+        false => "gfx1010",
+    }]);
     let fix = if project.is_empty() {
         format!("a torch whose libraries are built for {card}: TheRock's: `{command}`")
     } else if therock::builds_for_gfx101x(project) {

@@ -6,6 +6,7 @@
 use crate::builder::profile::{self, Profile};
 use crate::gpu;
 use crate::stack::Stack;
+use crate::torch::get::{Asked, Missing};
 use crate::torch::{Layout, Torch};
 
 /// Where the cards the plan is for come from.
@@ -90,6 +91,10 @@ pub struct Facts {
     pub overridden: Option<(String, String)>,
     /// None: no ROCm torch.
     pub torch: Option<TorchFacts>,
+    /// With no ROCm torch, the python asked (None: not known) and whether
+    /// a torch is there to be replaced: the torch step's commands are for
+    /// it. None: TheRock's line for any pip.
+    pub missing: Option<(Option<Asked>, bool)>,
 }
 
 impl Facts {
@@ -105,9 +110,14 @@ impl Facts {
             here,
             overridden,
             torch: None,
+            missing: None,
         };
-        if let Ok(t) = &stack.torch {
-            f.torch = Some(torch_facts(t, &f, miopen));
+        match &stack.torch {
+            Ok(t) => f.torch = Some(torch_facts(t, &f, miopen)),
+            Err(e) => {
+                f.missing = crate::error::Hint::data_of::<Missing>(e)
+                    .map(|m| (m.asked.clone(), m.installed));
+            }
         }
         f
     }

@@ -75,6 +75,7 @@ fn stacks() -> Vec<Facts> {
                 here: here.clone(),
                 overridden: overridden.clone(),
                 torch: None,
+                missing: None,
             });
             for code in &codes {
                 for origin in &origins {
@@ -106,6 +107,7 @@ fn stacks() -> Vec<Facts> {
                                         rocblas_cost: None,
                                         miopen,
                                     }),
+                                    missing: None,
                                 });
                             }
                         }
@@ -178,11 +180,14 @@ fn two_cards_get_one_torch_line() {
             rocblas_cost: None,
             miopen: Miopen::Unknown,
         }),
+        missing: None,
     };
     let p = plan(&f);
     assert_eq!(p.steps[0].kind, Kind::Torch);
     assert!(
-        render(&p.steps[0].commands[0]).ends_with("\"torch[device-gfx1010,device-gfx1012]\""),
+        render(&p.steps[0].commands[0]).ends_with(
+            "\"torch[device-gfx1010,device-gfx1012]\" \"torchvision[device-gfx1010,device-gfx1012]\""
+        ),
         "{p:?}"
     );
     assert_eq!(
@@ -202,6 +207,6 @@ fn words_are_quoted_only_where_the_shell_needs_it() {
     );
     assert_eq!(
         render(&c),
-        r#"pip install "torch[device-gfx1010]" "a b" 'it'\''s $x'"#
+        r#"pip install "torch[device-gfx1010]" 'a b' 'it'\''s $x'"#
     );
 }

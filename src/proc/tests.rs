@@ -1,3 +1,4 @@
+use super::stream::LINE_CAP;
 use super::*;
 
 fn sh(script: &str) -> Command {

@@ -78,12 +78,10 @@ pub fn override_for(
             // no such extra).
             fix: Some(format!(
                 "export HSA_OVERRIDE_GFX_VERSION=10.3.0 ({inert}); or install a torch built for gfx101x, which needs no override: `{}`",
-                crate::torch::native_torch(
-                    card_list
-                        .iter()
-                        .find(|c| crate::gpu::is_rdna1_arch(c))
-                        .map_or("gfx1010", String::as_str)
-                )
+                crate::plan::torch_line(&[card_list
+                    .iter()
+                    .find(|c| crate::gpu::is_rdna1_arch(c))
+                    .map_or("gfx1010", String::as_str)])
             )),
         },
         (None, _) => Advice {

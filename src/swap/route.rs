@@ -73,7 +73,7 @@ pub fn missing_said(cards: &[String]) -> String {
 /// torch for the card (run without the override, if one is set).
 pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> String {
     let Some((v, target)) = seen_override() else {
-        return torch_for(cards);
+        return crate::plan::torch_fix(cards);
     };
     if code.is_some_and(|c| cards.iter().all(|card| c.covers(card))) {
         return format!(
@@ -83,7 +83,7 @@ pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> St
     }
     format!(
         "{}, without HSA_OVERRIDE_GFX_VERSION (it makes ROCm look for {target} code)",
-        torch_for(cards)
+        crate::plan::torch_fix(cards)
     )
 }
 
@@ -258,32 +258,6 @@ pub fn no_code_for(torch: &Torch, cards: &[String], what: &str) -> anyhow::Error
     )
 }
 
-/// The help that installs the torch for `cards` and every other RDNA1
-/// card of the machine, in one line (TheRock's device extras, one per
-/// card): a torch for one card in place of one for the other would only
-/// move the failure.
-pub fn torch_for(cards: &[String]) -> String {
-    let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
-    for c in cards {
-        if !all.contains(c) {
-            all.push(c.clone());
-        }
-    }
-    if all.is_empty() {
-        all.push("gfx1010".to_owned());
-    }
-    all.sort();
-    let said = match all.as_slice() {
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-        [] => unreachable!(),
-    };
-    format!(
-        "install the torch built for {said}: `{}`, then run this again",
-        crate::torch::native_torch_for(&all),
-    )
-}
-
 /// The prefix the in-place fix writes: never inside torch (it would write
 /// torch's files outside any transaction, with no backup), never over a
 /// finished build or another profile's fix (the user's work, replaced
@@ -372,7 +346,7 @@ fn inert(torch: &Torch, what: &str) -> anyhow::Error {
         ),
         format!(
             "for the fix to act, use a torch with gfx101x code: TheRock's `{}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
-            crate::torch::native_torch("gfx1010")
+            crate::plan::torch_line(&["gfx1010"])
         ),
     )
 }

@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use crate::error::hint;
-
 /// TheRock's multi-arch index, as its RELEASES.md installs a torch with
 /// one device's code: the torch with an MIOpen of its own that sees the
 /// real chip.
@@ -18,9 +16,6 @@ pub const THEROCK_INDEX: &str = "https://rocm.nightlies.amd.com/whl-multi-arch/"
 /// mirror: pip's --index-url), or a directory of wheels (--no-index
 /// --find-links). docs/commands.md documents it.
 pub const INDEX_ENV: &str = "RDNA1_PATCH_TORCH_INDEX";
-
-/// TheRock's native torch for gfx1010, for messages that name it whole.
-pub const NATIVE_TORCH: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"";
 
 /// How the help for no ROCm torch starts: a torch problem, first, whose
 /// fix is the torch for the card in the machine.
@@ -34,22 +29,16 @@ const AGAIN: &str = ", then run this again";
 /// README's examples name (`--python ~/venv/bin/python`).
 const VENV: &str = "~/venv";
 
+/// The venv's python, as a step says it.
+pub const VENV_PYTHON: &str = "~/venv/bin/python";
+
 /// The python that was asked for torch: `sys.executable`, and whether it
 /// is externally managed (PEP 668: its stdlib's EXTERNALLY-MANAGED file,
 /// outside a venv).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
     pub executable: PathBuf,
     pub managed: bool,
-}
-
-/// pip's options for the index: [`INDEX_ENV`]'s when set, else TheRock's.
-fn index() -> String {
-    match std::env::var(INDEX_ENV) {
-        Ok(v) if v.contains("://") => format!("--index-url {}", quote(&v)),
-        Ok(v) if !v.trim().is_empty() => format!("--no-index --find-links {}", quote(&v)),
-        _ => format!("--index-url {THEROCK_INDEX}"),
-    }
 }
 
 /// pip's options for the index, as words: [`INDEX_ENV`]'s when set, else
@@ -62,27 +51,25 @@ pub fn index_args() -> Vec<String> {
     }
 }
 
-/// TheRock's torch with every target's device code, in one requirement:
-/// `torch[device-gfx1010,device-gfx1012]` (its RELEASES.md installs
-/// several devices so).
-pub fn device_extra(targets: &[String]) -> String {
+/// TheRock's torch and torchvision with every target's device code, one
+/// requirement each: `torch[device-gfx1010,device-gfx1012]` and
+/// `torchvision[...]` (its RELEASES.md installs several devices so).
+pub fn requirements(targets: &[String]) -> Vec<String> {
     let devices: Vec<String> = targets.iter().map(|t| format!("device-{t}")).collect();
-    format!("torch[{}]", devices.join(","))
+    ["torch", "torchvision"]
+        .iter()
+        .map(|p| format!("{p}[{}]", devices.join(",")))
+        .collect()
 }
 
-/// `pip install` of TheRock's torch for `target` (gfx1010, gfx1011 or
-/// gfx1012; TheRock names a device extra for each), from [`index`].
-pub fn native_torch(target: &str) -> String {
-    install("pip", &[target.to_owned()])
-}
-
-/// [`native_torch`] for every one of `targets`, in one line.
-pub fn native_torch_for(targets: &[String]) -> String {
-    install("pip", targets)
-}
-
-fn install(pip: &str, targets: &[String]) -> String {
-    format!("{pip} install {} \"{}\"", index(), device_extra(targets))
+/// `pip install` of TheRock's torch for `target`, for the help of a
+/// torch that a package owns (torch.rs, below the plan); every other
+/// line is the plan's (`plan::torch_line`).
+pub(super) fn native_torch(target: &str) -> String {
+    commands(&[target.to_owned()], None, false)
+        .pop()
+        .map(crate::shell::line)
+        .unwrap_or_default()
 }
 
 /// "gfx1010", "gfx1010 and gfx1012".
@@ -94,15 +81,42 @@ fn and(items: &[String]) -> String {
     }
 }
 
-/// `text` as one shell word: as it is when nothing in it is special to
-/// the shell, else in single quotes.
-fn quote(text: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
+/// What a look that found no ROCm torch leaves for the plan, as its
+/// hint's data: the python asked (None: `--torch-dir`, or a python that
+/// could not say), and whether a torch (CUDA, CPU) is there to be replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    pub asked: Option<Asked>,
+    pub installed: bool,
+}
+
+/// The commands that get TheRock's torch for `targets` where `asked` finds
+/// it, each as its words, run in order: a venv first for a python that is
+/// externally managed; the torch there uninstalled first (pip keeps a
+/// torch it has, whatever the index).
+pub fn commands(targets: &[String], asked: Option<&Asked>, installed: bool) -> Vec<Vec<String>> {
+    let words = |w: &[&str]| w.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let exe = |a: &Asked| a.executable.to_string_lossy().into_owned();
+    let (pip, first): (Vec<String>, Option<Vec<String>>) = match asked {
+        Some(a) if a.managed => (
+            words(&[VENV_PYTHON, "-m", "pip"]),
+            Some(words(&[&exe(a), "-m", "venv", VENV])),
+        ),
+        Some(a) => (words(&[&exe(a), "-m", "pip"]), None),
+        None => (words(&["pip"]), None),
+    };
+    let uninstall = match asked {
+        Some(a) => installed && !a.managed,
+        // --torch-dir: a torch is there.
+        None => true,
+    };
+    let mut out: Vec<Vec<String>> = first.into_iter().collect();
+    if uninstall {
+        out.push([pip.clone(), words(&["uninstall", "--yes", "torch"])].concat());
     }
+    let install = index_args().into_iter().chain(requirements(targets));
+    out.push([pip, words(&["install"]), install.collect()].concat());
+    out
 }
 
 /// The help for no ROCm torch: the torch for `target` (`which` says why
@@ -116,29 +130,23 @@ pub fn help(
     or: &str,
 ) -> String {
     let head = format!("{NO_ROCM_TORCH_HELP} {} ({which})", and(targets));
-    let target = targets;
+    let line = commands(targets, asked, installed)
+        .iter()
+        .map(crate::shell::line)
+        .collect::<Vec<_>>()
+        .join(" && ");
     match asked {
-        Some(a) if a.managed => {
-            let exe = quote(&a.executable.to_string_lossy());
-            format!(
-                "{head} in a venv, as {exe} is externally managed (PEP 668: pip installs nothing into it): `{exe} -m venv {VENV} && {}`{AGAIN} with --python {VENV}/bin/python",
-                install(&format!("{VENV}/bin/python -m pip"), target)
-            )
-        }
-        Some(a) => {
-            let pip = format!("{} -m pip", quote(&a.executable.to_string_lossy()));
-            match installed {
-                true => format!(
-                    "{head} in place of this one (pip keeps a torch it has, whatever the index): `{pip} uninstall --yes torch && {}`{AGAIN}{or}",
-                    install(&pip, target)
-                ),
-                false => format!("{head}: `{}`{AGAIN}{or}", install(&pip, target)),
-            }
-        }
+        Some(a) if a.managed => format!(
+            "{head} in a venv, as {} is externally managed (PEP 668: pip installs nothing into it): `{line}`{AGAIN} with --python {VENV}/bin/python",
+            crate::shell::path(&a.executable)
+        ),
+        Some(_) if installed => format!(
+            "{head} in place of this one (pip keeps a torch it has, whatever the index): `{line}`{AGAIN}{or}"
+        ),
+        Some(_) => format!("{head}: `{line}`{AGAIN}{or}"),
         // --torch-dir: which python is torch's is not known here.
         None => format!(
-            "{head} in place of this one (pip keeps a torch it has, whatever the index), with the pip of torch's environment: `pip uninstall --yes torch && {}`{AGAIN}{or}",
-            install("pip", target)
+            "{head} in place of this one (pip keeps a torch it has, whatever the index), with the pip of torch's environment: `{line}`{AGAIN}{or}"
         ),
     }
 }
@@ -178,6 +186,13 @@ pub fn no_rocm_torch(
     let sysfs = crate::gpu::sysfs_root();
     let scan = crate::gpu::scan_all(&sysfs);
     let cards = scan.rdna1_targets();
+    let missing = Missing {
+        asked: asked.cloned(),
+        installed,
+    };
+    let hint = |what: String, help: String| {
+        anyhow::Error::new(crate::error::Hint::new(what, help).with(missing))
+    };
     let (targets, which) = match cards.len() {
         0 if !scan.gpus.is_empty() => {
             // GPUs, none RDNA1: no torch of this tool's for a card that
@@ -204,17 +219,6 @@ pub fn no_rocm_torch(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_word_with_shell_specials_is_quoted_whole() {
-        assert_eq!(
-            quote("/home/u/venv/bin/python3.11"),
-            "/home/u/venv/bin/python3.11"
-        );
-        assert_eq!(quote("/a b/python"), "'/a b/python'");
-        assert_eq!(quote("/it's/python"), r"'/it'\''s/python'");
-        assert_eq!(quote("$HOME"), "'$HOME'");
-    }
 
     #[test]
     fn builds_help_puts_the_venvs_python_into_its_command() {

@@ -163,13 +163,14 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
                 "         first the torch for gfx1012 (see route)",
                 "ok    torch     [..]",
                 "skip  route     torch first: libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012, so nothing runs there; no MIOpen fix is offered for it",
-                "                step 1 of 2: the torch for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"` (a …",
-                "                step 2 of 2: after the torch for gfx1012, run doctor again: MIOpen's batch-norm fix for gfx1012: …",
+                "                step 1 of 2: the torch for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"` …",
+                "                step 2 of 2: after the torch for gfx1012, run doctor again: MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch[..]` …",
                 &format!(
                     "FAIL  torch-gpu torch/lib/libtorch_hip.so has code for gfx1010, gfx1030 and none for gfx1012: torch runs nothing on that card{notes}"
                 ),
-                "                fix: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then",
-                "                run this again",
+                "                fix: install the torch built for gfx1012:",
+                "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this",
+                "                again",
                 "ok    gpu       gfx1012 Navi 14 (RX 5500 series) at 0000:0a:00.0 (node 1, gfx_target_version 100102): RDNA1, what this tool is for",
                 "ok    amdgpu    [..]",
                 "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
@@ -178,7 +179,7 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
         let before = std::fs::read(torch.miopen()).unwrap();
         let dry = install(&sb, &["--dry-run"]).fails_with(
             "error: torch 2.6.0+rocm6.4 has no GPU code for gfx1012 (libtorch_hip.so has code for gfx1010, gfx1030): nothing runs on that card, whatever MIOpen does, so no fix is proven or installed; nothing was changed
-help: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\"`, then run this again",
+help: install the torch built for gfx1012: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this again",
         );
         assert!(!dry.stderr.contains("Proven"), "{}", dry.stderr);
         install(&sb, &[]).fails();

@@ -38,14 +38,15 @@ fn the_inert_route_is_nothing_to_do_and_no_problem() {
             "verdict: torch 2.6.0+rocm6.4 on gfx1010: no problem found; 1 warning; 2 steps, first the torch for gfx1010 (see route)",
             "ok    torch     [..]",
             "skip  route     the torch for gfx1010 first: torch has no code for gfx1010 itself, so it runs only under HSA_OVERRIDE_GFX_VERSION=10.3.0, where MIOpen sees …",
-            "                step 1 of 2: the torch for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then …",
-            "                step 2 of 2: after the torch for gfx1010, run doctor again: MIOpen's batch-norm fix for gfx1010: …",
+            "                step 1 of 2: the torch for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"` …",
+            "                step 2 of 2: after the torch for gfx1010, run doctor again: MIOpen's batch-norm fix for gfx1010: `rdna1-patch install --into-torch[..]` …",
             "ok    torch-gpu torch/lib/libtorch_hip.so has code for gfx1030 (no gfx101x)",
             "ok    gpu       [..]",
             "ok    amdgpu    [..]",
             "warn  override  HSA_OVERRIDE_GFX_VERSION=10.3.0 (ROCm reports gfx1030, the card is gfx1010): torch has no code for gfx1010 itself, so it runs only under …",
-            "                fix: install the torch built for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then",
-            "                run this again (then run torch without HSA_OVERRIDE_GFX_VERSION)",
+            "                fix: install the torch built for gfx1010:",
+            "                `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this",
+            "                again (then run torch without HSA_OVERRIDE_GFX_VERSION)",
         ],
     );
     let json = doctor_under(&sb, "10.3.0", &["--json"]);
@@ -82,7 +83,7 @@ fn no_gfx101x_code_and_no_override_is_a_failure_with_no_gpu_visible() {
             "FAIL  override  HSA_OVERRIDE_GFX_VERSION is not set, and torch has no gfx101x code: on an RDNA1 card its GPU operators will not load",
             "                fix: export HSA_OVERRIDE_GFX_VERSION=10.3.0 (MIOpen then sees gfx1030: the batch-norm patch (0004) changes nothing, while the fast-find patch",
             "                (0003) still acts, since its detection reads the real chip from the KFD topology); or install a torch built for gfx101x, which needs no",
-            "                override: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`",
+            "                override: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`",
         ],
     );
 }

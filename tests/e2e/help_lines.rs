@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rdna1_testkit::{FakeTorch, TorchKind, gpus, torch_wheel};
+use rdna1_testkit::{FakeTorch, TorchKind, gpus, torch_wheel, vision_wheel};
 
 use crate::in_place::HIP64;
 use crate::support::{BIN, Run, Sandbox, line_matches, runtime, tools};
@@ -26,30 +26,76 @@ pub(crate) fn python3_managed() -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "True"
 }
 
+/// The commands that get the torch for `cards` into the sandbox's
+/// python3, from TheRock's index, in order: a venv first where python3
+/// is externally managed; `installed` a CUDA or CPU torch uninstalled
+/// first.
+pub(crate) fn python3_commands(cards: &[&str], installed: bool) -> Vec<String> {
+    let exe = tools().join("python3").display().to_string();
+    let devices: Vec<String> = cards.iter().map(|c| format!("device-{c}")).collect();
+    let devices = devices.join(",");
+    let install = |pip: &str| {
+        format!(
+            "{pip} install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[{devices}]\" \"torchvision[{devices}]\""
+        )
+    };
+    if python3_managed() {
+        return vec![
+            format!("{exe} -m venv ~/venv"),
+            install("~/venv/bin/python -m pip"),
+        ];
+    }
+    let pip = format!("{exe} -m pip");
+    match installed {
+        true => vec![format!("{pip} uninstall --yes torch"), install(&pip)],
+        false => vec![install(&pip)],
+    }
+}
+
+/// The plan's torch step for the sandbox's python3, after "the torch for
+/// ...: ": its commands, each in backticks, and what follows them.
+pub(crate) fn python3_step(cards: &[&str], installed: bool) -> String {
+    let commands: Vec<String> = python3_commands(cards, installed)
+        .iter()
+        .map(|c| format!("`{c}`"))
+        .collect();
+    let then = match python3_managed() {
+        true => ", then use --python ~/venv/bin/python",
+        false => "",
+    };
+    format!("{}{then}", commands.join(", then "))
+}
+
 /// The help (after `help: ` or `fix: `) for no ROCm torch in the sandbox's
 /// python3, from TheRock's index: `installed` a CUDA or CPU torch to
 /// replace; `or` what the tool adds after the lines.
 pub(crate) fn python3_help(target: &str, which: &str, installed: bool, or: &str) -> String {
+    python3_help_for(&[target], which, installed, or)
+}
+
+/// [`python3_help`] for every one of `cards`.
+pub(crate) fn python3_help_for(cards: &[&str], which: &str, installed: bool, or: &str) -> String {
     let exe = tools().join("python3").display().to_string();
-    let install = |pip: &str| {
-        format!(
-            "{pip} install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-{target}]\""
-        )
+    let line = python3_commands(cards, installed).join(" && ");
+    let named = match cards {
+        [one] => (*one).to_owned(),
+        _ => format!(
+            "{} and {}",
+            cards[..cards.len() - 1].join(", "),
+            cards[cards.len() - 1]
+        ),
     };
-    let head = format!("install the torch built for {target} ({which})");
+    let head = format!("install the torch built for {named} ({which})");
     if python3_managed() {
         return format!(
-            "{head} in a venv, as {exe} is externally managed (PEP 668: pip installs nothing into it): `{exe} -m venv ~/venv && {}`, then run this again with --python ~/venv/bin/python",
-            install("~/venv/bin/python -m pip")
+            "{head} in a venv, as {exe} is externally managed (PEP 668: pip installs nothing into it): `{line}`, then run this again with --python ~/venv/bin/python"
         );
     }
-    let pip = format!("{exe} -m pip");
     match installed {
         true => format!(
-            "{head} in place of this one (pip keeps a torch it has, whatever the index): `{pip} uninstall --yes torch && {}`, then run this again{or}",
-            install(&pip)
+            "{head} in place of this one (pip keeps a torch it has, whatever the index): `{line}`, then run this again{or}"
         ),
-        false => format!("{head}: `{}`, then run this again{or}", install(&pip)),
+        false => format!("{head}: `{line}`, then run this again{or}"),
     }
 }
 
@@ -70,6 +116,7 @@ fn rocm_wheels(sb: &Sandbox) -> PathBuf {
     let dir = sb.root.join("wheels");
     let extras = ["device-gfx1010", "device-gfx1011", "device-gfx1012"];
     torch_wheel(&site, "2.6.0+rocm6.4", &extras, &dir);
+    vision_wheel("0.21.0+rocm6.4", &extras, &dir);
     dir
 }
 
@@ -208,7 +255,7 @@ fn a_cuda_or_cpu_torch_is_replaced_by_the_lines_doctor_prints() {
         let site = site_of(&dir);
         let run = doctor(&sb, &py, &wheels).check_fails();
         let fix = format!(
-            "                fix: install the torch built for gfx1010 (the card in this machine) in place of this one (pip keeps a torch it has, whatever the index): `{py} -m pip uninstall --yes torch && {py} -m pip install --no-index --find-links {} \"torch[device-gfx1010]\"`, then run this again",
+            "                fix: install the torch built for gfx1010 (the card in this machine) in place of this one (pip keeps a torch it has, whatever the index): `{py} -m pip uninstall --yes torch && {py} -m pip install --no-index --find-links {} \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this again",
             wheels.display()
         );
         starts_with(
@@ -238,7 +285,7 @@ fn a_python_with_no_torch_gets_it_by_the_lines_doctor_prints() {
     let py = python.display().to_string();
     let run = doctor(&sb, &py, &wheels).check_fails();
     let fix = format!(
-        "                fix: install the torch built for gfx1010 (the card in this machine): `{py} -m pip install --no-index --find-links {} \"torch[device-gfx1010]\"`, then run this again; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
+        "                fix: install the torch built for gfx1010 (the card in this machine): `{py} -m pip install --no-index --find-links {} \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this again; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
         wheels.display()
     );
     starts_with(
@@ -275,7 +322,7 @@ fn an_externally_managed_python_gets_a_venv_first() {
     let wheels = rocm_wheels(&sb);
     let run = doctor(&sb, "/usr/bin/python3", &wheels).check_fails();
     let fix = format!(
-        "                fix: install the torch built for gfx1010 (the card in this machine) in a venv, as /usr/bin/python3 is externally managed (PEP 668: pip installs nothing into it): `/usr/bin/python3 -m venv ~/venv && ~/venv/bin/python -m pip install --no-index --find-links {} \"torch[device-gfx1010]\"`, then run this again with --python ~/venv/bin/python",
+        "                fix: install the torch built for gfx1010 (the card in this machine) in a venv, as /usr/bin/python3 is externally managed (PEP 668: pip installs nothing into it): `/usr/bin/python3 -m venv ~/venv && ~/venv/bin/python -m pip install --no-index --find-links {} \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this again with --python ~/venv/bin/python",
         wheels.display()
     );
     starts_with(

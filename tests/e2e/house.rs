@@ -17,8 +17,10 @@ fn layer(module: &str) -> usize {
         "share" => 2,
         "builder" | "inplace" => 3,
         // What fails in the user's stack: read by install, verify, doctor.
-        "swap" | "diagnosis" | "stack" => 4,
-        "inspect" | "select" | "clean" | "plan" => 5,
+        // The plan reads the stack and the diagnosis; the swap's and
+        // inspect's advice read the plan.
+        "swap" | "diagnosis" | "stack" | "plan" => 4,
+        "inspect" | "select" | "clean" => 5,
         "commands" => 6,
         "cli" | "main" | "lib" => 7,
         _ => 0,
@@ -377,7 +379,7 @@ const BY_PATH_ALLOWED: &[(&str, &str, &str)] = &[
         "the build's own work dir, which a build under sudo does not share with another user (SECURITY.md: build)",
     ),
     (
-        "builder::pipeline",
+        "builder::pipeline::install",
         "let _ = std::fs::remove_dir(&self.prefix);",
         "an empty prefix this build made and failed to fill: rmdir removes only an empty directory, never a symlink's target",
     ),
@@ -471,4 +473,54 @@ fn every_printed_command_with_a_value_goes_through_the_renderer() {
         found.is_empty(),
         "commands made by hand, not by crate::shell: {found:#?}"
     );
+}
+
+/// No module but the plan decides what the user should do next (issue 71):
+/// the line that gets TheRock's torch (its words in src/torch/get.rs) and
+/// a step's command (`plan::Cmd`) are built in src/plan* alone; every
+/// other module asks the plan (`plan::torch_line`, `plan::torch_fix`, its
+/// steps). torch.rs, below the plan, names the line in the help for a
+/// torch a package owns.
+#[test]
+fn only_the_plan_builds_a_next_steps_command() {
+    const BUILDERS: [&str; 7] = [
+        "requirements(",
+        "index_args(",
+        "commands(&",
+        "native_torch(",
+        "Cmd::new(",
+        "Cmd::tool(",
+        "Cmd {",
+    ];
+    let allowed = |module: &str, builder: &str| {
+        module == "plan"
+            || module.starts_with("plan::")
+            || module == "torch::get"
+            || (module == "torch" && builder == "native_torch(")
+    };
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            // A builder's name as a word: `besides_commands(&` is not `commands(&`.
+            let called = |b: &str| {
+                line.match_indices(b).any(|(i, _)| {
+                    !line[..i]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                })
+            };
+            for b in BUILDERS.iter().filter(|b| called(b)) {
+                if !allowed(&name, b) {
+                    found.push(format!("{name}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a next step's command built outside the plan: {found:#?}"
+    );
+    // The allowance is still used.
+    assert!(modules()["torch"].contains("native_torch("));
 }

@@ -244,15 +244,15 @@ fn a_torch_without_gfx101x_code_is_never_offered_the_in_place_fix() {
     install(&sb, &[])
         .fails_with(
             r#"error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
-help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]" "torchvision[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
         )
         .says("neither a build nor the in-place fix would change anything");
     install(&sb, &["--in-place"]).fails_with(
         r#"error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
-help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx1010]" "torchvision[device-gfx1010]"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed"#,
     ).error_is(
         "error: neither a build nor the in-place fix would change anything for torch 2.6.0+rocm6.4: libtorch_hip.so has code for gfx1030 and none for gfx101x, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works
-help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
+help: for the fix to act, use a torch with gfx101x code: TheRock's `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
     );
     assert_eq!(std::fs::read(torch.miopen()).unwrap(), original);
 }

@@ -14,7 +14,7 @@ use rdna1_testkit::fat_library_linking;
 /// libraries with and without gfx1010, plain code objects for three
 /// targets, a HIP bundle for gfx1010, and a libtorch_hip.so that loads
 /// `librocblas.so` from its own directory.
-fn gpu_code() -> &'static Path {
+pub(crate) fn gpu_code() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpucode");
@@ -123,7 +123,7 @@ fn doctor_with(sb: &Sandbox, gfx_override: Option<&str>) -> (String, i32) {
 }
 
 /// The row `name` with its indented lines (fix, cause) after it.
-fn row_with_fix(out: &str, name: &str) -> String {
+pub(crate) fn row_with_fix(out: &str, name: &str) -> String {
     let row = check_row(out, name);
     let mut lines = out.lines().skip_while(|l| *l != row);
     let mut text = vec![lines.next().unwrap().to_owned()];
@@ -185,7 +185,7 @@ fn a_library_without_the_cards_code_fails_and_names_the_ops() {
 
 /// torch/lib/rocblas/library laid out as rocBLAS does, each file a copy of
 /// one of the fixture's code objects: (file name, code object).
-fn tensile(lib: &Path, files: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn tensile(lib: &Path, files: &[(&str, &str)]) -> PathBuf {
     let dir = lib.join("rocblas/library");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -277,7 +277,7 @@ fn a_tensile_directory_is_judged_by_the_code_its_files_declare() {
     assert_eq!(code, 1, "{out}");
 }
 
-const THEROCK_ROCBLAS: &str = "TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)\n                fix: TheRock's torch has rocBLAS for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`";
+pub(crate) const THEROCK_ROCBLAS: &str = "TheRock builds rocBLAS for gfx1010, gfx1011 and gfx1012 (TheRock's cmake/therock_amdgpu_targets.cmake at 89553ce)\n                fix: TheRock's torch has rocBLAS for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`";
 
 /// An RX 5500 XT (gfx1012) with a rocBLAS and Tensile files built for
 /// gfx1010 (and gfx1030): what an RX 5700 runs has nothing for it.

@@ -79,6 +79,7 @@ mod system_route;
 mod system_route_owners;
 mod tally;
 mod targets;
+mod tensile_cache;
 mod texts;
 mod torch;
 mod torch_first;

@@ -12,9 +12,9 @@ use crate::support::{Sandbox, line_matches, snapshot};
 /// TheRock's torch for `devices`, as a fix line says it.
 fn torch_line(devices: &[&str]) -> String {
     let extra: Vec<String> = devices.iter().map(|d| format!("device-{d}")).collect();
+    let extra = extra.join(",");
     format!(
-        "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[{}]\"",
-        extra.join(",")
+        "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[{extra}]\" \"torchvision[{extra}]\""
     )
 }
 
@@ -67,8 +67,11 @@ fn two_cards_get_one_torch_line_naming_both() {
         assert_eq!(steps[0]["kind"], "torch");
         assert_eq!(steps[0]["cards"], serde_json::json!(["gfx1010", "gfx1012"]));
         assert_eq!(
-            steps[0]["commands"][0]["args"].as_array().unwrap().last(),
-            Some(&serde_json::json!("torch[device-gfx1010,device-gfx1012]"))
+            steps[0]["commands"][0]["args"].as_array().unwrap()[3..],
+            [
+                serde_json::json!("torch[device-gfx1010,device-gfx1012]"),
+                serde_json::json!("torchvision[device-gfx1010,device-gfx1012]")
+            ]
         );
         // install proves nothing for a torch the plan replaces.
         let before = snapshot(&torch.dir);
@@ -96,33 +99,42 @@ help: install the torch built for gfx1010 and gfx1012: `{both}`, then run this a
 }
 
 /// Two cards and no torch: the torch for both, in one line, "the cards
-/// in this machine". On 84ed257: the torch for gfx1010 "(the card in this
-/// machine)".
+/// in this machine", the same commands in the torch row's fix and the
+/// plan's first step. On 84ed257: the torch for gfx1010 "(the card in
+/// this machine)".
 #[test]
 fn two_cards_and_no_torch_get_the_torch_for_both() {
     let sb = Sandbox::new();
     sb.set_gpus(gpus("two-cards-gfx1010-gfx1012"));
     let run = sb.run(&["doctor", "--detail"]).check_fails();
-    let fix = run
-        .stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("fix: install the torch"))
-        .unwrap_or_else(|| panic!("{}", run.stdout));
-    assert!(
-        fix.contains("install the torch built for gfx1010 and gfx1012 (the cards in this machine)")
-            && fix.contains("\"torch[device-gfx1010,device-gfx1012]\""),
-        "{fix}"
+    let cards = ["gfx1010", "gfx1012"];
+    let fix = crate::help_lines::python3_help_for(
+        &cards,
+        "the cards in this machine",
+        false,
+        "; or pass the python torch is in with --python (e.g. --python ~/venv/bin/python), or the package with --torch-dir",
     );
-    run.prints("                step 1 of 2: the torch for gfx1010 and gfx1012: the line the torch row gives, for the python asked (a download of about 4 GB, no build; fixes no ROCm torch is there)");
-    assert!(
-        run.stdout
-            .lines()
-            .next()
-            .unwrap()
-            .ends_with("; 2 steps, first the torch for gfx1010 and gfx1012 (see route)"),
-        "{}",
-        run.stdout
+    let step = crate::help_lines::python3_step(&cards, false);
+    lines_are(
+        &run.stdout,
+        &[
+            "verdict: 1 problem to fix: torch; 2 steps, first the torch for gfx1010 and gfx1012 (see route)",
+            "FAIL  torch     [..]/python3 ([..]) has no torch installed",
+            &format!("                fix: {fix}"),
+            "skip  route     a torch first: the route (the in-place fix, a build, or nothing to do) is chosen for the torch it is to fix",
+            &format!(
+                "                step 1 of 2: the torch for gfx1010 and gfx1012: {step} (a download of about 4 GB, no build; fixes no ROCm torch is there)"
+            ),
+            "                step 2 of 2: after the torch for gfx1010 and gfx1012, run doctor again: MIOpen's batch-norm fix for gfx1010 and gfx1012: `rdna1-patch install --into-torch` (seconds, in place; fixes batch-norm training, where that torch's MIOpen fails it)",
+            "ok    gpu       gfx1010 [..]",
+            "ok    gpu       gfx1012 [..]",
+            "skip  amdgpu    [..]",
+            "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
+        ],
     );
+    assert!(fix.contains(
+        "\"torch[device-gfx1010,device-gfx1012]\" \"torchvision[device-gfx1010,device-gfx1012]\""
+    ));
 }
 
 /// An RX 6800 alone (gfx1030): nothing for this tool. install and its dry
@@ -147,6 +159,12 @@ help: to prepare this torch for an RDNA1 card that is not here, name it: `rdna1-
     let before = snapshot(&torch.dir);
     install(&sb, &["--dry-run"]).fails_with(want);
     install(&sb, &[]).fails_with(want);
+    // install rocblas reads the same plan: nothing for it here either.
+    sb.run_with_state(&["install", "rocblas", "--into-torch"], &[])
+        .fails_with(&want.replace(
+            "`rdna1-patch install --into-torch",
+            "`rdna1-patch install rocblas --into-torch",
+        ));
     assert_eq!(snapshot(&torch.dir), before, "torch was changed");
     assert!(!sb.prefix.exists(), "a prefix was written");
     let json: serde_json::Value = serde_json::from_str(&doctor(&sb, &["--json"]).stdout).unwrap();
@@ -319,6 +337,18 @@ fn a_rocblas_without_the_cards_code_is_a_step_before_miopens() {
         ],
     );
     dry.says("Proven 2 batch-norm kernels compile for gfx1012 (the card in this machine)");
+    // install rocblas's dry run says the plan's rocBLAS step alone (then
+    // finds no build of it here).
+    let blas = sb.run_with_state(&["install", "rocblas", "--into-torch", "--dry-run"], &[]);
+    assert!(
+        line_matches(
+            &format!("      Plan {rocblas_step}"),
+            blas.stderr.lines().next().unwrap_or_default()
+        ),
+        "{}",
+        blas.stderr
+    );
+    assert!(!blas.stderr.contains("step 2 of 2"), "{}", blas.stderr);
     assert_eq!(snapshot(&torch.dir), before);
 }
 

@@ -289,7 +289,7 @@ fn a_cuda_torch_on_an_amd_card_is_named_as_cudas() {
         t.dir.display()
     );
     // --torch-dir: which python's pip is torch's is not known here.
-    let fix = "fix: install the torch built for gfx1010 (the card in this machine) in place of this one (pip keeps a torch it has, whatever the index), with the pip of torch's environment: `pip uninstall --yes torch && pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again";
+    let fix = "fix: install the torch built for gfx1010 (the card in this machine) in place of this one (pip keeps a torch it has, whatever the index), with the pip of torch's environment: `pip uninstall --yes torch && pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this again";
     assert_eq!(
         run.stdout,
         format!(

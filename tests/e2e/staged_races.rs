@@ -161,44 +161,11 @@ fn torch_now(torch: &FakeTorch, id: &str) -> BTreeMap<PathBuf, Option<Vec<u8>>> 
     now
 }
 
-/// `install rocblas --into-torch` under sudo, its staged Tensile
-/// directory swapped at each step: root's directory is not written or
-/// chmodded, torch is as it was, and the error names the swap.
-#[test]
-fn a_staged_tensile_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
-    let Some(python) = root_and_python_for_sudo("the staged directories raced under sudo") else {
-        return;
-    };
-    each_step(STEPS, |(point, nth, rel)| {
-        let (sb, torch, prefix) = users_torch(python);
-        let staged = torch.lib.join("rocblas/.library.rdna1-patch-1.tmp");
-        let dir = at(&staged, rel);
-        let victim = roots_only(&sb);
-        let (before, torch_before) = (look(&victim), bytes_of(&torch.dir));
-        let p = prefix.display().to_string();
-        let run = as_sudo(
-            &sb,
-            python,
-            &["install", "rocblas", "--into-torch", "--prefix", &p],
-            &swap_at(point, nth, &dir, &victim),
-        );
-        let what = format!("install, {point} #{nth} at {}", dir.display());
-        untouched(&what, &victim, &before);
-        assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
-        run.fails().error_is(&swap_named(&dir));
-        same_tree(
-            &format!("{what}: torch"),
-            &torch_before,
-            &torch_now(&torch, ".rdna1-patch-1."),
-        );
-    });
-}
-
-/// `rollback` under sudo, the directory it stages from the backup
-/// (`.library.rdna1-patch-1-rollback.tmp`) swapped at each step: root's
-/// directory is not written or chmodded, the install stays whole.
-#[test]
-fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
+/// `install rocblas --into-torch` under sudo (or, after one, `rollback`,
+/// which stages from the backup), its staged Tensile directory swapped at
+/// each step: root's directory is not written or chmodded, torch is as it
+/// was (the install stays whole), and the error names the swap.
+fn staged_dir_swapped(rollback: bool) {
     let Some(python) = root_and_python_for_sudo("the staged directories raced under sudo") else {
         return;
     };
@@ -206,29 +173,38 @@ fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
         let (sb, torch, prefix) = users_torch(python);
         let p = prefix.display().to_string();
         let install = ["install", "rocblas", "--into-torch", "--prefix", &p];
-        as_sudo(&sb, python, &install, "").ok();
-        let staged = torch
-            .lib
-            .join("rocblas/.library.rdna1-patch-1-rollback.tmp");
-        let dir = at(&staged, rel);
+        let (args, staged, ours): (&[&str], _, _) = match rollback {
+            false => (&install, ".library.rdna1-patch-1.tmp", ".rdna1-patch-1."),
+            true => {
+                as_sudo(&sb, python, &install, "").ok();
+                let staged = ".library.rdna1-patch-1-rollback.tmp";
+                (&["rollback"], staged, "-rollback.tmp")
+            }
+        };
+        let dir = at(&torch.lib.join("rocblas").join(staged), rel);
         let victim = roots_only(&sb);
         let (before, torch_before) = (look(&victim), bytes_of(&torch.dir));
-        let run = as_sudo(
-            &sb,
-            python,
-            &["rollback"],
-            &swap_at(point, nth, &dir, &victim),
-        );
-        let what = format!("rollback, {point} #{nth} at {}", dir.display());
+        let run = as_sudo(&sb, python, args, &swap_at(point, nth, &dir, &victim));
+        let what = format!("{}, {point} #{nth} at {}", args[0], dir.display());
         untouched(&what, &victim, &before);
         assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
         run.fails().error_is(&swap_named(&dir));
         same_tree(
             &format!("{what}: torch"),
             &torch_before,
-            &torch_now(&torch, "-rollback.tmp"),
+            &torch_now(&torch, ours),
         );
     });
+}
+
+#[test]
+fn a_staged_tensile_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
+    staged_dir_swapped(false);
+}
+
+#[test]
+fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
+    staged_dir_swapped(true);
 }
 
 /// The state dir's subdirectories, swapped for a symlink once the lock
@@ -304,4 +280,93 @@ help: stop whatever else writes in {} (under sudo, a directory another user owns
         man1.display(),
         theirs.display()
     ));
+}
+
+/// `trust KEY` under sudo, the config in a directory of the user's
+/// (`RDNA1_PATCH_CONFIG`), that directory swapped for a symlink once root
+/// holds it open (`fsutil::write_atomic`, as the prefix's records and a
+/// `--report` are written): the config goes into the directory held, as
+/// its owner, nothing into root's.
+#[test]
+fn a_config_dir_swapped_under_sudo_trust_changes_nothing_of_roots() {
+    if !root_for("trust's config raced under sudo") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let victim = roots_only(&sb);
+    let before = look(&victim);
+    let theirs = sb.root.join("their-config");
+    let conf = theirs.join("rdna1-patch");
+    std::fs::create_dir_all(&conf).unwrap();
+    chown(&theirs, NOBODY);
+    let mut c = sb.cmd();
+    c.args(["trust", &crate::trust::key(7)])
+        .env("RDNA1_PATCH_CONFIG", conf.join("config.toml"))
+        .env(
+            "FAILPOINTS",
+            swap_at("atomic-dir-opened", 0, &conf, &victim),
+        );
+    let run = Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap());
+    untouched("the config's directory", &victim, &before);
+    let written = theirs.join("rdna1-patch.aside/config.toml");
+    let m = std::fs::symlink_metadata(&written)
+        .unwrap_or_else(|e| panic!("{}: {e}; {}", written.display(), run.stderr));
+    assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "written as its owner");
+    assert!(
+        std::fs::read_to_string(&written)
+            .unwrap()
+            .contains(&crate::trust::key(7)),
+        "{}",
+        run.stderr
+    );
+}
+
+/// SECURITY.md's table of the places root writes in a user's place names,
+/// for each, the test that races it (`module::test`, or a module whose
+/// tests all do): every one it names exists; a row that names none says
+/// it is not raced.
+#[test]
+fn securitys_table_names_an_existing_race_test_for_each_place() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("SECURITY.md")).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with("| where root writes in a user's place"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 10, "the table is gone: {rows:?}");
+    for row in rows {
+        let last = row.trim_end_matches('|').rsplit(" | ").next().unwrap();
+        let named: Vec<&str> = last
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == ':')
+            })
+            .filter(|n| {
+                std::fs::exists(
+                    root.join("tests/e2e")
+                        .join(format!("{}.rs", n.split("::").next().unwrap())),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(
+            !named.is_empty() || last.starts_with("not raced"),
+            "a row names no test that races it: {row}"
+        );
+        for n in named {
+            let (module, test) = n.split_once("::").unwrap_or((n, ""));
+            let file =
+                std::fs::read_to_string(root.join(format!("tests/e2e/{module}.rs"))).unwrap();
+            assert!(
+                test.is_empty() || file.contains(&format!("fn {test}(")),
+                "SECURITY.md names {n}, which is no test: {row}"
+            );
+        }
+    }
 }

@@ -23,7 +23,7 @@ fn system_route_refuses_a_torch_a_package_owns() {
     let system_before = snapshot(&st.sys);
     st.install(&sb, &[]).fails_with(&format!(
         "error: torch 2.9.1+rocm6.4 at {} belongs to the dpkg package python3-torch-rocm: rdna1-patch never changes a file a package manager owns; nothing was changed
-help: make a venv with a torch of your own and fix that one: TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`), then `rdna1-patch install --into-torch[..]`; or a torch you built for gfx1010 against this system's ROCm",
+help: make a venv with a torch of your own and fix that one: TheRock's native torch (`pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`), then `rdna1-patch install --into-torch[..]`; or a torch you built for gfx1010 against this system's ROCm",
         dir.display()
     ));
     assert_eq!(snapshot(&st.torch.dir), torch_before);

@@ -49,10 +49,11 @@ skip  route     a torch first: the route (the in-place fix, a build, or nothing 
 }
 
 /// The route row's plan where there is no ROCm torch: the torch row's
-/// line, then MIOpen's fix after it.
-fn steps(target: &str) -> String {
+/// commands, then MIOpen's fix after it.
+fn steps(target: &str, installed: bool) -> String {
+    let step = crate::help_lines::python3_step(&[target], installed);
     format!(
-        "                step 1 of 2: the torch for {target}: the line the torch row gives, for the python asked (a download of about 4 GB, no build; fixes no ROCm torch is there)
+        "                step 1 of 2: the torch for {target}: {step} (a download of about 4 GB, no build; fixes no ROCm torch is there)
                 step 2 of 2: after the torch for {target}, run doctor again: MIOpen's batch-norm fix for {target}: `rdna1-patch install --into-torch` (seconds, in place; fixes batch-norm training, where that torch's MIOpen fails it)"
     )
 }
@@ -97,7 +98,7 @@ ok    override  HSA_OVERRIDE_GFX_VERSION is not set"
                 &run,
                 &format!(
                     "verdict: 1 problem to fix: torch; 2 steps, first the torch for {target} (see route)\n{rows}\n{}\n{tail}",
-                    steps(target)
+                    steps(target, replace)
                 ),
             );
         };

@@ -10,7 +10,7 @@ use crate::support::{Run, Sandbox};
 
 /// A minisign public key string of our own making: "Ed", an 8-byte key id
 /// and a 32-byte key, all `n`.
-fn key(n: u8) -> String {
+pub(crate) fn key(n: u8) -> String {
     let mut bytes = b"Ed".to_vec();
     bytes.extend([n; 40]);
     base64::engine::general_purpose::STANDARD.encode(bytes)

@@ -380,7 +380,7 @@ fn doctors_override_advice_follows_the_code_objects_in_torch() {
         "{out}"
     );
     assert!(
-        out.contains("fix: install the torch built for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\"`, then run this again"),
+        out.contains("fix: install the torch built for gfx1010: `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\"`, then run this again"),
         "{out}"
     );
     assert!(

@@ -18,8 +18,6 @@ mod figures;
 mod fuzz;
 mod gpucode;
 mod killtest;
-mod killtest_rocblas;
-mod killtest_system;
 mod needs;
 mod rng;
 mod rocm_env;

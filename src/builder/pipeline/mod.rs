@@ -6,7 +6,9 @@
 //!
 //! `plan` works out what a build would do, `dry_run` says it, `identity`
 //! says what the build is (its key, its provenance, a shared build that
-//! matches), `patches` runs the patch stage; the run itself is here.
+//! matches), `preflight` checks what it can before anything is fetched or
+//! written, `patches` runs the patch stage, `install` the install stage;
+//! the run itself is here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,8 +32,10 @@ use crate::ui::Ui;
 pub mod checks;
 mod dry_run;
 mod identity;
+mod install;
 mod patches;
 mod plan;
+mod preflight;
 mod route_line;
 mod sources;
 
@@ -237,31 +241,6 @@ impl BuildPlan<'_> {
         }
     }
 
-    /// A prefix holding another component's build (a profile's own
-    /// `prefix`, or --prefix) is not this build's to replace.
-    fn refuse_other_component(&self) -> Result<()> {
-        let Ok(there) = Provenance::read(&self.prefix) else {
-            return Ok(());
-        };
-        if there.component == self.opts.component {
-            return Ok(());
-        }
-        Err(hint(
-            format!(
-                "the prefix {} holds a {} build (profile {}); installing {} there would replace it; nothing was built",
-                self.prefix.display(),
-                there.component,
-                there.profile,
-                self.opts.component
-            ),
-            format!(
-                "give this build a prefix of its own: --prefix DIR (e.g. {}-{})",
-                self.prefix.display(),
-                self.opts.component
-            ),
-        ))
-    }
-
     /// The route's line, once, waiting for the look if it still runs.
     fn say_route(&self, ui: &Ui) {
         if let Some(route) = self.opts.route.take() {
@@ -357,109 +336,6 @@ impl BuildPlan<'_> {
         self.install(&checkout, &with, &tools, local, built.steps, &mut log, ui)
     }
 
-    /// Every dir of this build that the tool writes must be reached from
-    /// the work dir without a symlink.
-    fn check_work_dirs(&self) -> Result<()> {
-        for (dir, what) in [
-            (&self.dirs.src, "checkout"),
-            (&self.dirs.build, "build dir"),
-            (&self.dirs.logs, "log dir"),
-            (&self.dirs.state, "build state"),
-        ] {
-            self.opts.work_dir.check_confined(dir, what)?;
-        }
-        Ok(())
-    }
-
-    /// The project's directory is the origin's content: patches and CMake
-    /// may go there only when no symlink in it leads elsewhere.
-    fn check_tree(&self) -> Result<()> {
-        self.opts
-            .work_dir
-            .check_confined(&self.tree, "project directory")?;
-        if !self.tree.is_dir() {
-            return Err(hint(
-                format!(
-                    "{} {} has no directory {}",
-                    self.component.url,
-                    self.component.pin(),
-                    self.component.subdir.as_deref().unwrap_or(".")
-                ),
-                "check the profile's `subdir`: it names the project's directory inside the repository",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The tools configure and build need, with warnings about what differs
-    /// from the profile.
-    fn toolchain(&self, ui: &Ui) -> Result<tools::Toolchain> {
-        let mut t = self.preflight()?;
-        if let Some((_, env)) = &self.tensile_tools {
-            t.env = env.clone();
-        }
-        if t.generator_fallback {
-            ui.warn(format!(
-                "{} is not installed; using {} instead",
-                self.generator.cmake_name(),
-                t.generator.cmake_name()
-            ));
-        }
-        match &t.rocm.version {
-            Some(v) if crate::version::major_minor(v) != crate::version::major_minor(&self.opts.profile.rocm.version) => {
-                ui.warn(format!(
-                    "ROCm at {} is {v}, the profile targets {}; the library may not match your torch",
-                    self.rocm.display(),
-                    self.opts.profile.rocm.version
-                ))
-            }
-            None => ui.warn(format!("cannot tell the ROCm version at {}", self.rocm.display())),
-            _ => {}
-        }
-        Ok(t)
-    }
-
-    /// What the build tells Tensile, for the plan and the stages.
-    fn tensile_note(&self) -> Option<String> {
-        let (dir, _) = self.tensile_tools.as_ref()?;
-        Some(format!(
-            "assembler and offload bundler from HIP's clang in {} ({} has no llvm/bin, where Tensile looks)",
-            dir.display(),
-            self.rocm.display()
-        ))
-    }
-
-    /// The tools configure and build need, and a ROCm some profile is for:
-    /// one no profile serves (Debian 12's 5.2) would fail most of an hour
-    /// in, and one of another line than the torch's would make a library
-    /// `install` refuses an hour later, so either stops the build before
-    /// the fetch.
-    pub(super) fn preflight(&self) -> Result<tools::Toolchain> {
-        self.check_served()?;
-        let t = tools::preflight(self.generator, &self.rocm, &self.defines)?;
-        self.check_requires()?;
-        let Some(v) = t.rocm.version.as_deref() else {
-            return Ok(t);
-        };
-        let line = crate::version::major_minor(v);
-        match &self.opts.torch {
-            Some(torch) if crate::version::major_minor(&torch.rocm) != line => Err(hint(
-                format!(
-                    "ROCm {v} at {} would build {} for ROCm {line}, but {} is for ROCm {}: `install --into-torch` refuses a library of another ROCm major.minor (the mix crashes with memory faults)",
-                    self.rocm.display(),
-                    self.project(),
-                    torch.label,
-                    crate::version::major_minor(&torch.rocm)
-                ),
-                format!(
-                    "build with ROCm {} (AMD's packages put it at /opt/rocm; or --rocm DIR), or compile nothing: pull a published build (`rdna1-patch trust KEY`, then `rdna1-patch build --from REF`); to build for another torch anyway, name the profile with --profile",
-                    crate::version::major_minor(&torch.rocm)
-                ),
-            )),
-            _ => Ok(t),
-        }
-    }
-
     /// `--clean`: a fresh build dir, and no install stamp.
     fn clean(&self, ui: &Ui) -> Result<()> {
         for gone in [&self.dirs.build, &self.install_stamp()] {
@@ -506,80 +382,6 @@ impl BuildPlan<'_> {
         Ok(())
     }
 
-    /// The install stage, unless the prefix already holds exactly this build.
-    #[allow(clippy::too_many_arguments)]
-    fn install(
-        &self,
-        checkout: &source::Checkout,
-        with: &BTreeMap<String, String>,
-        tools: &tools::Toolchain,
-        local: Vec<String>,
-        steps: usize,
-        log: &mut Log,
-        ui: &Ui,
-    ) -> Result<()> {
-        let mut provenance = self.provenance(&checkout.commit, tools);
-        provenance.local_edits = local;
-        provenance.with = self.with_provenance(with);
-        let key = self.key_inputs(Some(checkout.commit.clone()));
-        let stamp_path = self.install_stamp();
-        if steps == 0
-            && prefix::Stamp::load(&stamp_path)
-                .is_some_and(|s| s.matches(&self.prefix, &provenance))
-            && prefix::read_key(&self.prefix).is_ok_and(|k| k == key)
-        {
-            ui.stage(
-                "Install",
-                format!("{} is up to date", self.prefix.display()),
-            );
-            return Ok(());
-        }
-        ui.stage("Install", self.prefix.display());
-        let existed = self.prefix.exists();
-        let staging = prefix::begin(&self.prefix)?;
-        let manifest = cmake::install_to_staging(&self.dirs.build, &staging, tools, log)?;
-        if let Err(e) = self.check_set(&staging, &manifest, log, ui) {
-            let _ = crate::fsutil::remove_path(&staging);
-            if !existed {
-                // Made by begin() a moment ago, and empty again.
-                let _ = std::fs::remove_dir(&self.prefix);
-            }
-            return Err(e);
-        }
-        let installed = prefix::commit(
-            &self.prefix,
-            &staging,
-            &manifest,
-            provenance.clone(),
-            Some(&key),
-            &[],
-            self.jobs,
-        )?;
-        if !installed.removed.is_empty() {
-            ui.note(format!(
-                "removed {} files the previous install had",
-                installed.removed.len()
-            ));
-        }
-        prefix::Stamp::take(&self.prefix, &Provenance::read(&self.prefix)?)?.save(&stamp_path)?;
-        ui.stage(
-            "Installed",
-            format!(
-                "{} files into {}, checksums written ({})",
-                installed.entries.len(),
-                self.prefix.display(),
-                prefix::MD5SUMS
-            ),
-        );
-        Ok(())
-    }
-
-    fn install_stamp(&self) -> PathBuf {
-        self.dirs.state.join("install.toml")
-    }
-
-    /// The build key's line of `--dry-run`, and what it says of `--from`
-    /// and the caches.
     /// The cmake configure command line, as `--dry-run` shows it.
     fn configure_args(&self) -> Vec<String> {
         [

@@ -11,18 +11,7 @@ use super::DoctorRequest;
 /// The plan for the stack doctor read, said in its rows.
 pub(super) fn apply(req: &DoctorRequest, r: &mut CheckReport) {
     let facts = Facts::of(&req.stack, miopen(req, r));
-    let mut p = plan::plan(&facts);
-    // No ROCm torch: the torch row's fix is the exact line for the python
-    // asked; the step is that line.
-    if let (Err(_), true, Some(first)) = (
-        &req.stack.torch,
-        row(r, "torch").is_some_and(|c| c.fix.is_some()),
-        p.steps.first_mut(),
-    ) && first.kind == Kind::Torch
-    {
-        first.commands.clear();
-        first.help = Some("the line the torch row gives, for the python asked".to_owned());
-    }
+    let p = plan::plan(&facts);
     if !p.steps.is_empty() {
         said(&p, &facts, r);
     }

@@ -488,7 +488,9 @@ fn fixed_by(req: &DoctorRequest, t: &torch::Torch) -> Option<String> {
 /// is shown, never failed.
 pub(super) fn needs_no_sdk(r: &mut CheckReport) {
     for c in &mut r.checks {
-        if matches!(c.name, "rocm" | "compiler" | "hipcc" | "compat") && c.status == Status::Fail {
+        if matches!(c.name, "rocm" | "compiler" | "hipcc" | "compat" | "disk")
+            && c.status == Status::Fail
+        {
             c.status = Status::Skip;
             c.detail = format!(
                 "{} (not needed: the route for this torch fixes its own MIOpen in place, with no build)",

@@ -12,7 +12,7 @@ use crate::kernel_text::MARKER_PREFIX;
 use crate::owner;
 use crate::torch::Torch;
 
-use super::journal::{BuildRec, FileRec, Journal, Journals, SdkRec, State, TorchRec, now};
+use super::journal::{BuildRec, FileRec, Journal, Journals, State, TorchRec, now};
 use super::recover::supersede;
 use super::state::Locked;
 use crate::fsutil::At;
@@ -211,21 +211,7 @@ pub(super) fn new_journal(
         state: State::Begun,
         created: now(),
         updated: String::new(),
-        torch: TorchRec {
-            dir: torch.dir.clone(),
-            version: torch.version.clone(),
-            hip: torch.hip.clone(),
-            target: target.clone(),
-            sdk: match &torch.layout {
-                crate::torch::Layout::Bundled | crate::torch::Layout::System(_) => None,
-                crate::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
-                    version: sdk.version.clone(),
-                    family: sdk.family.clone(),
-                    package: sdk.package.clone(),
-                    library: sdk.library.clone(),
-                }),
-            },
-        },
+        torch: TorchRec::of(torch, target),
         build: swap.build.clone(),
         original: original.clone(),
         backup,

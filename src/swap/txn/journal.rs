@@ -100,6 +100,26 @@ pub struct SdkRec {
 }
 
 impl TorchRec {
+    /// `torch`, whose library `target` a transaction changes or adds.
+    pub fn of(torch: &crate::torch::Torch, target: &Path) -> TorchRec {
+        let sdk = match &torch.layout {
+            crate::torch::Layout::RocmSdk(sdk) => Some(SdkRec {
+                version: sdk.version.clone(),
+                family: sdk.family.clone(),
+                package: sdk.package.clone(),
+                library: sdk.library.clone(),
+            }),
+            crate::torch::Layout::Bundled | crate::torch::Layout::System(_) => None,
+        };
+        TorchRec {
+            dir: torch.dir.clone(),
+            version: torch.version.clone(),
+            hip: torch.hip.clone(),
+            target: target.to_owned(),
+            sdk,
+        }
+    }
+
     pub fn layout(&self) -> &'static str {
         if self.sdk.is_some() {
             "rocm-sdk"

@@ -187,9 +187,9 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
     if j.system.is_some() {
         return super::system::undo(locked, j);
     }
-    if j.set.is_some() {
-        return super::set::undo(locked, j, all);
-    }
+    // One match for both routes that keep what torch held in a backup:
+    // torch's library, and rocBLAS's set (whose halves `found` names).
+    let theirs = if j.set.is_some() { "set" } else { "build" };
     match found(j, all) {
         Found::Original => {
             locked.set(j, State::RolledBack)?;
@@ -197,15 +197,13 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
         }
         Found::New => {}
         Found::Earlier(p) => {
-            return Err(changed_elsewhere(
-                j,
-                &format!("the build of transaction {p}"),
-            ));
+            let what = format!("the {theirs} of transaction {p}");
+            return Err(changed_elsewhere(j, &what));
         }
         Found::Gone => return Err(changed_elsewhere(j, "gone")),
         // Edited through the prefix it shares an inode with: still ours
         // to undo, from the backup of torch's original.
-        Found::Other(_) if linked_to_prefix(j) => {}
+        Found::Other(_) if j.set.is_none() && linked_to_prefix(j) => {}
         Found::Other(what) => return Err(changed_elsewhere(j, &what)),
     }
     // The target must still be what torch loads: a journal edited to point
@@ -224,6 +222,9 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
                 j.backup.display()
             ),
         ));
+    }
+    if j.set.is_some() {
+        return super::set::undo(locked, j);
     }
     // `rollback` checked the backup before changing anything; what is
     // checked here is the copy about to take the library's name.

@@ -230,13 +230,7 @@ fn new_journal(locked: &Locked, s: &SetSwap, journals: &Journals, f: &Found0) ->
         state: State::Begun,
         created: now(),
         updated: String::new(),
-        torch: TorchRec {
-            dir: s.torch.dir.clone(),
-            version: s.torch.version.clone(),
-            hip: s.torch.hip.clone(),
-            target: s.target.to_owned(),
-            sdk: None,
-        },
+        torch: TorchRec::of(s.torch, s.target),
         build: s.build.clone(),
         new: FileRec {
             md5: f.new_md5.clone(),
@@ -384,31 +378,9 @@ pub(super) fn check_backups(locked: &Locked, j: &Journal) -> Result<()> {
     ))
 }
 
-/// Put the set's originals back; true when they already were.
-pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
-    match found(j, all) {
-        Found::Original => {
-            locked.set(j, State::RolledBack)?;
-            return Ok(true);
-        }
-        Found::New => {}
-        Found::Earlier(p) => {
-            return Err(changed_elsewhere(j, &format!("the set of transaction {p}")));
-        }
-        Found::Gone => return Err(changed_elsewhere(j, "gone")),
-        Found::HalfIn | Found::HalfOut => {
-            return Err(changed_elsewhere(j, "half of one set, half of another"));
-        }
-        Found::Other(what) => return Err(changed_elsewhere(j, &what)),
-    }
-    if j.library().canonicalize().ok().as_ref() != Some(&j.torch.target) {
-        bail!(
-            "{} no longer leads to {}, which transaction {} changed; nothing was changed",
-            j.library().display(),
-            j.torch.target.display(),
-            j.id
-        );
-    }
+/// Put the set's originals back, once `rollback::undo` found torch holds
+/// the set `j` installed and its library is still what torch loads.
+pub(super) fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
     let set = set_of(j).clone();
     let lib_dir = j.torch.target.parent().unwrap_or(Path::new("/")).to_owned();
     let (lib_temp, dir_temp) = (j.temp(true), temp_path(&set.dir, j.id, true));

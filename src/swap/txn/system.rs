@@ -370,13 +370,7 @@ fn new_journal(
         state: State::Begun,
         created: now(),
         updated: String::new(),
-        torch: TorchRec {
-            dir: torch.dir.clone(),
-            version: torch.version.clone(),
-            hip: torch.hip.clone(),
-            target: add.copy_at.to_owned(),
-            sdk: None,
-        },
+        torch: TorchRec::of(torch, add.copy_at),
         build: add.build.clone(),
         backup: locked.state.backup_path(&hip_md5),
         original,
@@ -503,7 +497,10 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
     let s = j.system.clone().expect("a system journal");
     j.remove_temps();
     let was = j.state;
-    let rolling = was == State::RollingBack;
+    let undone = match was {
+        State::RollingBack => State::RolledBack,
+        _ => State::Aborted,
+    };
     let note = match found(j, &s) {
         Found::Gone => {
             locked.set(j, State::Abandoned)?;
@@ -515,14 +512,7 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
             )
         }
         Found::Original => {
-            locked.set(
-                j,
-                if rolling {
-                    State::RolledBack
-                } else {
-                    State::Aborted
-                },
-            )?;
+            locked.set(j, undone)?;
             remove_made_parent(j);
             format!(
                 "transaction {} was interrupted ({}); torch loads the system's {}, unchanged",
@@ -547,14 +537,7 @@ pub(super) fn recover_one(locked: &Locked, j: &mut Journal) -> Result<Option<Str
             fsutil::sync_dir(j.torch.target.parent().unwrap_or(Path::new("/")))?;
             remove_dir(j)?;
             j.remove_temps();
-            locked.set(
-                j,
-                if rolling {
-                    State::RolledBack
-                } else {
-                    State::Aborted
-                },
-            )?;
+            locked.set(j, undone)?;
             remove_made_parent(j);
             format!(
                 "transaction {} was interrupted ({}) before libtorch_hip.so took the fixed copy; the copy was taken out and torch loads the system's {}",

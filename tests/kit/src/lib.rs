@@ -12,7 +12,7 @@ mod wheel;
 
 pub use rocblas::{RocblasFixture, TENSILE_TAG};
 pub use rocm_sdk::{FakeRocmSdk, SdkShape, TORCH_PRELOADS, record_hash};
-pub use wheel::torch_wheel;
+pub use wheel::{torch_wheel, vision_wheel};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

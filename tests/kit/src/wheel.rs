@@ -10,28 +10,42 @@ use std::process::Command;
 /// `extras` (e.g. "device-gfx1010") declared; returns the wheel's path.
 /// Symlinks are stored as the files they lead to.
 pub fn torch_wheel(site: &Path, version: &str, extras: &[&str], out: &Path) -> PathBuf {
+    wheel("torch", site, version, extras, out)
+}
+
+/// A torchvision wheel of one empty module with `extras` declared, beside
+/// the torch a help line installs with it (TheRock's line names both).
+pub fn vision_wheel(version: &str, extras: &[&str], out: &Path) -> PathBuf {
+    let site = out.with_extension("torchvision-src");
+    std::fs::create_dir_all(site.join("torchvision")).unwrap();
+    std::fs::write(site.join("torchvision/__init__.py"), "").unwrap();
+    wheel("torchvision", &site, version, extras, out)
+}
+
+/// Packs `site/NAME` into `<out>/NAME-<version>-py3-none-any.whl`.
+fn wheel(name: &str, site: &Path, version: &str, extras: &[&str], out: &Path) -> PathBuf {
     std::fs::create_dir_all(out).unwrap();
-    let wheel = out.join(format!("torch-{version}-py3-none-any.whl"));
+    let wheel = out.join(format!("{name}-{version}-py3-none-any.whl"));
     let extras: String = extras
         .iter()
         .map(|e| format!("Provides-Extra: {e}\n"))
         .collect();
-    let metadata = format!("Metadata-Version: 2.1\nName: torch\nVersion: {version}\n{extras}");
+    let metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{extras}");
     crate::run(
         Command::new("python3")
             .args(["-c", PACK, &site.to_string_lossy()])
             .arg(&wheel)
-            .args([version, &metadata]),
+            .args([name, version, &metadata]),
     );
     wheel
 }
 
 const PACK: &str = r#"
 import base64, hashlib, os, sys, zipfile
-site, wheel, version, metadata = sys.argv[1:5]
-info = f"torch-{version}.dist-info"
+site, wheel, name, version, metadata = sys.argv[1:6]
+info = f"{name}-{version}.dist-info"
 files = {}
-for root, _, names in os.walk(os.path.join(site, "torch")):
+for root, _, names in os.walk(os.path.join(site, name)):
     for n in sorted(names):
         p = os.path.join(root, n)
         if os.path.exists(p):

@@ -159,6 +159,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
         bail!("bench: no group {o}\n{}", groups_help("  "));
     }
     let started = Instant::now();
+    let load_at_start = load();
     run(crate::cargo().args(["build", "--release", "--quiet", "--bin", "rdna1-patch"]))?;
     // Where cargo put it: $CARGO_TARGET_DIR when set (a worktree's own).
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -188,14 +189,14 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
             rows.append(&mut (g.rows)(&cx)?);
         }
     }
+    // The binary's size is a fact of every run, `--only` ones too.
+    let size = std::fs::metadata(&bin)?.len();
     if opts.only.is_some() {
-        println!("{}", render(&rows, 0, started.elapsed())?);
+        println!("{}", render(&rows, size, started.elapsed(), load_at_start)?);
         println!("(--only: BENCHMARKS.md left as it was)");
         return Ok(());
     }
-    let size = std::fs::metadata(&bin)?.len();
-
-    let md = render(&rows, size, started.elapsed())?;
+    let md = render(&rows, size, started.elapsed(), load_at_start)?;
     std::fs::write(root.join("BENCHMARKS.md"), &md)?;
     println!("{md}");
     println!(
@@ -260,11 +261,20 @@ fn tool_versions() -> String {
     .join("; ")
 }
 
-fn render(rows: &[Row], size: u64, took: Duration) -> Result<String> {
+/// The one-minute load average, as /proc/loadavg gives it: every row of a
+/// shared machine is read against it.
+pub(crate) fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+fn render(rows: &[Row], size: u64, took: Duration, load_at_start: String) -> Result<String> {
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     let mut md = String::new();
     md.push_str("# Benchmarks\n\nWritten by `cargo xtask bench` (do not edit by hand). Each figure is a median over repeated runs, with the range, next to its reference measured in the same run on the same machine.\n\n");
-    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--miopen-lib PATH` for Debian's libMIOpen 6.4.3 in the diagnosis rows, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64()));
+    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Load (1-minute average): {load_at_start} at the start, {} at the end\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--miopen-lib PATH` for Debian's libMIOpen 6.4.3 in the diagnosis rows, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64(), load()));
     md.push_str("| Benchmark | rdna1-patch | Reference | Result | Target | Met |\n|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
