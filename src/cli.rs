@@ -31,7 +31,7 @@ pub struct Cli {
     /// Print every line whole: full paths, every list and detail line
     /// (lines are otherwise one glance, at most 160 characters besides a
     /// command; the JSON is always whole)
-    #[arg(long, global = true, help_heading = GLOBAL)]
+    #[arg(long, global = true, overrides_with = "detail", help_heading = GLOBAL)]
     detail: bool,
     /// Colour: auto (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE
     /// forces it), always, never

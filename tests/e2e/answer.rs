@@ -353,7 +353,8 @@ fn two_cards_are_both_judged_and_proven() {
             "ok    override  HSA_OVERRIDE_GFX_VERSION is not set",
         ],
     );
-    let dry = install(&sb, &["--dry-run"]).ok();
+    // The plan and the stages whole too (--detail: at a glance they wrap).
+    let dry = install(&sb, &["--dry-run", "--detail"]).ok();
     lines_are(
         &dry.stderr,
         &[

@@ -365,7 +365,7 @@ fn a_dry_run_says_what_the_build_or_the_pull_costs() {
         )
     );
     let pull = user
-        .build(&["--dry-run", "--from", dir.to_str().unwrap()])
+        .build(&["--dry-run", "--detail", "--from", dir.to_str().unwrap()])
         .ok();
     let shared = pull
         .stdout

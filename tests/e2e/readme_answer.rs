@@ -13,6 +13,10 @@ use crate::support::{Sandbox, gpus};
 #[test]
 fn readmes_answer_is_what_doctor_prints_before_and_after_the_fix() {
     let sb = Sandbox::new();
+    // As a user sees them: rows one glance each, as the demo prints them
+    // (on 5253d63 the block held `--detail`'s rows, 210 and 258
+    // characters, which `rdna1-patch doctor` does not print).
+    sb.at_a_glance();
     sb.set_gpus(gpus("rx5600xt-gfx1010"));
     torch_of(&sb, "2.6.0+rocm6.4", HIP64, &["gfx1010"]);
     // As README shows them: no options, so the commands doctor prints
@@ -31,6 +35,14 @@ fn readmes_answer_is_what_doctor_prints_before_and_after_the_fix() {
         figures::steady(&block),
         "README's answer block is not what doctor prints: run `cargo xtask figures --only demos`"
     );
+    // Each line one glance, a whole command aside.
+    for line in shown.lines() {
+        let besides: usize = line.split('`').step_by(2).map(|p| p.chars().count()).sum();
+        assert!(
+            besides <= 160,
+            "README's answer has a line over a glance:\n{line}"
+        );
+    }
     // The first screen: the block starts within README's first 40 lines.
     let at = text.find(figures::ANSWER_START).unwrap();
     assert!(

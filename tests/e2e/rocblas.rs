@@ -19,7 +19,8 @@ fn sandbox() -> (Sandbox, RocblasFixture) {
 
 fn build(sb: &Sandbox, rb: &RocblasFixture, extra: &[&str], fault: Option<&str>) -> Run {
     let mut c = sb.cmd();
-    c.args(rb.build_args()).args(extra);
+    // Lines whole (--detail): the tests hold whole lines.
+    c.args(rb.build_args()).args(extra).arg("--detail");
     match fault {
         Some(f) => c.env("TENSILE_MINI_FAULT", f),
         None => c.env_remove("TENSILE_MINI_FAULT"),
@@ -320,6 +321,7 @@ fn a_rocblas_plan_says_no_miopen_route() {
                 "--profile",
                 "rocm-6.4.3",
                 "--dry-run",
+                "--detail",
                 "--work-dir",
             ])
             .arg(&rb.work)

@@ -255,8 +255,9 @@ fn under_sudo_python_is_asked_about_torch_as_its_user() {
         &["install", "--into-torch", "--dry-run"][..],
     ] {
         let mut c = sb.cmd();
+        // Lines whole (--detail): at a glance a path may lose its middle.
         c.args(args)
-            .args(["--python", python, "--state-dir", &sb.state()]);
+            .args(["--python", python, "--state-dir", &sb.state(), "--detail"]);
         let run = Run::from(as_sudo_for(&mut c, NOBODY).output().unwrap());
         assert_eq!(
             markers(&site),

@@ -221,7 +221,15 @@ impl Sandbox {
             Command::new(BIN)
         };
         self.env(&mut c);
-        Run::from(c.args(args).output().unwrap())
+        c.args(args);
+        // Lines whole unless the test reads them at a glance (as `run`).
+        let verb = ["install", "rollback", "build"]
+            .iter()
+            .any(|v| args.contains(v));
+        if verb && !self.glance.get() {
+            c.arg("--detail");
+        }
+        Run::from(c.output().unwrap())
     }
 
     pub fn src(&self) -> PathBuf {

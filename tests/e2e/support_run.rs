@@ -225,10 +225,12 @@ pub fn unwrapped_error(stderr: &str) -> Vec<String> {
                 last.push_str(&line[indent.len()..]);
             }
             _ => {
+                // A line of the error's own (a list under it) is still
+                // the error's: its continuations are under 7 spaces too.
                 head = ["error:", "help:"]
                     .into_iter()
                     .find(|h| line.starts_with(h))
-                    .unwrap_or("");
+                    .unwrap_or(if head == "help:" { "" } else { head });
                 out.push(line.to_owned());
             }
         }

@@ -114,6 +114,10 @@ impl SystemTorch {
     pub fn run(&self, sb: &Sandbox, args: &[&str]) -> Run {
         let mut c = sb.cmd();
         c.env("DPKG_ADMINDIR", &self.admin).args(args);
+        // install's and rollback's lines whole, as the tests hold them.
+        if matches!(args.first(), Some(&("install" | "rollback" | "build"))) {
+            c.arg("--detail");
+        }
         Run::from(c.output().unwrap())
     }
 

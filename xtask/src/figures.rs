@@ -20,6 +20,7 @@ const GROUPS: &[(&str, &[&str])] = &[
         &["demo-time", "demo-in-place-time", "demo-in-place-steps"],
     ),
     ("clone", &["clone-target"]),
+    ("binary", &["binary-size"]),
 ];
 
 /// One row of FIGURES.md.
@@ -63,6 +64,9 @@ pub fn figures(root: &Path, args: &[String]) -> Result<()> {
     }
     if run("clone") {
         new.extend(clone_target(root)?);
+    }
+    if run("binary") {
+        new.push(binary(root)?);
     }
     for f in new {
         anyhow::ensure!(
@@ -133,7 +137,7 @@ fn old_rows(md: &str) -> BTreeMap<String, String> {
 
 fn render(rows: &BTreeMap<String, String>) -> String {
     let mut md = String::from(
-        "# Figures the docs quote\n\nWritten by `cargo xtask figures` (do not edit by hand), which also sets every quote of a figure in README.md, DEVELOPING.md and docs/ (the value followed by an HTML comment `figure:KEY`) to the value below; the test `rough_edges::the_docs_quote_the_figures_xtask_measured` fails when a quote differs. `cargo xtask figures --only GROUP` measures one group (install, demos, clone) and keeps the other rows. Speed targets are BENCHMARKS.md's (`cargo xtask bench`), not these.\n\n| figure | value | measured | machine | how |\n|---|---|---|---|---|\n",
+        "# Figures the docs quote\n\nWritten by `cargo xtask figures` (do not edit by hand), which also sets every quote of a figure in README.md, DEVELOPING.md and docs/ (the value followed by an HTML comment `figure:KEY`) to the value below; the test `rough_edges::the_docs_quote_the_figures_xtask_measured` fails when a quote differs. `cargo xtask figures --only GROUP` measures one group (install, demos, clone, binary) and keeps the other rows. Speed targets are BENCHMARKS.md's (`cargo xtask bench`), not these.\n\n| figure | value | measured | machine | how |\n|---|---|---|---|---|\n",
     );
     for (_, keys) in GROUPS {
         for k in *keys {
@@ -301,6 +305,37 @@ fn clone_target(root: &Path) -> Result<Vec<Figure>> {
     }])
 }
 
+/// The binary `cargo install --locked --path .` installs, as README gives
+/// it (into a temp root; the clone's target/ builds it, so a warm release
+/// build is reused): its size, what README's "one binary" quotes.
+fn binary(root: &Path) -> Result<Figure> {
+    let tmp = tempfile::Builder::new()
+        .prefix("rdna1-patch-figures-")
+        .tempdir()?;
+    let mut cmd = crate::cargo();
+    cmd.args(["install", "--locked", "--path"])
+        .arg(root)
+        .arg("--root")
+        .arg(tmp.path())
+        .arg("--target-dir")
+        .arg(root.join("target"));
+    crate::run(&mut cmd)?;
+    let bin = tmp.path().join("bin/rdna1-patch");
+    let size = std::fs::metadata(&bin)
+        .with_context(|| format!("cargo install left no {}", bin.display()))?
+        .len();
+    Ok(Figure {
+        key: "binary-size",
+        value: mebibytes(size),
+        how: "the size of the binary `cargo install --locked --path .` of this checkout installs (release profile: thin LTO, not stripped)".into(),
+    })
+}
+
+/// `bytes` as the docs quote a binary's size: MiB, one decimal.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1024.0 / 1024.0)
+}
+
 /// Disk use of `path` in bytes, as `du` counts it.
 fn du(path: &Path) -> Result<u64> {
     let out = Command::new("du").arg("-sk").arg(path).output()?;
@@ -335,5 +370,7 @@ mod tests {
         assert_eq!(minutes(Duration::from_millis(44_600)), "45 s");
         assert!(figures::is_value(&minutes(Duration::from_secs(600))));
         assert_eq!(seconds(Duration::from_millis(36_600)), "37 s");
+        assert_eq!(mebibytes(12_268_339), "11.7 MiB");
+        assert!(figures::is_value(&mebibytes(12_268_339)));
     }
 }

@@ -84,9 +84,9 @@ tasks:
              GROUP one of:
 {}
   figures    measure what the docs quote beyond the bench (the install's and
-             the demos' times, target/'s size), write FIGURES.md and set
-             the docs' quotes of it
-             [--only install|demos|clone]
+             the demos' times, target/'s and the binary's size), write
+             FIGURES.md and set the docs' quotes of it
+             [--only install|demos|clone|binary]
   fuzz       libFuzzer on the ELF and offload-bundle readers, the pull's, or
              the readers of a libMIOpen's kernel texts and include names;
              fails on any crash, abort, broken property or slow input
