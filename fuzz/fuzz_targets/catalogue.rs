@@ -2,7 +2,7 @@
 //! which a Tensile directory of torch's or of a prefix hands it: it must
 //! not fail on any input but with an error, and it must hold its bound
 //! (issue 69): its allocations, at their peak, at most twice the input's
-//! size plus 64 MB (on main a catalogue of nils took 33 times its size).
+//! size plus 1 MiB (on main a catalogue of nils took 33 times its size).
 //! The allocator here counts what is live and its peak, and aborts, as
 //! guard.rs does, on one allocation over 64 MiB.
 
@@ -62,8 +62,12 @@ fuzz_target!(|data: &[u8]| {
     PEAK.store(base, Ordering::Relaxed);
     let read = rdna1_patch::gpucode::catalogue::parse(data);
     let peak = PEAK.load(Ordering::Relaxed) - base;
+    // The process's bound is twice the file plus 64 MB (the binary and
+    // its libraries); here, with inputs of at most 1 MiB, 64 MB of slack
+    // would pass a reader that takes 33 times its input (main's before
+    // ba23acb), so what the reader itself allocates gets 1 MiB of slack.
     assert!(
-        peak <= 2 * data.len() + 64_000_000,
+        peak <= 2 * data.len() + (1 << 20),
         "reading {} bytes took {peak} bytes at the peak",
         data.len()
     );

@@ -6,11 +6,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use super::tensile_scan::scan;
 use super::{Finding, named_target, runs_on};
+use crate::cache::stamp_key;
 
 /// How the note listing every catalogue read for the card starts: said
 /// under the tensile row, not in it.
@@ -138,7 +140,33 @@ pub(super) struct Summary {
 }
 
 impl Summary {
-    pub(super) fn read(dir: &Path) -> Summary {
+    /// The summary of `dir`, read once a process while the directory
+    /// itself is unchanged (its device, inode, size and times: a name
+    /// added, removed or renamed in it, or another directory swapped in,
+    /// changes them): doctor surveys torch's libraries for its rows and
+    /// again for its plan, and a directory of a million files costs a
+    /// pass over it each time.
+    pub(super) fn read(dir: &Path) -> Arc<Summary> {
+        static READ: Mutex<Vec<(PathBuf, String, Arc<Summary>)>> = Mutex::new(Vec::new());
+        let Ok(stamp) = std::fs::metadata(dir).map(|m| stamp_key(&m)) else {
+            return Arc::new(Summary::read_now(dir));
+        };
+        if let Some(known) = READ.lock().ok().and_then(|read| {
+            read.iter()
+                .find(|(d, s, _)| d == dir && *s == stamp)
+                .map(|(_, _, summary)| Arc::clone(summary))
+        }) {
+            return known;
+        }
+        let summary = Arc::new(Summary::read_now(dir));
+        if let Ok(mut read) = READ.lock() {
+            read.retain(|(d, _, _)| d != dir);
+            read.push((dir.to_owned(), stamp, Arc::clone(&summary)));
+        }
+        summary
+    }
+
+    fn read_now(dir: &Path) -> Summary {
         let mut sets: BTreeMap<Vec<String>, usize> = BTreeMap::new();
         let mut misnamed = Vec::new();
         let scan = scan(dir, |name, declared| {

@@ -142,8 +142,10 @@ fn scan_in(
     out.catalogues.sort();
     let changed = now.count != hits || hits != known.count;
     if let Some(c) = cache.filter(|_| changed) {
-        let text = now.text();
-        if text.len() <= limit {
+        // The lines' length first: a directory past the limit is not
+        // formatted at all.
+        let text = (now.len <= limit).then(|| now.text());
+        if let Some(text) = text.filter(|t| t.len() <= limit) {
             c.put(&key, &text);
             out.remembered = true;
         } else {
@@ -188,7 +190,7 @@ fn file_key(name: &str, m: &std::fs::Metadata) -> u128 {
 #[derive(Default)]
 struct Known {
     sets: Vec<Vec<String>>,
-    files: HashMap<u128, u32>,
+    files: HashMap<u128, u32, std::hash::BuildHasherDefault<KeyBits>>,
     count: usize,
 }
 
@@ -198,7 +200,7 @@ impl Known {
         let mut lines = text.lines();
         (lines.next()? == FORMAT).then_some(())?;
         let sets: Vec<Vec<String>> = serde_json::from_str(lines.next()?).ok()?;
-        let mut files = HashMap::new();
+        let mut files = HashMap::with_capacity_and_hasher(text.len() / 36, Default::default());
         let mut count = 0;
         for l in lines {
             let (k, i) = l.split_once(' ')?;
@@ -211,12 +213,15 @@ impl Known {
     }
 }
 
-/// The entry being made: each set of targets once, a line per file.
+/// The entry being made: each set of targets once, a line per file
+/// (formatted only when the entry is written).
 #[derive(Default)]
 struct Entry {
     sets: Vec<Vec<String>>,
     index: HashMap<Vec<String>, u32>,
-    lines: String,
+    lines: Vec<(u128, u32)>,
+    /// The lines' length as text.
+    len: usize,
     count: usize,
 }
 
@@ -234,14 +239,38 @@ impl Entry {
     fn line(&mut self, key: u128, set: u32, limit: usize) {
         self.count += 1;
         // Past the limit nothing more is kept: the entry is not written.
-        if self.lines.len() <= limit {
-            let _ = writeln!(self.lines, "{key:032x} {set}");
+        if self.len <= limit {
+            self.len += 32 + 1 + set.checked_ilog10().unwrap_or(0) as usize + 1 + 1;
+            self.lines.push((key, set));
         }
     }
 
     fn text(&self) -> String {
         let sets = serde_json::to_string(&self.sets).unwrap_or_default();
-        format!("{FORMAT}\n{sets}\n{}", self.lines)
+        let mut text = String::with_capacity(FORMAT.len() + sets.len() + 2 + self.len);
+        let _ = writeln!(text, "{FORMAT}\n{sets}");
+        for (key, set) in &self.lines {
+            let _ = writeln!(text, "{key:032x} {set}");
+        }
+        text
+    }
+}
+
+/// The hasher of keys that are already SHA-256 bits: their low 64 bits.
+#[derive(Default, Clone, Copy)]
+struct KeyBits(u64);
+
+impl std::hash::Hasher for KeyBits {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, k: u128) {
+        self.0 = k as u64;
     }
 }
 

@@ -83,6 +83,9 @@ pub fn kernels_in(texts: &[Text], library: &[u8]) -> Vec<Source> {
     for t in texts.iter().filter(|t| t.name.ends_with("_INCLUDE")) {
         by_symbol.entry(t.name.as_str()).or_insert(&t.range);
     }
+    // Headers found by their guard, each name searched for once: a
+    // search reads the whole library.
+    let mut guarded = HashMap::new();
     let mut out = Vec::new();
     for t in texts {
         let text = &library[t.range.clone()];
@@ -94,7 +97,7 @@ pub fn kernels_in(texts: &[Text], library: &[u8]) -> Vec<Source> {
             false => Lang::OpenCl,
         };
         let headers = match lang {
-            Lang::Hip => includes(&by_symbol, library, t),
+            Lang::Hip => includes(&by_symbol, &mut guarded, library, t),
             Lang::OpenCl => Vec::new(),
         };
         out.push(Source {
@@ -124,6 +127,7 @@ fn is_batch_norm(name: &str, text: &[u8]) -> bool {
 /// not reach a compiler.
 fn includes(
     by_symbol: &HashMap<&str, &std::ops::Range<usize>>,
+    guarded: &mut HashMap<String, Option<std::ops::Range<usize>>>,
     library: &[u8],
     kernel: &Text,
 ) -> Vec<(String, std::ops::Range<usize>)> {
@@ -148,7 +152,10 @@ fn includes(
             // found by its include guard instead (`by_guard`).
             let found = match by_symbol.is_empty() {
                 false => by_symbol.get(symbol.as_str()).map(|h| (*h).clone()),
-                true => by_guard(library, &name),
+                true => guarded
+                    .entry(name.clone())
+                    .or_insert_with(|| by_guard(library, &name))
+                    .clone(),
             };
             if let Some(h) = found
                 && symbols.insert(symbol)

@@ -9,7 +9,7 @@
 //! compiler, cases, defines, the row_bcast blanking, the in-place edit,
 //! each held to a property), seeded with the fake runtime's libMIOpen
 //! variants and hand-made texts; and on the Tensile catalogue reader
-//! (catalogue.rs, its peak allocation held to twice the input plus 64 MB),
+//! (catalogue.rs, its peak allocation held to twice the input plus 1 MiB),
 //! seeded with hand-made catalogues. Each target runs for N seconds. Not in CI: it runs for
 //! minutes. It fails on any crash, abort, out-of-memory or slow input
 //! (`-timeout=1` on inputs of at most 1 MiB), and then on any corpus input

@@ -19,54 +19,79 @@ use super::measure::{Row, quiet, time, time_after};
 const SIZE: u64 = 1 << 30;
 const BUNDLES: u64 = 660;
 
+/// A ROCm torch whose libtorch_hip.so (gfx1010) loads its librocblas.so,
+/// an RX 5600 XT's sysfs, and a home whose cache doctor uses.
+pub(super) struct Torch {
+    pub(super) torch: rdna1_testkit::FakeTorch,
+    /// A librocblas.so for gfx1010 and gfx1030, not yet in torch/lib.
+    pub(super) small_rocblas: std::path::PathBuf,
+    pub(super) home: std::path::PathBuf,
+    sysfs: std::path::PathBuf,
+}
+
+impl Torch {
+    pub(super) fn new(cx: &super::Bench, dir: &Path) -> Result<Torch> {
+        std::fs::create_dir_all(dir)?;
+        let torch = rdna1_testkit::FakeTorch::create(
+            &dir.join("site"),
+            cx.runtime,
+            rdna1_testkit::TorchKind::Rocm,
+            "2.6.0+rocm6.4",
+            "6.4.43484-123eb5128",
+        );
+        let small = rdna1_testkit::fat_library(dir, &["gfx1010", "gfx1030"]);
+        let small_rocblas = dir.join("librocblas.so");
+        std::fs::rename(&small, &small_rocblas)?;
+        let lib = torch.lib.display().to_string();
+        let hip = rdna1_testkit::fat_library_linking(
+            dir,
+            &["gfx1010"],
+            &[
+                "-L",
+                &dir.display().to_string(),
+                "-L",
+                &lib,
+                "-lrocblas",
+                "-lMIOpen",
+                "-lamdhip64",
+                "-Wl,-rpath,$ORIGIN",
+            ],
+        );
+        std::fs::copy(hip, torch.lib.join("libtorch_hip.so"))?;
+        Ok(Torch {
+            torch,
+            small_rocblas,
+            home: dir.join("home"),
+            sysfs: rdna1_testkit::gpus("rx5600xt-gfx1010"),
+        })
+    }
+
+    /// doctor on this torch, with this home's cache: what it printed.
+    pub(super) fn doctor(&self, bin: &Path) -> Command {
+        let mut c = Command::new(bin);
+        c.args(["doctor", "--need-space", "0", "--torch-dir"])
+            .arg(&self.torch.dir)
+            .env("HOME", &self.home)
+            .env_remove("XDG_CACHE_HOME")
+            .env("RDNA1_PATCH_SYSFS", &self.sysfs);
+        c
+    }
+}
+
 pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     eprintln!("bench: doctor with a 1 GB librocblas.so");
-    let dir = cx.dir.join("libraries");
-    std::fs::create_dir_all(&dir)?;
-    let torch = rdna1_testkit::FakeTorch::create(
-        &dir.join("site"),
-        cx.runtime,
-        rdna1_testkit::TorchKind::Rocm,
-        "2.6.0+rocm6.4",
-        "6.4.43484-123eb5128",
-    );
-    let small = rdna1_testkit::fat_library(&dir, &["gfx1010", "gfx1030"]);
-    let small_rocblas = dir.join("librocblas.so");
-    std::fs::rename(&small, &small_rocblas)?;
-    let lib = torch.lib.display().to_string();
-    let hip = rdna1_testkit::fat_library_linking(
-        &dir,
-        &["gfx1010"],
-        &[
-            "-L",
-            &dir.display().to_string(),
-            "-L",
-            &lib,
-            "-lrocblas",
-            "-lMIOpen",
-            "-lamdhip64",
-            "-Wl,-rpath,$ORIGIN",
-        ],
-    );
-    std::fs::copy(hip, torch.lib.join("libtorch_hip.so"))?;
-    let home = dir.join("home");
-    let cache = home.join(".cache/rdna1-patch/gpucode");
-    let sysfs = rdna1_testkit::gpus("rx5600xt-gfx1010");
+    let fx = Torch::new(cx, &cx.dir.join("libraries"))?;
+    let (torch, small_rocblas) = (&fx.torch, &fx.small_rocblas);
+    let cache = fx.home.join(".cache/rdna1-patch/gpucode");
     let doctor = || -> Result<()> {
-        let out = Command::new(cx.bin)
-            .args(["doctor", "--need-space", "0", "--torch-dir"])
-            .arg(&torch.dir)
-            .env("HOME", &home)
-            .env_remove("XDG_CACHE_HOME")
-            .env("RDNA1_PATCH_SYSFS", &sysfs)
-            .output()?;
+        let out = fx.doctor(cx.bin).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !text.contains("librocblas.so at") {
             anyhow::bail!("doctor read no librocblas.so: {text}");
         }
         Ok(())
     };
-    std::fs::copy(&small_rocblas, torch.lib.join("librocblas.so"))?;
+    std::fs::copy(small_rocblas, torch.lib.join("librocblas.so"))?;
     let reference = time(cx.runs, doctor)?;
     let big = torch.lib.join("librocblas.so");
     grow(&big).context("cannot make the 1 GB library")?;
@@ -105,7 +130,7 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
             ours.median * 1e3,
             cold.median * 1e3,
             reference.median * 1e3,
-            std::fs::metadata(&small_rocblas)?.len() / 1000
+            std::fs::metadata(small_rocblas)?.len() / 1000
         ),
         ours,
         reference,

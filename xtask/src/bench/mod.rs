@@ -21,6 +21,7 @@ mod md5;
 pub(crate) mod measure;
 mod miopen;
 mod shared;
+mod tensile;
 
 use measure::*;
 
@@ -100,6 +101,11 @@ const GROUPS: &[Group] = &[
         name: "libraries",
         what: "a warm doctor with a 1 GB librocblas.so (its GPU code read from headers)",
         rows: libraries::rows,
+    },
+    Group {
+        name: "tensile",
+        what: "doctor with a Tensile directory of 1,000,000 files, against find",
+        rows: tensile::rows,
     },
     Group {
         name: "help",
