@@ -147,7 +147,7 @@ fn a_card_torch_has_no_code_for_is_torch_first() {
         sb.set_gpus(rdna1_testkit::gpus("rx5500xt-gfx1012"));
         let torch = torch_with_code(&sb, &["gfx1010", "gfx1030"]);
         if let Some(version) = compressed {
-            crate::verify::compress_fatbin_as(&torch.lib.join("libtorch_hip.so"), version);
+            rdna1_testkit::ccob::compress_fatbin_as(&torch.lib.join("libtorch_hip.so"), version);
         }
         let notes = match compressed {
             Some(_) => "; 1 compressed offload …",

@@ -439,50 +439,5 @@ fn doctor_reads_torchs_compressed_gpu_code_as_every_librarys() {
 /// Rewrite `lib`'s `.hip_fatbin` bundle as one compressed bundle (clang
 /// --offload-compress's format, CCOB version 3), in place.
 pub(crate) fn compress_fatbin(lib: &std::path::Path) {
-    compress_fatbin_as(lib, 3);
-}
-
-/// [`compress_fatbin`] in CCOB `version`: 1 (clang 19's: no total size),
-/// 2 (sizes as u32) or 3 (clang 20's: as u64).
-pub(crate) fn compress_fatbin_as(lib: &std::path::Path, version: u16) {
-    let mut elf = std::fs::read(lib).unwrap();
-    let (offset, size) = {
-        let e = goblin::elf::Elf::parse(&elf).unwrap();
-        let s = e
-            .section_headers
-            .iter()
-            .find(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".hip_fatbin"))
-            .expect("clang's library has a .hip_fatbin");
-        (s.sh_offset as usize, s.sh_size as usize)
-    };
-    let bundle = elf[offset..offset + size].to_vec();
-    let z = zstd::encode_all(&bundle[..], 19).unwrap();
-    // Magic, version, method (zstd), total size (none in version 1),
-    // uncompressed size, hash.
-    let sizes: Vec<u8> = match version {
-        1 => (bundle.len() as u32).to_le_bytes().to_vec(),
-        2 => [
-            ((24 + z.len()) as u32).to_le_bytes(),
-            (bundle.len() as u32).to_le_bytes(),
-        ]
-        .concat(),
-        _ => [
-            ((32 + z.len()) as u64).to_le_bytes(),
-            (bundle.len() as u64).to_le_bytes(),
-        ]
-        .concat(),
-    };
-    let mut ccob = [
-        &b"CCOB"[..],
-        &version.to_le_bytes(),
-        &1u16.to_le_bytes(),
-        &sizes,
-        &[0u8; 8],
-        &z,
-    ]
-    .concat();
-    assert!(ccob.len() <= size, "{} bytes in {size}", ccob.len());
-    ccob.resize(size, 0);
-    elf[offset..offset + size].copy_from_slice(&ccob);
-    std::fs::write(lib, &elf).unwrap();
+    rdna1_testkit::ccob::compress_fatbin_as(lib, 3);
 }

@@ -31,6 +31,9 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--rocblas") {
         return crate::fidelity_rocblas::rocblas(root, args);
     }
+    if args.iter().any(|a| a == "--ccob") {
+        return crate::fidelity_ccob::ccob(root);
+    }
     let mut src = None;
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
@@ -56,7 +59,7 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
             "--upstream" => upstream = Some(PathBuf::from(it.next().context("--upstream DIR")?)),
             "--system" => system = true,
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system | --rocblas --tensile-mirror GITDIR [--resume | --render-only]"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system | --rocblas --tensile-mirror GITDIR [--resume | --render-only] | --ccob"
             ),
         }
     }

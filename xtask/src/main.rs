@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod demo_in_place;
 mod fidelity;
+mod fidelity_ccob;
 mod fidelity_glance;
 mod fidelity_harness;
 mod fidelity_more;
@@ -109,6 +110,8 @@ tasks:
              --rocblas --tensile-mirror GITDIR [--resume | --render-only]
                (real rocBLAS 6.4.4 for gfx1012 through `build rocblas`, into
                a torch bundling Debian's librocblas, and back; about an hour)
+             --ccob (the tests' compressed offload bundles, versions 1-3,
+               listed by the chroot's clang-offload-bundler)
   smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB
              venv under target/)
              [--torch VERSION]

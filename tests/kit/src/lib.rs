@@ -4,6 +4,7 @@
 //! fixture's patch series, a profile pointing at all of them, and fake torch
 //! packages with real ELF libraries.
 
+pub mod ccob;
 pub mod figures;
 pub mod registry;
 mod rocblas;
