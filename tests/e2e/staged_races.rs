@@ -208,6 +208,22 @@ fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
     staged_dir_swapped(true);
 }
 
+/// The run failed, its error (as --detail prints it: at a glance it
+/// wraps) naming `dir` as the symlink the walk refused.
+#[track_caller]
+fn fails_naming_the_symlink(what: &str, run: Run, dir: &Path) {
+    let error = crate::support_run::unwrapped_error(&run.stderr).join("\n");
+    assert!(
+        error.contains(&format!(
+            "{} is a symlink in a directory nobody (uid 65534) can change",
+            dir.display()
+        )),
+        "{what}: the error names the swap: {}",
+        run.stderr
+    );
+    run.fails();
+}
+
 /// The state dir's subdirectories, swapped for a symlink once the lock
 /// took them as real (root checks them, then writes by name): the
 /// journal, the library's backup and the Tensile backup go nowhere of
@@ -236,17 +252,7 @@ fn a_state_subdir_swapped_after_the_lock_changes_nothing_of_roots() {
         );
         let what = format!("state dir's {sub}{walk}");
         untouched(&what, &victim, &before);
-        // The error as --detail prints it: at a glance it wraps.
-        let error = crate::support_run::unwrapped_error(&run.stderr).join("\n");
-        assert!(
-            error.contains(&format!(
-                "{} is a symlink in a directory nobody (uid 65534) can change",
-                dir.display()
-            )),
-            "{what}: the error names the swap: {}",
-            run.stderr
-        );
-        run.fails();
+        fails_naming_the_symlink(&what, run, &dir);
         same_tree(
             &format!("{what}: torch"),
             &torch_before,
@@ -377,16 +383,7 @@ fn a_prefix_staging_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
             &torch_before,
             &bytes_of(&torch.dir),
         );
-        let error = crate::support_run::unwrapped_error(&run.stderr).join("\n");
-        assert!(
-            error.contains(&format!(
-                "{} is a symlink in a directory nobody (uid 65534) can change",
-                dir.display()
-            )),
-            "{what}: the error names the swap: {}",
-            run.stderr
-        );
-        run.fails();
+        fails_naming_the_symlink(&what, run, &dir);
     });
 }
 
