@@ -396,6 +396,23 @@ impl Stamp {
             .at("read", path)
     }
 
+    /// As [`Stamp::read`], the file looked up in its directory reached by
+    /// descriptor (`fd::parent_of`): never through a symlink another user
+    /// put on the way, as root reading a file it staged in their place.
+    pub fn read_held(path: &Path) -> Result<Stamp> {
+        let (dir, name) = fd::parent_of(path).at("read", path)?;
+        let st = dir
+            .stat(name)
+            .and_then(|st| st.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+            .at("read", path)?;
+        Ok(Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            len: u64::try_from(st.st_size).unwrap_or(0),
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+        })
+    }
+
     /// Whether `path` is still the file this stamp was taken of.
     pub fn matches(&self, path: &Path) -> bool {
         Stamp::read(path).is_ok_and(|s| s == *self)

@@ -173,7 +173,7 @@ pub fn derive(req: &Request, planned: Planned, ui: &Ui) -> Result<Derived> {
         let staged_lib = staged_root.join(&rel);
         crate::fsutil::create_dir_all(staged_lib.parent().expect("lib/"))?;
         let (sha256, source, md5) = hash_and_write(&original, &fixed, stamp, &staged_lib, mode)?;
-        let written = Stamp::read(&staged_lib)?;
+        let written = Stamp::read_held(&staged_lib)?;
         let mut prov = provenance(req, sha256, found_by, texts);
         if let Some(p) = prov.in_place.as_mut() {
             p.proof = Some(proof.clone());

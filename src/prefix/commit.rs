@@ -28,6 +28,7 @@ pub fn begin(prefix: &Path) -> Result<PathBuf> {
         }
     }
     fsutil::create_dir_all(&staging)?;
+    fsutil::race_point("prefix-staging-made");
     Ok(staging)
 }
 
@@ -64,24 +65,34 @@ pub fn commit(
         .unwrap_or_default();
     provenance.files = rels.clone();
     fsutil::create_dir_all(&staged_root.join(RECORD_DIR))?;
-    fsutil::write_atomic(
-        &staged_root.join(PROVENANCE),
-        provenance.text()?.as_bytes(),
-        Some(0o644),
-    )?;
+    // Our records are hashed from the bytes written, never read back by
+    // name: a staging dir its owner swapped for a symlink meanwhile would
+    // have root read (and vouch for) a file of wherever it leads.
+    let mut records = Vec::new();
+    let mut record = |rel: &str, data: &[u8]| -> Result<()> {
+        fsutil::write_atomic(&staged_root.join(rel), data, Some(0o644))?;
+        records.push(Entry {
+            md5: checksum::md5_bytes(data)?,
+            path: rel.to_owned(),
+        });
+        Ok(())
+    };
+    record(PROVENANCE, provenance.text()?.as_bytes())?;
 
     let mut listed = rels;
     // A build has a key to share it by; a library fixed in place has none.
     if let Some(key) = key {
-        fsutil::write_atomic(
-            &staged_root.join(KEY),
-            serde_json::to_string_pretty(key)?.as_bytes(),
-            Some(0o644),
-        )?;
+        record(KEY, serde_json::to_string_pretty(key)?.as_bytes())?;
         listed.push(KEY.to_owned());
     }
     listed.push(PROVENANCE.to_owned());
-    let known_md5 = |rel: &String| known.iter().find(|e| e.path == *rel).map(|e| &e.md5);
+    let known_md5 = |rel: &String| {
+        known
+            .iter()
+            .chain(&records)
+            .find(|e| e.path == *rel)
+            .map(|e| &e.md5)
+    };
     let unknown: Vec<&String> = listed.iter().filter(|r| known_md5(r).is_none()).collect();
     let staged: Vec<PathBuf> = unknown.iter().map(|r| staged_root.join(r)).collect();
     let mut hashed = unknown.into_iter().zip(checksum::md5_files(&staged, jobs));

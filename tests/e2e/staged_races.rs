@@ -1,8 +1,9 @@
 //! Root never walks by name into a directory another user controls
 //! (issue 69): under sudo, the user swaps a directory the tool stages in
 //! their place (the Tensile directory of `install rocblas --into-torch`
-//! and of `rollback`, the state dir's `transactions/`, `man --install`'s
-//! `man1/`) for a symlink to a directory only root may write, at every
+//! and of `rollback`, the state dir's `transactions/`, the prefix's
+//! `.rdna1-patch-staging`, `man --install`'s `man1/`) for a symlink to a
+//! directory only root may write, at every
 //! step the tool took by name (after each mkdir, after each file, before
 //! each chmod, at each depth). The failpoints (`fsutil::race_point`) make
 //! the swap at that instant, as the user would: nothing of root's is
@@ -207,6 +208,22 @@ fn a_staged_tensile_dir_swapped_under_sudo_rollback_changes_nothing_of_roots() {
     staged_dir_swapped(true);
 }
 
+/// The run failed, its error (as --detail prints it: at a glance it
+/// wraps) naming `dir` as the symlink the walk refused.
+#[track_caller]
+fn fails_naming_the_symlink(what: &str, run: Run, dir: &Path) {
+    let error = crate::support_run::unwrapped_error(&run.stderr).join("\n");
+    assert!(
+        error.contains(&format!(
+            "{} is a symlink in a directory nobody (uid 65534) can change",
+            dir.display()
+        )),
+        "{what}: the error names the swap: {}",
+        run.stderr
+    );
+    run.fails();
+}
+
 /// The state dir's subdirectories, swapped for a symlink once the lock
 /// took them as real (root checks them, then writes by name): the
 /// journal, the library's backup and the Tensile backup go nowhere of
@@ -235,17 +252,7 @@ fn a_state_subdir_swapped_after_the_lock_changes_nothing_of_roots() {
         );
         let what = format!("state dir's {sub}{walk}");
         untouched(&what, &victim, &before);
-        // The error as --detail prints it: at a glance it wraps.
-        let error = crate::support_run::unwrapped_error(&run.stderr).join("\n");
-        assert!(
-            error.contains(&format!(
-                "{} is a symlink in a directory nobody (uid 65534) can change",
-                dir.display()
-            )),
-            "{what}: the error names the swap: {}",
-            run.stderr
-        );
-        run.fails();
+        fails_naming_the_symlink(&what, run, &dir);
         same_tree(
             &format!("{what}: torch"),
             &torch_before,
@@ -319,6 +326,65 @@ fn a_config_dir_swapped_under_sudo_trust_changes_nothing_of_roots() {
         "{}",
         run.stderr
     );
+}
+
+/// The steps of the prefix's staging (`.rdna1-patch-staging`) and the
+/// directory swapped at each, below the staging dir: after it is made,
+/// after the library's directory is held, after the provenance's (then
+/// the staged files are hashed, and moved into the prefix).
+const PREFIX_STEPS: &[(&str, usize, &str)] = &[
+    ("prefix-staging-made", 0, ""),
+    ("atomic-dir-opened", 0, ""),
+    ("atomic-dir-opened", 1, ""),
+    ("atomic-dir-opened", 0, "share/rdna1-patch"),
+];
+
+/// `install --into-torch --in-place --prefix DIR` under sudo, DIR the
+/// user's: the prefix's staging dir (or one below it) swapped for a
+/// symlink to root's directory at each step: nothing of root's is created
+/// or changed, torch is as it was, and the error names the swap.
+#[test]
+fn a_prefix_staging_dir_swapped_under_sudo_install_changes_nothing_of_roots() {
+    let Some(python) = root_and_python_for_sudo("the prefix's staging raced under sudo") else {
+        return;
+    };
+    each_step(PREFIX_STEPS, |(point, nth, rel)| {
+        let sb = Sandbox::new();
+        let torch =
+            crate::in_place::torch_of(&sb, "2.6.0+rocm6.4", crate::in_place::HIP64, &["gfx1010"]);
+        chown_tree(&sb.root.join("site"));
+        std::fs::create_dir_all(&sb.prefix).unwrap();
+        chown(&sb.prefix, NOBODY);
+        let staging = sb.prefix.join(".rdna1-patch-staging");
+        let dir = match rel {
+            "" => staging.clone(),
+            r => staging.join(sb.prefix.strip_prefix("/").unwrap()).join(r),
+        };
+        let victim = roots_only(&sb);
+        let (before, torch_before) = (look(&victim), bytes_of(&torch.dir));
+        let p = sb.prefix.display().to_string();
+        let args = [
+            "install",
+            "--into-torch",
+            "--in-place",
+            "--profile",
+            "rocm-6.4.3",
+        ];
+        let run = as_sudo(
+            &sb,
+            python,
+            &[&args[..], &["--prefix", &p, "--detail"]].concat(),
+            &swap_at(point, nth, &dir, &victim),
+        );
+        let what = format!("{point} #{nth} at {}", dir.display());
+        untouched(&what, &victim, &before);
+        same_tree(
+            &format!("{what}: torch"),
+            &torch_before,
+            &bytes_of(&torch.dir),
+        );
+        fails_naming_the_symlink(&what, run, &dir);
+    });
 }
 
 /// SECURITY.md's table of the places root writes in a user's place names,
