@@ -218,11 +218,7 @@ fn report(
                     "batch-norm training: {} for {arch}, and torch has no code for {arch} at all: the torch for it first",
                     crate::output::count(bad.len(), "kernel fails", "kernels fail"),
                 ),
-                false => format!(
-                    "batch-norm training: {} for {arch}; `rdna1-patch install --into-torch` fixes {}",
-                    crate::output::count(bad.len(), "kernel fails", "kernels fail"),
-                    if bad.len() == 1 { "it" } else { "them" }
-                ),
+                false => crate::plan::miopen_breaks(bad.len(), &[arch.to_owned()]),
             },
             Some(match torch_lacks {
                 true => crate::plan::torch_fix(&[arch.to_owned()]),

@@ -44,6 +44,31 @@ pub fn miopen_fix(cards: &[String]) -> String {
     miopen_step(&bare(cards.to_vec()), &fails).fix()
 }
 
+/// The breaks line where batch-norm kernels fail on `cards` and the
+/// in-place fix reaches them: how many fail, and the step's command.
+pub fn miopen_breaks(failing: usize, cards: &[String]) -> String {
+    let fails = Miopen::Fails {
+        cards: cards.to_vec(),
+        route: MiopenRoute::InPlace,
+    };
+    format!(
+        "batch-norm training: {} for {}; {} fixes {}",
+        crate::output::count(failing, "kernel fails", "kernels fail"),
+        super::and(cards),
+        miopen_step(&bare(cards.to_vec()), &fails).commands_said(),
+        if failing == 1 { "it" } else { "them" }
+    )
+}
+
+/// The one next step where every fix is inert for a torch (it runs under
+/// HSA_OVERRIDE_GFX_VERSION, with no gfx101x code): TheRock's torch.
+pub fn inert_help() -> String {
+    format!(
+        "for the fix to act, use a torch with gfx101x code: TheRock's `{}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again",
+        torch_line(&["gfx1010"])
+    )
+}
+
 /// The facts of `cards` alone: no torch, no override, any pip.
 fn bare(cards: Vec<String>) -> Facts {
     Facts {

@@ -524,3 +524,32 @@ fn only_the_plan_builds_a_next_steps_command() {
     // The allowance is still used.
     assert!(modules()["torch"].contains("native_torch("));
 }
+
+/// The plan's advice is worded in src/plan* alone (issue 71): the
+/// in-place fix for failing batch-norm kernels and the torch where every
+/// fix is inert are asked of `plan::helps`, never said again by a row.
+#[test]
+fn only_the_plan_words_its_advice() {
+    const WORDS: [&str; 3] = [
+        "install --into-torch` fixes {",
+        "{INSTALL}",
+        "for the fix to act",
+    ];
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        if name == "plan" || name.starts_with("plan::") {
+            continue;
+        }
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            if WORDS.iter().any(|w| line.contains(w)) {
+                found.push(format!("{name}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the plan's advice worded outside the plan: {found:#?}"
+    );
+    // The plan words them.
+    assert!(modules()["plan::helps"].contains("for the fix to act"));
+}

@@ -401,7 +401,6 @@ fn kernels(
     r: &mut CheckReport,
     fixed: &dyn Fn() -> Option<String>,
 ) {
-    const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
         Err(e) => {
@@ -440,15 +439,8 @@ fn kernels(
             "kernels",
             Blocking::Fail,
             detail(),
-            format!(
-                "batch-norm training: {} for {}; {INSTALL} fixes {}",
-                crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.said_targets(),
-                if failing() == 1 { "it" } else { "them" }
-            ),
-            Some(format!(
-                "{INSTALL} fixes them in place, proven by compiling before anything is written"
-            )),
+            crate::plan::miopen_breaks(failing(), &d.targets),
+            Some(crate::plan::miopen_fix(&d.targets)),
         ),
         Standing::Refused(e) => r.push_breaks(
             "kernels",
