@@ -34,30 +34,29 @@ pub fn torch_fix(cards: &[String]) -> String {
     torch_step(&bare(all), String::new()).fix()
 }
 
-/// MIOpen's step where batch norm fails on `cards` and torch has their
-/// code: the in-place fix, said as a row's fix line.
-pub fn miopen_fix(cards: &[String]) -> String {
+/// The breaks line and the fix line where `failing` batch-norm kernels
+/// fail on `cards`: MIOpen's in-place fix, or, where torch has no code
+/// for them at all (`torch_lacks`), the torch for them first.
+pub fn miopen_breaks(failing: usize, cards: &[String], torch_lacks: bool) -> (String, String) {
+    let count = crate::output::count(failing, "kernel fails", "kernels fail");
+    let said = super::and(cards);
+    if torch_lacks {
+        let breaks = format!(
+            "batch-norm training: {count} for {said}, and torch has no code for {said} at all: the torch for it first"
+        );
+        return (breaks, torch_fix(cards));
+    }
     let fails = Miopen::Fails {
         cards: cards.to_vec(),
         route: MiopenRoute::InPlace,
     };
-    miopen_step(&bare(cards.to_vec()), &fails).fix()
-}
-
-/// The breaks line where batch-norm kernels fail on `cards` and the
-/// in-place fix reaches them: how many fail, and the step's command.
-pub fn miopen_breaks(failing: usize, cards: &[String]) -> String {
-    let fails = Miopen::Fails {
-        cards: cards.to_vec(),
-        route: MiopenRoute::InPlace,
-    };
-    format!(
-        "batch-norm training: {} for {}; {} fixes {}",
-        crate::output::count(failing, "kernel fails", "kernels fail"),
-        super::and(cards),
-        miopen_step(&bare(cards.to_vec()), &fails).commands_said(),
-        if failing == 1 { "it" } else { "them" }
-    )
+    let step = miopen_step(&bare(cards.to_vec()), &fails);
+    let it = if failing == 1 { "it" } else { "them" };
+    let breaks = format!(
+        "batch-norm training: {count} for {said}; {} fixes {it}",
+        step.commands_said()
+    );
+    (breaks, step.fix())
 }
 
 /// The one next step where every fix is inert for a torch (it runs under

@@ -478,7 +478,7 @@ fn every_printed_command_with_a_value_goes_through_the_renderer() {
 /// No module but the plan decides what the user should do next (issue 71):
 /// the line that gets TheRock's torch (its words in src/torch/get.rs) and
 /// a step's command (`plan::Cmd`) are built in src/plan* alone; every
-/// other module asks the plan (`plan::torch_line`, `plan::torch_fix`, its
+/// other module asks the plan (`plan::torch_line`, `plan::miopen_breaks`, its
 /// steps). torch.rs, below the plan, names the line in the help for a
 /// torch a package owns.
 #[test]

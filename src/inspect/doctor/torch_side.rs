@@ -435,13 +435,10 @@ fn kernels(
                 format!("{}\nnothing {line}", detail()),
             ),
         },
-        Standing::Fixable => r.push_breaks(
-            "kernels",
-            Blocking::Fail,
-            detail(),
-            crate::plan::miopen_breaks(failing(), &d.targets),
-            Some(crate::plan::miopen_fix(&d.targets)),
-        ),
+        Standing::Fixable => {
+            let (breaks, fix) = crate::plan::miopen_breaks(failing(), &d.targets, false);
+            r.push_breaks("kernels", Blocking::Fail, detail(), breaks, Some(fix));
+        }
         Standing::Refused(e) => r.push_breaks(
             "kernels",
             Blocking::Fail,
