@@ -68,6 +68,10 @@ pub fn inert_help() -> String {
     )
 }
 
+/// The one next step where HSA_OVERRIDE_GFX_VERSION alone makes the fix
+/// inert for a torch with gfx101x code: unsetting it.
+pub const UNSET_HELP: &str = "a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)";
+
 /// The facts of `cards` alone: no torch, no override, any pip.
 fn bare(cards: Vec<String>) -> Facts {
     Facts {

@@ -307,7 +307,7 @@ fn overridden_inert(torch: &Torch, value: &str) -> anyhow::Error {
             "the in-place fix would change nothing for torch {}: HSA_OVERRIDE_GFX_VERSION={value} is set, so MIOpen compiles its kernels for that chip, not for gfx101x, and batch norm there already works; nothing was changed",
             torch.version
         ),
-        "a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)",
+        crate::plan::UNSET_HELP,
     )
 }
 
