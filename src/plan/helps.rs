@@ -1,8 +1,8 @@
 //! The plan's steps said where no stack is at hand (a refusal deep in
-//! the swap, a row of verify's): TheRock's torch line for some cards, the
-//! torch-first fix for every card of the machine, the one next step
-//! where torch runs nothing on a card, and MIOpen's in-place fix. What they say is the plan's torch
-//! step, never words of their own.
+//! the swap, a row of verify's or doctor's): TheRock's torch line, the
+//! torch-first fix, the next step where torch runs nothing on a card or
+//! every fix is inert, and MIOpen's in-place fix. What they say is the
+//! plan's steps, never words of their own.
 
 use super::{Facts, Here, Miopen, MiopenRoute, miopen_step, render, torch_step};
 
@@ -20,17 +20,12 @@ pub fn torch_line(cards: &[&str]) -> String {
 /// the failure).
 pub fn torch_fix(cards: &[String]) -> String {
     let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
-    all.extend(
-        cards
-            .iter()
-            .filter(|c| !all.contains(c))
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
+    all.extend(cards.iter().cloned());
+    all.sort();
+    all.dedup();
     if all.is_empty() {
         all.push("gfx1010".to_owned());
     }
-    all.sort();
     torch_step(&bare(all), String::new()).fix()
 }
 
