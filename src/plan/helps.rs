@@ -96,3 +96,15 @@ pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> St
         torch_fix(cards)
     )
 }
+
+/// The torch-gpu row's breaks and fix lines where torch runs nothing on
+/// `cards` (`said` names them): unsetting the override that hides their
+/// code, else the torch for them first.
+pub fn no_code_row(code: &crate::gpucode::Code, cards: &[String], said: &str) -> (String, String) {
+    let next = match cards.iter().all(|card| code.covers(card)) {
+        true => "`unset HSA_OVERRIDE_GFX_VERSION`".to_owned(),
+        false => format!("the torch for {} first", cards[0]),
+    };
+    let breaks = format!("everything: torch has no code for {said}; {next} (see torch-gpu)");
+    (breaks, no_code_help(Some(code), cards))
+}

@@ -527,15 +527,16 @@ fn only_the_plan_builds_a_next_steps_command() {
 
 /// The plan's advice is worded in src/plan* alone (issue 71): the
 /// in-place fix for failing batch-norm kernels, the torch where every fix
-/// is inert and the override to unset where it alone makes the fix inert
-/// are asked of `plan::helps`, never said again by a row.
+/// is inert, the override to unset where it alone makes the fix inert and
+/// torch-gpu's next step are asked of `plan::helps`, never said by a row.
 #[test]
 fn only_the_plan_words_its_advice() {
-    const WORDS: [&str; 4] = [
+    const WORDS: [&str; 5] = [
         "install --into-torch` fixes {",
         "{INSTALL}",
         "for the fix to act",
         "needs no override: `unset",
+        "everything: torch has no code for",
     ];
     let mut found = Vec::new();
     for (name, code) in modules() {
