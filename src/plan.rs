@@ -24,7 +24,7 @@ mod helps;
 
 pub use crate::output::and;
 pub use facts::{Facts, Here, Miopen, MiopenRoute, Origin, TorchFacts};
-pub use helps::{miopen_fix, no_code_help, torch_fix, torch_line};
+pub use helps::{UNSET_HELP, inert_help, miopen_breaks, no_code_help, no_code_row, torch_line};
 
 /// A command a step runs: a program and its arguments, printed by
 /// [`render`] alone.

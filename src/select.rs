@@ -176,8 +176,8 @@ fn build_plan(
         return Err(hint(
             format!("nothing to build for torch {}: {why}", t.version),
             format!(
-                "for the fix to act, use a torch with gfx101x code: TheRock's `{}`, then `rdna1-patch install --into-torch`; or name a profile with --profile to build anyway",
-                crate::plan::torch_line(&["gfx1010"])
+                "{}; or name a profile with --profile to build anyway",
+                crate::plan::inert_help()
             ),
         ));
     }

@@ -205,6 +205,7 @@ fn report(
             format!("{n} batch-norm kernels judged compile for {arch}{why} through {by}{before}"),
         );
     } else {
+        let (breaks, fix) = crate::plan::miopen_breaks(bad.len(), &[arch.to_owned()], torch_lacks);
         r.push_breaks(
             "kernels",
             Blocking::Fail,
@@ -213,21 +214,8 @@ fn report(
                 bad.len(),
                 bad.join("\n")
             ),
-            match torch_lacks {
-                true => format!(
-                    "batch-norm training: {} for {arch}, and torch has no code for {arch} at all: the torch for it first",
-                    crate::output::count(bad.len(), "kernel fails", "kernels fail"),
-                ),
-                false => format!(
-                    "batch-norm training: {} for {arch}; `rdna1-patch install --into-torch` fixes {}",
-                    crate::output::count(bad.len(), "kernel fails", "kernels fail"),
-                    if bad.len() == 1 { "it" } else { "them" }
-                ),
-            },
-            Some(match torch_lacks {
-                true => crate::plan::torch_fix(&[arch.to_owned()]),
-                false => crate::plan::miopen_fix(&[arch.to_owned()]),
-            }),
+            breaks,
+            Some(fix),
         );
     }
 }

@@ -1,8 +1,8 @@
 //! The plan's steps said where no stack is at hand (a refusal deep in
-//! the swap, a row of verify's): TheRock's torch line for some cards, the
-//! torch-first fix for every card of the machine, the one next step
-//! where torch runs nothing on a card, and MIOpen's in-place fix. What they say is the plan's torch
-//! step, never words of their own.
+//! the swap, a row of verify's or doctor's): TheRock's torch line, the
+//! torch-first fix, the next step where torch runs nothing on a card or
+//! every fix is inert, and MIOpen's in-place fix. What they say is the
+//! plan's steps, never words of their own.
 
 use super::{Facts, Here, Miopen, MiopenRoute, miopen_step, render, torch_step};
 
@@ -20,29 +20,52 @@ pub fn torch_line(cards: &[&str]) -> String {
 /// the failure).
 pub fn torch_fix(cards: &[String]) -> String {
     let mut all = crate::gpu::rdna1_targets(&crate::gpu::sysfs_root());
-    all.extend(
-        cards
-            .iter()
-            .filter(|c| !all.contains(c))
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
+    all.extend(cards.iter().cloned());
+    all.sort();
+    all.dedup();
     if all.is_empty() {
         all.push("gfx1010".to_owned());
     }
-    all.sort();
     torch_step(&bare(all), String::new()).fix()
 }
 
-/// MIOpen's step where batch norm fails on `cards` and torch has their
-/// code: the in-place fix, said as a row's fix line.
-pub fn miopen_fix(cards: &[String]) -> String {
+/// The breaks line and the fix line where `failing` batch-norm kernels
+/// fail on `cards`: MIOpen's in-place fix, or, where torch has no code
+/// for them at all (`torch_lacks`), the torch for them first.
+pub fn miopen_breaks(failing: usize, cards: &[String], torch_lacks: bool) -> (String, String) {
+    let count = crate::output::count(failing, "kernel fails", "kernels fail");
+    let said = super::and(cards);
+    if torch_lacks {
+        let breaks = format!(
+            "batch-norm training: {count} for {said}, and torch has no code for {said} at all: the torch for it first"
+        );
+        return (breaks, torch_fix(cards));
+    }
     let fails = Miopen::Fails {
         cards: cards.to_vec(),
         route: MiopenRoute::InPlace,
     };
-    miopen_step(&bare(cards.to_vec()), &fails).fix()
+    let step = miopen_step(&bare(cards.to_vec()), &fails);
+    let it = if failing == 1 { "it" } else { "them" };
+    let breaks = format!(
+        "batch-norm training: {count} for {said}; {} fixes {it}",
+        step.commands_said()
+    );
+    (breaks, step.fix())
 }
+
+/// The one next step where every fix is inert for a torch (it runs under
+/// HSA_OVERRIDE_GFX_VERSION, with no gfx101x code): TheRock's torch.
+pub fn inert_help() -> String {
+    format!(
+        "for the fix to act, use a torch with gfx101x code: TheRock's `{}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again",
+        torch_line(&["gfx1010"])
+    )
+}
+
+/// The one next step where HSA_OVERRIDE_GFX_VERSION alone makes the fix
+/// inert for a torch with gfx101x code: unsetting it.
+pub const UNSET_HELP: &str = "a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)";
 
 /// The facts of `cards` alone: no torch, no override, any pip.
 fn bare(cards: Vec<String>) -> Facts {
@@ -72,4 +95,16 @@ pub fn no_code_help(code: Option<&crate::gpucode::Code>, cards: &[String]) -> St
         "{}, without HSA_OVERRIDE_GFX_VERSION (it makes ROCm look for {target} code)",
         torch_fix(cards)
     )
+}
+
+/// The torch-gpu row's breaks and fix lines where torch runs nothing on
+/// `cards` (`said` names them): unsetting the override that hides their
+/// code, else the torch for them first.
+pub fn no_code_row(code: &crate::gpucode::Code, cards: &[String], said: &str) -> (String, String) {
+    let next = match cards.iter().all(|card| code.covers(card)) {
+        true => "`unset HSA_OVERRIDE_GFX_VERSION`".to_owned(),
+        false => format!("the torch for {} first", cards[0]),
+    };
+    let breaks = format!("everything: torch has no code for {said}; {next} (see torch-gpu)");
+    (breaks, no_code_help(Some(code), cards))
 }

@@ -307,7 +307,7 @@ fn overridden_inert(torch: &Torch, value: &str) -> anyhow::Error {
             "the in-place fix would change nothing for torch {}: HSA_OVERRIDE_GFX_VERSION={value} is set, so MIOpen compiles its kernels for that chip, not for gfx101x, and batch norm there already works; nothing was changed",
             torch.version
         ),
-        "a torch with gfx101x code needs no override: `unset HSA_OVERRIDE_GFX_VERSION`, then run this again (and run torch without it)",
+        crate::plan::UNSET_HELP,
     )
 }
 
@@ -317,9 +317,6 @@ fn inert(torch: &Torch, what: &str) -> anyhow::Error {
             "neither a build nor the in-place fix would change anything for torch {}: {what}, so it runs under HSA_OVERRIDE_GFX_VERSION=10.3.0 and MIOpen compiles its kernels for gfx1030, where batch norm already works",
             torch.version
         ),
-        format!(
-            "for the fix to act, use a torch with gfx101x code: TheRock's `{}` (RX 5700: gfx1010, Pro V520: gfx1011, Pro W5500: gfx1012), then run this again; nothing was changed",
-            crate::plan::torch_line(&["gfx1010"])
-        ),
+        format!("{}; nothing was changed", crate::plan::inert_help()),
     )
 }

@@ -478,7 +478,7 @@ fn every_printed_command_with_a_value_goes_through_the_renderer() {
 /// No module but the plan decides what the user should do next (issue 71):
 /// the line that gets TheRock's torch (its words in src/torch/get.rs) and
 /// a step's command (`plan::Cmd`) are built in src/plan* alone; every
-/// other module asks the plan (`plan::torch_line`, `plan::torch_fix`, its
+/// other module asks the plan (`plan::torch_line`, `plan::miopen_breaks`, its
 /// steps). torch.rs, below the plan, names the line in the help for a
 /// torch a package owns.
 #[test]
@@ -523,4 +523,36 @@ fn only_the_plan_builds_a_next_steps_command() {
     );
     // The allowance is still used.
     assert!(modules()["torch"].contains("native_torch("));
+}
+
+/// The plan's advice is worded in src/plan* alone (issue 71): the
+/// in-place fix for failing batch-norm kernels, the torch where every fix
+/// is inert, the override to unset where it alone makes the fix inert and
+/// torch-gpu's next step are asked of `plan::helps`, never said by a row.
+#[test]
+fn only_the_plan_words_its_advice() {
+    const WORDS: [&str; 5] = [
+        "install --into-torch` fixes {",
+        "{INSTALL}",
+        "for the fix to act",
+        "needs no override: `unset",
+        "everything: torch has no code for",
+    ];
+    let mut found = Vec::new();
+    for (name, code) in modules() {
+        if name == "plan" || name.starts_with("plan::") {
+            continue;
+        }
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            if WORDS.iter().any(|w| line.contains(w)) {
+                found.push(format!("{name}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the plan's advice worded outside the plan: {found:#?}"
+    );
+    // The plan words them.
+    assert!(modules()["plan::helps"].contains("for the fix to act"));
 }

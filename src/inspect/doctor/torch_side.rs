@@ -162,9 +162,7 @@ fn devel_sdk(python: &Path, r: &mut CheckReport) {
 }
 
 /// The torch-gpu row for code torch has: ok when it runs on every card,
-/// else a failure naming the cards and the one next step: the torch for
-/// them, or, where torch has their code and HSA_OVERRIDE_GFX_VERSION makes
-/// ROCm look for another target's, unsetting it.
+/// else a failure naming the cards and the plan's one next step.
 fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckReport) {
     use crate::swap::route;
     let notes = gpucode::library_notes(c);
@@ -181,22 +179,13 @@ fn judge_torch_code(lib: &std::path::Path, c: &gpucode::Code, r: &mut CheckRepor
         return;
     }
     let said = route::missing_said(&missing);
-    let hidden = missing.iter().all(|card| c.covers(card));
-    let breaks = match hidden {
-        true => format!(
-            "everything: torch has no code for {said}; `unset HSA_OVERRIDE_GFX_VERSION` (see torch-gpu)"
-        ),
-        false => format!(
-            "everything: torch has no code for {said}; the torch for {} first (see torch-gpu)",
-            missing[0]
-        ),
-    };
+    let (breaks, fix) = crate::plan::no_code_row(c, &missing, &said);
     r.push_breaks(
         "torch-gpu",
         Blocking::Fail,
         format!("{has} and none for {said}: torch runs nothing on that card{notes}"),
         breaks,
-        Some(crate::plan::no_code_help(Some(c), &missing)),
+        Some(fix),
     );
 }
 
@@ -401,7 +390,6 @@ fn kernels(
     r: &mut CheckReport,
     fixed: &dyn Fn() -> Option<String>,
 ) {
-    const INSTALL: &str = "`rdna1-patch install --into-torch`";
     let d = match req.stack.diagnosis(t, &t.target) {
         Ok(d) => d,
         Err(e) => {
@@ -436,20 +424,10 @@ fn kernels(
                 format!("{}\nnothing {line}", detail()),
             ),
         },
-        Standing::Fixable => r.push_breaks(
-            "kernels",
-            Blocking::Fail,
-            detail(),
-            format!(
-                "batch-norm training: {} for {}; {INSTALL} fixes {}",
-                crate::output::count(failing(), "kernel fails", "kernels fail"),
-                d.said_targets(),
-                if failing() == 1 { "it" } else { "them" }
-            ),
-            Some(format!(
-                "{INSTALL} fixes them in place, proven by compiling before anything is written"
-            )),
-        ),
+        Standing::Fixable => {
+            let (breaks, fix) = crate::plan::miopen_breaks(failing(), &d.targets, false);
+            r.push_breaks("kernels", Blocking::Fail, detail(), breaks, Some(fix));
+        }
         Standing::Refused(e) => r.push_breaks(
             "kernels",
             Blocking::Fail,
