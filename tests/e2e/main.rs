@@ -54,6 +54,7 @@ mod reliability;
 mod reliability_integrity;
 mod reliability_misleading;
 mod rocblas;
+mod rocblas_others;
 mod rocblas_swap;
 mod rocblas_system;
 mod rocm_sdk;
