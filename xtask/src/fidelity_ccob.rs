@@ -44,15 +44,17 @@ pub fn ccob(root: &Path) -> Result<()> {
     // command streams, it does not hand its output back.
     let script = files
         .iter()
-        .map(|(f, _)| {
-            format!("clang-offload-bundler -list -type=o -input=/src/{f} > /src/{f}.list")
-        })
+        .map(|(f, _)| format!("\"$b\" -list -type=o -input=/src/{f} > /src/{f}.list"))
         .collect::<Vec<_>>()
         .join(" && ");
     env.run(
         root,
         Some(&dir),
-        &format!("clang-offload-bundler --version | head -2 > /src/version && {script}"),
+        // Debian puts it under its LLVM's own bin/ (clang-tools-21), not
+        // on PATH: the newest there.
+        &format!(
+            "b=$(ls /usr/lib/llvm-*/bin/clang-offload-bundler | sort -V | tail -1) && \"$b\" --version | head -2 > /src/version && {script}"
+        ),
     )?;
     let version = std::fs::read_to_string(dir.join("version"))?;
     let listed: Vec<Listed> = files
