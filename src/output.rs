@@ -78,6 +78,9 @@ static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 
 /// One line to stdout.
 pub fn out(args: fmt::Arguments<'_>) {
+    if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let text = args.to_string();
     // Every command of the tool printed is this run's (shell.rs).
     let json = text.trim_start().starts_with(['{', '[']);
@@ -85,9 +88,6 @@ pub fn out(args: fmt::Arguments<'_>) {
         true => crate::shell::rewrite_json(&text),
         false => crate::shell::rewrite(&text),
     };
-    if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
