@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+mod served;
 mod stream;
+pub use served::{Ended, Heard, Served};
 pub use stream::{stream, stream_watched};
 
 pub struct Output {
@@ -37,7 +39,7 @@ pub const OUTPUT_CAP: usize = 64 << 20;
 /// Past [`OUTPUT_CAP`] on either stream, the group is killed too and the
 /// run is an error that names the cap.
 pub fn run(cmd: Command, limit: Duration) -> Result<Output> {
-    run_with(cmd, None, None, limit, false)
+    run_with(cmd, limit, false)
 }
 
 /// [`run`] under a reaper (`reaper`): a program that leaves its process
@@ -51,25 +53,7 @@ pub fn run_contained(cmd: Command, limit: Duration) -> Result<Output> {
     if let Some((uid, gid)) = crate::owner::sudo_identity()? {
         reaped.uid(uid).gid(gid);
     }
-    named_as(&cmd, run_with(reaped, None, None, limit, true))
-}
-
-/// [`run_contained`] with `input` on the child's stdin, its group stopped
-/// also when its stdout stays silent for `stall`: a child that answers as
-/// it goes, a line per piece of work, is held to a limit per piece.
-/// `cmd`'s environment is only what it sets; `exe` is this binary.
-pub fn run_fed_contained(
-    cmd: Command,
-    exe: &Path,
-    input: Vec<u8>,
-    stall: Duration,
-    limit: Duration,
-) -> Result<Output> {
-    let reaped = crate::reaper::contain(&cmd, exe, true)?;
-    named_as(
-        &cmd,
-        run_with(reaped, Some(input), Some(stall), limit, true),
-    )
+    named_as(&cmd, run_with(reaped, limit, true))
 }
 
 /// An error of a reaped run names the program, not the reaper.
@@ -85,13 +69,6 @@ fn named_as(cmd: &Command, out: Result<Output>) -> Result<Output> {
             None => anyhow::anyhow!("{}", e.to_string().replace("/proc/self/exe", &shown(cmd))),
         }
     })
-}
-
-/// [`run_fed_contained`] without the reaper, for the unit tests, whose
-/// binary is not one that can serve as a reaper.
-#[cfg(test)]
-fn run_fed(cmd: Command, input: Vec<u8>, stall: Duration, limit: Duration) -> Result<Output> {
-    run_with(cmd, Some(input), Some(stall), limit, false)
 }
 
 /// A child's process group, and whether its leader is a reaper, which is
@@ -121,20 +98,10 @@ impl Group {
     }
 }
 
-fn run_with(
-    mut cmd: Command,
-    input: Option<Vec<u8>>,
-    stall: Option<Duration>,
-    limit: Duration,
-    reaper: bool,
-) -> Result<Output> {
+fn run_with(mut cmd: Command, limit: Duration, reaper: bool) -> Result<Output> {
     let start = Instant::now();
     let mut child = cmd
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -142,42 +109,20 @@ fn run_with(
         .map_err(|e| spawn_error(&cmd, e))?;
     let pgid = child.id() as i32;
     let group = Group { pgid, reaper };
-    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-        // A child that stops reading fails this write, not us.
-        std::thread::spawn(move || {
-            use std::io::Write;
-            let _ = stdin.write_all(&input);
-        });
-    }
     // Readers send what they read as they read it, so a pipe that a
     // grandchild keeps open cannot hold us past the limit, nor cost us what
     // the child itself printed.
-    let heard = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let out = pump_heard(
-        child.stdout.take().expect("piped"),
-        OUTPUT_CAP,
-        group,
-        Some((start, heard.clone())),
-    );
+    let out = pump(child.stdout.take().expect("piped"), OUTPUT_CAP, group);
     let err = pump(child.stderr.take().expect("piped"), OUTPUT_CAP, group);
     // A signal reaches the child's group; we then return its error below.
     let guard = crate::interrupt::ChildGroup::new(child.id());
-    // The tests' Ctrl-C at the instant a compile child runs (issue 72).
-    #[cfg(feature = "failpoints")]
-    if reaper && stall.is_some() {
-        fail::eval("interrupt-while-compiling", |_| {
-            // SAFETY: raise(3) only sends a signal to this process.
-            unsafe { libc::raise(libc::SIGINT) };
-            std::thread::sleep(Duration::from_millis(300));
-        });
-    }
     // A waiting thread, not a polling loop: a helper that answers in 2 ms
     // costs 2 ms (git runs a dozen of them per fetch).
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = done_tx.send(child.wait());
     });
-    let status = wait_within(&done_rx, group, start, &heard, stall, limit)?;
+    let status = wait_within(&done_rx, group, start, limit)?;
     // Whatever the child left running in its group goes with it; anything
     // that left the group (setsid) gets until the limit to close its pipes.
     kill_group(pgid);
@@ -218,36 +163,25 @@ fn run_with(
     })
 }
 
-/// The child's status once `done` has it; None when it ran past `limit`,
-/// or `stall` past the last time its stdout was `heard`, and its group
-/// was killed.
+/// The child's status once `done` has it; None when it ran past `limit`
+/// and its group was killed.
 fn wait_within(
     done: &std::sync::mpsc::Receiver<std::io::Result<ExitStatus>>,
     group: Group,
     start: Instant,
-    heard: &std::sync::atomic::AtomicU64,
-    stall: Option<Duration>,
     limit: Duration,
 ) -> Result<Option<ExitStatus>> {
-    let last = || Duration::from_millis(heard.load(std::sync::atomic::Ordering::Relaxed));
-    loop {
-        // The sooner of the limit and `stall` past the last answer.
-        let due = stall.map_or(limit, |s| limit.min(last() + s));
-        match done.recv_timeout(due.saturating_sub(start.elapsed())) {
-            Ok(status) => return Ok(Some(status?)),
-            Err(_) => {
-                let now = start.elapsed();
-                if now >= limit || stall.is_some_and(|s| now >= last() + s) {
-                    group.stop();
-                    // A reaper sweeps, then ends; one that does not in
-                    // time goes with its group.
-                    if done.recv_timeout(Duration::from_secs(15)).is_err() {
-                        kill_group(group.pgid);
-                        let _ = done.recv();
-                    }
-                    return Ok(None);
-                }
+    match done.recv_timeout(limit.saturating_sub(start.elapsed())) {
+        Ok(status) => Ok(Some(status?)),
+        Err(_) => {
+            group.stop();
+            // A reaper sweeps, then ends; one that does not in time goes
+            // with its group.
+            if done.recv_timeout(Duration::from_secs(15)).is_err() {
+                kill_group(group.pgid);
+                let _ = done.recv();
             }
+            Ok(None)
         }
     }
 }
@@ -280,19 +214,9 @@ fn shown(cmd: &Command) -> String {
 /// Past `cap` bytes it sends one byte more (so the reader sees the cap was
 /// passed), kills the process group `pgid` and stops reading.
 fn pump(
-    pipe: impl Read + Send + 'static,
-    cap: usize,
-    group: Group,
-) -> std::sync::mpsc::Receiver<Vec<u8>> {
-    pump_heard(pipe, cap, group, None)
-}
-
-/// [`pump`], noting in `heard` when (in ms since its instant) it last read.
-fn pump_heard(
     mut pipe: impl Read + Send + 'static,
     cap: usize,
     group: Group,
-    heard: Option<(Instant, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {
@@ -302,10 +226,6 @@ fn pump_heard(
             match pipe.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if let Some((start, at)) = &heard {
-                        let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-                        at.store(ms, std::sync::atomic::Ordering::Relaxed);
-                    }
                     let room = cap - total;
                     let over = n > room;
                     let take = if over { room + 1 } else { n };

@@ -18,11 +18,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde::{Deserialize, Serialize};
 
 use crate::compile::Lang;
-use crate::error::hint;
 
 /// Set (to anything) in the child's environment: `cli::main` then serves a
 /// batch instead of parsing a command line.
@@ -33,8 +32,10 @@ pub const CHILD_PATH: &str = "/usr/bin:/bin";
 
 mod serve;
 mod stderr;
+mod warm;
 pub use serve::serve;
 pub use stderr::KeptStderr;
+pub use warm::Warm;
 
 /// Kernel texts and the compiles to make of them, for one child.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -170,16 +171,26 @@ fn cut(mut text: String, cap: usize) -> String {
     text
 }
 
-/// The request the parent writes to the child's stdin.
+/// The request the parent writes first to the child's stdin, a line:
+/// what to load, and as whom. [`Work`] lines follow, as many as the run
+/// has compiles; the child ends when its stdin does.
 #[derive(Serialize, Deserialize)]
 struct Request {
     compilers: Compilers,
-    batch: Batch,
     /// The user root acts for under sudo, trusted with their own files
     /// (`owner::invoking_user`): the child's environment has no SUDO_UID.
     trusted: Option<u32>,
     /// Whom to compile as (`owner::sudo_identity`): None stays as is.
     run_as: Option<(u32, u32)>,
+}
+
+/// A line after the [`Request`]: a text to keep, by an id the parent
+/// chose, or a job to answer (its `source` an id sent before); each job
+/// is answered with a line.
+#[derive(Serialize, Deserialize)]
+enum Work {
+    Source { id: usize, source: Source },
+    Job(Job),
 }
 
 /// The child's first line: the comgr it loaded, or why it did not.
@@ -205,87 +216,27 @@ pub fn compile(exe: &Path, comgr: &Path, batch: &Batch, limit: Duration) -> Resu
     compile_with(exe, &compilers, batch, limit)
 }
 
-/// [`compile`], with a hipRTC for the batch's HIP texts.
+/// [`compile`], with a hipRTC for the batch's HIP texts: one child for
+/// the batch, answering job by job.
 pub fn compile_with(
     exe: &Path,
     compilers: &Compilers,
     batch: &Batch,
     limit: Duration,
 ) -> Result<Answers> {
-    let comgr = compilers.comgr.as_path();
-    let run_as = crate::owner::sudo_identity()?;
-    let request = serde_json::to_vec(&Request {
-        compilers: compilers.clone(),
-        batch: batch.clone(),
-        trusted: crate::owner::invoking_user(),
-        run_as,
-    })?;
-    let home = own_dir(run_as)?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.env_clear()
-        .env(CHILD_ENV, "1")
-        .env("HOME", home.path())
-        .env("TMPDIR", home.path())
-        .env("PATH", CHILD_PATH)
-        .current_dir(home.path());
-    // The tests' failpoints (cargo feature `failpoints`) reach it too.
-    #[cfg(feature = "failpoints")]
-    if let Some(f) = std::env::var_os("FAILPOINTS") {
-        cmd.env("FAILPOINTS", f);
-    }
-    let jobs = u32::try_from(batch.jobs.len()).unwrap_or(u32::MAX);
-    let total = limit.saturating_mul(jobs.saturating_add(1));
-    // Under a reaper: nothing the compiler starts outlives the batch.
-    let out = crate::proc::run_fed_contained(cmd, exe, request, limit, total);
-    // What the compile left there goes with it.
-    let _ = home.close();
-    let out = out?;
-    let mut lines = out.stdout.lines();
-    let hello: Option<Hello> = lines.next().and_then(|l| serde_json::from_str(l).ok());
-    let (version, hiprtc) = match hello {
-        Some(Hello::Loaded { comgr, hiprtc }) => (comgr, hiprtc),
-        Some(Hello::Refused { error, help }) => {
-            return Err(match help {
-                Some(help) => hint(error, help),
-                None => anyhow!(error),
-            });
-        }
-        None if out.status.is_none() => bail!(
-            "comgr {} did not load within {} s, and was stopped",
-            comgr.display(),
-            limit.as_secs()
-        ),
-        None => bail!(
-            "comgr {} could not be loaded{}",
-            comgr.display(),
-            ended(&out)
-        ),
-    };
-    let answers: Vec<Answer> = lines
-        .map_while(|l| serde_json::from_str(l).ok())
-        .take(batch.jobs.len())
-        .collect();
-    if answers.len() < batch.jobs.len() {
-        let at = batch.describe(answers.len());
-        if out.status.is_none() {
-            return Err(hint(
-                format!(
-                    "comgr {} did not finish compiling {at} within {} s, and was stopped",
-                    comgr.display(),
-                    limit.as_secs()
-                ),
-                "a compile takes seconds: this comgr hangs on MIOpen's kernels (--timeout SECS gives each compile longer)",
-            ));
-        }
-        bail!(
-            "comgr {} failed compiling {at}{}",
-            comgr.display(),
-            ended(&out)
-        );
+    let mut warm = Warm::start(exe, compilers, limit)?;
+    let mut answers = Vec::with_capacity(batch.jobs.len());
+    for (i, job) in batch.jobs.iter().enumerate() {
+        let source = batch
+            .sources
+            .get(job.source)
+            .ok_or_else(|| anyhow!("no source {} in the batch", job.source))?;
+        warm.send_source(job.source, source)?;
+        answers.push(warm.ask(job, &batch.describe(i))?);
     }
     Ok(Answers {
-        version,
-        hiprtc,
+        version: warm.version,
+        hiprtc: warm.hiprtc,
         answers,
     })
 }
@@ -299,7 +250,7 @@ fn own_dir(run_as: Option<(u32, u32)>) -> Result<tempfile::TempDir> {
         None => std::env::temp_dir(),
     };
     let cannot = |e: std::io::Error| {
-        hint(
+        crate::error::hint(
             format!(
                 "cannot make a directory for the compile in {}: {e}",
                 base.display()
@@ -321,7 +272,7 @@ fn own_dir(run_as: Option<(u32, u32)>) -> Result<tempfile::TempDir> {
 }
 
 /// How a child that stopped short ended, and the last thing it said.
-fn ended(out: &crate::proc::Output) -> String {
+fn ended(out: &crate::proc::Ended) -> String {
     use std::os::unix::process::ExitStatusExt;
     let how = match out.status {
         Some(s) => match s.signal() {

@@ -45,32 +45,6 @@ fn output_past_the_cap_stops_the_child_and_names_the_cap() {
     );
 }
 
-/// Fed its input, a child that goes quiet is stopped long before its
-/// whole limit, with what it said so far.
-#[test]
-fn a_fed_child_silent_past_its_stall_limit_is_stopped() {
-    let c = sh("cat; echo done; sleep 600");
-    let out = run_fed(
-        c,
-        b"a line\n".to_vec(),
-        Duration::from_millis(300),
-        Duration::from_secs(3600),
-    )
-    .unwrap();
-    assert!(out.status.is_none());
-    assert_eq!(out.stdout, "a line\ndone\n");
-    let c = sh("read x; echo \"$x\"");
-    let out = run_fed(
-        c,
-        b"fed\n".to_vec(),
-        Duration::from_secs(600),
-        Duration::from_secs(600),
-    )
-    .unwrap();
-    assert!(out.status.is_some_and(|s| s.success()));
-    assert_eq!(out.stdout, "fed\n");
-}
-
 #[test]
 fn a_streamed_line_without_end_comes_in_pieces() {
     let c = sh("head -c 2621440 /dev/zero | tr '\\0' a; echo; echo b");

@@ -2,25 +2,27 @@
 //! to sudo's user, load the compilers, and answer each job of the batch
 //! on a line of its own as it is compiled.
 
-use std::io::{Read, Write};
+use std::collections::HashMap;
+use std::io::{BufRead, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Answer, Batch, Hello, Job, KeptStderr, Request, Source, cut};
+use super::{Answer, Hello, Job, KeptStderr, Request, Source, Work, cut};
 use crate::comgr::Comgr;
 use crate::comgr::hiprtc::{self, Hiprtc};
 use crate::compile::Lang;
 use crate::error::hint;
 
-/// The most a request may be: every kernel text of two libraries is a few MB.
+/// The most a line of the request may be, and all the texts it sends
+/// together: every kernel text of two libraries is a few MB.
 const REQUEST_CAP: u64 = 256 << 20;
 /// The most of a compiler's error kept per job: its first lines are what
 /// is shown.
 const ANSWER_CAP: usize = 4096;
 
-/// The child's side: load the comgr the request names, compile its batch,
-/// one answer a line. Its own stdout is kept for the answers; anything the
+/// The child's side: load the comgr the request names, then answer each
+/// job as it comes, a line each, until stdin ends. Its own stdout is kept for the answers; anything the
 /// comgr prints goes to stderr, which the parent reads apart.
 pub fn serve() -> std::process::ExitCode {
     use std::os::fd::FromRawFd;
@@ -55,8 +57,9 @@ pub fn serve() -> std::process::ExitCode {
     // Before any compiler is loaded: its handlers, if it installs any,
     // come after ours and hand on to them.
     let stderr = KeptStderr::new();
-    let loaded = read_request().and_then(load);
-    let (comgr, rtc, batch) = match loaded {
+    let mut input = std::io::BufReader::new(std::io::stdin().lock());
+    let loaded = read_line::<Request>(&mut input, "the compile request").and_then(load);
+    let (comgr, rtc) = match loaded {
         Ok(l) => l,
         Err(e) => {
             say(refused(&e));
@@ -68,15 +71,52 @@ pub fn serve() -> std::process::ExitCode {
         hiprtc: rtc.as_ref().map(|r| r.version),
     };
     say(serde_json::to_string(&hello).unwrap_or_default());
-    run_in_process(&comgr, rtc.as_ref(), &batch, stderr.as_ref(), |a| {
-        say(serde_json::to_string(a).unwrap_or_default());
-    });
-    std::process::ExitCode::SUCCESS
+    let mut sources: HashMap<usize, Source> = HashMap::new();
+    let mut held = 0u64;
+    let mut answers: Vec<Answer> = Vec::new();
+    loop {
+        let work = match read_line::<Work>(&mut input, "a compile job") {
+            Ok(Some(w)) => w,
+            // Its stdin ended: the run has no more compiles.
+            Ok(None) => return std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rdna1-patch: {e:#}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        match work {
+            Work::Source { id, source } => {
+                held += source.text.len() as u64
+                    + source.headers.iter().map(|h| h.text.len() as u64).sum::<u64>();
+                if held > REQUEST_CAP {
+                    eprintln!(
+                        "rdna1-patch: the compile's texts are over {} MiB",
+                        REQUEST_CAP >> 20
+                    );
+                    return std::process::ExitCode::from(2);
+                }
+                sources.insert(id, source);
+            }
+            Work::Job(job) => {
+                let answer = answer(
+                    &comgr,
+                    rtc.as_ref(),
+                    &sources,
+                    &job,
+                    &answers,
+                    stderr.as_ref(),
+                );
+                say(serde_json::to_string(&answer).unwrap_or_default());
+                answers.push(answer);
+            }
+        }
+    }
 }
 
 /// Vet what the request names and everything it needs, holding each file
 /// open; drop to sudo's user; load what was vetted.
-fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
+fn load(r: Option<Request>) -> Result<(Comgr, Option<Hiprtc>)> {
+    let r = r.context("the compile request is empty")?;
     let wanted: Vec<&Path> = std::iter::once(r.compilers.comgr.as_path())
         .chain(r.compilers.hiprtc.as_deref())
         .collect();
@@ -99,61 +139,66 @@ fn load(r: Request) -> Result<(Comgr, Option<Hiprtc>, Batch)> {
         Some(p) => Some(Hiprtc::from_handle(p, vetted.real(1), handles[1])?),
         None => None,
     };
-    Ok((comgr, rtc, r.batch))
+    Ok((comgr, rtc))
 }
 
-fn read_request() -> Result<Request> {
+/// The next line of stdin, parsed: None at its end. A line is held to
+/// [`REQUEST_CAP`].
+fn read_line<T: serde::de::DeserializeOwned>(
+    input: &mut impl BufRead,
+    what: &str,
+) -> Result<Option<T>> {
     let mut bytes = Vec::new();
-    std::io::stdin()
+    input
         .take(REQUEST_CAP + 1)
-        .read_to_end(&mut bytes)
-        .context("cannot read the compile request")?;
-    if bytes.len() as u64 > REQUEST_CAP {
-        bail!("the compile request is over {} MiB", REQUEST_CAP >> 20);
+        .read_until(b'\n', &mut bytes)
+        .with_context(|| format!("cannot read {what}"))?;
+    if bytes.is_empty() {
+        return Ok(None);
     }
-    serde_json::from_slice(&bytes).context("the compile request does not parse")
+    if bytes.len() as u64 > REQUEST_CAP {
+        bail!("{what} is over {} MiB", REQUEST_CAP >> 20);
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .with_context(|| format!("{what} does not parse"))
 }
 
-/// Compile `batch` through `comgr` (and `hiprtc` for HIP texts) in this
-/// process, the child's, calling `each` with every answer as it comes.
-/// With `stderr`, what the compiler writes to descriptor 2 during each
-/// compile is kept and, for a failure, put after its log: comgr's log says
-/// only "cannot compile inline asm" where LLVM's assembler writes the
-/// operand it rejected, with its line, to stderr.
-fn run_in_process(
+/// The answer to `job`, compiled through `comgr` (or `hiprtc` for a HIP
+/// text) in this process, the child's, after the `earlier` answers.
+/// With `stderr`, what the compiler writes to descriptor 2 during the
+/// compile is kept and, for a failure, put after its log: comgr's log
+/// says only "cannot compile inline asm" where LLVM's assembler writes
+/// the operand it rejected, with its line, to stderr.
+fn answer(
     comgr: &Comgr,
     hiprtc: Option<&Hiprtc>,
-    batch: &Batch,
+    sources: &HashMap<usize, Source>,
+    job: &Job,
+    earlier: &[Answer],
     stderr: Option<&KeptStderr>,
-    mut each: impl FnMut(&Answer),
-) -> Vec<Answer> {
-    let mut answers: Vec<Answer> = Vec::with_capacity(batch.jobs.len());
-    for (i, job) in batch.jobs.iter().enumerate() {
-        let waits_in_vain = job
-            .after
-            .is_some_and(|a| a >= i || !matches!(answers[a], Answer::Compiled(_)));
-        let answer = match batch.sources.get(job.source) {
-            _ if waits_in_vain => Answer::Skipped,
-            None => Answer::Failed(format!("no source {} in the batch", job.source)),
-            Some(s) => {
-                let kept = stderr.map(KeptStderr::start);
-                let compiled = compile_one(comgr, hiprtc, s, job);
-                let said = kept.map(|k| k.finish()).unwrap_or_default();
-                match compiled {
-                    Ok(ir) if job.front_end => Answer::Compiled(crate::comgr::ir_digest(&ir)),
-                    Ok(object) => match crate::elf::not_code_object(&object) {
-                        None => Answer::Compiled(crate::elf::code_digest(&object)),
-                        Some(what) => Answer::Broken(what),
-                    },
-                    Err(e) if said.trim().is_empty() => Answer::Failed(cut(e, ANSWER_CAP)),
-                    Err(e) => Answer::Failed(cut(format!("{e}\n{}", said.trim_end()), ANSWER_CAP)),
-                }
+) -> Answer {
+    let waits_in_vain = job
+        .after
+        .is_some_and(|a| !matches!(earlier.get(a), Some(Answer::Compiled(_))));
+    match sources.get(&job.source) {
+        _ if waits_in_vain => Answer::Skipped,
+        None => Answer::Failed(format!("no source {} was sent", job.source)),
+        Some(s) => {
+            let kept = stderr.map(KeptStderr::start);
+            let compiled = compile_one(comgr, hiprtc, s, job);
+            let said = kept.map(|k| k.finish()).unwrap_or_default();
+            match compiled {
+                Ok(ir) if job.front_end => Answer::Compiled(crate::comgr::ir_digest(&ir)),
+                Ok(object) => match crate::elf::not_code_object(&object) {
+                    None => Answer::Compiled(crate::elf::code_digest(&object)),
+                    Some(what) => Answer::Broken(what),
+                },
+                Err(e) if said.trim().is_empty() => Answer::Failed(cut(e, ANSWER_CAP)),
+                Err(e) => Answer::Failed(cut(format!("{e}\n{}", said.trim_end()), ANSWER_CAP)),
             }
-        };
-        each(&answer);
-        answers.push(answer);
+        }
     }
-    answers
 }
 
 fn compile_one(
@@ -240,3 +285,4 @@ fn become_user(uid: u32, gid: u32) -> Result<()> {
     }
     Ok(())
 }
+

@@ -108,6 +108,8 @@ pub(super) fn install_in_place(
 ) -> Command {
     let mut c = Command::new(bin);
     c.args([
+        // Every line whole: the rows read the summary's numbers.
+        "--detail",
         "install",
         "--into-torch",
         "--in-place",
