@@ -18,6 +18,7 @@ pub enum Lang {
 }
 
 /// One compile asked of the compiler.
+#[derive(Clone, Copy)]
 pub struct Job<'a> {
     pub name: &'a str,
     pub text: &'a [u8],
@@ -27,9 +28,11 @@ pub struct Job<'a> {
     pub headers: &'a [(String, Vec<u8>)],
     pub arch: &'a str,
     pub defines: &'a [String],
-    /// The front end alone (an OpenCL text): the answer is the digest of
-    /// its LLVM IR before any pass, which, with the same options and
-    /// target, decides the code (`comgr::Comgr::front_end_ocl`).
+    /// The front end alone: the answer is the digest of an OpenCL text's
+    /// LLVM IR before any pass (`comgr::Comgr::front_end_ocl`), or of a
+    /// HIP text as hipRTC preprocesses it (`comgr::hiprtc::Hiprtc::
+    /// front_end_hip`), which, with the same options and target, decides
+    /// the code.
     pub front_end: bool,
 }
 
@@ -53,6 +56,29 @@ pub trait Compiler {
     /// answers them all from one start.
     fn compile_all(&self, jobs: &[Job]) -> anyhow::Result<Vec<Compiled>> {
         jobs.iter().map(|j| self.compile(j)).collect()
+    }
+    /// `jobs`, and after each answer the jobs `then` asks for it (given
+    /// the answer's number and the answer), answered in turn: every
+    /// answer, by number. The jobs are numbered from 0, and the jobs
+    /// `then` returns after them, in the order it returns them. A
+    /// compiler that runs jobs at once starts each one `then` asks for as
+    /// soon as the answer it follows is in; this one answers round after
+    /// round.
+    fn compile_then<'a>(
+        &self,
+        jobs: &[Job<'a>],
+        then: &mut dyn FnMut(usize, &Compiled) -> Vec<Job<'a>>,
+    ) -> anyhow::Result<Vec<Compiled>> {
+        let mut answers = self.compile_all(jobs)?;
+        let mut from = 0;
+        while from < answers.len() {
+            let round: Vec<Job<'a>> = (from..answers.len())
+                .flat_map(|i| then(i, &answers[i]))
+                .collect();
+            from = answers.len();
+            answers.extend(self.compile_all(&round)?);
+        }
+        Ok(answers)
     }
 }
 

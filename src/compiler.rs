@@ -1,20 +1,26 @@
 //! The compiler MIOpen loads, as the diagnosis asks it (`verdict::Compiler`):
-//! comgr for OpenCL texts and hipRTC for HIP ones, loaded in a child
-//! process of this binary (`comgr::child`) and held to a time limit per
-//! compile, a round's jobs in batches of about equal cost that a thread
-//! per core takes from one queue. Each distinct compile
-//! runs once: identical jobs share one answer within a run, and answers
-//! are kept across runs by the compile's whole input (`job_key`).
+//! comgr for OpenCL texts and hipRTC for HIP ones, loaded in child
+//! processes of this binary (`comgr::child`), one per core kept warm for
+//! the run (`pool`), each compile held to a time limit. A job the
+//! diagnosis asks after an answer (the second round's) is queued the
+//! moment that answer is in. Each distinct compile runs once: identical
+//! jobs share one answer within a run, and answers are kept across runs
+//! by the compile's whole input (`job_key`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::cache::Cache;
-use crate::comgr::child::{self, Answer, Answers, Batch, Job};
+use crate::comgr::child::{self, Answer, Answers, Batch};
+use crate::verdict::Compiled;
+
+mod pool;
 
 /// Where a batch is compiled.
 pub trait Compiler {
@@ -43,6 +49,8 @@ pub struct Child {
     /// job of this run or a cached one), since the start.
     pub ran: Cell<usize>,
     pub reused: Cell<usize>,
+    /// The children, once a compile needs them.
+    pool: OnceCell<pool::Pool>,
 }
 
 impl Child {
@@ -59,6 +67,7 @@ impl Child {
             kept: None,
             ran: Cell::new(0),
             reused: Cell::new(0),
+            pool: OnceCell::new(),
         })
     }
 
@@ -171,21 +180,6 @@ fn this_program() -> anyhow::Result<PathBuf> {
 
 impl Compiler for Child {
     fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
-        self.spawner().compile(batch)
-    }
-}
-
-/// What starts a child, without the answers' cells: shared by the threads
-/// that each run a child.
-struct Spawner<'a> {
-    exe: &'a std::path::Path,
-    comgr: &'a std::path::Path,
-    hiprtc: Option<&'a std::path::Path>,
-    limit: Duration,
-}
-
-impl Spawner<'_> {
-    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
         // hipRTC is loaded only for HIP texts: a torch whose MIOpen has
         // none may carry a hipRTC that does not load here.
         let hip = batch
@@ -193,63 +187,17 @@ impl Spawner<'_> {
             .iter()
             .any(|s| s.lang == crate::verdict::Lang::Hip);
         let compilers = child::Compilers {
-            comgr: self.comgr.to_owned(),
-            hiprtc: self.hiprtc.filter(|_| hip).map(|p| p.to_owned()),
+            comgr: self.comgr.clone(),
+            hiprtc: self.hiprtc.clone().filter(|_| hip),
         };
-        child::compile_with(self.exe, &compilers, batch, self.limit)
+        child::compile_with(&self.exe, &compilers, batch, self.limit)
     }
 }
-
-impl Child {
-    fn spawner(&self) -> Spawner<'_> {
-        Spawner {
-            exe: &self.exe,
-            comgr: &self.comgr,
-            hiprtc: self.hiprtc.as_deref(),
-            limit: self.limit,
-        }
-    }
-}
-
-/// The fewest jobs worth a child of their own: loading comgr costs about
-/// what a few compiles do.
-const JOBS_PER_CHILD: usize = 4;
-
-/// Batches per core: enough that the cores finish together when batches
-/// take unequal times (one core's last batch is a quarter of its share).
-const BATCHES_PER_CORE: usize = 4;
 
 /// What a HIP compile costs against an OpenCL one: hipRTC compiles a
 /// text with HIP's headers, about ten times comgr's OpenCL compile of a
 /// batch-norm kernel (Debian's 6.4.3, comgr 2.4 and hipRTC 5.2).
 const HIP_COST: usize = 10;
-
-/// `jobs` (each the cost of one) in batches: about [`BATCHES_PER_CORE`]
-/// a core, each of about the same cost, at least [`JOBS_PER_CHILD`] jobs
-/// a batch, the costliest (HIP) first so that no core is left with one at
-/// the end. Indices into `costs`, by batch, in the order to run them.
-fn batches(costs: &[usize], cores: usize) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..costs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(costs[i]));
-    let count = (cores * BATCHES_PER_CORE)
-        .min(costs.len() / JOBS_PER_CHILD)
-        .max(1);
-    let per = costs.iter().sum::<usize>().div_ceil(count).max(1);
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let (mut batch, mut cost) = (Vec::new(), 0);
-    for i in order {
-        batch.push(i);
-        cost += costs[i];
-        if cost >= per && out.len() + 1 < count {
-            out.push(std::mem::take(&mut batch));
-            cost = 0;
-        }
-    }
-    if !batch.is_empty() {
-        out.push(batch);
-    }
-    out
-}
 
 /// One compile at a time through the child, for the diagnosis, which
 /// decides each next compile from the last answer. A child that cannot be
@@ -272,227 +220,309 @@ impl crate::verdict::Compiler for Child {
         Ok(one.remove(0))
     }
 
-    /// Every job, each distinct compile once (jobs of one [`job_key`]
-    /// share one answer, within this run and, with a cache, across runs),
-    /// in batches of about equal cost run by a thread per core
-    /// ([`Child::run`]), each child a batch in which a text is sent once
-    /// however many define sets it is compiled with.
+    /// Every job, each distinct compile once: [`Compiler::compile_then`]
+    /// with nothing after.
     fn compile_all(
         &self,
         jobs: &[crate::verdict::Job],
     ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        let compilers = self.kept.as_ref().map_or("", |(_, c)| c.as_str());
-        let keys: Vec<String> = jobs.iter().map(|j| job_key(compilers, j)).collect();
-        // The jobs to run: one per key no answer is known for.
-        let mut todo: Vec<usize> = Vec::new();
-        {
-            let mut known = self.known.borrow_mut();
-            for (i, key) in keys.iter().enumerate() {
-                if known.contains_key(key) || todo.iter().any(|&t| keys[t] == *key) {
-                    continue;
-                }
-                let kept = self.kept.as_ref().and_then(|(cache, _)| {
-                    cache
-                        .get(&format!("compile2-{key}"), KEPT_LIMIT)
-                        .and_then(|t| from_kept(&t))
-                });
-                match kept {
-                    Some(c) => {
-                        known.insert(key.clone(), c);
-                    }
-                    None => todo.push(i),
-                }
-            }
-        }
-        self.ran.set(self.ran.get() + todo.len());
-        self.reused.set(self.reused.get() + jobs.len() - todo.len());
-        if !todo.is_empty() {
-            let run: Vec<&crate::verdict::Job> = todo.iter().map(|&i| &jobs[i]).collect();
-            let answers = self.run(&run)?;
-            let mut known = self.known.borrow_mut();
-            for (&i, answer) in todo.iter().zip(answers) {
-                if let Some((cache, _)) = &self.kept {
-                    cache.put(&format!("compile2-{}", keys[i]), &kept_text(&answer));
-                }
-                known.insert(keys[i].clone(), answer);
-            }
-            if let Some((cache, compilers)) = &self.kept {
-                let versions = format!(
-                    "{} {}",
-                    show_version(self.version.get()),
-                    show_version(self.hiprtc_version.get())
-                );
-                cache.put(&format!("versions-{compilers}"), &versions);
-            }
-        }
-        let known = self.known.borrow();
-        Ok(keys.iter().map(|k| known[k].clone()).collect())
+        crate::verdict::Compiler::compile_then(self, jobs, &mut |_, _| Vec::new())
     }
-}
 
-impl Child {
-    /// `distinct` (no two of one key), in batches of about equal cost
-    /// ([`batches`]), taken from one queue by a thread per core, each
-    /// batch in a child of its own. Once a batch fails, no more are
-    /// started.
-    fn run(
+    /// Every job, and the ones `then` asks after each answer, each
+    /// distinct compile once (jobs of one [`job_key`] share one answer,
+    /// within this run and, with a cache, across runs), on the warm
+    /// children of the run ([`pool`]), a job `then` asks queued as soon as
+    /// the answer it follows is in. At the first error nothing more is
+    /// started; the jobs running end, and the error of the first job
+    /// asked is the one said.
+    fn compile_then<'a>(
         &self,
-        distinct: &[&crate::verdict::Job],
-    ) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let costs: Vec<usize> = distinct
-            .iter()
-            .map(|j| match j.lang {
-                crate::verdict::Lang::Hip => HIP_COST,
-                crate::verdict::Lang::OpenCl => 1,
-            })
-            .collect();
-        let groups = batches(&costs, cores);
-        let batches: Vec<Batch> = groups
-            .iter()
-            .map(|g| self.batch_of(&g.iter().map(|&i| distinct[i]).collect::<Vec<_>>()))
-            .collect::<anyhow::Result<_>>()?;
-        let spawner = self.spawner();
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let answered: Vec<std::sync::Mutex<Option<anyhow::Result<Answers>>>> = batches
-            .iter()
-            .map(|_| std::sync::Mutex::new(None))
-            .collect();
-        std::thread::scope(|s| {
-            for _ in 0..cores.min(batches.len()) {
-                s.spawn(|| {
-                    while !stop.load(Ordering::SeqCst) {
-                        let k = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(batch) = batches.get(k) else { break };
-                        let answer = spawner.compile(batch);
-                        if answer.is_err() {
-                            stop.store(true, Ordering::SeqCst);
-                        }
-                        *answered[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
-                    }
-                });
-            }
-        });
-        let mut compiled: Vec<Option<crate::verdict::Compiled>> = vec![None; distinct.len()];
-        for ((group, batch), answer) in groups.iter().zip(&batches).zip(answered) {
-            let answer = answer.into_inner().unwrap_or_else(|e| e.into_inner());
-            // A batch not started: another failed first, and says why.
-            let Some(answer) = answer else { continue };
-            for (&i, c) in group.iter().zip(self.answered(batch, answer?)?) {
-                compiled[i] = Some(c);
-            }
+        jobs: &[crate::verdict::Job<'a>],
+        then: &mut dyn FnMut(usize, &Compiled) -> Vec<crate::verdict::Job<'a>>,
+    ) -> anyhow::Result<Vec<Compiled>> {
+        let mut run = Run {
+            child: self,
+            compilers: self
+                .kept
+                .as_ref()
+                .map_or("", |(_, c)| c.as_str())
+                .to_owned(),
+            answers: Vec::new(),
+            keys: Vec::new(),
+            names: Vec::new(),
+            waiting: HashMap::new(),
+            sent: Vec::new(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            reply: std::sync::mpsc::channel(),
+            running: 0,
+            failed: None,
+            ready: std::collections::VecDeque::new(),
+        };
+        for job in jobs {
+            run.ask(job);
         }
-        compiled
+        run.drain(then)?;
+        Ok(run
+            .answers
             .into_iter()
-            .map(|c| c.ok_or_else(|| anyhow::anyhow!("a batch of compiles was never run")))
-            .collect()
+            .map(|a| a.expect("every job answered"))
+            .collect())
     }
 }
 
-impl Child {
-    /// One child's batch of `jobs`.
-    fn batch_of(&self, jobs: &[&crate::verdict::Job]) -> anyhow::Result<Batch> {
-        use crate::verdict::Lang;
-        let mut batch = Batch::default();
-        let mut sent: Vec<(&[u8], usize)> = Vec::new();
-        for job in jobs {
-            let source = match sent.iter().find(|(t, _)| std::ptr::eq(*t, job.text)) {
-                Some((_, s)) => *s,
-                None => {
-                    let s = match job.lang {
-                        Lang::OpenCl => batch.add_source(job.name.to_owned(), job.text.to_vec()),
-                        Lang::Hip if self.hiprtc.is_none() => {
-                            return Err(crate::error::hint(
-                                format!(
-                                    "{} is a HIP kernel, and no hipRTC was found beside {}",
-                                    job.name,
-                                    self.comgr.display()
-                                ),
-                                "MIOpen compiles its HIP kernels with hipRTC (libhiprtc.so), which ROCm and torch's ROCm libraries carry beside comgr: install it (Debian: libhiprtc7), or, for install, pass --unproven to install without the proof",
-                            ));
-                        }
-                        Lang::Hip => batch.add_hip_source(
-                            job.name.to_owned(),
-                            job.text.to_vec(),
-                            job.headers,
-                        ),
-                    };
-                    sent.push((job.text, s));
-                    s
-                }
-            };
-            batch.add_job(Job {
-                source,
+/// A text sent this call: the addresses of the text and its headers (a
+/// unit's), its id, and the text as a child is sent it.
+type Sent = (
+    (*const u8, *const (String, Vec<u8>)),
+    usize,
+    Arc<child::Source>,
+);
+
+/// One [`Compiler::compile_then`] call's state.
+struct Run<'c> {
+    child: &'c Child,
+    compilers: String,
+    /// By number: None until answered.
+    answers: Vec<Option<Compiled>>,
+    keys: Vec<String>,
+    /// "NAME for TARGET", by number.
+    names: Vec<String>,
+    /// The numbers waiting on a key being compiled.
+    waiting: HashMap<String, Vec<usize>>,
+    /// The texts sent this call, by the addresses of the text and its
+    /// headers, with their ids.
+    sent: Vec<Sent>,
+    cancelled: Arc<AtomicBool>,
+    reply: (
+        std::sync::mpsc::Sender<pool::Reply>,
+        std::sync::mpsc::Receiver<pool::Reply>,
+    ),
+    /// Tasks queued and not yet answered.
+    running: usize,
+    /// The first error, by the number of the job it came from.
+    failed: Option<(usize, anyhow::Error)>,
+    /// Numbers answered whose `then` is yet to be called, in order.
+    ready: std::collections::VecDeque<usize>,
+}
+
+impl Run<'_> {
+    /// Number `job` and answer it: at once when its key is known, with
+    /// the job of the same key when one is being compiled, else by a
+    /// child. After an error, nothing more is started.
+    fn ask(&mut self, job: &crate::verdict::Job) {
+        let n = self.answers.len();
+        let key = job_key(&self.compilers, job);
+        self.answers.push(None);
+        self.keys.push(key.clone());
+        self.names.push(format!("{} for {}", job.name, job.arch));
+        if self.failed.is_some() {
+            return;
+        }
+        let child = self.child;
+        if let Some(c) = child.known(&key) {
+            child.reused.set(child.reused.get() + 1);
+            self.answers[n] = Some(c);
+            self.ready.push_back(n);
+            return;
+        }
+        if let Some(w) = self.waiting.get_mut(&key) {
+            child.reused.set(child.reused.get() + 1);
+            w.push(n);
+            return;
+        }
+        let source = match self.source_of(job) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(n, e);
+                return;
+            }
+        };
+        child.ran.set(child.ran.get() + 1);
+        self.waiting.insert(key, vec![n]);
+        let task = pool::Task::new(
+            source,
+            child::Job {
+                source: 0,
                 target: job.arch.to_owned(),
                 options: options_of(job),
                 after: None,
                 front_end: job.front_end,
-            });
-        }
-        Ok(batch)
+            },
+            self.names[n].clone(),
+            (n, self.reply.0.clone()),
+            self.cancelled.clone(),
+        );
+        child.pool().push(task);
+        self.running += 1;
     }
 
-    /// What one child answered for `batch`, as the diagnosis reads it.
-    fn answered(&self, batch: &Batch, a: Answers) -> anyhow::Result<Vec<crate::verdict::Compiled>> {
-        use crate::verdict::Compiled;
-        self.version.set(Some(a.version));
-        // A batch without HIP texts loads no hipRTC: what it said stays.
-        if a.hiprtc.is_some() {
-            self.hiprtc_version.set(a.hiprtc);
+    /// The text of `job` as a child is sent it, with its id: made once a
+    /// call, however many define sets it is compiled with.
+    fn source_of(
+        &mut self,
+        job: &crate::verdict::Job,
+    ) -> anyhow::Result<(usize, Arc<child::Source>)> {
+        use crate::verdict::Lang;
+        let at = (job.text.as_ptr(), job.headers.as_ptr());
+        if let Some((_, id, s)) = self.sent.iter().find(|(t, ..)| *t == at) {
+            return Ok((*id, s.clone()));
         }
-        a.answers
-            .into_iter()
-            .enumerate()
-            .map(|(i, answer)| match answer {
-                Answer::Compiled(digest) => Ok(Compiled::Object(digest.into_bytes())),
-                Answer::Failed(e) => Ok(Compiled::Failed(e)),
-                Answer::Broken(what) => Err(crate::error::hint(
-                    format!(
-                        "comgr {} answered the compile of {} with {what}, not an AMD GPU code object: no verdict of it can be believed",
-                        self.comgr.display(),
-                        batch.describe(i)
-                    ),
-                    "reinstall torch (it bundles its comgr) or the ROCm whose comgr this is, then run this again; nothing was changed or kept",
-                )),
-                Answer::Skipped => anyhow::bail!(
-                    "comgr {} gave no answer for {}",
-                    self.comgr.display(),
-                    batch.describe(i)
+        if job.lang == Lang::Hip && self.child.hiprtc.is_none() {
+            return Err(crate::error::hint(
+                format!(
+                    "{} is a HIP kernel, and no hipRTC was found beside {}",
+                    job.name,
+                    self.child.comgr.display()
                 ),
-            })
-            .collect()
+                "MIOpen compiles its HIP kernels with hipRTC (libhiprtc.so), which ROCm and torch's ROCm libraries carry beside comgr: install it (Debian: libhiprtc7), or, for install, pass --unproven to install without the proof",
+            ));
+        }
+        let source = Arc::new(child::Source {
+            name: job.name.to_owned(),
+            text: job.text.to_vec(),
+            lang: job.lang,
+            headers: job
+                .headers
+                .iter()
+                .map(|(name, text)| child::Header {
+                    name: name.clone(),
+                    text: text.clone(),
+                })
+                .collect(),
+        });
+        let id = self.child.pool().id();
+        self.sent.push((at, id, source.clone()));
+        Ok((id, source))
+    }
+
+    /// Keep the error of the first job asked.
+    fn fail(&mut self, n: usize, e: anyhow::Error) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        if self.failed.as_ref().is_none_or(|(first, _)| n < *first) {
+            self.failed = Some((n, e));
+        }
+    }
+
+    /// Answer what was asked, and what `then` asks after each answer,
+    /// until nothing is left running.
+    fn drain<'a>(
+        &mut self,
+        then: &mut dyn FnMut(usize, &Compiled) -> Vec<crate::verdict::Job<'a>>,
+    ) -> anyhow::Result<()> {
+        loop {
+            while let Some(n) = self.ready.pop_front() {
+                if self.failed.is_some() {
+                    break;
+                }
+                let answer = self.answers[n].clone().expect("answered");
+                for job in then(n, &answer) {
+                    self.ask(&job);
+                }
+            }
+            if self.running == 0 {
+                break;
+            }
+            let Ok(r) = self.reply.1.recv() else { break };
+            self.running -= 1;
+            self.received(r);
+        }
+        if let Some((_, e)) = self.failed.take() {
+            return Err(e);
+        }
+        let child = self.child;
+        if let Some((cache, compilers)) = &child.kept {
+            let versions = format!(
+                "{} {}",
+                show_version(child.version.get()),
+                show_version(child.hiprtc_version.get())
+            );
+            cache.put(&format!("versions-{compilers}"), &versions);
+        }
+        Ok(())
+    }
+
+    fn received(&mut self, r: pool::Reply) {
+        let child = self.child;
+        if let Some((comgr, rtc)) = r.versions {
+            child.version.set(Some(comgr));
+            // A child without HIP texts loads no hipRTC: what it said stays.
+            if rtc.is_some() {
+                child.hiprtc_version.set(rtc);
+            }
+        }
+        // Answered unrun, after another's error.
+        if matches!(r.answer, Ok(Answer::Skipped)) && self.cancelled.load(Ordering::SeqCst) {
+            return;
+        }
+        let key = self.keys[r.index].clone();
+        let waiting = self.waiting.remove(&key).unwrap_or_default();
+        match r
+            .answer
+            .and_then(|a| child.compiled(a, &self.names[r.index]))
+        {
+            Ok(c) => {
+                child.learn(&key, &c);
+                for w in waiting {
+                    self.answers[w] = Some(c.clone());
+                    self.ready.push_back(w);
+                }
+            }
+            Err(e) => self.fail(r.index, e),
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Child {
+    /// The children, started at the first compile.
+    fn pool(&self) -> &pool::Pool {
+        self.pool.get_or_init(|| {
+            pool::Pool::new(pool::Spawn {
+                exe: self.exe.clone(),
+                comgr: self.comgr.clone(),
+                hiprtc: self.hiprtc.clone(),
+                limit: self.limit,
+            })
+        })
+    }
 
-    /// About four batches a core, of about equal cost, the HIP ones
-    /// (ten times an OpenCL compile) first; every job in one batch.
-    #[test]
-    fn batches_are_of_equal_cost_and_the_costliest_go_first() {
-        let mut costs = vec![1; 200];
-        costs.extend([HIP_COST; 12]);
-        let b = batches(&costs, 2);
-        assert_eq!(b.len(), 8);
-        let cost = |g: &Vec<usize>| g.iter().map(|&i| costs[i]).sum::<usize>();
-        let total: usize = costs.iter().sum();
-        for g in &b[..7] {
-            assert!(
-                cost(g) >= total / 8 && cost(g) < total / 8 + HIP_COST,
-                "{}",
-                cost(g)
-            );
+    /// The answer of `key` had before: this run's, or a kept one.
+    fn known(&self, key: &str) -> Option<Compiled> {
+        if let Some(c) = self.known.borrow().get(key) {
+            return Some(c.clone());
         }
-        assert!(b[0].iter().all(|&i| costs[i] == HIP_COST));
-        let mut all: Vec<usize> = b.concat();
-        all.sort_unstable();
-        assert_eq!(all, (0..costs.len()).collect::<Vec<_>>());
-        // Few jobs: one batch each of at least four, or one in all.
-        assert_eq!(batches(&[1; 3], 2).len(), 1);
-        assert_eq!(batches(&[1; 9], 2).len(), 2);
+        let (cache, _) = self.kept.as_ref()?;
+        let c = cache
+            .get(&format!("compile2-{key}"), KEPT_LIMIT)
+            .and_then(|t| from_kept(&t))?;
+        self.known.borrow_mut().insert(key.to_owned(), c.clone());
+        Some(c)
+    }
+
+    /// Remember the answer of `key`, for this run and, with a cache, the next.
+    fn learn(&self, key: &str, c: &Compiled) {
+        if let Some((cache, _)) = &self.kept {
+            cache.put(&format!("compile2-{key}"), &kept_text(c));
+        }
+        self.known.borrow_mut().insert(key.to_owned(), c.clone());
+    }
+
+    /// A child's answer to the compile `at` ("NAME for TARGET"), as the
+    /// diagnosis reads it.
+    fn compiled(&self, answer: Answer, at: &str) -> anyhow::Result<Compiled> {
+        match answer {
+            Answer::Compiled(digest) => Ok(Compiled::Object(digest.into_bytes())),
+            Answer::Failed(e) => Ok(Compiled::Failed(e)),
+            Answer::Broken(what) => Err(crate::error::hint(
+                format!(
+                    "comgr {} answered the compile of {at} with {what}, not an AMD GPU code object: no verdict of it can be believed",
+                    self.comgr.display(),
+                ),
+                "reinstall torch (it bundles its comgr) or the ROCm whose comgr this is, then run this again; nothing was changed or kept",
+            )),
+            Answer::Skipped => {
+                anyhow::bail!("comgr {} gave no answer for {at}", self.comgr.display(),)
+            }
+        }
     }
 }

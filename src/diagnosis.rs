@@ -253,11 +253,9 @@ impl Diagnosis {
             ))
         })?;
         let c = self.compiler()?.expect("judged with a compiler");
-        let judged = self
-            .targets
-            .iter()
-            .map(|t| verdict::judge(c, &bytes, t))
-            .collect::<Result<Vec<_>>>()?;
+        // Every target at once: every core has work to the end.
+        let targets: Vec<&str> = self.targets.iter().map(String::as_str).collect();
+        let judged = verdict::judge_all(c, &bytes, &targets)?;
         let mut kept = judged.clone();
         for j in &mut kept {
             j.compiler = self.any_run(&j.compiler);

@@ -28,7 +28,7 @@ pub use cases::{Case, Type, cases, defines, variants};
 #[cfg(fuzzing)]
 pub use fuzz::fuzz_kernels;
 pub(crate) use judge::{compile_all, compile_jobs};
-pub use judge::{judge, judge_text, judge_units};
+pub use judge::{judge, judge_all, judge_targets, judge_text, judge_units};
 pub use proof::{Proof, Reached, Unproven, prove};
 pub use source::{Source, Unit, digest, kernels, kernels_in};
 

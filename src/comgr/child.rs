@@ -79,8 +79,10 @@ pub struct Job {
     /// An earlier job of the batch: this one is skipped unless that one
     /// compiled (the variants of a kernel, after its first failure).
     pub after: Option<usize>,
-    /// The front end alone (OpenCL): the answer is the SHA-256 of its IR
-    /// before any pass ([`Comgr::front_end_ocl`]), not of a code object.
+    /// The front end alone: the answer is the SHA-256 of an OpenCL text's
+    /// IR before any pass ([`Comgr::front_end_ocl`]), or of a HIP text as
+    /// hipRTC preprocesses it ([`hiprtc::Hiprtc::front_end_hip`]), not
+    /// of a code object.
     #[serde(default)]
     pub front_end: bool,
 }

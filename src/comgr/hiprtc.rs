@@ -33,6 +33,13 @@ struct Api {
     code_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
     code: unsafe extern "C" fn(Program, *mut c_char) -> Status,
     destroy: unsafe extern "C" fn(*mut Program) -> Status,
+    /// hiprtcGetBitcodeSize and hiprtcGetBitcode, which hipRTC has since
+    /// ROCm 5.3: what a `-fgpu-rdc` compile stops at (the preprocessed
+    /// text, with `-E`).
+    bitcode: Option<(
+        unsafe extern "C" fn(Program, *mut usize) -> Status,
+        unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    )>,
 }
 
 pub struct Hiprtc {
@@ -101,6 +108,41 @@ pub fn miopen_options(arch: &str, version: (usize, usize)) -> Vec<String> {
         o.push("-fno-offload-uniform-block".into());
     }
     o
+}
+
+/// How an answer begins when hipRTC cannot stop at its preprocessor: the
+/// proof then compiles the case to code.
+pub const NO_FRONT_END: &str = "hipRTC cannot stop after its preprocessor";
+
+/// Preprocessed text with comgr's temp directory (`$TMPDIR/comgr-1a2b3c/`,
+/// another each compile, and the compile child's TMPDIR another each
+/// child) made one name, `*/`, in its line markers.
+fn without_temp_dirs(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let quoted = line
+            .starts_with(b"# ")
+            .then(|| memchr::memchr(b'"', line))
+            .flatten();
+        let dir = quoted.and_then(|q| {
+            let at = memchr::memmem::rfind(&line[q..], b"/comgr-")? + q;
+            let end = at + "/comgr-".len();
+            let id = line[end..]
+                .iter()
+                .take_while(|b| b.is_ascii_alphanumeric())
+                .count();
+            Some((q + 1, end + id))
+        });
+        match dir {
+            Some((start, end)) => {
+                out.extend_from_slice(&line[..start]);
+                out.push(b'*');
+                out.extend_from_slice(&line[end..]);
+            }
+            None => out.extend_from_slice(line),
+        }
+    }
+    out
 }
 
 /// (major, minor) from a versioned file name: `libhiprtc.so.6.4.43484`.
@@ -213,6 +255,9 @@ impl Hiprtc {
                 code_size: super::sym(lib, "hiprtcGetCodeSize")?,
                 code: super::sym(lib, "hiprtcGetCode")?,
                 destroy: super::sym(lib, "hiprtcDestroyProgram")?,
+                bitcode: super::sym(lib, "hiprtcGetBitcodeSize")
+                    .and_then(|size| Ok((size, super::sym(lib, "hiprtcGetBitcode")?)))
+                    .ok(),
             })
         })()
         .map_err(|e| anyhow!("{} is not a hipRTC: {e}", path.display()))?;
@@ -240,6 +285,51 @@ impl Hiprtc {
         headers: &[(String, Vec<u8>)],
         options: &[String],
     ) -> std::result::Result<Vec<u8>, String> {
+        let owned = self.program(name, text, headers, options)?;
+        self.take(&owned, self.api.code_size, self.api.code, "code")
+    }
+
+    /// HIP `text` as [`compile_hip`] would compile it, preprocessed by
+    /// hipRTC itself (its own headers and macros, `-fgpu-rdc -E`, which
+    /// stops before any code): the same text and options preprocess to
+    /// the same tokens and lines exactly when the compile's input is the
+    /// same, which decides its code. comgr's temp directory, another each
+    /// compile, is taken out of the line markers. A hipRTC before ROCm
+    /// 5.3 has no such stop: an error that says so.
+    ///
+    /// [`compile_hip`]: Hiprtc::compile_hip
+    pub fn front_end_hip(
+        &self,
+        name: &str,
+        text: &[u8],
+        headers: &[(String, Vec<u8>)],
+        options: &[String],
+    ) -> std::result::Result<Vec<u8>, String> {
+        let Some((size, get)) = self.api.bitcode else {
+            return Err(format!(
+                "{NO_FRONT_END} (hipRTC {}.{} has no hiprtcGetBitcode)",
+                self.version.0, self.version.1
+            ));
+        };
+        let mut options: Vec<String> = options
+            .iter()
+            .filter(|o| *o != "-fno-gpu-rdc")
+            .cloned()
+            .collect();
+        options.extend(["-fgpu-rdc", "-E"].map(str::to_owned));
+        let owned = self.program(name, text, headers, &options)?;
+        let text = self.take(&owned, size, get, "preprocessed text")?;
+        Ok(without_temp_dirs(&text))
+    }
+
+    /// A program of `text` with `headers`, compiled with `options`.
+    fn program(
+        &self,
+        name: &str,
+        text: &[u8],
+        headers: &[(String, Vec<u8>)],
+        options: &[String],
+    ) -> std::result::Result<Owned<'_>, String> {
         let c = |b: &[u8]| CString::new(b).map_err(|_| "a text with a NUL in it".to_owned());
         let text = c(text)?;
         let name = c(name.as_bytes())?;
@@ -287,20 +377,34 @@ impl Hiprtc {
                 format!("hipRTC could not compile {name:?} (status {status})")
             }));
         }
+        Ok(owned)
+    }
+
+    /// What a compiled program holds (`what`: its code, its bitcode),
+    /// through hipRTC's pair of size and copy calls.
+    fn take(
+        &self,
+        owned: &Owned,
+        size_of: unsafe extern "C" fn(Program, *mut usize) -> Status,
+        copy: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+        what: &str,
+    ) -> std::result::Result<Vec<u8>, String> {
         let mut size = 0usize;
         // SAFETY: an out-pointer to size_t, as declared.
-        if unsafe { (self.api.code_size)(owned.prog, &raw mut size) } != 0 || size == 0 {
-            return Err("hipRTC compiled, and gave no code".into());
+        if unsafe { size_of(owned.prog, &raw mut size) } != 0 || size == 0 {
+            return Err(format!("hipRTC compiled, and gave no {what}"));
         }
         if size > super::LOG_CAP * 4 {
-            return Err(format!("hipRTC claims {size} bytes of code"));
+            return Err(format!("hipRTC claims {size} bytes of {what}"));
         }
-        let mut code = vec![0u8; size];
+        let mut out = vec![0u8; size];
         // SAFETY: a buffer of the size hipRTC gave.
-        if unsafe { (self.api.code)(owned.prog, code.as_mut_ptr().cast()) } != 0 {
-            return Err("hipRTC compiled, and would not hand over its code".into());
+        if unsafe { copy(owned.prog, out.as_mut_ptr().cast()) } != 0 {
+            return Err(format!(
+                "hipRTC compiled, and would not hand over its {what}"
+            ));
         }
-        Ok(code)
+        Ok(out)
     }
 
     fn log(&self, owned: &Owned) -> Option<String> {
@@ -325,6 +429,15 @@ impl Hiprtc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compiles_temp_dirs_are_one_name_in_line_markers_only() {
+        let text = b"# 1 \"/tmp/rdna1-patch-compile-Xy12/comgr-d5ccc7/input/k.cpp\"\n# 7 \"/tmp/comgr-d5ccc7/include/h.hpp\" 2\n# 1 \"<built-in>\" 3\nint comgr_x = 1; // /tmp/comgr-abc/\n";
+        assert_eq!(
+            String::from_utf8_lossy(&without_temp_dirs(text)),
+            "# 1 \"*/input/k.cpp\"\n# 7 \"*/include/h.hpp\" 2\n# 1 \"<built-in>\" 3\nint comgr_x = 1; // /tmp/comgr-abc/\n"
+        );
+    }
 
     #[test]
     fn the_version_is_read_from_the_real_file_name() {

@@ -83,11 +83,29 @@ pub fn check(
         // system's library, only ever read.
         .map(|j| crate::elf::read_file(j.system.as_ref().map_or(&j.backup, |s| &s.library)));
     let (archs, why) = targets(sysfs, asked);
-    for arch in &archs {
-        let now = match verdict::judge(&compiler, &installed, arch) {
-            Ok(j) => j,
-            Err(e) => return not_checked_by(r, &e),
-        };
+    // Every target at once, the installed library's and the original's.
+    let names: Vec<&str> = archs.iter().map(String::as_str).collect();
+    let nows = match verdict::judge_all(&compiler, &installed, &names) {
+        Ok(j) => j,
+        Err(e) => return not_checked_by(r, &e),
+    };
+    let befores: Option<Vec<anyhow::Result<Judgement>>> = original.as_ref().map(|o| {
+        match o {
+            Ok(bytes) => verdict::judge_all(&compiler, bytes, &names),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        }
+        .map_or_else(
+            |e| {
+                names
+                    .iter()
+                    .map(|_| Err(anyhow::anyhow!("{e:#}")))
+                    .collect()
+            },
+            |js| js.into_iter().map(Ok).collect(),
+        )
+    });
+    let mut befores = befores.map(Vec::into_iter);
+    for (arch, now) in archs.iter().zip(nows) {
         let by = verdict::Compiler::describe(&compiler);
         if let Some(first) = broken_compiler(&now) {
             return not_checked(
@@ -99,10 +117,7 @@ pub fn check(
                 Some("this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile".into()),
             );
         }
-        let before = original.as_ref().map(|o| match o {
-            Ok(bytes) => verdict::judge(&compiler, bytes, arch),
-            Err(e) => Err(anyhow::anyhow!("{e:#}")),
-        });
+        let before = befores.as_mut().and_then(Iterator::next);
         // torch with no code for the card runs nothing there: its torch
         // first, whatever MIOpen does.
         let lacks = matches!(torch.gpu_code(), Ok(Some(c)) if !c.all_targets().is_empty() && !c.covers(arch));

@@ -9,19 +9,34 @@ use super::{
 
 /// Judge every batch-norm kernel of `library` for `arch`.
 pub fn judge(compiler: &dyn Compiler, library: &[u8], arch: &str) -> anyhow::Result<Judgement> {
-    let mut compiles = 0;
+    Ok(judge_all(compiler, library, &[arch])?.remove(0))
+}
+
+/// Judge every batch-norm kernel of `library` for each of `archs`, all
+/// at once ([`judge_targets`]).
+pub fn judge_all(
+    compiler: &dyn Compiler,
+    library: &[u8],
+    archs: &[&str],
+) -> anyhow::Result<Vec<Judgement>> {
     let units: Vec<Unit> = kernels(library)?
         .iter()
         .map(|s| Unit::of(s, library))
         .collect();
-    let out = judge_units(compiler, &units, arch, &mut compiles)?;
-    Ok(Judgement {
-        arch: arch.to_owned(),
-        compiler: compiler.describe(),
-        kernels: out,
-        compiles,
-        cached: false,
-    })
+    let mut compiles = vec![0; archs.len()];
+    let out = judge_targets(compiler, &units, archs, &mut compiles)?;
+    Ok(archs
+        .iter()
+        .zip(out)
+        .zip(compiles)
+        .map(|((arch, kernels), compiles)| Judgement {
+            arch: (*arch).to_owned(),
+            compiler: compiler.describe(),
+            kernels,
+            compiles,
+            cached: false,
+        })
+        .collect())
 }
 
 /// One text for `arch` ([`judge_units`] of it alone).
@@ -34,134 +49,183 @@ pub fn judge_text(
     Ok(judge_units(compiler, std::slice::from_ref(unit), arch, compiles)?.remove(0))
 }
 
-/// Every text of `units` for `arch`, in two rounds, each one batch for
-/// the compiler, all texts together (so that every core has work, and a
-/// child loads the compiler twice, not twice a text): every case for
-/// `arch`; then, for the cases that failed where the log does not put the
-/// failure at the DPP reduction, the text once more with its `row_bcast`
-/// instructions blanked, to tell the DPP reduction from another cause,
-/// and the control, to tell a gfx101x failure from one of every card.
+/// Every text of `units` for `arch` ([`judge_targets`] for it alone).
 pub fn judge_units(
     compiler: &dyn Compiler,
     units: &[Unit],
     arch: &str,
     compiles: &mut usize,
 ) -> anyhow::Result<Vec<Kernel>> {
+    let mut counts = [0];
+    let mut out = judge_targets(compiler, units, &[arch], &mut counts)?;
+    *compiles += counts[0];
+    Ok(out.remove(0))
+}
+
+/// Where a compile of [`judge_targets`] stands: a target (by index), a
+/// judged text (by index) and its case.
+#[derive(Clone, Copy)]
+struct At {
+    arch: usize,
+    text: usize,
+    case: usize,
+}
+
+/// What a second compile asks of a case that failed where the log does
+/// not say why.
+#[derive(Clone, Copy, PartialEq)]
+enum Again {
+    /// The text with its `row_bcast` instructions blanked, for the target:
+    /// does the DPP reduction cause the failure?
+    Blanked,
+    /// The text for the control: is the failure every card's?
+    Control,
+}
+
+/// Every text of `units` for each of `archs`, every case of each for each
+/// target in one call of the compiler (so that every core has work), and
+/// for each case that fails where the log does not put the failure at the
+/// DPP reduction, asked as soon as that failure is in: the text once more
+/// with its `row_bcast` instructions blanked, to tell the DPP reduction
+/// from another cause, and the control, to tell a gfx101x failure from
+/// one of every card. The kernels by target; the compiles each target
+/// asked are added to `compiles`.
+pub fn judge_targets(
+    compiler: &dyn Compiler,
+    units: &[Unit],
+    archs: &[&str],
+    compiles: &mut [usize],
+) -> anyhow::Result<Vec<Vec<Kernel>>> {
     // A name that would lead a compiler out of its directory: nothing is
     // compiled, and the kernel is said not judged, with the name.
     let judged: Vec<&Unit> = units.iter().filter(|u| u.refused().is_none()).collect();
     let cases: Vec<Vec<Case>> = judged.iter().map(|u| u.cases()).collect();
-    let asked: Vec<Vec<Vec<String>>> = judged
-        .iter()
-        .zip(&cases)
-        .map(|(u, c)| u.defines_all(arch, c))
-        .collect();
-    let first = compile_units(
-        compiler,
+    // The define sets, by target, text and case; the control's.
+    let defines = |arch: &str| -> Vec<Vec<Vec<String>>> {
         judged
             .iter()
-            .zip(&asked)
-            .map(|(u, d)| (*u, arch, d.clone())),
-        compiles,
-    )?;
-    let failed: Vec<Vec<(usize, String)>> = first
-        .into_iter()
-        .map(|answers| {
-            answers
-                .into_iter()
+            .zip(&cases)
+            .map(|(u, c)| u.defines_all(arch, c))
+            .collect()
+    };
+    let asked: Vec<Vec<Vec<Vec<String>>>> = archs.iter().map(|a| defines(a)).collect();
+    let controls = defines(CONTROL);
+    let blanked: Vec<Option<Unit>> = judged.iter().map(|u| u.without_row_bcast()).collect();
+    let mut first: Vec<At> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
+    for (a, arch) in archs.iter().enumerate() {
+        for (t, u) in judged.iter().enumerate() {
+            for (c, defines) in asked[a][t].iter().enumerate() {
+                first.push(At {
+                    arch: a,
+                    text: t,
+                    case: c,
+                });
+                jobs.push(u.job(arch, defines));
+            }
+        }
+    }
+    // The second compiles, in the order asked: what each is.
+    let mut second: Vec<(At, Again)> = Vec::new();
+    let mut then = |n: usize, answer: &Compiled| -> Vec<Job> {
+        let Some(&at) = first.get(n) else {
+            return Vec::new();
+        };
+        let Compiled::Failed(log) = answer else {
+            return Vec::new();
+        };
+        if at_dpp(log) {
+            return Vec::new();
+        }
+        let mut more = Vec::new();
+        if let Some(b) = &blanked[at.text] {
+            more.push(b.job(archs[at.arch], &asked[at.arch][at.text][at.case]));
+            second.push((at, Again::Blanked));
+        }
+        more.push(judged[at.text].job(CONTROL, &controls[at.text][at.case]));
+        second.push((at, Again::Control));
+        more
+    };
+    let answers = compile_then(compiler, &jobs, &mut then)?;
+    for at in first.iter().chain(second.iter().map(|(at, _)| at)) {
+        compiles[at.arch] += 1;
+    }
+    let answers = Answered {
+        first: &first,
+        second: &second,
+        answers: &answers,
+    };
+    Ok((0..archs.len())
+        .map(|a| {
+            let mut verdicts = judged
+                .iter()
                 .enumerate()
-                .filter_map(|(i, c)| match c {
-                    Compiled::Failed(log) => Some((i, log)),
-                    Compiled::Object(_) => None,
+                .map(|(t, u)| answers.verdict(u, &cases[t], a, t));
+            units
+                .iter()
+                .map(|u| match u.refused() {
+                    Some(error) => Kernel {
+                        name: u.name.clone(),
+                        cases: 0,
+                        failing: 0,
+                        control_too: 0,
+                        verdict: Verdict::Refused { error },
+                    },
+                    None => verdicts.next().expect("one verdict a judged text"),
                 })
                 .collect()
-        })
-        .collect();
-    let ask: Vec<Vec<usize>> = failed
-        .iter()
-        .map(|f| {
-            f.iter()
-                .filter(|(_, log)| !at_dpp(log))
-                .map(|(i, _)| *i)
-                .collect()
-        })
-        .collect();
-    let blanked: Vec<Option<Unit>> = judged.iter().map(|u| u.without_row_bcast()).collect();
-    // The control where it decides something: a failure the log puts at
-    // the DPP reduction is the card's, judged, whatever the control does;
-    // for another, whether the control fails too says whether the text is
-    // built for any card here (else it is not judged).
-    let controls: Vec<Vec<Vec<String>>> = judged
-        .iter()
-        .zip(&ask)
-        .zip(&cases)
-        .map(|((u, ask), c)| {
-            let asked_cases: Vec<Case> = ask.iter().map(|i| c[*i]).collect();
-            u.defines_all(CONTROL, &asked_cases)
-        })
-        .collect();
-    let again_asked: Vec<Vec<Vec<String>>> = ask
-        .iter()
-        .zip(&asked)
-        .map(|(ask, asked)| ask.iter().map(|i| asked[*i].clone()).collect())
-        .collect();
-    let (again, control) = second_round(
-        compiler,
-        (&judged, &blanked),
-        arch,
-        (&again_asked, &controls),
-        compiles,
-    )?;
-    let mut verdicts = judged
-        .iter()
-        .enumerate()
-        .map(|(k, u)| verdict_of(u, &cases[k], &failed[k], &ask[k], &again[k], &control[k]));
-    Ok(units
-        .iter()
-        .map(|u| match u.refused() {
-            Some(error) => Kernel {
-                name: u.name.clone(),
-                cases: 0,
-                failing: 0,
-                control_too: 0,
-                verdict: Verdict::Refused { error },
-            },
-            None => verdicts.next().expect("one verdict a judged text"),
         })
         .collect())
 }
 
-/// The second round, one batch: the `blanked` copies for `arch` with the
-/// define sets asked again, and the `judged` texts for the control with
-/// theirs; the answers of each, by text.
-type Rounds = (Vec<Vec<Compiled>>, Vec<Vec<Compiled>>);
-/// Define sets, by text.
-type DefineSets = [Vec<Vec<String>>];
-fn second_round(
-    compiler: &dyn Compiler,
-    (judged, blanked): (&[&Unit], &[Option<Unit>]),
-    arch: &str,
-    (again, controls): (&DefineSets, &DefineSets),
-    compiles: &mut usize,
-) -> anyhow::Result<Rounds> {
-    let mut asks: Vec<(&Unit, &str, Vec<Vec<String>>)> = Vec::new();
-    for (b, d) in blanked.iter().zip(again) {
-        if let Some(b) = b {
-            asks.push((b, arch, d.clone()));
-        }
+/// What [`judge_targets`] asked and was answered: the first compiles,
+/// then the second, in the order asked.
+struct Answered<'a> {
+    first: &'a [At],
+    second: &'a [(At, Again)],
+    answers: &'a [Compiled],
+}
+
+impl Answered<'_> {
+    /// The verdict of judged text `t` (`unit`, its `cases`) for target `a`.
+    fn verdict(&self, unit: &Unit, cases: &[Case], a: usize, t: usize) -> Kernel {
+        let (first, second) = self.answers.split_at(self.first.len());
+        let mine = |k: &At| k.arch == a && k.text == t;
+        let failed: Vec<(usize, String)> = self
+            .first
+            .iter()
+            .zip(first)
+            .filter(|(k, _)| mine(k))
+            .filter_map(|(k, c)| match c {
+                Compiled::Failed(log) => Some((k.case, log.clone())),
+                Compiled::Object(_) => None,
+            })
+            .collect();
+        let ask: Vec<usize> = failed
+            .iter()
+            .filter(|(_, log)| !at_dpp(log))
+            .map(|(i, _)| *i)
+            .collect();
+        let of = |what: Again| -> Vec<Compiled> {
+            ask.iter()
+                .filter_map(|&i| {
+                    self.second
+                        .iter()
+                        .zip(second)
+                        .find(|((k, w), _)| mine(k) && k.case == i && *w == what)
+                        .map(|(_, c)| c.clone())
+                })
+                .collect()
+        };
+        verdict_of(
+            unit,
+            cases,
+            &failed,
+            &ask,
+            &of(Again::Blanked),
+            &of(Again::Control),
+        )
     }
-    for (u, d) in judged.iter().zip(controls) {
-        asks.push((u, CONTROL, d.clone()));
-    }
-    let mut answers = compile_units(compiler, asks, compiles)?.into_iter();
-    let again = blanked
-        .iter()
-        .map(|b| match b {
-            Some(_) => answers.next().unwrap_or_default(),
-            None => Vec::new(),
-        })
-        .collect();
-    Ok((again, answers.collect()))
 }
 
 /// One text's verdict from its rounds: the cases that `failed` for the
@@ -220,23 +284,27 @@ fn verdict_of(
     }
 }
 
-/// Each (unit, target, define sets) compiled, all in one batch; the
-/// answers by unit, in order.
-fn compile_units<'a>(
+/// `jobs` and what `then` asks after each answer, in one call of the
+/// compiler; a compiler that answers another number of them is an error.
+fn compile_then<'a>(
     compiler: &dyn Compiler,
-    asks: impl IntoIterator<Item = (&'a Unit, &'a str, Vec<Vec<String>>)>,
-    compiles: &mut usize,
-) -> anyhow::Result<Vec<Vec<Compiled>>> {
-    let asks: Vec<(&Unit, &str, Vec<Vec<String>>)> = asks.into_iter().collect();
-    let jobs: Vec<Job> = asks
-        .iter()
-        .flat_map(|(u, arch, defines)| defines.iter().map(|d| u.job(arch, d)))
-        .collect();
-    let mut answers = compile_jobs(compiler, &jobs, compiles)?.into_iter();
-    Ok(asks
-        .iter()
-        .map(|(_, _, d)| answers.by_ref().take(d.len()).collect())
-        .collect())
+    jobs: &[Job<'a>],
+    then: &mut dyn FnMut(usize, &Compiled) -> Vec<Job<'a>>,
+) -> anyhow::Result<Vec<Compiled>> {
+    let mut asked = jobs.len();
+    let mut counted = |n: usize, c: &Compiled| {
+        let more = then(n, c);
+        asked += more.len();
+        more
+    };
+    let answers = compiler.compile_then(jobs, &mut counted)?;
+    anyhow::ensure!(
+        answers.len() == asked,
+        "{} gave {} answers to {asked} compiles",
+        compiler.describe(),
+        answers.len(),
+    );
+    Ok(answers)
 }
 
 /// `unit` compiled for `arch` with each define set, in one batch.

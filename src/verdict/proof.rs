@@ -7,7 +7,8 @@
 //! reduction it still reaches.
 
 use super::{
-    CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, compile_jobs, judge_units,
+    CONTROL, Compiled, Compiler, Job, RDNA1, Unit, Verdict, compile_all, compile_jobs,
+    judge_targets,
 };
 
 /// Why a fix is not proven: nothing of it may be installed.
@@ -104,9 +105,11 @@ pub fn prove(
     let sources = super::kernels(fixed)?;
     let mut not_judged: Vec<String> = Vec::new();
     let units: Vec<Unit> = sources.iter().map(|s| Unit::of(s, fixed)).collect();
-    for &arch in targets {
-        // Every kernel for this target in one round, on every core.
-        let judged = judge_units(compiler, &units, arch, &mut compiles)?;
+    // Every kernel for every target at once, on every core.
+    let mut counts = vec![0; targets.len()];
+    let all = judge_targets(compiler, &units, targets, &mut counts)?;
+    compiles += counts.iter().sum::<usize>();
+    for (&arch, judged) in targets.iter().zip(all) {
         for ((s, unit), k) in sources.iter().zip(&units).zip(judged) {
             let (case, error) = match k.verdict {
                 Verdict::Compiles => continue,
@@ -374,15 +377,16 @@ fn front_ends_differ(
     pairs: &[Pair],
     compiles: &mut usize,
 ) -> anyhow::Result<Vec<Vec<bool>>> {
-    // The front ends first: an OpenCL text's LLVM IR before any pass,
+    // The front ends first. An OpenCL text's LLVM IR before any pass,
     // with the same options and target, decides its code, so a case
     // whose IR the fix leaves as it was compiles to the code it did (or
-    // fails as it did), and only the cases whose IR differs are compiled
-    // to code, before and after. A HIP text (hipRTC has no front end
-    // alone) is compiled to code in every case.
+    // fails as it did). A HIP text's preprocessed text, as hipRTC itself
+    // preprocesses it, likewise decides its compile's whole input. Only
+    // the cases whose front ends differ are compiled to code, before and
+    // after; a HIP case whose hipRTC cannot stop at its preprocessor
+    // (before ROCm 5.3), or that fails there, is compiled to code too.
     let front: Vec<Job> = pairs
         .iter()
-        .filter(|(b, ..)| b.lang == super::Lang::OpenCl)
         .flat_map(|(b, a, _, d)| {
             d.iter()
                 .map(|d| b.front_end_job(CONTROL, d))
@@ -394,20 +398,17 @@ fn front_ends_differ(
     // Per pair, the cases to compile to code.
     Ok(pairs
         .iter()
-        .map(|(b, _, _, d)| match b.lang {
-            super::Lang::Hip => vec![true; d.len()],
-            super::Lang::OpenCl => {
-                let was: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
-                let is: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
-                was.iter()
-                    .zip(&is)
-                    .map(|(w, i)| match (w, i) {
-                        (Compiled::Object(w), Compiled::Object(i)) => w != i,
-                        (Compiled::Failed(_), Compiled::Failed(_)) => false,
-                        _ => true,
-                    })
-                    .collect()
-            }
+        .map(|(b, _, _, d)| {
+            let was: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
+            let is: Vec<&Compiled> = fronts.by_ref().take(d.len()).collect();
+            was.iter()
+                .zip(&is)
+                .map(|(w, i)| match (w, i, b.lang) {
+                    (Compiled::Object(w), Compiled::Object(i), _) => w != i,
+                    (Compiled::Failed(_), Compiled::Failed(_), super::Lang::OpenCl) => false,
+                    _ => true,
+                })
+                .collect()
         })
         .collect())
 }

@@ -462,7 +462,7 @@ impl Unit {
         }
     }
 
-    /// [`Unit::job`] of the front end alone (OpenCL).
+    /// [`Unit::job`] of the front end alone.
     pub(super) fn front_end_job<'a>(&'a self, arch: &'a str, defines: &'a [String]) -> Job<'a> {
         Job {
             front_end: true,

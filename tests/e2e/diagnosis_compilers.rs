@@ -222,3 +222,95 @@ fn compilers_loaded_one_after_another_are_each_themselves() {
     }
     drop(rtc);
 }
+
+/// Issue 74: the proof compares a changed HIP kernel's front end for
+/// gfx1030 before compiling it to code, as it does an OpenCL one: hipRTC
+/// preprocesses it (`-fgpu-rdc -E`, read back through hiprtcGetBitcode),
+/// its own headers and macros included. An edit in a branch the control
+/// never takes leaves that text as it was: the case is proven without a
+/// compile to code. An edit the control reaches changes it: compiled.
+/// Debian 12's hipRTC 5.2 (CI's) has no hiprtcGetBitcode: it says so,
+/// and the case is compiled to code, as before. The other half needs a
+/// hipRTC of ROCm 5.3 or later: `cargo xtask fidelity --hip-front-end`
+/// runs this test in the ROCm chroot with RDNA1_TEST_HIPRTC, _COMGR and
+/// _EXE naming its hipRTC 6.4, comgr 3 and this build's binary.
+#[test]
+fn a_hip_case_is_proven_by_hiprtcs_own_preprocessor_where_it_has_one() {
+    use rdna1_patch::comgr::hiprtc::NO_FRONT_END;
+    use rdna1_patch::verdict::{Compiled, Compiler, Job, Lang};
+    let hiprtc = std::env::var_os("RDNA1_TEST_HIPRTC")
+        .map_or_else(|| Path::new(DEBIAN_HIPRTC).to_owned(), Into::into);
+    let comgr = std::env::var_os("RDNA1_TEST_COMGR")
+        .map_or_else(|| Path::new(DEBIAN_COMGR).to_owned(), Into::into);
+    let mut child =
+        rdna1_patch::compiler::Child::new(comgr, std::time::Duration::from_secs(300)).unwrap();
+    child.exe = std::env::var_os("RDNA1_TEST_EXE")
+        .map_or_else(|| Path::new(crate::support::BIN).to_owned(), Into::into);
+    child.hiprtc = Some(hiprtc.clone());
+    let kernel = b"#include \"reduce.hpp\"\nextern \"C\" __global__ void bn(float* p) { p[0] = reduce(p[1]); }\n";
+    // The DPP branch, as MIOpen guards it, before and after the fix.
+    let header = |dpp: &str| {
+        format!(
+            "#pragma once\n__device__ float reduce(float x) {{\n#if USE_DPP\n    {dpp}\n#endif\n    return x + 1.0f;\n}}\n"
+        )
+        .into_bytes()
+    };
+    let before = vec![(
+        "reduce.hpp".to_owned(),
+        header("asm volatile(\"v_add_f32 %0 %0 %0 row_bcast:15\" : \"+v\"(x));"),
+    )];
+    let after = vec![(
+        "reduce.hpp".to_owned(),
+        header("asm volatile(\"v_add_f32 %0 %0 %0                \" : \"+v\"(x));"),
+    )];
+    let off = vec!["-DUSE_DPP=0".to_owned()];
+    let on = vec!["-DUSE_DPP=1".to_owned()];
+    let job = |headers: &'static [(String, Vec<u8>)], defines: &'static [String], front_end| Job {
+        name: "MIOpenBatchNormTest.cpp",
+        text: kernel,
+        lang: Lang::Hip,
+        headers,
+        arch: "gfx1030",
+        defines,
+        front_end,
+    };
+    let (before, after, off, on): (&'static _, &'static _, &'static _, &'static _) = (
+        Box::leak(Box::new(before)),
+        Box::leak(Box::new(after)),
+        Box::leak(Box::new(off)),
+        Box::leak(Box::new(on)),
+    );
+    let fronts = child
+        .compile_all(&[
+            job(before, off, true),
+            job(after, off, true),
+            job(before, on, true),
+            job(after, on, true),
+        ])
+        .expect("apt-get install libamd-comgr2 libamdhip64-5");
+    let digest = |c: &Compiled| match c {
+        Compiled::Object(d) => Ok(String::from_utf8_lossy(d).into_owned()),
+        Compiled::Failed(log) => Err(log.clone()),
+    };
+    match digest(&fronts[0]) {
+        Err(log) => {
+            // This hipRTC cannot stop there: said, and every such case is
+            // compiled to code by the proof, whose answers still compare.
+            assert!(log.starts_with(NO_FRONT_END), "{log}");
+            assert!(log.contains("has no hiprtcGetBitcode"), "{log}");
+            let version = child.hiprtc_version.get().expect("hipRTC said its version");
+            assert!(version < (5, 3), "{version:?}: {log}");
+            let code = child
+                .compile_all(&[job(before, off, false), job(after, off, false)])
+                .unwrap();
+            assert_eq!(digest(&code[0]).unwrap(), digest(&code[1]).unwrap());
+        }
+        Ok(unchanged) => {
+            // The edit in a branch the control never takes: the same text.
+            assert_eq!(Ok(unchanged), digest(&fronts[1]));
+            // The branch taken: another text, compiled to code by the proof.
+            let (was, is) = (digest(&fronts[2]).unwrap(), digest(&fronts[3]).unwrap());
+            assert_ne!(was, is);
+        }
+    }
+}

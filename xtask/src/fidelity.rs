@@ -34,6 +34,9 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--ccob") {
         return crate::fidelity_ccob::ccob(root);
     }
+    if args.iter().any(|a| a == "--hip-front-end") {
+        return crate::fidelity_hip::hip_front_end(root);
+    }
     let mut src = None;
     let mut profile = "rocm-6.2.4".to_owned();
     let mut release = None;
@@ -59,7 +62,7 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
             "--upstream" => upstream = Some(PathBuf::from(it.next().context("--upstream DIR")?)),
             "--system" => system = true,
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system | --rocblas --tensile-mirror GITDIR [--resume | --render-only] | --ccob"
+                "unknown argument {other}: cargo xtask fidelity --miopen-src DIR [--profile NAME] | --full [--resume] --profile NAME (--mirror GITDIR | --miopen-src DIR) | --release VERSION | --upstream DIR | --system | --rocblas --tensile-mirror GITDIR [--resume | --render-only] | --ccob | --hip-front-end"
             ),
         }
     }

@@ -12,6 +12,7 @@ mod fidelity;
 mod fidelity_ccob;
 mod fidelity_glance;
 mod fidelity_harness;
+mod fidelity_hip;
 mod fidelity_more;
 mod fidelity_render;
 mod fidelity_rocblas;
@@ -112,6 +113,8 @@ tasks:
                a torch bundling Debian's librocblas, and back; about an hour)
              --ccob (the tests' compressed offload bundles, versions 1-3,
                listed by the chroot's clang-offload-bundler)
+             --hip-front-end (the e2e test of the HIP proof by hipRTC's
+               preprocessor, against the chroot's hipRTC 6.4)
   smoke-cpu  verify --smoke's battery on PyPI's real torch, on the CPU (a 2.8 GB
              venv under target/)
              [--torch VERSION]

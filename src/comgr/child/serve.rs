@@ -71,11 +71,22 @@ pub fn serve() -> std::process::ExitCode {
         hiprtc: rtc.as_ref().map(|r| r.version),
     };
     say(serde_json::to_string(&hello).unwrap_or_default());
+    serve_jobs(&mut input, &comgr, rtc.as_ref(), stderr.as_ref(), say)
+}
+
+/// Keep each text sent and answer each job, a line each, until stdin ends.
+fn serve_jobs(
+    input: &mut impl BufRead,
+    comgr: &Comgr,
+    rtc: Option<&Hiprtc>,
+    stderr: Option<&KeptStderr>,
+    mut say: impl FnMut(String),
+) -> std::process::ExitCode {
     let mut sources: HashMap<usize, Source> = HashMap::new();
     let mut held = 0u64;
     let mut answers: Vec<Answer> = Vec::new();
     loop {
-        let work = match read_line::<Work>(&mut input, "a compile job") {
+        let work = match read_line::<Work>(input, "a compile job") {
             Ok(Some(w)) => w,
             // Its stdin ended: the run has no more compiles.
             Ok(None) => return std::process::ExitCode::SUCCESS,
@@ -87,7 +98,11 @@ pub fn serve() -> std::process::ExitCode {
         match work {
             Work::Source { id, source } => {
                 held += source.text.len() as u64
-                    + source.headers.iter().map(|h| h.text.len() as u64).sum::<u64>();
+                    + source
+                        .headers
+                        .iter()
+                        .map(|h| h.text.len() as u64)
+                        .sum::<u64>();
                 if held > REQUEST_CAP {
                     eprintln!(
                         "rdna1-patch: the compile's texts are over {} MiB",
@@ -98,14 +113,7 @@ pub fn serve() -> std::process::ExitCode {
                 sources.insert(id, source);
             }
             Work::Job(job) => {
-                let answer = answer(
-                    &comgr,
-                    rtc.as_ref(),
-                    &sources,
-                    &job,
-                    &answers,
-                    stderr.as_ref(),
-                );
+                let answer = answer(comgr, rtc, &sources, &job, &answers, stderr);
                 say(serde_json::to_string(&answer).unwrap_or_default());
                 answers.push(answer);
             }
@@ -221,10 +229,6 @@ fn compile_one(
         (Lang::OpenCl, _) if job.front_end => {
             comgr.front_end_ocl(&s.name, &s.text, &job.target, &job.options)
         }
-        (Lang::Hip, _) if job.front_end => Err(format!(
-            "{} is HIP: only an OpenCL text is compiled to its front end alone",
-            s.name
-        )),
         (Lang::OpenCl, _) => comgr.compile_ocl(&s.name, &s.text, &job.target, &job.options),
         (Lang::Hip, Some(rtc)) => {
             let headers: Vec<(String, Vec<u8>)> = s
@@ -234,7 +238,10 @@ fn compile_one(
                 .collect();
             let mut options = hiprtc::miopen_options(&job.target, rtc.version);
             options.extend(job.options.iter().cloned());
-            rtc.compile_hip(&s.name, &s.text, &headers, &options)
+            match job.front_end {
+                true => rtc.front_end_hip(&s.name, &s.text, &headers, &options),
+                false => rtc.compile_hip(&s.name, &s.text, &headers, &options),
+            }
         }
         (Lang::Hip, None) => Err(format!("{} is HIP, and no hipRTC was loaded", s.name)),
     }
@@ -285,4 +292,3 @@ fn become_user(uid: u32, gid: u32) -> Result<()> {
     }
     Ok(())
 }
-

@@ -30,7 +30,7 @@ fn noop_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<Row
     let limit = reference.median * 1.2 + 0.150;
     Ok(Row {
         name: "No-op `build miopen` on the fixture",
-        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it",
+        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it".into(),
         met: ours.median <= limit,
         note: format!(
             "{:.1} ms over the bare no-op; limit {:.0} ms",
@@ -139,7 +139,7 @@ fn big_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<(Row
     let overhead = ours.median / reference.median - 1.0;
     let progress = Row {
         name: "Build of 204 translation units with progress and log streaming",
-        why: "run-to-run noise on this shared 2-core machine, not streaming: the ranges overlap, the same bench gave -4.1% and +6.6% an hour apart, and the tool's own CPU during the build stage (the note's share) bounds what streaming can take from the compilers.",
+        why: "run-to-run noise on this shared 2-core machine, not streaming: the ranges overlap, the same bench gave -4.1% and +6.6% an hour apart, and the tool's own CPU during the build stage (the note's share) bounds what streaming can take from the compilers.".into(),
         met: overhead <= 0.03,
         note: format!(
             "{:+.1}% against cmake --build; rdna1-patch's own CPU during the stage {:.3} s, {:.2}% of the build's {:.1} s",
@@ -189,7 +189,7 @@ fn big_build(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<(Row
     let speedup = cold.median / warm.median;
     let ccache = Row {
         name: "Clean rebuild (`--clean`) with a warm ccache",
-        why: "",
+        why: "".into(),
         met: speedup >= 3.0,
         note: format!(
             "{speedup:.2}x faster; ccache hit rate on the rebuild {:.0}% ({hits} hits for the {misses} units the cold build compiled)",
@@ -214,7 +214,7 @@ fn help(bin: &Path, runs: usize) -> Result<Row> {
     })?;
     Ok(Row {
         name: "`rdna1-patch --help`",
-        why: "",
+        why: "".into(),
         met: ours.median < 0.020,
         note: format!(
             "{:.1} ms; starting `true` costs {:.1} ms",

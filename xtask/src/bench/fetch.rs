@@ -73,7 +73,7 @@ fn fetch(
     let ratio = ours.median / reference.median;
     Ok(Row {
         name: "First fetch of a large local repository",
-        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it",
+        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it".into(),
         met: ratio <= 1.25 && !transferred,
         note: format!(
             "{ratio:.2}x git clone, of {what}; the second run {}",
@@ -161,7 +161,7 @@ fn monorepo_fetch(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result
     let ratio = ours.median / reference.median;
     Ok(Row {
         name: "Blobless sparse fetch of a monorepo project",
-        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it",
+        why: "every `build` asks python where torch is, for its Route line; with --profile named (as here) that look runs beside the stages, but the run still waits for it to say the line, and python3 here is a pyenv shim (100 ms a start unloaded, about 450 ms at load 8) against 20 ms for /usr/bin/python3 (the target was met, 74 ms for the no-op, before that look). A cache of the look keyed by the python's identity (path and stamp) would close it".into(),
         met: ratio <= 1.1 && !transferred,
         note: format!(
             "{ratio:.2}x the git CLI, of projects/miopen in a generated monorepo of 21 projects (20,000 files, 21 commits); the second run {}",

@@ -79,7 +79,7 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
             note: format!(
                 "{ratio:.2}x; a {mb:.0} MB library, a new file each run: read once, its kernel texts' digest keys the verdicts and the proof (known from the first run: the texts are the same), the fix made in memory from those bytes, then three passes on three threads (the library's MD5; its SHA-256, the provenance's, then the fixed library's write to the prefix; the fixed library's MD5); torch's file and the prefix on one filesystem, so the backup is torch's original file (a hard link) and the new library the prefix's, linked in without a read back while the stamp this run wrote it with holds"
             ),
-            why: "the original is hashed twice (SHA-256 for the provenance, MD5 for the backup) beside the fixed library's MD5 and its write, and copied in memory to edit it, where cp + md5sum writes once and hashes once",
+            why: "the original is hashed twice (SHA-256 for the provenance, MD5 for the backup) beside the fixed library's MD5 and its write, and copied in memory to edit it, where cp + md5sum writes once and hashes once".into(),
         },
         Row {
             name: "The same where nothing can be linked (across filesystems, or a library others could write)",
@@ -92,7 +92,7 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
                 "{:.2}x; torch's library group-writable (0775), so the backup and the new file are copies on two threads, each read back (MD5) before it takes its name",
                 copied.median / cp.median
             ),
-            why: "",
+            why: "".into(),
         },
     ])
 }
@@ -135,6 +135,28 @@ pub(super) fn install_in_place(
 /// A ROCm 6.4 torch with the compilers that prove the fix beside its
 /// MIOpen: Debian 12's comgr and hipRTC (HIP 5.2 kept it in the runtime
 /// library), as the tests use.
+/// `doctor` of that torch, as [`install_in_place`] runs the install: its
+/// diagnosis alone, every line whole.
+pub(super) fn doctor_of(
+    bin: &Path,
+    torch: &rdna1_testkit::FakeTorch,
+    state: &Path,
+    home: &Path,
+) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["--detail", "doctor", "--profile", "rocm-6.4.3"])
+        .arg("--torch-dir")
+        .arg(&torch.dir)
+        .arg("--state-dir")
+        .arg(state)
+        .env("HOME", home)
+        .env(
+            rdna1_testkit::SYSFS_ENV,
+            rdna1_testkit::gpus("rx5600xt-gfx1010"),
+        );
+    c
+}
+
 pub(super) fn torch_with_compilers(dir: &Path, runtime: &Path) -> Result<rdna1_testkit::FakeTorch> {
     let torch = rdna1_testkit::FakeTorch::create(
         &dir.join("site"),

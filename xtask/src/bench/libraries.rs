@@ -123,7 +123,7 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     }
     Ok(vec![Row {
         name: "warm `doctor` with a 1 GB librocblas.so",
-        why: "",
+        why: "".into(),
         met: ours.median < 0.3,
         note: format!(
             "{:.0} ms warm, {:.0} ms with an empty cache (660 bundles' headers read); {:.0} ms with the same library at {} KB",

@@ -26,7 +26,7 @@ fn md5_single(dir: &Path, runs: usize) -> Result<Row> {
     let ratio = reference.median / ours.median;
     Ok(Row {
         name: "MD5 of one 1 GiB file (page cache warm), throughput",
-        why: "single-file MD5 is bound by the compression function; the hashing is OpenSSL's assembly core, so a miss here is OpenSSL against coreutils on this CPU.",
+        why: "single-file MD5 is bound by the compression function; the hashing is OpenSSL's assembly core, so a miss here is OpenSSL against coreutils on this CPU.".into(),
         met: ratio >= 1.0,
         note: format!(
             "throughput {ratio:.2}x md5sum's ({:.0} MB/s)",
@@ -76,7 +76,7 @@ fn md5_prefix(dir: &Path, runs: usize) -> Result<Row> {
     let speedup = reference.median / ours.median;
     Ok(Row {
         name: "Checking a prefix of 400 files, 1 GiB in all",
-        why: "",
+        why: "".into(),
         met: speedup >= 1.6,
         note: format!("{speedup:.2}x faster than md5sum -c, hashing on {jobs} threads"),
         ours,

@@ -18,7 +18,7 @@ pub(crate) struct Row {
     pub(crate) met: bool,
     pub(crate) note: String,
     /// Why the target can be missed here, and what would close it.
-    pub(crate) why: &'static str,
+    pub(crate) why: String,
 }
 
 #[derive(Clone, Copy)]
@@ -285,6 +285,6 @@ pub(crate) fn fixture_cold_and_warm(
             "the fixture compiles 5 units; the 400 MB install above took {:.2} s",
             pull.median
         ),
-        why: "",
+        why: "".into(),
     })
 }

@@ -48,7 +48,7 @@ fn real_miopen(root: &Path) -> Result<Vec<Row>> {
     Ok(vec![
         Row {
             name: "Real MIOpen 3.3.0: build steps, the library only",
-            why: "",
+            why: "".into(),
             met: lib < driver,
             note: format!(
                 "{lib:.0} steps for the library; {driver:.0} with MIOpenDriver, {tests:.0} with the driver and BUILD_TESTING=ON (MIOpen's tests are not in its default build, but their configure needs GoogleTest)"
@@ -60,7 +60,7 @@ fn real_miopen(root: &Path) -> Result<Vec<Row>> {
         },
         Row {
             name: "Real MIOpen 3.3.0: 4 translation units, GPU_TARGETS one arch against three",
-            why: "",
+            why: "".into(),
             met: one_arch < three,
             note: format!(
                 "{:.2}x faster with gfx1010 alone (convolution_api.cpp, forward_spatial_single.cpp, convolutionocl.cpp, handlehip.cpp; 2 jobs, clang 21, one run each)",
@@ -73,7 +73,7 @@ fn real_miopen(root: &Path) -> Result<Vec<Row>> {
         },
         Row {
             name: "Real MIOpen 3.3.0: the same 4 units rebuilt with ccache warm",
-            why: "",
+            why: "".into(),
             met: warm * 2.0 < cold,
             note: format!("{:.1}x faster than the cold build", cold / warm),
             ours: one(warm),

@@ -28,6 +28,7 @@ use measure::*;
 struct Options {
     miopen_src: Option<PathBuf>,
     miopen_lib: Option<PathBuf>,
+    against: Option<PathBuf>,
     quick: bool,
     /// Run only the rows whose group has this name; BENCHMARKS.md is then
     /// not written (it is the record of one whole run).
@@ -47,6 +48,9 @@ struct Bench<'a> {
     miopen_src: Option<&'a Path>,
     /// Debian's libMIOpen 6.4.3, for the diagnosis rows.
     miopen_lib: Option<&'a Path>,
+    /// Another build of rdna1-patch (main's), whose cold diagnosis rows
+    /// are measured beside ours.
+    against: Option<&'a Path>,
 }
 
 /// A group of rows `--only` can name, in the order BENCHMARKS.md has them.
@@ -143,6 +147,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     let mut opts = Options {
         miopen_src: None,
         miopen_lib: None,
+        against: None,
         quick: false,
         only: None,
     };
@@ -151,10 +156,11 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
         match a.as_str() {
             "--miopen-src" => opts.miopen_src = it.next().map(PathBuf::from),
             "--miopen-lib" => opts.miopen_lib = it.next().map(PathBuf::from),
+            "--against" => opts.against = it.next().map(PathBuf::from),
             "--quick" => opts.quick = true,
             "--only" => opts.only = it.next().cloned(),
             other => bail!(
-                "bench: unknown argument {other} (known: --miopen-src DIR, --miopen-lib PATH, --quick, --only GROUP)\n{}",
+                "bench: unknown argument {other} (known: --miopen-src DIR, --miopen-lib PATH, --against BIN, --quick, --only GROUP)\n{}",
                 groups_help("  ")
             ),
         }
@@ -188,6 +194,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
         quick: opts.quick,
         miopen_src: opts.miopen_src.as_deref(),
         miopen_lib: opts.miopen_lib.as_deref(),
+        against: opts.against.as_deref(),
     };
     let mut rows = Vec::new();
     for g in GROUPS {

@@ -98,7 +98,7 @@ fn shared_pull(
                 "{ratio:.2}x; pull, digest, signature, zstd, MD5 of every file and the move, in one process (layer {:.0} MB, zstd -3 with 2 threads; publishing took {publish_secs:.1} s)",
                 layer as f64 / 1e6
             ),
-            why: "",
+            why: "".into(),
         },
         Row {
             name: "The same install against building MIOpen 3.3.0 here",
@@ -110,7 +110,7 @@ fn shared_pull(
             target: "< 1% of the build".into(),
             met: share < 1.0,
             note: format!("{share:.3}% of the build's 38 min 21 s"),
-            why: "",
+            why: "".into(),
         },
     ];
     rows.push(fixture_cold_and_warm(bin, dir, runtime, runs, pull)?);

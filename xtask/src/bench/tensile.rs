@@ -80,7 +80,7 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     let (ours, reference) = (Stats::of(warm), Stats::of(find));
     Ok(vec![Row {
         name: "warm `doctor` with a Tensile directory of 1,000,000 files",
-        why: "find -type f reads the directory's d_type and stats nothing; doctor stats each of the 1,000,000 files for its stamp (a file rewritten in place must be read again), hashes its key and parses the 35 MB entry, on one thread; statting and hashing on more threads, or an entry keyed so that fewer bytes are parsed, would close it",
+        why: "find -type f reads the directory's d_type and stats nothing; doctor stats each of the 1,000,000 files for its stamp (a file rewritten in place must be read again), hashes its key and parses the 35 MB entry, on one thread; statting and hashing on more threads, or an entry keyed so that fewer bytes are parsed, would close it".into(),
         met: ours.median <= 2.0 * reference.median && warm_rss < TARGET_RSS_MB,
         note: format!(
             "warm: {:.2} s, {warm_rss:.0} MB peak RSS; cold (every ELF header read): {cold:.2} s, {cold_rss:.0} MB; the cache's entry {:.1} MB, read back",
