@@ -1,12 +1,16 @@
 //! `cargo xtask bench --only diagnosis`: the diagnosis by compile on a real
 //! MIOpen, Debian's libmiopen1 6.4.3 (28 MB; `--miopen-lib PATH`, else the
 //! one `cargo xtask fidelity --release 6.4.3` downloaded into the unstable
-//! chroot), in a torch whose comgr and hipRTC are Debian 12's (the host's, as the
-//! tests use): cold (an empty cache: every kernel compiled), warm (the verdicts
-//! read back), and the in-place fix with its proof, cold (its dry run). Each against
-//! `cp` + `md5sum` of the library, and the cold ones against one comgr
-//! compile (the cold diagnosis's time over its compiles, as it reports
-//! them).
+//! chroot), in a torch whose comgr and hipRTC are Debian 12's (the host's,
+//! as the tests use): `doctor` cold (an empty cache: every kernel
+//! compiled), `install --into-torch --in-place --dry-run` cold (the
+//! diagnosis, the fix and its proof) and warm (read back). Each cold one
+//! against its honest floor: the same command on one core (one compile
+//! child, one compile after another) gives the CPU a compile costs, and
+//! the floor is that times the compiles the run needs, over the cores.
+//! Each cold row gives the CPU of the command and everything it started,
+//! and the load at its start and end; with `--against BIN` (main's
+//! build), that binary's CPU and time beside.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -140,6 +144,11 @@ fn diagnosis(cx: &super::Bench, lib: &Path) -> Result<Vec<Row>> {
     let dir = cx.dir.join("diagnosis");
     let torch = super::inplace::torch_with_compilers(&dir, cx.runtime)?;
     std::fs::copy(lib, torch.miopen())?;
+    // torch's own code for the card (clang's HIP, as the tests build it):
+    // doctor judges MIOpen in place only for a torch that runs there.
+    std::fs::create_dir_all(dir.join("fat"))?;
+    let fat = rdna1_testkit::fat_library(&dir.join("fat"), &["gfx1010", "gfx1030"]);
+    std::fs::copy(&fat, torch.lib.join("libtorch_hip.so"))?;
     let size = std::fs::metadata(lib)?.len() as f64 / 1e6;
     let home = dir.join("home");
     let cache = home.join(".cache/rdna1-patch");

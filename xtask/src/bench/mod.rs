@@ -287,7 +287,7 @@ fn render(rows: &[Row], size: u64, took: Duration, load_at_start: String) -> Res
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     let mut md = String::new();
     md.push_str("# Benchmarks\n\nWritten by `cargo xtask bench` (do not edit by hand). Each figure is a median over repeated runs, with the range, next to its reference measured in the same run on the same machine.\n\n");
-    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Load (1-minute average): {load_at_start} at the start, {} at the end\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--miopen-lib PATH` for Debian's libMIOpen 6.4.3 in the diagnosis rows, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64(), load()));
+    md.push_str(&format!("- Date: {date}\n- Machine: {}\n- Tools: {}\n- Whole run: {:.0} s\n- Load (1-minute average): {load_at_start} at the start, {} at the end\n- Reproduce: `cargo xtask bench` (add `--miopen-src DIR` for a real MIOpen repository in the fetch benchmark, `--miopen-lib PATH` for Debian's libMIOpen 6.4.3 in the diagnosis rows, `--against BIN` for another build's CPU beside them, `--quick` for fewer runs)\n\n", machine(), tool_versions(), took.as_secs_f64(), load()));
     md.push_str("| Benchmark | rdna1-patch | Reference | Result | Target | Met |\n|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
