@@ -34,6 +34,11 @@ pub struct Job<'a> {
     /// front_end_hip`), which, with the same options and target, decides
     /// the code.
     pub front_end: bool,
+    /// The digest this job's front end answered (hex), when it was asked
+    /// first: the code is a function of it and of the options that are
+    /// not a `-D`, so jobs of one front end are one compile, whatever
+    /// their texts and defines (`compiler::job_key`).
+    pub code_of: Option<[u8; 64]>,
 }
 
 /// What a compile gave: the code object, or the compiler's errors.

@@ -98,9 +98,11 @@ fn show_version(v: Option<(usize, usize)>) -> String {
 /// The key of a compile: its whole input as the compiler is handed it
 /// (the language, the target, every option in order, the text and each
 /// header by name and content), and the compilers' identity. Two jobs of
-/// one key are one compile. The preprocessed text would key more jobs
-/// together, but costs a compile-sized call per job to make; the exact
-/// input costs a hash. The text's own name is left out: comgr's code does
+/// one key are one compile. A compile to code whose front end was asked
+/// first ([`crate::verdict::Job::code_of`]) is keyed by that front end
+/// and the options that are not a `-D` (which the front end has taken
+/// in) instead of its text: cases whose preprocessed text or IR is the
+/// same compile once. The text's own name is left out: comgr's code does
 /// not depend on it, and its errors name it only as a position, which a
 /// verdict drops (`verdict::first_error`).
 pub fn job_key(compilers: &str, job: &crate::verdict::Job) -> String {
@@ -114,6 +116,14 @@ pub fn job_key(compilers: &str, job: &crate::verdict::Job) -> String {
     field(job.arch.as_bytes());
     if job.front_end {
         field(b"front end");
+    }
+    if let Some(front) = &job.code_of {
+        field(b"code of front end");
+        field(front);
+        for o in options_of(job).iter().filter(|o| !o.starts_with("-D")) {
+            field(o.as_bytes());
+        }
+        return crate::checksum::hex(&h.finalize());
     }
     for o in options_of(job) {
         field(o.as_bytes());

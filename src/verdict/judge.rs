@@ -64,17 +64,18 @@ pub fn judge_units(
 
 /// Where a compile of [`judge_targets`] stands: a target (by index), a
 /// judged text (by index) and its case.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct At {
     arch: usize,
     text: usize,
     case: usize,
 }
 
-/// What a second compile asks of a case that failed where the log does
-/// not say why.
+/// What a compile after a case's front end is.
 #[derive(Clone, Copy, PartialEq)]
-enum Again {
+enum Then {
+    /// The case compiled to code for its target: the verdict's answer.
+    Code,
     /// The text with its `row_bcast` instructions blanked, for the target:
     /// does the DPP reduction cause the failure?
     Blanked,
@@ -82,14 +83,21 @@ enum Again {
     Control,
 }
 
-/// Every text of `units` for each of `archs`, every case of each for each
-/// target in one call of the compiler (so that every core has work), and
-/// for each case that fails where the log does not put the failure at the
-/// DPP reduction, asked as soon as that failure is in: the text once more
-/// with its `row_bcast` instructions blanked, to tell the DPP reduction
-/// from another cause, and the control, to tell a gfx101x failure from
-/// one of every card. The kernels by target; the compiles each target
-/// asked are added to `compiles`.
+/// Every text of `units` for each of `archs`, in one call of the compiler
+/// (every core has work to the end), each compile asked the moment the
+/// answer it follows is in. First each case's front end (an OpenCL
+/// text's IR before any pass, a HIP text as hipRTC preprocesses it),
+/// then its code, asked by its front end ([`Job::code_of`]): cases whose
+/// front ends are the same for a target compile to the same code, or
+/// fail the same way, and a compiler that keeps answers by their input
+/// compiles one of them for all (Debian's 6.4.3: 48 codes for 68 OpenCL
+/// cases). Then, for each
+/// case that fails where the log does not put the failure at the DPP
+/// reduction: the text once more with its `row_bcast` instructions
+/// blanked, to tell the DPP reduction from another cause, and the
+/// control, to tell a gfx101x failure from one of every card. The
+/// kernels by target; the compiles each target asked are added to
+/// `compiles`.
 pub fn judge_targets(
     compiler: &dyn Compiler,
     units: &[Unit],
@@ -111,48 +119,38 @@ pub fn judge_targets(
     let asked: Vec<Vec<Vec<Vec<String>>>> = archs.iter().map(|a| defines(a)).collect();
     let controls = defines(CONTROL);
     let blanked: Vec<Option<Unit>> = judged.iter().map(|u| u.without_row_bcast()).collect();
-    let mut first: Vec<At> = Vec::new();
+    let mut rounds = Rounds {
+        archs,
+        judged: &judged,
+        asked: &asked,
+        controls: &controls,
+        blanked: &blanked,
+        first: Vec::new(),
+        later: Vec::new(),
+    };
     let mut jobs: Vec<Job> = Vec::new();
     for (a, arch) in archs.iter().enumerate() {
         for (t, u) in judged.iter().enumerate() {
             for (c, defines) in asked[a][t].iter().enumerate() {
-                first.push(At {
+                rounds.first.push(At {
                     arch: a,
                     text: t,
                     case: c,
                 });
-                jobs.push(u.job(arch, defines));
+                jobs.push(u.front_end_job(arch, defines));
             }
         }
     }
-    // The second compiles, in the order asked: what each is.
-    let mut second: Vec<(At, Again)> = Vec::new();
-    let mut then = |n: usize, answer: &Compiled| -> Vec<Job> {
-        let Some(&at) = first.get(n) else {
-            return Vec::new();
-        };
-        let Compiled::Failed(log) = answer else {
-            return Vec::new();
-        };
-        if at_dpp(log) {
-            return Vec::new();
-        }
-        let mut more = Vec::new();
-        if let Some(b) = &blanked[at.text] {
-            more.push(b.job(archs[at.arch], &asked[at.arch][at.text][at.case]));
-            second.push((at, Again::Blanked));
-        }
-        more.push(judged[at.text].job(CONTROL, &controls[at.text][at.case]));
-        second.push((at, Again::Control));
-        more
-    };
-    let answers = compile_then(compiler, &jobs, &mut then)?;
-    for at in first.iter().chain(second.iter().map(|(at, _)| at)) {
+    let answers = compile_then(compiler, &jobs, &mut |n, c| rounds.then(n, c))?;
+    for at in rounds
+        .first
+        .iter()
+        .chain(rounds.later.iter().map(|(at, _)| at))
+    {
         compiles[at.arch] += 1;
     }
-    let answers = Answered {
-        first: &first,
-        second: &second,
+    let answered = Answered {
+        rounds: &rounds,
         answers: &answers,
     };
     Ok((0..archs.len())
@@ -160,7 +158,7 @@ pub fn judge_targets(
             let mut verdicts = judged
                 .iter()
                 .enumerate()
-                .map(|(t, u)| answers.verdict(u, &cases[t], a, t));
+                .map(|(t, u)| answered.verdict(u, &cases[t], a, t));
             units
                 .iter()
                 .map(|u| match u.refused() {
@@ -178,26 +176,86 @@ pub fn judge_targets(
         .collect())
 }
 
-/// What [`judge_targets`] asked and was answered: the first compiles,
-/// then the second, in the order asked.
+/// The compiles of [`judge_targets`] as they are asked: the front ends
+/// first, then what each answer asks.
+struct Rounds<'a> {
+    archs: &'a [&'a str],
+    judged: &'a [&'a Unit],
+    asked: &'a [Vec<Vec<Vec<String>>>],
+    controls: &'a [Vec<Vec<String>>],
+    blanked: &'a [Option<Unit>],
+    /// The front ends, by number.
+    first: Vec<At>,
+    /// What came after, numbered on from the front ends.
+    later: Vec<(At, Then)>,
+}
+
+impl<'a> Rounds<'a> {
+    /// The compiles answer `n` asks: after a front end, the case's code
+    /// (by that front end, when it has one: a failed one is compiled to
+    /// code for its own log); after a code that fails where the log does
+    /// not say why, the second compiles.
+    fn then(&mut self, n: usize, answer: &Compiled) -> Vec<Job<'a>> {
+        if let Some(&at) = self.first.get(n) {
+            let code_of = match answer {
+                Compiled::Object(digest) => digest.as_slice().try_into().ok(),
+                Compiled::Failed(_) => None,
+            };
+            self.later.push((at, Then::Code));
+            let u = self.judged[at.text];
+            return vec![Job {
+                code_of,
+                ..u.job(self.archs[at.arch], &self.asked[at.arch][at.text][at.case])
+            }];
+        }
+        match self.later[n - self.first.len()] {
+            (at, Then::Code) if matches!(answer, Compiled::Failed(log) if !at_dpp(log)) => {
+                self.second(at)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A failing case's second compiles: blanked, and the control.
+    fn second(&mut self, at: At) -> Vec<Job<'a>> {
+        let mut more = Vec::new();
+        if let Some(b) = &self.blanked[at.text] {
+            more.push(b.job(self.archs[at.arch], &self.asked[at.arch][at.text][at.case]));
+            self.later.push((at, Then::Blanked));
+        }
+        let u = self.judged[at.text];
+        more.push(u.job(CONTROL, &self.controls[at.text][at.case]));
+        self.later.push((at, Then::Control));
+        more
+    }
+}
+
+/// What [`judge_targets`] asked and was answered.
 struct Answered<'a> {
-    first: &'a [At],
-    second: &'a [(At, Again)],
+    rounds: &'a Rounds<'a>,
     answers: &'a [Compiled],
 }
 
 impl Answered<'_> {
+    /// The answer of what came after the front ends, for `at`.
+    fn after(&self, at: At, what: Then) -> Option<&Compiled> {
+        let r = self.rounds;
+        r.later
+            .iter()
+            .position(|&(k, w)| k == at && w == what)
+            .map(|i| &self.answers[r.first.len() + i])
+    }
+
     /// The verdict of judged text `t` (`unit`, its `cases`) for target `a`.
     fn verdict(&self, unit: &Unit, cases: &[Case], a: usize, t: usize) -> Kernel {
-        let (first, second) = self.answers.split_at(self.first.len());
-        let mine = |k: &At| k.arch == a && k.text == t;
-        let failed: Vec<(usize, String)> = self
-            .first
-            .iter()
-            .zip(first)
-            .filter(|(k, _)| mine(k))
-            .filter_map(|(k, c)| match c {
-                Compiled::Failed(log) => Some((k.case, log.clone())),
+        let at = |case| At {
+            arch: a,
+            text: t,
+            case,
+        };
+        let failed: Vec<(usize, String)> = (0..cases.len())
+            .filter_map(|c| match self.after(at(c), Then::Code)? {
+                Compiled::Failed(log) => Some((c, log.clone())),
                 Compiled::Object(_) => None,
             })
             .collect();
@@ -206,15 +264,9 @@ impl Answered<'_> {
             .filter(|(_, log)| !at_dpp(log))
             .map(|(i, _)| *i)
             .collect();
-        let of = |what: Again| -> Vec<Compiled> {
+        let of = |what: Then| -> Vec<Compiled> {
             ask.iter()
-                .filter_map(|&i| {
-                    self.second
-                        .iter()
-                        .zip(second)
-                        .find(|((k, w), _)| mine(k) && k.case == i && *w == what)
-                        .map(|(_, c)| c.clone())
-                })
+                .filter_map(|&c| self.after(at(c), what).cloned())
                 .collect()
         };
         verdict_of(
@@ -222,8 +274,8 @@ impl Answered<'_> {
             cases,
             &failed,
             &ask,
-            &of(Again::Blanked),
-            &of(Again::Control),
+            &of(Then::Blanked),
+            &of(Then::Control),
         )
     }
 }

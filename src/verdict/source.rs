@@ -459,6 +459,7 @@ impl Unit {
             arch,
             defines,
             front_end: false,
+            code_of: None,
         }
     }
 

@@ -325,6 +325,7 @@ fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
     let marker = sb.root.join("swapped-in-loaded");
     fake_comgr(&evil.join("libamd_comgr.so.2"), "FAIL", Some(&marker));
     chmod(&evil, 0o777);
+    // On one core: one compile child for the run, which swaps once.
     let mut c = crate::comgr::verify_compile_cmd(&sb);
     c.env(
         "FAILPOINTS",
@@ -334,14 +335,28 @@ fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
             evil.display()
         ),
     );
+    // SAFETY: sched_setaffinity on the child itself, between fork and
+    // exec, with a set made here.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
     let run = Run::from(c.output().unwrap());
     assert!(
         !marker.exists(),
         "the comgr swapped in after the check was loaded:\n{}",
         run.stdout
     );
-    // The first child loaded what it checked; the next one checks the
+    // The child loaded what it checked; the next run checks the
     // directory swapped in, and refuses it.
+    let run = Run::from(crate::comgr::verify_compile_cmd(&sb).output().unwrap());
     let lib = torch.lib.display();
     kernels_failed(
         run,

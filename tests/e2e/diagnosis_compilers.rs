@@ -273,6 +273,7 @@ fn a_hip_case_is_proven_by_hiprtcs_own_preprocessor_where_it_has_one() {
         arch: "gfx1030",
         defines,
         front_end,
+        code_of: None,
     };
     let (before, after, off, on): (&'static _, &'static _, &'static _, &'static _) = (
         Box::leak(Box::new(before)),
