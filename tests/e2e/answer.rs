@@ -342,7 +342,7 @@ fn two_cards_are_both_judged_and_proven() {
             "verdict: torch 2.6.0+rocm6.4 on gfx1010 + gfx1012: 1 problem to fix: batch-norm training: 2 kernels fail for gfx1010 and gfx1012; `rdna1-patch install --into-torch[..]` fixes them",
             "ok    torch     [..]",
             "ok    route     in place, no build: `rdna1-patch install --into-torch[..]` (MIOpen sees the real chip: libtorch_hip.so has code for gfx1010, gfx1012; every fix of rocm-6.4.3 is kernel text)",
-            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 and gfx1012 (the cards in this machine), through comgr 2.4 ([..]) (4 compiles, [..])",
+            "FAIL  kernels   2 of 2 batch-norm kernels of [..]/site/torch/lib/libMIOpen.so fail for gfx1010 and gfx1012 (the cards in this machine), through comgr 2.4 ([..]) (8 compiles, [..])",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMBWDSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
             "                MIOPEN_KERNEL_MIOPENBATCHNORMFWDTRAINSPATIAL: fails at the DPP reduction (fp32 NCHW: cannot compile inline asm); fails in 1 of 1 case for gfx1010 and gfx1012",
             "                fix: MIOpen's batch-norm fix for gfx1010 and gfx1012: `rdna1-patch install --into-torch[..]` (seconds, in place, proven by compiling before anything is written; fixes batch-norm training on gfx1010 and gfx1012)",

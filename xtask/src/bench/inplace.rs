@@ -97,8 +97,8 @@ pub fn in_place(bin: &Path, dir: &Path, runtime: &Path, runs: usize) -> Result<V
     ])
 }
 
-/// `install --into-torch --in-place` of `torch` (profile rocm-6.4.3)
-/// into `prefix`, its journal in `state`, with `home` as HOME.
+/// `install --into-torch --in-place` of `torch` (every line whole),
+/// installing into `prefix`.
 pub(super) fn install_in_place(
     bin: &Path,
     torch: &rdna1_testkit::FakeTorch,
@@ -106,35 +106,17 @@ pub(super) fn install_in_place(
     state: &Path,
     home: &Path,
 ) -> Command {
-    let mut c = Command::new(bin);
-    c.args([
-        // Every line whole: the rows read the summary's numbers.
-        "--detail",
-        "install",
-        "--into-torch",
-        "--in-place",
-        "--profile",
-        "rocm-6.4.3",
-    ])
-    .arg("--torch-dir")
-    .arg(&torch.dir)
-    .arg("--prefix")
-    .arg(prefix)
-    .arg("--state-dir")
-    .arg(state)
-    .env("HOME", home)
-    // The RX 5600 XT's recorded KFD topology: one card, gfx1010, so the
-    // fix is proven for the card in the machine, as a user's would be.
-    .env(
-        rdna1_testkit::SYSFS_ENV,
-        rdna1_testkit::gpus("rx5600xt-gfx1010"),
+    let mut c = on_torch(
+        bin,
+        &["install", "--into-torch", "--in-place"],
+        torch,
+        state,
+        home,
     );
+    c.arg("--prefix").arg(prefix);
     c
 }
 
-/// A ROCm 6.4 torch with the compilers that prove the fix beside its
-/// MIOpen: Debian 12's comgr and hipRTC (HIP 5.2 kept it in the runtime
-/// library), as the tests use.
 /// `doctor` of that torch, as [`install_in_place`] runs the install: its
 /// diagnosis alone, every line whole.
 pub(super) fn doctor_of(
@@ -143,9 +125,24 @@ pub(super) fn doctor_of(
     state: &Path,
     home: &Path,
 ) -> Command {
+    on_torch(bin, &["doctor"], torch, state, home)
+}
+
+/// `bin VERB --profile rocm-6.4.3` on `torch`, every line whole (the rows
+/// read the summaries' numbers), on the RX 5600 XT's recorded KFD
+/// topology: one card, gfx1010, so the fix is proven for the card in the
+/// machine, as a user's would be.
+fn on_torch(
+    bin: &Path,
+    verb: &[&str],
+    torch: &rdna1_testkit::FakeTorch,
+    state: &Path,
+    home: &Path,
+) -> Command {
     let mut c = Command::new(bin);
-    c.args(["--detail", "doctor", "--profile", "rocm-6.4.3"])
-        .arg("--torch-dir")
+    c.arg("--detail")
+        .args(verb)
+        .args(["--profile", "rocm-6.4.3", "--torch-dir"])
         .arg(&torch.dir)
         .arg("--state-dir")
         .arg(state)
@@ -157,6 +154,9 @@ pub(super) fn doctor_of(
     c
 }
 
+/// A ROCm 6.4 torch with the compilers that prove the fix beside its
+/// MIOpen: Debian 12's comgr and hipRTC (HIP 5.2 kept it in the runtime
+/// library), as the tests use.
 pub(super) fn torch_with_compilers(dir: &Path, runtime: &Path) -> Result<rdna1_testkit::FakeTorch> {
     let torch = rdna1_testkit::FakeTorch::create(
         &dir.join("site"),
