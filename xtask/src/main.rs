@@ -82,7 +82,8 @@ tasks:
              verify --compile and rollback, on an RX 5600 XT's topology
              [--in-place] [--keep]
   bench      measure every performance target, write BENCHMARKS.md
-             [--miopen-src DIR] [--miopen-lib PATH] [--quick] [--only GROUP],
+             [--miopen-src DIR] [--miopen-lib PATH] [--against BIN] [--quick]
+             [--only GROUP],
              GROUP one of:
 {}
   figures    measure what the docs quote beyond the bench (the install's and
