@@ -83,9 +83,12 @@ hiprtc=$(ls /usr/lib/x86_64-linux-gnu/libhiprtc.so.[0-9] 2>/dev/null | tail -1)
 ip() { rdna1-patch "$@" --torch-dir "$T" --state-dir "$F/ip-state"; }
 # doctor as a user reads it, before and after the fix, and status: the
 # xtask holds every line to a glance (160 characters).
+# Cold: no verdict or compile kept from an earlier run of this harness.
+rm -rf "${XDG_CACHE_HOME:-$HOME/.cache}/rdna1-patch"
 ip doctor --profile "$P" >"$R/doctor.txt" 2>&1
 t=$(now)
-ip install --into-torch --in-place --profile "$P" --prefix "$F/ip-prefix" >"$R/inplace.log" 2>&1
+# Every line whole (--detail): the summaries keep their compile counts.
+ip install --detail --into-torch --in-place --profile "$P" --prefix "$F/ip-prefix" >"$R/inplace.log" 2>&1
 rc=$?
 step "in place" "$rc" "$(since "$t")" "$(grep -o '[0-9]* of [0-9]* kernel texts fixed.*' "$R/inplace.log" | head -1)"
 # The diagnosis by compile it acted on, and the proof of its fix, as the
