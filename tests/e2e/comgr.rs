@@ -87,6 +87,36 @@ pub(crate) fn kernels_failed(run: Run, row: &str, fix: &str) {
     assert_eq!(next.map(str::trim), Some(format!("fix: {fix}").as_str()));
 }
 
+/// Issue 74: a run loads its comgr once per core at most, whatever the
+/// number of compiles, rounds and targets: each compile child is kept
+/// warm for the whole run. On 12d22e6 every batch started a child that
+/// loaded comgr again (26 loads in a dry run of Debian's 6.4.3).
+#[test]
+fn a_run_loads_its_comgr_once_per_core_at_most() {
+    let sb = Sandbox::new();
+    let torch = installed(&sb);
+    let comgr = torch.lib.join("libamd_comgr.so.2");
+    let loads = sb.root.join("comgr-loads");
+    fake_comgr_with(
+        &comgr,
+        "FAIL",
+        &[format!("-DLOADS=\"{}\"", loads.display())],
+    );
+    // Every compile fails: each case asks its front end, its code, the
+    // text blanked and the control, for every RDNA1 target, of the
+    // installed library and of the original.
+    verify_compile(&sb, &[]).check_fails();
+    let n = std::fs::read_to_string(&loads)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        (1..=cores).contains(&n),
+        "comgr was loaded {n} times by one run on {cores} cores"
+    );
+}
+
 #[test]
 fn a_comgr_that_fails_every_compile_is_said_to_not_to_lack_kernels() {
     let sb = Sandbox::new();
