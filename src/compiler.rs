@@ -436,6 +436,13 @@ impl Run<'_> {
             let Ok(r) = self.reply.1.recv() else { break };
             self.running -= 1;
             self.received(r);
+            // Stopped by a signal: nothing more is started.
+            if crate::interrupt::interrupted().is_some() {
+                self.cancelled.store(true, Ordering::SeqCst);
+            }
+        }
+        if let Some(sig) = crate::interrupt::interrupted() {
+            return Err(crate::interrupt::stopped("rdna1-patch", sig));
         }
         if let Some((_, e)) = self.failed.take() {
             return Err(e);

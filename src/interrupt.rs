@@ -6,7 +6,8 @@
 //! signalled (`kill -TERM`): the signal is passed on, the build returns, and
 //! the error says what stopped it. With no child running the run ends at once, with a
 //! message: nothing we do between child runs is left half-done by exiting
-//! (files are replaced by rename, the torch swap is journaled). A signal
+//! (files are replaced by rename, the torch swap is journaled), and the
+//! idle compile children's directories are removed first. A signal
 //! handler is process-wide by nature, so the running child groups (the
 //! diagnosis runs a compile child per core) are the one piece of global
 //! state in the crate, kept behind this module.
@@ -17,6 +18,9 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 static CHILD_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+/// Directories a signal that ends the run at once removes first (the
+/// compile children's, kept for the whole run).
+static LEFT_DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 /// The signal that arrived, 0 if none.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Once = Once::new();
@@ -44,6 +48,10 @@ pub fn install() {
                     signal_session(group, sig);
                 }
                 if groups.is_empty() && HELD.load(Ordering::SeqCst) == 0 {
+                    for dir in LEFT_DIRS.lock().map(|d| d.clone()).unwrap_or_default() {
+                        // Symlinks are removed, never followed.
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
                     let err = stopped("rdna1-patch", sig);
                     crate::output::error(&err);
                     std::process::exit(i32::from(crate::error::exit_code(&err)));
@@ -93,6 +101,30 @@ impl Drop for ChildGroup {
             && let Some(i) = g.iter().position(|p| *p == self.0)
         {
             g.swap_remove(i);
+        }
+    }
+}
+
+/// While this guard lives, a signal that ends the run at once removes
+/// directory `0` first: what drops would have removed, had they run.
+pub struct RemovedAtExit(std::path::PathBuf);
+
+impl RemovedAtExit {
+    pub fn new(dir: &std::path::Path) -> RemovedAtExit {
+        install();
+        if let Ok(mut d) = LEFT_DIRS.lock() {
+            d.push(dir.to_owned());
+        }
+        RemovedAtExit(dir.to_owned())
+    }
+}
+
+impl Drop for RemovedAtExit {
+    fn drop(&mut self) {
+        if let Ok(mut d) = LEFT_DIRS.lock()
+            && let Some(i) = d.iter().position(|p| *p == self.0)
+        {
+            d.swap_remove(i);
         }
     }
 }

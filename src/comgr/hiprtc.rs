@@ -316,7 +316,9 @@ impl Hiprtc {
             .filter(|o| *o != "-fno-gpu-rdc")
             .cloned()
             .collect();
-        options.extend(["-fgpu-rdc", "-E"].map(str::to_owned));
+        // -fgpu-rdc predefines __CLANG_RDC__, which the compile to code
+        // (-fno-gpu-rdc) does not: undefined again, the macros are its.
+        options.extend(["-fgpu-rdc", "-U__CLANG_RDC__", "-E"].map(str::to_owned));
         let owned = self.program(name, text, headers, &options)?;
         let text = self.take(&owned, size, get, "preprocessed text")?;
         Ok(without_temp_dirs(&text))

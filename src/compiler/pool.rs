@@ -166,12 +166,20 @@ fn work(shared: &Shared, spawn: &Spawn) {
                 q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
+        // Answered whatever happens below: an error if this thread
+        // unwinds, so that no asker waits for an answer never sent.
+        let mut reply = Replying {
+            to: Some(task.reply.clone()),
+            index: task.index,
+        };
         if task.cancelled.load(Ordering::SeqCst) {
-            let _ = task.reply.send(Reply {
-                index: task.index,
-                answer: Ok(Answer::Skipped),
-                versions: None,
-            });
+            reply.send(Ok(Answer::Skipped), None);
+            continue;
+        }
+        // A Ctrl-C that came while this thread had no compile running
+        // reached no child of its: nothing more is started.
+        if let Some(sig) = crate::interrupt::interrupted() {
+            reply.send(Err(crate::interrupt::stopped("rdna1-patch", sig)), None);
             continue;
         }
         // hipRTC is loaded only for HIP texts: a torch whose MIOpen has
@@ -206,11 +214,37 @@ fn work(shared: &Shared, spawn: &Spawn) {
             }
             Err(e) => (Err(e), None),
         };
-        let _ = task.reply.send(Reply {
-            index: task.index,
-            answer,
-            versions,
-        });
+        reply.send(answer, versions);
+    }
+}
+
+/// The one reply a task gets: the one sent, or, if the thread unwinds
+/// before, an error.
+struct Replying {
+    to: Option<Sender<Reply>>,
+    index: usize,
+}
+
+impl Replying {
+    fn send(&mut self, answer: anyhow::Result<Answer>, versions: Option<Versions>) {
+        if let Some(to) = self.to.take() {
+            let _ = to.send(Reply {
+                index: self.index,
+                answer,
+                versions,
+            });
+        }
+    }
+}
+
+impl Drop for Replying {
+    fn drop(&mut self) {
+        self.send(
+            Err(anyhow::anyhow!(
+                "a compile thread stopped before it answered"
+            )),
+            None,
+        );
     }
 }
 

@@ -89,6 +89,19 @@ pub fn check(
         Ok(j) => j,
         Err(e) => return not_checked_by(r, &e),
     };
+    // A comgr that compiles nothing, not even for the control, proves
+    // nothing: said before the original is compiled too.
+    if let Some(first) = nows.iter().find_map(broken_compiler) {
+        return not_checked(
+            r,
+            format!(
+                "{} failed to compile even the control target {}: {first}",
+                verdict::Compiler::describe(&compiler),
+                verdict::CONTROL
+            ),
+            Some("this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile".into()),
+        );
+    }
     let befores: Option<Vec<anyhow::Result<Judgement>>> = original.as_ref().map(|o| {
         match o {
             Ok(bytes) => verdict::judge_all(&compiler, bytes, &names),
@@ -107,16 +120,6 @@ pub fn check(
     let mut befores = befores.map(Vec::into_iter);
     for (arch, now) in archs.iter().zip(nows) {
         let by = verdict::Compiler::describe(&compiler);
-        if let Some(first) = broken_compiler(&now) {
-            return not_checked(
-                r,
-                format!(
-                    "{by} failed to compile even the control target {}: {first}",
-                    verdict::CONTROL
-                ),
-                Some("this comgr compiles none of MIOpen's batch-norm kernels, so the check proves nothing: reinstall torch (it bundles its comgr), or leave out --compile".into()),
-            );
-        }
         let before = befores.as_mut().and_then(Iterator::next);
         // torch with no code for the card runs nothing there: its torch
         // first, whatever MIOpen does.

@@ -17,8 +17,9 @@ use crate::proc::{Heard, Served};
 pub struct Warm {
     served: Served,
     /// Its cwd, HOME and TMPDIR, removed after it (declared after
-    /// `served`: dropped once the child has ended).
-    _home: tempfile::TempDir,
+    /// `served`: dropped once the child has ended), or by a Ctrl-C that
+    /// ends the run while the child is idle.
+    _home: (tempfile::TempDir, crate::interrupt::RemovedAtExit),
     comgr: PathBuf,
     pub version: (usize, usize),
     pub hiprtc: Option<(usize, usize)>,
@@ -81,9 +82,10 @@ impl Warm {
             }
             None => {
                 let silent = matches!(heard, Heard::Silent);
-                let end = match silent {
-                    true => served.stop(),
-                    false => served.finish(),
+                // A line that is no hello comes from a child still alive.
+                let end = match heard {
+                    Heard::Ended => served.finish(),
+                    Heard::Line(_) | Heard::Silent => served.stop(),
                 };
                 stopped_by_signal()?;
                 if silent {
@@ -102,7 +104,10 @@ impl Warm {
         };
         Ok(Warm {
             served,
-            _home: home,
+            _home: {
+                let at_exit = crate::interrupt::RemovedAtExit::new(home.path());
+                (home, at_exit)
+            },
             comgr,
             version,
             hiprtc,
@@ -136,19 +141,29 @@ impl Warm {
         }
         let line = serde_json::to_vec(&Work::Job(job.clone()))?;
         let guard = crate::interrupt::ChildGroup::new(self.served.pid());
+        // A Ctrl-C just before the group was registered reached no child.
+        if let Some(sig) = crate::interrupt::interrupted() {
+            drop(guard);
+            self.gone = true;
+            self.served.stop();
+            return Err(crate::interrupt::stopped("rdna1-patch", sig));
+        }
         self.served.send(&line);
         let heard = self.served.hear(self.limit);
         drop(guard);
-        let silent = match heard {
+        // Silent, or a line that is no answer: the child is alive, and
+        // stopped; ended: how it ended.
+        let silent = matches!(heard, Heard::Silent);
+        let stop = match heard {
             Heard::Line(l) => match serde_json::from_str::<Answer>(&l) {
                 Ok(a) => return Ok(a),
-                Err(_) => false,
+                Err(_) => true,
             },
             Heard::Ended => false,
             Heard::Silent => true,
         };
         self.gone = true;
-        let end = match silent {
+        let end = match stop {
             true => self.served.stop(),
             false => self.served.finish(),
         };
