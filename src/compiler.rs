@@ -17,15 +17,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::cache::Cache;
-use crate::comgr::child::{self, Answer, Answers, Batch};
+use crate::comgr::child::{self, Answer};
 use crate::verdict::Compiled;
 
 mod pool;
-
-/// Where a batch is compiled.
-pub trait Compiler {
-    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers>;
-}
 
 /// The comgr at `comgr` (and for HIP texts the hipRTC at `hiprtc`),
 /// loaded in a child process of `exe` (this binary), each compile within
@@ -186,22 +181,6 @@ fn this_program() -> anyhow::Result<PathBuf> {
         return Ok(proc);
     }
     std::env::current_exe().context("cannot find this program to run the compile")
-}
-
-impl Compiler for Child {
-    fn compile(&self, batch: &Batch) -> anyhow::Result<Answers> {
-        // hipRTC is loaded only for HIP texts: a torch whose MIOpen has
-        // none may carry a hipRTC that does not load here.
-        let hip = batch
-            .sources
-            .iter()
-            .any(|s| s.lang == crate::verdict::Lang::Hip);
-        let compilers = child::Compilers {
-            comgr: self.comgr.clone(),
-            hiprtc: self.hiprtc.clone().filter(|_| hip),
-        };
-        child::compile_with(&self.exe, &compilers, batch, self.limit)
-    }
 }
 
 /// What a HIP compile costs against an OpenCL one: hipRTC compiles a
