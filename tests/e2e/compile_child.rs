@@ -335,19 +335,7 @@ fn a_directory_swapped_between_the_check_and_the_load_is_not_what_loads() {
             evil.display()
         ),
     );
-    // SAFETY: sched_setaffinity on the child itself, between fork and
-    // exec, with a set made here.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        c.pre_exec(|| {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
+    rdna1_testkit::on_one_core(&mut c);
     let run = Run::from(c.output().unwrap());
     assert!(
         !marker.exists(),

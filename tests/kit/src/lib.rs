@@ -399,3 +399,22 @@ impl FakeTorch {
         torch
     }
 }
+
+/// Pin what `cmd` starts to the first CPU: the tool then sees one core
+/// and runs one compile child (a one-core run's floor, one swap at a
+/// time).
+pub fn on_one_core(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: sched_setaffinity on the child itself, between fork and
+    // exec, with a set made here.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+}

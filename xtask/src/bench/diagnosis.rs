@@ -105,20 +105,8 @@ impl Cold {
 /// Run `cmd` once, with `one_core` pinned to the first CPU (the tool then
 /// sees one core and runs one compile child): [`Cold`].
 fn cold_run(mut cmd: Command, one_core: bool, ok: impl Fn(&Output) -> bool) -> Result<Cold> {
-    use std::os::unix::process::CommandExt;
     if one_core {
-        // SAFETY: sched_setaffinity on the child itself, between fork and
-        // exec, with a set made here.
-        unsafe {
-            cmd.pre_exec(|| {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
-                    0 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            });
-        }
+        rdna1_testkit::on_one_core(&mut cmd);
     }
     cmd.stdin(std::process::Stdio::null());
     let load_start = super::load();
@@ -160,18 +148,20 @@ fn diagnosis(cx: &super::Bench, lib: &Path) -> Result<Vec<Row>> {
     // alone. Each is run cold (an empty cache: every kernel compiled).
     let command = |bin: &Path, doctor: bool| -> Command {
         let _ = std::fs::remove_dir_all(&cache);
-        let mut c = super::inplace::install_in_place(
-            bin,
-            &torch,
-            &dir.join("prefix"),
-            &dir.join("state"),
-            &home,
-        );
-        if doctor {
-            c = super::inplace::doctor_of(bin, &torch, &dir.join("state"), &home);
-        } else {
-            c.arg("--dry-run");
-        }
+        let mut c = match doctor {
+            true => super::inplace::doctor_of(bin, &torch, &dir.join("state"), &home),
+            false => {
+                let mut c = super::inplace::install_in_place(
+                    bin,
+                    &torch,
+                    &dir.join("prefix"),
+                    &dir.join("state"),
+                    &home,
+                );
+                c.arg("--dry-run");
+                c
+            }
+        };
         if let Some(d) = &standins {
             c.env("LD_LIBRARY_PATH", d);
         }
