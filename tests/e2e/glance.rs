@@ -14,37 +14,17 @@ use crate::answer::{doctor, lines_are};
 use crate::in_place::{HIP64, install};
 use crate::support::{FakeTorch, Sandbox};
 
-/// What Debian's librocblas 6.4 is built for, as far as this clang goes:
-/// ten targets, gfx1010 among them, gfx1012 not.
-const TEN: [&str; 10] = [
-    "gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx1010", "gfx1030", "gfx1031", "gfx1032",
-    "gfx1034",
-];
-
 /// The longest line a person reads (`GLANCE` in src/inspect/glance.rs).
 const GLANCE: usize = 160;
 
-/// The GPU code, built once per run: a ten-target librocblas.so, a plain
-/// code object per target, and a libtorch_hip.so with gfx1010 and gfx1012
-/// code that loads librocblas and MIOpen from its own directory.
+/// The GPU code, built once per run ([`rdna1_testkit::debian_code`]).
 pub(crate) fn debian_code(torch_lib: &Path) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("glance");
-        let _ = std::fs::remove_dir_all(&dir);
-        let blas = dir.join("rocblas");
-        std::fs::create_dir_all(&blas).unwrap();
-        let built = rdna1_testkit::fat_library(&blas, &TEN);
-        std::fs::rename(built, blas.join("librocblas.so")).unwrap();
-        let co = dir.join("co");
-        rdna1_testkit::code_objects(&co, &TEN);
-        rdna1_testkit::torch_hip_with_rocblas(
-            &dir.join("hip"),
-            &["gfx1010", "gfx1012"],
-            &blas,
+        rdna1_testkit::debian_code(
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("glance"),
             torch_lib,
-        );
-        dir
+        )
     })
 }
 
@@ -69,59 +49,8 @@ pub(crate) fn debian_torch_in(sb: &Sandbox, version: &str) -> FakeTorch {
 /// As [`debian_torch_in`], in `<root>/<site>`.
 pub(crate) fn debian_torch_at(sb: &Sandbox, site: &str, version: &str) -> FakeTorch {
     let torch = crate::in_place::torch_in(sb, site, version, HIP64, &["gfx1010", "gfx1012"]);
-    let code = debian_code(&torch.lib);
-    std::fs::copy(
-        code.join("hip/libtorch_hip.so"),
-        torch.lib.join("libtorch_hip.so"),
-    )
-    .unwrap();
-    std::fs::copy(
-        code.join("rocblas/librocblas.so"),
-        torch.lib.join("librocblas.so"),
-    )
-    .unwrap();
-    debian_tensile(&torch.lib.join("rocblas/library"), code);
+    rdna1_testkit::bundle_debian_rocblas(&torch.lib, debian_code(&torch.lib));
     torch
-}
-
-/// A Tensile directory `tensile` as Debian's rocBLAS 6.4 has it: 54
-/// generic `*_fallback.dat` catalogues and a code object for each of the
-/// ten targets, none gfx1012 (from [`debian_code`]'s `code`).
-pub(crate) fn debian_tensile(tensile: &Path, code: &Path) {
-    std::fs::create_dir_all(tensile).unwrap();
-    for ty in [
-        "4xi8I", "BB", "BS", "CC", "DD", "HH", "HS", "I8I", "SS", "ZZ",
-    ] {
-        for (i, layout) in [
-            "Ailk_Bljk",
-            "Ailk_Bjlk",
-            "Alik_Bljk",
-            "Alik_Bjlk",
-            "Ailk_Bljk_HPA",
-        ]
-        .iter()
-        .enumerate()
-        {
-            let name = format!(
-                "TensileLibrary_Type_{ty}_Contraction_l_{layout}_Cijk_Dijk_{i}_fallback.dat"
-            );
-            std::fs::write(tensile.join(name), b"\x82\xa4msgpack").unwrap();
-        }
-    }
-    for extra in ["4xi8I_HPA", "BB_HPA", "HH_HPA", "I8I_HPA"] {
-        let name =
-            format!("TensileLibrary_Type_{extra}_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat");
-        std::fs::write(tensile.join(name), b"\x82\xa4msgpack").unwrap();
-    }
-    for arch in TEN {
-        std::fs::copy(
-            code.join("co").join(format!("{arch}.co")),
-            tensile.join(format!(
-                "TensileLibrary_Type_SS_Contraction_l_Ailk_Bljk_Cijk_Dijk_{arch}.co"
-            )),
-        )
-        .unwrap();
-    }
 }
 
 /// Every line of `out` fits in a glance.

@@ -35,7 +35,7 @@ impl BlasSystem {
         std::os::unix::fs::symlink("librocblas.so.4.4.1", st.sys.join("librocblas.so.4")).unwrap();
         std::os::unix::fs::symlink("librocblas.so.4", st.sys.join("librocblas.so")).unwrap();
         let tensile = st.sys.join("rocblas/4.4.1/library");
-        crate::glance::debian_tensile(&tensile, code);
+        rdna1_testkit::debian_tensile(&tensile, code);
         let s = st.sys.display().to_string();
         let rpath = format!("-Wl,-rpath,{s}");
         let built = fat_library_linking(

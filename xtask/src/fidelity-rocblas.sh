@@ -20,7 +20,10 @@ if [ "${1:-}" = resume ] && [ -f "$R/build.txt" ] && ! grep -q "^  Finished" "$R
     echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.txt" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.txt" | tail -1)" >"$R/resumed.txt"
     mv "$R/build.txt" "$R/build-stopped.txt"
 fi
+# The cost lines a resumed run keeps (results_dir empties the .tsv files).
+[ "${1:-}" = resume ] && [ -f "$R/cost.tsv" ] && cp "$R/cost.tsv" "$R/cost.keep"
 results_dir
+[ -f "$R/cost.keep" ] && mv "$R/cost.keep" "$R/cost.tsv"
 rm -f "$R"/*.txt.tmp
 [ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt"
 export RDNA1_PATCH_SYSFS=$F/sysfs
@@ -42,10 +45,56 @@ P=$F/prefix
 if [ "${1:-}" != resume ]; then
     rm -rf "$W" "$P"
 fi
+# measure NAME OUT CMD...: CMD run with its output in OUT, and a line of
+# $R/cost.tsv: name, exit, wall s, CPU s of CMD and every process it
+# waited for, CPU s of the whole machine meanwhile (/proc/stat: anything
+# else running counts too), cores, and the 1-minute load at the start, its
+# mean (sampled every 30 s) and at the end. A build at -j2 is itself a
+# load of about 2 on these 2 cores.
+measure() {
+    local name=$1 out=$2
+    shift 2
+    python3 - "$name" "$R/cost.tsv" "$out" "$@" <<'PY'
+import os, resource, subprocess, sys, threading, time
+name, tsv, out, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def busy():
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+load = lambda: os.getloadavg()[0]
+samples, done = [load()], threading.Event()
+def sample():
+    while not done.wait(30):
+        samples.append(load())
+threading.Thread(target=sample, daemon=True).start()
+t, b = time.monotonic(), busy()
+with open(out, "w") as f:
+    rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT).returncode
+wall, machine = time.monotonic() - t, busy() - b
+done.set()
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(tsv, "a") as f:
+    f.write(f"{name}\t{rc}\t{wall:.0f}\t{u.ru_utime + u.ru_stime:.0f}\t{machine:.0f}\t{os.cpu_count()}"
+            f"\t{samples[0]:.2f}\t{sum(samples) / len(samples):.2f}\t{load():.2f}\n")
+sys.exit(rc)
+PY
+}
+costed() { grep -q "^$1	0	" "$R/cost.tsv" 2>/dev/null; }
+ccache_stats() { # NAME: ccache's counters since the last zeroing
+    { echo "== $1"; ccache -s 2>&1; } >>"$R/ccache.txt"
+}
+
 t=$(now)
-# The plain command; only the paths and the topology are ours.
-rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P" >"$R/build.txt" 2>&1
+# The plain command; only the paths and the topology are ours. Cold: the
+# compiler cache is emptied first (the tool uses ccache when installed).
+if [ "${1:-}" != resume ]; then
+    ccache -C -z >/dev/null 2>&1
+    rm -f "$R/cost.tsv" "$R/ccache.txt"
+fi
+name=tool
+costed tool && name=tool-resumed
+measure $name "$R/build.txt" rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P"
 rc=$?
+ccache_stats "$name"
 step build $rc "$(since "$t")" "rdna1-patch build rocblas --profile rocm-6.4.3 --rocm /usr (gfx1012 topology)"
 [ $rc = 0 ] || exit 1
 
@@ -75,6 +124,7 @@ for f in "$P"/lib/rocblas/library/*.hsaco "$P"/lib/rocblas/library/*.co; do
 done >"$R/targets.tsv"
 du -sb "$P" "$W" /root/.cache/ccache 2>/dev/null | awk '{printf "%s\t%.0f MB\n", $2, $1 / 1e6}' >"$R/disk.tsv"
 
+torch_steps() {
 # A torch of the user's that bundles Debian's real librocblas 6.4.4 and its
 # Tensile directory, its libtorch_hip.so built for gfx1012 by the chroot's
 # clang (so torch itself has code for the card) and loading the bundled
@@ -104,7 +154,7 @@ HIP
 "$(hipconfig --hipclangpath)/clang++" -x hip -nogpulib -nogpuinc -fPIC -shared \
     --offload-arch=gfx1012 "$T/k.hip" -Wl,--no-as-needed -Wl,-rpath,'$ORIGIN' \
     -L"$torch/lib" -l:librocblas.so.4 -l:libMIOpen.so.1 -lamdhip64 -o "$torch/lib/libtorch_hip.so" >"$R/torch-link.txt" 2>&1 ||
-    { step torch 1 0 "libtorch_hip.so did not link: $(head -1 "$R/torch-link.txt")"; exit 0; }
+    { step torch 1 0 "libtorch_hip.so did not link: $(head -1 "$R/torch-link.txt")"; return; }
 snap() { (cd "$torch" && find . -printf '%y %m %p %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 snap >"$T/before.sha256"
 echo "Debian's $(dpkg-query -W -f '${Package} ${Version}' librocblas4): $lib and $tensile ($(ls "$tensile" | wc -l) files), bundled in $torch/lib" >"$R/torch.txt"
@@ -144,5 +194,58 @@ if [ $rc = 0 ]; then
     cmp -s "$T/before.sha256" "$T/after.sha256"
     rc=$?
     step bytes $rc 0 "every file of torch as before the install ($(find "$torch" -type f | wc -l) files by SHA-256, every entry's type, mode and link)"
+fi
+}
+torch_steps
+
+# rocBLAS's own build of the same source, targets and Tensile options:
+# the configure the tool ran (from its log), without the compiler launcher,
+# into a build dir and prefix of its own, then `cmake --build` with the
+# tool's jobs and `cmake --install`; with Tensile's two tool paths, which
+# the tool sets for Debian's layout (rocBLAS finds neither there), and no
+# compiler cache.
+if ! costed own && [ -n "$first" ]; then
+    O=$F/own
+    rm -rf "$O"
+    mkdir -p "$O"
+    read -ra cfg <<<"$(grep -m1 '^\$ cmake -S ' "$first" | cut -c3-)"
+    jobs=$(grep -m1 '^\$ cmake --build ' "$first" | sed -n 's/.*--parallel \([0-9]*\).*/\1/p')
+    args=()
+    for ((i = 1; i < ${#cfg[@]}; i++)); do
+        case ${cfg[i]} in
+        -DCMAKE_*_COMPILER_LAUNCHER=*) ;;
+        -DCMAKE_INSTALL_PREFIX=*) args+=("-DCMAKE_INSTALL_PREFIX=$O/prefix") ;;
+        -B) args+=(-B "$O/build"); i=$((i + 1)) ;;
+        *) args+=("${cfg[i]}") ;;
+        esac
+    done
+    hipdir=$(hipconfig --hipclangpath)
+    {
+        echo "set -e"
+        echo "export CCACHE_DISABLE=1 TENSILE_ROCM_ASSEMBLER_PATH=$hipdir/clang++ TENSILE_ROCM_OFFLOAD_BUNDLER_PATH=$hipdir/clang-offload-bundler"
+        echo "cmake ${args[*]}"
+        echo "cmake --build $O/build --parallel ${jobs:-$(nproc)}"
+        echo "cmake --install $O/build"
+    } >"$O/own.sh"
+    cp "$O/own.sh" "$R/own-command.txt"
+    if [ ${#args[@]} = 0 ]; then
+        step own 1 0 "no configure command in the tool's log $first"
+    else
+        t=$(now)
+        measure own "$R/own-build.txt" bash "$O/own.sh"
+        rc=$?
+        step own $rc "$(since "$t")" "rocBLAS's own cmake build of the same source, targets and options"
+        du -sb "$O/build" | awk '{printf "%s\t%.0f MB\n", $2, $1 / 1e6}' >>"$R/disk.tsv"
+    fi
+fi
+
+# The tool's rebuild from a fresh build dir with its compiler cache warm.
+if ! costed warm; then
+    ccache -z >/dev/null 2>&1
+    t=$(now)
+    measure warm "$R/warm.txt" rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P" --clean
+    rc=$?
+    step warm $rc "$(since "$t")" "rdna1-patch build rocblas --clean (a fresh build dir, ccache warm)"
+    ccache_stats warm
 fi
 exit 0

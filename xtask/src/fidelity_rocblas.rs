@@ -7,6 +7,7 @@
 //! on 2 cores: `--resume` goes on with a stopped one, as the tool's own
 //! advice says. FIDELITY.md's rocblas section is written from the results.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,6 +173,102 @@ fn lines_starting(text: &str, heads: &[&str]) -> String {
         .collect()
 }
 
+/// What each measured build is, by its name in cost.tsv.
+const BUILDS: [(&str, &str); 3] = [
+    (
+        "tool",
+        "the tool's first build: `rdna1-patch build rocblas`, the compiler cache emptied first (the work dir's source fetched in it)",
+    ),
+    (
+        "own",
+        "rocBLAS's own build of the same source, targets and options: the tool's configure line without the launcher, `cmake --build` with the same jobs, `cmake --install`, no compiler cache",
+    ),
+    (
+        "warm",
+        "the tool again with `--clean`: a fresh build dir, the compiler cache warm from its first build",
+    ),
+];
+
+/// Seconds as minutes and seconds.
+fn minutes(secs: &str) -> String {
+    secs.parse::<u64>().map_or_else(
+        |_| secs.to_owned(),
+        |s| format!("{}m {:02}s", s / 60, s % 60),
+    )
+}
+
+/// The three builds' cost (cost.tsv, written by the script's `measure`),
+/// with the compiler cache's counters and rocBLAS's own command; a build
+/// not measured is a failure of the run.
+fn cost_table(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Result<()> {
+    let rows = tsv(&results.join("cost.tsv")).unwrap_or_default();
+    writeln!(
+        s,
+        "\nWhat the builds cost, each measured alone (wall and CPU time; the build's CPU is its own and its children's; the machine's is every core's busy time meanwhile, other work included; a build at -j2 is itself a load of about 2 on 2 cores):\n"
+    )?;
+    s.push_str("| build | exit | wall | CPU, the build's | CPU, the machine's | cores | load at start / mean / end |\n|---|---|---|---|---|---|---|\n");
+    let mut wall = BTreeMap::new();
+    for (name, what) in BUILDS {
+        let found: Vec<&Vec<String>> = rows
+            .iter()
+            .filter(|r| r[0] == name || r[0] == format!("{name}-resumed"))
+            .collect();
+        if found.is_empty() {
+            failures.push(format!("rocblas: the {name} build was not measured"));
+        }
+        for r in found {
+            let f = |i: usize| r.get(i).map_or("", String::as_str);
+            if r[0] == name && f(1) == "0" {
+                if let Ok(w) = f(2).parse::<f64>() {
+                    wall.insert(name, w);
+                }
+            } else if f(1) != "0" {
+                failures.push(format!("rocblas: the {} build exited {}", r[0], f(1)));
+            }
+            let resumed = if r[0] == name {
+                ""
+            } else {
+                " (resumed: its rest only)"
+            };
+            writeln!(
+                s,
+                "| {what}{resumed} | {} | {} | {} | {} | {} | {} / {} / {} |",
+                f(1),
+                minutes(f(2)),
+                minutes(f(3)),
+                minutes(f(4)),
+                f(5),
+                f(6),
+                f(7),
+                f(8)
+            )?;
+        }
+    }
+    if let (Some(t), Some(o)) = (wall.get("tool"), wall.get("own")) {
+        writeln!(
+            s,
+            "\nThe tool's first build took {:.2}x rocBLAS's own.",
+            t / o
+        )?;
+    }
+    if let (Some(t), Some(w)) = (wall.get("tool"), wall.get("warm")) {
+        writeln!(s, "\nThe warm rebuild took {:.2}x the first build.", w / t)?;
+    }
+    let ccache = std::fs::read_to_string(results.join("ccache.txt")).unwrap_or_default();
+    let counters = lines_starting(&ccache, &["==", "Hits:", "Misses:", "Cacheable calls:"]);
+    if !counters.is_empty() {
+        writeln!(
+            s,
+            "\nccache's counters after each build of the tool:\n\n```\n{counters}```"
+        )?;
+    }
+    let own = std::fs::read_to_string(results.join("own-command.txt")).unwrap_or_default();
+    if !own.is_empty() {
+        writeln!(s, "\nrocBLAS's own build, as run:\n\n```\n{own}```")?;
+    }
+    Ok(())
+}
+
 fn write_section(root: &Path, results: &Path) -> Result<()> {
     let read = |name: &str| std::fs::read_to_string(results.join(name)).unwrap_or_default();
     let mut s = String::new();
@@ -205,6 +302,7 @@ fn write_section(root: &Path, results: &Path) -> Result<()> {
             row.get(1).map_or("", String::as_str)
         )?;
     }
+    cost_table(&mut s, results, &mut failures)?;
     let build = read("build.txt");
     writeln!(
         s,
@@ -295,4 +393,58 @@ fn write_section(root: &Path, results: &Path) -> Result<()> {
         bail!("{}", failures.join("; "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results(cost: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cost.tsv"), cost).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_three_builds_and_their_ratios() {
+        let dir = results(
+            "tool\t0\t3000\t5800\t5900\t2\t0.20\t2.10\t2.05\n\
+             own\t0\t2500\t4900\t5000\t2\t1.90\t2.00\t2.01\n\
+             warm\t0\t600\t1100\t1150\t2\t1.80\t1.95\t1.20\n",
+        );
+        let mut s = String::new();
+        let mut failures = Vec::new();
+        cost_table(&mut s, dir.path(), &mut failures).unwrap();
+        assert!(failures.is_empty(), "{failures:?}");
+        assert!(
+            s.contains("| 0 | 50m 00s | 96m 40s | 98m 20s | 2 | 0.20 / 2.10 / 2.05 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("The tool's first build took 1.20x rocBLAS's own."),
+            "{s}"
+        );
+        assert!(
+            s.contains("The warm rebuild took 0.20x the first build."),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn a_build_missing_or_failed_fails_the_run() {
+        let dir =
+            results("tool-resumed\t0\t30\t50\t60\t2\t1\t1\t1\nwarm\t2\t10\t5\t6\t2\t1\t1\t1\n");
+        let mut s = String::new();
+        let mut failures = Vec::new();
+        cost_table(&mut s, dir.path(), &mut failures).unwrap();
+        assert_eq!(
+            failures,
+            [
+                "rocblas: the own build was not measured",
+                "rocblas: the warm build exited 2"
+            ]
+        );
+        assert!(s.contains("(resumed: its rest only)"), "{s}");
+        assert!(!s.contains("x rocBLAS's own"), "{s}");
+    }
 }

@@ -83,6 +83,8 @@ pub fn rollback(
     }
     // Lock every torch concerned, and check every backup, before changing anything.
     let mut held = Vec::new();
+    // A set's backup as it was read and checked, for its undo.
+    let mut checked = std::collections::HashMap::new();
     for j in &chosen {
         // One lock per directory: a second flock on it from this process
         // would conflict with the first.
@@ -94,7 +96,11 @@ pub fn rollback(
             ensure_root_may_change(&j.torch.target)?;
             match (&j.system, &j.set) {
                 (Some(_), _) => super::system::check_needs(j)?,
-                (None, Some(_)) => super::set::check_backups(locked, j)?,
+                (None, Some(_)) => {
+                    if let Some(entries) = super::set::check_backups(locked, j)? {
+                        checked.insert(j.id, entries);
+                    }
+                }
                 (None, None) => check_backup(j)?,
             }
         }
@@ -109,7 +115,7 @@ pub fn rollback(
         if !live(&j, torch) {
             continue;
         }
-        let already = undo(locked, &mut j, &all)?;
+        let already = undo(locked, &mut j, &all, checked.remove(&id))?;
         let inherited = j.inherits;
         done.push((j, already));
         // Its original is the one the transaction it replaced kept.
@@ -182,8 +188,14 @@ fn live(j: &Journal, torch: Option<&Path>) -> bool {
     matches!(j.state, State::Installed | State::Replaced) && mine(j, torch)
 }
 
-/// Put `j`'s original back; true when it already was.
-pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<bool> {
+/// Put `j`'s original back; true when it already was. `checked`: a set's
+/// backup as `rollback` read it.
+pub(super) fn undo(
+    locked: &Locked,
+    j: &mut Journal,
+    all: &[Journal],
+    checked: Option<Vec<super::tree::Entry>>,
+) -> Result<bool> {
     if j.system.is_some() {
         return super::system::undo(locked, j);
     }
@@ -224,7 +236,7 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal, all: &[Journal]) -> Result<
         ));
     }
     if j.set.is_some() {
-        return super::set::undo(locked, j);
+        return super::set::undo(locked, j, checked);
     }
     // `rollback` checked the backup before changing anything; what is
     // checked here is the copy about to take the library's name.

@@ -347,15 +347,15 @@ fn remove_made_parent(j: &Journal) {
 
 /// The backups a rollback restores from must be the originals the
 /// transaction saved: the library's, and the directory's.
-pub(super) fn check_backups(locked: &Locked, j: &Journal) -> Result<()> {
+pub(super) fn check_backups(locked: &Locked, j: &Journal) -> Result<Option<Vec<Entry>>> {
     super::journal::check_backup(j)?;
     let Some(rec) = &set_of(j).original else {
-        return Ok(());
+        return Ok(None);
     };
     let backup = locked.state.tree_backup_path(&rec.digest);
-    let got = tree::found(&backup, &[rec], jobs())?;
+    let (got, entries) = tree::found_read(&backup, &[rec], jobs())?.unzip();
     if got.as_ref() == Some(rec) {
-        return Ok(());
+        return Ok(entries.flatten());
     }
     Err(hint(
         format!(
@@ -380,7 +380,10 @@ pub(super) fn check_backups(locked: &Locked, j: &Journal) -> Result<()> {
 
 /// Put the set's originals back, once `rollback::undo` found torch holds
 /// the set `j` installed and its library is still what torch loads.
-pub(super) fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
+/// `checked`: the backup's entries as [`check_backups`] read them in this
+/// run, under the same lock; staging reads every file back against them,
+/// so the backup is not read a third time.
+pub(super) fn undo(locked: &Locked, j: &mut Journal, checked: Option<Vec<Entry>>) -> Result<bool> {
     let set = set_of(j).clone();
     let lib_dir = j.torch.target.parent().unwrap_or(Path::new("/")).to_owned();
     let (lib_temp, dir_temp) = (j.temp(true), temp_path(&set.dir, j.id, true));
@@ -398,7 +401,10 @@ pub(super) fn undo(locked: &Locked, j: &mut Journal) -> Result<bool> {
         }
         if let Some(rec) = &set.original {
             let backup = locked.state.tree_backup_path(&rec.digest);
-            let entries = tree::read(&backup, jobs())?;
+            let entries = match checked {
+                Some(entries) => entries,
+                None => tree::read(&backup, jobs())?,
+            };
             if tree::record(&entries) != *rec {
                 bail!(
                     "the backup {} changed since it was checked",

@@ -153,6 +153,15 @@ pub fn record(entries: &[Entry]) -> TreeRec {
 /// is. A count or size that matches none of `known` is told without
 /// reading a byte.
 pub fn found(dir: &Path, known: &[&TreeRec], jobs: usize) -> Result<Option<TreeRec>> {
+    Ok(found_read(dir, known, jobs)?.map(|(rec, _)| rec))
+}
+
+/// As [`found`], with the entries when every file was read.
+pub fn found_read(
+    dir: &Path,
+    known: &[&TreeRec],
+    jobs: usize,
+) -> Result<Option<(TreeRec, Option<Vec<Entry>>)>> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).at("read", dir),
@@ -163,13 +172,15 @@ pub fn found(dir: &Path, known: &[&TreeRec], jobs: usize) -> Result<Option<TreeR
     let files = walked.iter().filter(|(e, _)| e.md5.is_some()).count();
     let bytes = walked.iter().map(|(e, _)| e.size).sum();
     if !known.iter().any(|k| k.files == files && k.bytes == bytes) {
-        return Ok(Some(TreeRec {
+        let rec = TreeRec {
             digest: String::new(),
             files,
             bytes,
-        }));
+        };
+        return Ok(Some((rec, None)));
     }
-    Ok(Some(record(&read(dir, jobs)?)))
+    let entries = read(dir, jobs)?;
+    Ok(Some((record(&entries), Some(entries))))
 }
 
 /// A path of an entry, checked to stay under the root it is joined to.

@@ -5,12 +5,14 @@
 //! packages with real ELF libraries.
 
 pub mod ccob;
+mod debian;
 pub mod figures;
 pub mod registry;
 mod rocblas;
 mod rocm_sdk;
 mod wheel;
 
+pub use debian::{DEBIAN_ROCBLAS_TARGETS, bundle_debian_rocblas, debian_code, debian_tensile};
 pub use rocblas::{RocblasFixture, TENSILE_TAG};
 pub use rocm_sdk::{FakeRocmSdk, SdkShape, TORCH_PRELOADS, record_hash};
 pub use wheel::{torch_wheel, vision_wheel};

@@ -20,6 +20,7 @@ mod libraries;
 mod md5;
 pub(crate) mod measure;
 mod miopen;
+mod rocblas;
 mod shared;
 mod tensile;
 
@@ -110,6 +111,11 @@ const GROUPS: &[Group] = &[
         name: "tensile",
         what: "doctor with a Tensile directory of 1,000,000 files, against find",
         rows: tensile::rows,
+    },
+    Group {
+        name: "rocblas",
+        what: "install rocblas --into-torch and rollback with a 1 GB Tensile directory",
+        rows: rocblas::rows,
     },
     Group {
         name: "help",
