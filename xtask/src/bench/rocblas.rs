@@ -1,11 +1,12 @@
 //! `cargo xtask bench --only rocblas`: `install rocblas --into-torch` of
 //! the fixture's rocBLAS build (tests/fixtures/rocblas-mini, built for an
 //! RX 5500 XT by the tool itself) into a torch bundling rocBLAS as Debian
-//! lays it out, its Tensile directory grown to 1 GB as a wheel's is (100
-//! code objects for gfx1030 of 10 MB each, random bytes after their sections beside Debian's generic
-//! catalogues), and the `rollback` that puts it back; each against `cp -a`
-//! of that directory and `md5sum` of every file in the copy. Both read the
-//! 1 GB twice: the install hashes torch's originals for the journal, then
+//! lays it out, its Tensile directory grown to 1 GB as Debian's is (1.05
+//! GB in 970 code objects and 379 catalogues): 1,000 code objects for
+//! gfx1030 of 1 MB each, random bytes after their sections, beside
+//! Debian's generic catalogues; and the `rollback` that puts it back.
+//! Each against `cp -a` of that directory and `md5sum` of every file in
+//! the copy. Both read the 1 GB twice: the install hashes torch's originals for the journal, then
 //! reads back the backup it linked from them; the rollback checks the
 //! backup against the journal before changing anything, then reads back
 //! the directory it staged from it.
@@ -19,8 +20,8 @@ use anyhow::{Result, bail};
 use super::measure::{Row, Stats, quiet, time_after, write_random};
 
 /// The Tensile directory's size, in code objects of `PAD` bytes each.
-const FILES: usize = 100;
-const PAD: usize = 10_000_000;
+const FILES: usize = 1_000;
+const PAD: usize = 1_000_000;
 
 pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     eprintln!("bench: install rocblas --into-torch with a 1 GB Tensile directory");
@@ -174,7 +175,7 @@ fn grow(dir: &Path, co: &Path, tensile: &Path) -> Result<()> {
         bytes.extend(std::fs::read(&pad)?);
         std::fs::write(
             tensile.join(format!(
-                "TensileLibrary_Type_HH_Contraction_l_Alik_Bljk_Cijk_Dijk_{i:03}_gfx1030.co"
+                "TensileLibrary_Type_HH_Contraction_l_Alik_Bljk_Cijk_Dijk_{i:04}_gfx1030.co"
             )),
             bytes,
         )?;
