@@ -90,8 +90,15 @@ if [ "${1:-}" != resume ]; then
     ccache -C -z >/dev/null 2>&1
     rm -f "$R/cost.tsv" "$R/ccache.txt"
 fi
+# Resumed: after a measured build, the command again finds nothing to do
+# (the no-op rebuild); after a stopped one, it builds the rest.
 name=tool
-costed tool && name=tool-resumed
+if costed tool; then
+    name=noop
+    sed -i '/^noop	/d' "$R/cost.tsv"
+elif [ "${1:-}" = resume ]; then
+    name=tool-resumed
+fi
 measure $name "$R/build.txt" rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P"
 rc=$?
 ccache_stats "$name"
@@ -223,7 +230,8 @@ if ! costed own && [ -n "$first" ]; then
     {
         echo "set -e"
         echo "export CCACHE_DISABLE=1 TENSILE_ROCM_ASSEMBLER_PATH=$hipdir/clang++ TENSILE_ROCM_OFFLOAD_BUNDLER_PATH=$hipdir/clang-offload-bundler"
-        echo "cmake ${args[*]}"
+        # Quoted: CMAKE_PREFIX_PATH's list has a ';'.
+        echo "cmake $(printf '%q ' "${args[@]}")"
         echo "cmake --build $O/build --parallel ${jobs:-$(nproc)}"
         echo "cmake --install $O/build"
     } >"$O/own.sh"
@@ -232,6 +240,7 @@ if ! costed own && [ -n "$first" ]; then
         step own 1 0 "no configure command in the tool's log $first"
     else
         t=$(now)
+        sed -i '/^own	/d' "$R/cost.tsv"
         measure own "$R/own-build.txt" bash "$O/own.sh"
         rc=$?
         step own $rc "$(since "$t")" "rocBLAS's own cmake build of the same source, targets and options"
@@ -242,6 +251,7 @@ fi
 # The tool's rebuild from a fresh build dir with its compiler cache warm.
 if ! costed warm; then
     ccache -z >/dev/null 2>&1
+    sed -i '/^warm	/d' "$R/cost.tsv"
     t=$(now)
     measure warm "$R/warm.txt" rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P" --clean
     rc=$?

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::fidelity_harness::{HARNESS, copy_tree};
+use crate::fidelity_harness::{HARNESS, copy_tree, put_script};
 use crate::fidelity_render::{put_section, render};
 use crate::rocm_env;
 
@@ -103,8 +103,8 @@ pub fn fidelity(root: &Path, args: &[String]) -> Result<()> {
     let env = rocm_env::ensure(root)?;
     let fid = env.chroot.join("fid");
     std::fs::create_dir_all(&fid)?;
-    std::fs::write(fid.join("fidelity.sh"), SCRIPT)?;
-    std::fs::write(fid.join("bn-kernels.sh"), HARNESS)?;
+    put_script(&fid.join("fidelity.sh"), SCRIPT)?;
+    put_script(&fid.join("bn-kernels.sh"), HARNESS)?;
     copy_tree(&root.join("patches/compat"), &fid.join("compat"))?;
     let mode = match (full, resume) {
         (true, true) => " full resume",
@@ -218,7 +218,7 @@ fn fidelity_release(root: &Path, version: &str) -> Result<()> {
         ("apply_release.py", APPLY),
         ("release_hip.py", HIP),
     ] {
-        std::fs::write(fid.join(name), text)?;
+        put_script(&fid.join(name), text)?;
     }
     copy_tree(
         &root.join("patches/miopen/bn-gfx101x"),

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::fidelity_harness::{HARNESS, copy_tree};
+use crate::fidelity_harness::{HARNESS, copy_tree, put_script};
 use crate::fidelity_render::{put_section, steps_table, toolchain_table, tsv};
 use crate::rocm_env;
 
@@ -23,7 +23,7 @@ pub fn system(root: &Path) -> Result<()> {
     let env = rocm_env::ensure(root)?;
     let fid = env.chroot.join("fid");
     std::fs::create_dir_all(&fid)?;
-    std::fs::write(fid.join("fidelity-system.sh"), SYSTEM_SCRIPT)?;
+    put_script(&fid.join("fidelity-system.sh"), SYSTEM_SCRIPT)?;
     let ran = env.run(
         root,
         None,
@@ -80,7 +80,7 @@ pub fn upstream(root: &Path, dir: &Path) -> Result<()> {
         ("fidelity-upstream.sh", UPSTREAM_SCRIPT),
         ("bn-kernels.sh", HARNESS),
     ] {
-        std::fs::write(fid.join(name), text)?;
+        put_script(&fid.join(name), text)?;
     }
     env.run(root, None, "bash /fid/fidelity-upstream.sh")?;
     let results = up.join("results");
