@@ -404,3 +404,23 @@ fn a_rocm_without_llvm_bin_asks_hipconfig_once() {
         rb.rocm.display()
     ));
 }
+
+/// A profile's measured cost is said before the build, its no-op rebuild
+/// too where that is not seconds (rocBLAS's build checks Tensile's
+/// generated files each time).
+#[test]
+fn the_dry_run_says_the_measured_cost_and_a_slow_no_op_rebuild() {
+    let (sb, rb) = sandbox();
+    rb.write_profile(|t| {
+        t.replace(
+            "[components.rocblas.with.tensile]",
+            "[components.rocblas.cost]\ntime = \"about 35 minutes\"\ndisk = \"about 1.6 GB\"\nrebuild = \"about a minute\"\n\n[components.rocblas.with.tensile]",
+        )
+    });
+    let run = build(&sb, &rb, &["--dry-run"], None).ok();
+    run.prints(&format!(
+        "cost:      compiling rocBLAS takes about 35 minutes the first time (a no-op rebuild, about a minute) and about 1.6 GB in {} (`rdna1-patch doctor --profile {}` checks the space); a published build, if one were found, would take seconds\n",
+        rb.work.join("rocblas-mini/rocblas").display(),
+        rb.profile.display()
+    ));
+}

@@ -139,14 +139,20 @@ impl BuildPlan<'_> {
         let at = self.dirs.build.parent().unwrap_or(&self.dirs.build);
         let time = self.component.cost.as_ref().map(|c| &c.time);
         let disk = self.component.cost.as_ref().and_then(|c| c.disk.as_ref());
+        let rebuild = self
+            .component
+            .cost
+            .as_ref()
+            .and_then(|c| c.rebuild.as_deref())
+            .unwrap_or("seconds");
         match (time, disk) {
             (Some(time), Some(disk)) => format!(
-                "compiling {} takes {time} the first time (a no-op rebuild, seconds) and {disk} in {} (`rdna1-patch doctor` checks the space)",
+                "compiling {} takes {time} the first time (a no-op rebuild, {rebuild}) and {disk} in {} (`rdna1-patch doctor` checks the space)",
                 self.project(),
                 at.display()
             ),
             (Some(time), None) => format!(
-                "compiling {} takes {time} the first time (a no-op rebuild, seconds); its disk use in {} is not yet measured",
+                "compiling {} takes {time} the first time (a no-op rebuild, {rebuild}); its disk use in {} is not yet measured",
                 self.project(),
                 at.display()
             ),

@@ -143,6 +143,10 @@ pub struct Cost {
     /// Unset until measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<String>,
+    /// A no-op rebuild's time, where it is not seconds (rocBLAS's build
+    /// checks Tensile's generated files again each time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
