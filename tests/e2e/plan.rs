@@ -282,7 +282,7 @@ help: install the torch built for gfx1011: `{line}`, then run this again (then r
 }
 
 /// What rocBLAS's step says, for an RX 5500 XT: its build, with its time.
-const ROCBLAS_BUILD: &str = "build rocBLAS for gfx1012 with its Tensile kernels, about 35 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]`";
+const ROCBLAS_BUILD: &str = "build rocBLAS for gfx1012 with its Tensile kernels, about 25 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]`";
 
 /// A torch its user built (`2.6.0a0+git...`) with gfx1012 code, whose
 /// bundled rocBLAS has none (ten other targets, gfx1010 among them), on
@@ -297,7 +297,7 @@ fn a_rocblas_without_the_cards_code_is_a_step_before_miopens() {
     sb.set_gpus(gpus("rx5500xt-gfx1012"));
     let torch = crate::glance::debian_torch_in(&sb, "2.6.0a0+git1eba9b3");
     let run = doctor(&sb, &["--detail"]).check_fails();
-    let rocblas_step = "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]` (about 35 minutes on 2 cores for one card (more for each further card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions))";
+    let rocblas_step = "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]` (about 25 minutes on 2 cores for one card (more for each further card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions))";
     let miopen_step = "MIOpen's batch-norm fix for gfx1012: `rdna1-patch install --into-torch[..]`";
     assert!(
         line_matches(
@@ -376,7 +376,7 @@ fn a_pytorch_org_torch_gets_both_ways_for_rocblas() {
     let run = doctor(&sb, &["--detail"]).check_fails();
     // The first line, the route row and its steps, as text.
     let rocblas_step = format!(
-        "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]` (about 35 minutes on 2 cores for one card (more for each further card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions)); or the torch for gfx1012: `{}` (a download of about 4 GB, no build)",
+        "step 1 of 2: rocBLAS for gfx1012: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]` (about 25 minutes on 2 cores for one card (more for each further card); fixes every matmul on gfx1012 (mm, bmm, linear, addmm, einsum, MIOpen's GEMM convolutions)); or the torch for gfx1012: `{}` (a download of about 4 GB, no build)",
         torch_line(&["gfx1012"])
     );
     let mut top: Vec<&str> = run.stdout.lines().take(5).collect();

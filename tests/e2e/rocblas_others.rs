@@ -114,7 +114,7 @@ fn doctor_offers_the_rocblas_build_to_a_torch_its_user_built_only() {
     for f in fixes {
         assert!(
             crate::support_run::line_matches(
-                "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 35 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch --state-dir [..]`; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this again",
+                "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 25 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3`, then `rdna1-patch install rocblas --into-torch --state-dir [..]`; or, in place of this torch, TheRock's torch for gfx1012 (a download of about 4 GB, no build): `pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\" \"torchvision[device-gfx1012]\"`, then run this again",
                 f
             ),
             "{f}"

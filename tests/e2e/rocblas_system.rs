@@ -167,7 +167,7 @@ fn a_torch_on_the_systems_rocblas_gets_a_copy_beside_it_and_gives_it_back() {
 
 /// The fix doctor gives a torch its user built, whose rocBLAS has no code
 /// for the RX 5500 XT's gfx1012.
-pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 35 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]`";
+pub(crate) const BUILD_ROUTE: &str = "                fix: build rocBLAS for gfx1012 with its Tensile kernels, about 25 minutes on 2 cores for one card (more for each further card), and put it under this torch as one reversible transaction: `rdna1-patch build rocblas --profile rocm-6.4.3[..]`, then `rdna1-patch install rocblas --into-torch[..]`";
 
 /// The `library`/`tensile` rows of rocBLAS in `doctor`'s whole report,
 /// each with its detail lines.

@@ -20,10 +20,15 @@ if [ "${1:-}" = resume ] && [ -f "$R/build.txt" ] && ! grep -q "^  Finished" "$R
     echo "$(grep -o '\[[0-9]*/[0-9]*\]' "$R/build.txt" | tail -1) built, then: $(grep -o 'was stopped: .*' "$R/build.txt" | tail -1)" >"$R/resumed.txt"
     mv "$R/build.txt" "$R/build-stopped.txt"
 fi
-# The cost lines a resumed run keeps (results_dir empties the .tsv files).
+# The cost lines a resumed run keeps (results_dir empties the .tsv files),
+# but those of the builds named in $REDO, measured again (`--redo NAME`).
 [ "${1:-}" = resume ] && [ -f "$R/cost.tsv" ] && cp "$R/cost.tsv" "$R/cost.keep"
 results_dir
 [ -f "$R/cost.keep" ] && mv "$R/cost.keep" "$R/cost.tsv"
+redo() { case " ${REDO:-} " in *" $1 "*) return 0 ;; esac; return 1; }
+for name in ${REDO:-}; do
+    sed -i "/^$name\t/d" "$R/cost.tsv" 2>/dev/null
+done
 rm -f "$R"/*.txt.tmp
 [ "${1:-}" = resume ] || rm -f "$R/resumed.txt" "$R/build-stopped.txt"
 export RDNA1_PATCH_SYSFS=$F/sysfs
@@ -42,7 +47,7 @@ echo "Debian's rocblas_6.4.4.orig.tar.gz from the profile's URL (its SHA-256 pin
 
 W=$F/work
 P=$F/prefix
-if [ "${1:-}" != resume ]; then
+if [ "${1:-}" != resume ] || redo tool; then
     rm -rf "$W" "$P"
 fi
 # measure NAME OUT CMD...: CMD run with its output in OUT, and a line of
@@ -79,8 +84,8 @@ sys.exit(rc)
 PY
 }
 costed() { grep -q "^$1	0	" "$R/cost.tsv" 2>/dev/null; }
-ccache_stats() { # NAME: ccache's counters since the last zeroing
-    { echo "== $1"; ccache -s 2>&1; } >>"$R/ccache.txt"
+ccache_stats() { # NAME: ccache's counters over that build (zeroed before it)
+    ccache -s >"$R/ccache-$1.txt" 2>&1
 }
 
 t=$(now)
@@ -88,12 +93,18 @@ t=$(now)
 # compiler cache is emptied first (the tool uses ccache when installed).
 if [ "${1:-}" != resume ]; then
     ccache -C -z >/dev/null 2>&1
-    rm -f "$R/cost.tsv" "$R/ccache.txt"
+    rm -f "$R/cost.tsv" "$R"/ccache-*.txt
+elif redo tool; then
+    ccache -C -z >/dev/null 2>&1
+else
+    ccache -z >/dev/null 2>&1
 fi
 # Resumed: after a measured build, the command again finds nothing to do
 # (the no-op rebuild); after a stopped one, it builds the rest.
 name=tool
-if costed tool; then
+if redo tool; then
+    :
+elif costed tool; then
     name=noop
     sed -i '/^noop	/d' "$R/cost.tsv"
 elif [ "${1:-}" = resume ]; then

@@ -37,18 +37,27 @@ fn pinned_tensile(root: &Path) -> Result<String> {
 pub fn rocblas(root: &Path, args: &[String]) -> Result<()> {
     let mut mirror = None;
     let mut resume = false;
+    let mut redo: Vec<String> = Vec::new();
     let mut render_only = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--rocblas" => {}
             "--resume" => resume = true,
+            "--redo" => {
+                let name = it.next().context("--redo tool|own|warm")?;
+                if !BUILDS.iter().any(|(n, _, _)| n == name) {
+                    bail!("--redo {name}: expected tool, own or warm");
+                }
+                redo.push(name.clone());
+                resume = true;
+            }
             "--render-only" => render_only = true,
             "--tensile-mirror" => {
                 mirror = Some(PathBuf::from(it.next().context("--tensile-mirror GITDIR")?));
             }
             other => bail!(
-                "unknown argument {other}: cargo xtask fidelity --rocblas --tensile-mirror GITDIR [--resume | --render-only]"
+                "unknown argument {other}: cargo xtask fidelity --rocblas --tensile-mirror GITDIR [--resume | --redo tool|own|warm | --render-only]"
             ),
         }
     }
@@ -64,13 +73,16 @@ pub fn rocblas(root: &Path, args: &[String]) -> Result<()> {
         let _ = std::fs::remove_dir_all(&sysfs);
         copy_tree(&root.join("tests/fixtures/sysfs/rx5500xt-gfx1012"), &sysfs)?;
         serve_tensile(root, mirror.as_deref(), &rb.join("tensile.git"))?;
-        let cmd = if resume {
-            "bash /fid/fidelity-rocblas.sh resume"
-        } else {
-            "bash /fid/fidelity-rocblas.sh"
+        let cmd = match (resume, redo.is_empty()) {
+            (true, true) => "bash /fid/fidelity-rocblas.sh resume".to_owned(),
+            (true, false) => format!(
+                "REDO='{}' bash /fid/fidelity-rocblas.sh resume",
+                redo.join(" ")
+            ),
+            _ => "bash /fid/fidelity-rocblas.sh".to_owned(),
         };
         let _daemon = Daemon::serve(&rb)?;
-        env.run(root, None, cmd)?;
+        env.run(root, None, &cmd)?;
     }
     write_section(root, &rb.join("results"))
 }
@@ -264,8 +276,28 @@ fn cost_table(s: &mut String, results: &Path, failures: &mut Vec<String>) -> Res
     if let (Some(t), Some(w)) = (wall.get("tool"), wall.get("warm")) {
         writeln!(s, "\nThe warm rebuild took {:.2}x the first build.", w / t)?;
     }
-    let ccache = std::fs::read_to_string(results.join("ccache.txt")).unwrap_or_default();
-    let counters = lines_starting(&ccache, &["==", "Hits:", "Misses:", "Cacheable calls:"]);
+    // Each build's summary (ccache-NAME.txt), not the local storage's
+    // repeat of it.
+    let mut counters = String::new();
+    for (name, _, _) in BUILDS {
+        let Ok(text) = std::fs::read_to_string(results.join(format!("ccache-{name}.txt"))) else {
+            continue;
+        };
+        counters.push_str(&format!("== {name}\n"));
+        for line in text.lines() {
+            let l = line.trim_start();
+            if l.starts_with("Local storage:") {
+                break;
+            }
+            if ["Hits:", "Misses:", "Cacheable calls:"]
+                .iter()
+                .any(|h| l.starts_with(h))
+            {
+                counters.push_str(line);
+                counters.push('\n');
+            }
+        }
+    }
     if !counters.is_empty() {
         writeln!(
             s,
@@ -438,6 +470,19 @@ mod tests {
             s.contains("The warm rebuild took 0.20x the first build."),
             "{s}"
         );
+    }
+
+    #[test]
+    fn ccache_counters_once_per_build() {
+        let dir = results("tool\t0\t3000\t5800\t5900\t2\t0.20\t2.10\t2.05\n");
+        std::fs::write(
+            dir.path().join("ccache-tool.txt"),
+            "Cacheable calls:    475 / 475 (100.0%)\n  Hits:               0 / 475 ( 0.00%)\n  Misses:           475 / 475 (100.0%)\nLocal storage:\n  Hits:               0 / 475 ( 0.00%)\n  Misses:           475 / 475 (100.0%)\n",
+        )
+        .unwrap();
+        let mut s = String::new();
+        cost_table(&mut s, dir.path(), &mut Vec::new()).unwrap();
+        assert_eq!(s.matches("Misses:").count(), 1, "{s}");
     }
 
     #[test]
