@@ -109,9 +109,11 @@ tasks:
              --release VERSION
              --upstream DIR (upstream's texts, read from the index)
              --system (the system route on Debian's libmiopen1)
-             --rocblas --tensile-mirror GITDIR [--resume | --render-only]
-               (real rocBLAS 6.4.4 for gfx1012 through `build rocblas`, into
-               a torch bundling Debian's librocblas, and back; about an hour)
+             --rocblas --tensile-mirror GITDIR [--resume | --redo BUILD |
+               --render-only] (real rocBLAS 6.4.4 for gfx1012 through `build
+               rocblas`, into a torch bundling Debian's librocblas, and back;
+               its cost beside rocBLAS's own build and a warm rebuild; about
+               50 minutes; --redo tool|own|warm measures one build again)
              --ccob (the tests' compressed offload bundles, versions 1-3,
                listed by the chroot's clang-offload-bundler)
              --hip-front-end (the e2e test of the HIP proof by hipRTC's

@@ -159,6 +159,12 @@ impl Env {
     pub fn run(&self, root: &Path, src: Option<&Path>, cmd: &str) -> Result<()> {
         run(crate::cargo().args(["build", "--quiet", "--release", "--bin", "rdna1-patch"]))?;
         let bin = root.join("target/release/rdna1-patch");
+        run(&mut self.command(&bin, src, cmd)?)
+    }
+
+    /// What [`Env::run`] runs, with `bin` as the chroot's rdna1-patch:
+    /// for a caller that times it or reads its output.
+    pub fn command(&self, bin: &Path, src: Option<&Path>, cmd: &str) -> Result<Command> {
         let c = &self.chroot;
         std::fs::create_dir_all(c.join("src"))?;
         let target_bin = c.join("usr/local/bin/rdna1-patch");
@@ -168,7 +174,7 @@ impl Env {
         let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
         let mut script = format!(
             "set -e\nmount --bind {} {}\nmount -t proc proc {}\n",
-            q(&bin),
+            q(bin),
             q(&target_bin),
             q(&c.join("proc"))
         );
@@ -183,9 +189,11 @@ impl Env {
             q(c),
             q(Path::new(cmd))
         ));
-        run(Command::new("unshare")
+        let mut unshare = Command::new("unshare");
+        unshare
             .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
-            .arg(script))
+            .arg(script);
+        Ok(unshare)
     }
 }
 

@@ -37,7 +37,80 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
         return Ok(Vec::new());
     }
     eprintln!("bench: the diagnosis of {}", lib.display());
-    diagnosis(cx, &lib)
+    let mut rows = diagnosis(cx, &lib)?;
+    rows.extend(in_chroot(cx)?);
+    Ok(rows)
+}
+
+/// Where `cargo xtask fidelity --release 7.2.4` leaves its torch, in the
+/// experimental chroot: Debian's libMIOpen 7.2.4 with the suite's comgr 3
+/// and hipRTC 7.2 beside it, as a 7.2.4 user has them.
+const RELEASE_724_TORCH: &str = "/fid/release-7.2.4/site/torch";
+
+/// The 7.2.4 row, run in the experimental rocm-env chroot (comgr 3,
+/// hipRTC 7.2), as the fidelity runs are: `install --into-torch
+/// --in-place --dry-run` cold (that torch has no GPU code of its own, so
+/// doctor does not judge in place there), against its floor from the
+/// same command on one core. Not run (and said) without that chroot.
+fn in_chroot(cx: &super::Bench) -> Result<Vec<Row>> {
+    let chroot = cx.root.join("target/rocm-env/chroot-experimental");
+    if !chroot
+        .join(RELEASE_724_TORCH.trim_start_matches('/'))
+        .join("lib/libMIOpen.so")
+        .exists()
+    {
+        eprintln!(
+            "bench: no 7.2.4 torch in {}: the 7.2.4 row is not run (run `cargo xtask fidelity --release 7.2.4` first)",
+            chroot.display()
+        );
+        return Ok(Vec::new());
+    }
+    eprintln!("bench: the diagnosis of Debian's libMIOpen 7.2.4 in the experimental chroot");
+    let env = crate::rocm_env::Env { chroot };
+    // Cold: the chroot's home cache emptied first; state and prefix the
+    // bench's own, which the dry run does not write.
+    let command = || {
+        env.command(
+            cx.bin,
+            None,
+            &format!(
+                "rm -rf \"${{XDG_CACHE_HOME:-$HOME/.cache}}/rdna1-patch\" /fid/bench && rdna1-patch install --detail --into-torch --in-place --dry-run --profile rocm-7.2 --prefix /fid/bench/prefix --state-dir /fid/bench/state --torch-dir {RELEASE_724_TORCH}"
+            ),
+        )
+    };
+    let proven = |out: &Output| {
+        out.status.success()
+            && (String::from_utf8_lossy(&out.stderr) + String::from_utf8_lossy(&out.stdout))
+                .contains("Proven")
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let run = cold_run(command()?, false, proven)?;
+    let one = cold_run(command()?, true, proven)?;
+    let (asked, d_run, d_secs) = run.diagnosis("Diagnosis")?;
+    let (proof_asked, proof_run) = run.proof()?;
+    let (_, d_run_one, _) = one.diagnosis("Diagnosis")?;
+    let (_, proof_run_one) = one.proof()?;
+    let floor = one.cpu / (d_run_one + proof_run_one) * (d_run + proof_run) / cores;
+    let ratio = run.wall / floor;
+    Ok(vec![Row {
+        name: "The in-place fix of Debian's libMIOpen 7.2.4 with its proof, cold, in the experimental chroot (comgr 3, hipRTC 7.2)",
+        ours: Stats::of(vec![run.wall]),
+        reference: Stats::of(vec![floor]),
+        reference_name:
+            "the honest floor: a one-core run's CPU per compile x the compiles / the cores".into(),
+        target: "<= 1.2x the floor".into(),
+        met: ratio <= 1.2,
+        note: format!(
+            "{ratio:.2}x the floor; the diagnosis {d_secs:.2} s ({asked:.0} compiles asked, {d_run:.0} run), the proof {proof_asked} asked, {proof_run:.0} run, for gfx1010 with the gfx1030 control, through the chroot's comgr 3 and hipRTC 7.2 (the fidelity run's torch); CPU of the command and its children {:.1} s; {}. The floor: on one core the same command took {:.2} s and {:.1} s of CPU for {:.0} compiles ({})",
+            run.cpu,
+            run.loads(),
+            one.wall,
+            one.cpu,
+            d_run_one + proof_run_one,
+            one.loads(),
+        ),
+        why: why_missed(run.wall, f64::INFINITY, floor, 1.2),
+    }])
 }
 
 /// One cold run of a command: what it printed, its wall time, the CPU of
