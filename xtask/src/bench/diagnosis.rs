@@ -42,39 +42,51 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Where `cargo xtask fidelity --release 7.2.4` leaves its torch, in the
-/// experimental chroot: Debian's libMIOpen 7.2.4 with the suite's comgr 3
-/// and hipRTC 7.2 beside it, as a 7.2.4 user has them.
-const RELEASE_724_TORCH: &str = "/fid/release-7.2.4/site/torch";
+/// Where `cargo xtask fidelity --release 7.2.4` leaves Debian's
+/// libmiopen1 7.2.4 unpacked, in the experimental chroot.
+const RELEASE_724: &str = "/fid/release-7.2.4/x";
+
+/// In the chroot: a torch of Debian's libMIOpen 7.2.4 as released, with
+/// the suite's comgr 3 and hipRTC 7.2 beside it (links, as the system's
+/// own), as fidelity-release.sh makes its own; then the cache emptied.
+const TORCH_724: &str = r#"set -e
+lib=$(find /fid/release-7.2.4/x -name 'libMIOpen.so.1*' -type f | head -1)
+T=/fid/bench/site/torch
+rm -rf /fid/bench "${XDG_CACHE_HOME:-$HOME/.cache}/rdna1-patch"
+mkdir -p "$T/lib"
+printf "__version__ = '2.7.0+rocm7.2.4'\ncuda = None\nhip = '7.2.4'\n" >"$T/version.py"
+cp "$lib" "$T/lib/libMIOpen.so"
+for l in libamd_comgr.so libhiprtc.so; do
+    found=$(ls /usr/lib/x86_64-linux-gnu/$l.[0-9] | tail -1)
+    ln -s "$found" "$T/lib/${found##*/}"
+done
+"#;
 
 /// The 7.2.4 row, run in the experimental rocm-env chroot (comgr 3,
 /// hipRTC 7.2), as the fidelity runs are: `install --into-torch
-/// --in-place --dry-run` cold (that torch has no GPU code of its own, so
-/// doctor does not judge in place there), against its floor from the
-/// same command on one core. Not run (and said) without that chroot.
+/// --in-place --dry-run` cold on Debian's libMIOpen 7.2.4 as released (a
+/// torch with no GPU code of its own, so doctor does not judge in place
+/// there), against its floor from the same command on one core. Not run
+/// (and said) without that chroot and the library fidelity unpacked.
 fn in_chroot(cx: &super::Bench) -> Result<Vec<Row>> {
     let chroot = cx.root.join("target/rocm-env/chroot-experimental");
-    if !chroot
-        .join(RELEASE_724_TORCH.trim_start_matches('/'))
-        .join("lib/libMIOpen.so")
-        .exists()
-    {
+    if !chroot.join(RELEASE_724.trim_start_matches('/')).is_dir() {
         eprintln!(
-            "bench: no 7.2.4 torch in {}: the 7.2.4 row is not run (run `cargo xtask fidelity --release 7.2.4` first)",
+            "bench: no libMIOpen 7.2.4 in {}: the 7.2.4 row is not run (run `cargo xtask fidelity --release 7.2.4` first)",
             chroot.display()
         );
         return Ok(Vec::new());
     }
     eprintln!("bench: the diagnosis of Debian's libMIOpen 7.2.4 in the experimental chroot");
     let env = crate::rocm_env::Env { chroot };
-    // Cold: the chroot's home cache emptied first; state and prefix the
-    // bench's own, which the dry run does not write.
+    // Cold: the torch made again and the cache emptied before each run;
+    // the state and prefix the bench's own, which the dry run does not write.
     let command = || {
         env.command(
             cx.bin,
             None,
             &format!(
-                "rm -rf \"${{XDG_CACHE_HOME:-$HOME/.cache}}/rdna1-patch\" /fid/bench && rdna1-patch install --detail --into-torch --in-place --dry-run --profile rocm-7.2 --prefix /fid/bench/prefix --state-dir /fid/bench/state --torch-dir {RELEASE_724_TORCH}"
+                "{TORCH_724}rdna1-patch install --detail --into-torch --in-place --dry-run --profile rocm-7.2 --prefix /fid/bench/prefix --state-dir /fid/bench/state --torch-dir /fid/bench/site/torch"
             ),
         )
     };
@@ -101,7 +113,7 @@ fn in_chroot(cx: &super::Bench) -> Result<Vec<Row>> {
         target: "<= 1.2x the floor".into(),
         met: ratio <= 1.2,
         note: format!(
-            "{ratio:.2}x the floor; the diagnosis {d_secs:.2} s ({asked:.0} compiles asked, {d_run:.0} run), the proof {proof_asked} asked, {proof_run:.0} run, for gfx1010 with the gfx1030 control, through the chroot's comgr 3 and hipRTC 7.2 (the fidelity run's torch); CPU of the command and its children {:.1} s; {}. The floor: on one core the same command took {:.2} s and {:.1} s of CPU for {:.0} compiles ({})",
+            "{ratio:.2}x the floor; the diagnosis {d_secs:.2} s ({asked:.0} compiles asked, {d_run:.0} run), the proof {proof_asked} asked, {proof_run:.0} run, for gfx1010 with the gfx1030 control, through the chroot's comgr 3 and hipRTC 7.2; CPU of the command and its children {:.1} s; {}. The floor: on one core the same command took {:.2} s and {:.1} s of CPU for {:.0} compiles ({})",
             run.cpu,
             run.loads(),
             one.wall,
