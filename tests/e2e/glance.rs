@@ -58,12 +58,10 @@ pub(crate) fn debian_torch_at(sb: &Sandbox, site: &str, version: &str) -> FakeTo
 fn one_glance(what: &str, out: &str) {
     // A whole command is the one thing a glance does not cut: a line is
     // long only by what it says besides its command.
-    let besides = |l: &str| -> usize {
-        let mut parts = l.split('`');
-        let outside: String = parts.by_ref().step_by(2).collect();
-        outside.chars().count()
-    };
-    let long: Vec<&str> = out.lines().filter(|l| besides(l) > GLANCE).collect();
+    let long: Vec<&str> = out
+        .lines()
+        .filter(|l| rdna1_testkit::besides_commands(l) > GLANCE)
+        .collect();
     assert!(
         long.is_empty(),
         "{what}: {} line(s) over {GLANCE} characters:\n{}\nwhole output:\n{out}",

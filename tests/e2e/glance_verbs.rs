@@ -25,11 +25,6 @@ fn whole_command(line: &str) -> bool {
     rest.starts_with("cmake ") && !rest.contains('`')
 }
 
-/// The characters of `line` besides its `commands`.
-fn besides(line: &str) -> usize {
-    line.split('`').step_by(2).map(|p| p.chars().count()).sum()
-}
-
 /// Every line of `run`'s stdout and stderr fits in a glance, a whole
 /// command aside; and `run` said something.
 #[track_caller]
@@ -38,7 +33,7 @@ fn one_glance(what: &str, run: &Run) {
     assert!(!out.trim().is_empty(), "{what} printed nothing");
     let long: Vec<&str> = out
         .lines()
-        .filter(|l| besides(l) > GLANCE && !whole_command(l))
+        .filter(|l| rdna1_testkit::besides_commands(l) > GLANCE && !whole_command(l))
         .collect();
     assert!(
         long.is_empty(),
@@ -52,7 +47,7 @@ fn one_glance(what: &str, run: &Run) {
 fn longest(run: &Run) -> usize {
     format!("{}{}", run.stdout, run.stderr)
         .lines()
-        .map(besides)
+        .map(rdna1_testkit::besides_commands)
         .max()
         .unwrap_or(0)
 }

@@ -37,9 +37,8 @@ fn readmes_answer_is_what_doctor_prints_before_and_after_the_fix() {
     );
     // Each line one glance, a whole command aside.
     for line in shown.lines() {
-        let besides: usize = line.split('`').step_by(2).map(|p| p.chars().count()).sum();
         assert!(
-            besides <= 160,
+            rdna1_testkit::besides_commands(line) <= 160,
             "README's answer has a line over a glance:\n{line}"
         );
     }

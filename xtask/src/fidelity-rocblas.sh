@@ -51,7 +51,7 @@ if [ "${1:-}" != resume ] || redo tool; then
     rm -rf "$W" "$P"
 fi
 # measure NAME OUT CMD...: CMD run with its output in OUT, and a line of
-# $R/cost.tsv: name, exit, wall s, CPU s of CMD and every process it
+# $R/cost.tsv in place of NAME's earlier one: name, exit, wall s, CPU s of CMD and every process it
 # waited for, CPU s of the whole machine meanwhile (/proc/stat: anything
 # else running counts too), cores, and the 1-minute load at the start, its
 # mean (sampled every 30 s) and at the end. A build at -j2 is itself a
@@ -59,6 +59,7 @@ fi
 measure() {
     local name=$1 out=$2
     shift 2
+    sed -i "/^$name\t/d" "$R/cost.tsv" 2>/dev/null
     python3 - "$name" "$R/cost.tsv" "$out" "$@" <<'PY'
 import os, resource, subprocess, sys, threading, time
 name, tsv, out, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
@@ -106,7 +107,6 @@ if redo tool; then
     :
 elif costed tool; then
     name=noop
-    sed -i '/^noop	/d' "$R/cost.tsv"
 elif [ "${1:-}" = resume ]; then
     name=tool-resumed
 fi
@@ -251,7 +251,6 @@ if ! costed own && [ -n "$first" ]; then
         step own 1 0 "no configure command in the tool's log $first"
     else
         t=$(now)
-        sed -i '/^own	/d' "$R/cost.tsv"
         measure own "$R/own-build.txt" bash "$O/own.sh"
         rc=$?
         step own $rc "$(since "$t")" "rocBLAS's own cmake build of the same source, targets and options"
@@ -262,7 +261,6 @@ fi
 # The tool's rebuild from a fresh build dir with its compiler cache warm.
 if ! costed warm; then
     ccache -z >/dev/null 2>&1
-    sed -i '/^warm	/d' "$R/cost.tsv"
     t=$(now)
     measure warm "$R/warm.txt" rdna1-patch build rocblas --profile "$TOML" --rocm /usr --work-dir "$W" --prefix "$P" --clean
     rc=$?

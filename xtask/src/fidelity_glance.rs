@@ -9,13 +9,6 @@ use std::path::Path;
 /// The longest line a person reads (`GLANCE` in src/inspect/glance.rs).
 pub const GLANCE: usize = 160;
 
-/// The characters of `line` outside its backquoted commands, which a
-/// glance copies whole (`besides_commands` in src/inspect/glance.rs, the
-/// rule the tool and the e2e test `glance` hold rows to).
-fn besides_commands(line: &str) -> usize {
-    line.split('`').step_by(2).map(|p| p.chars().count()).sum()
-}
-
 /// Each line of `text` over [`GLANCE`] characters (not bytes: `…` is
 /// one) besides its commands, said with its number, its whole length
 /// and its start.
@@ -24,7 +17,7 @@ pub fn long_lines(text: &str) -> Vec<String> {
         .enumerate()
         .filter_map(|(i, l)| {
             let n = l.chars().count();
-            (besides_commands(l) > GLANCE).then(|| {
+            (rdna1_testkit::besides_commands(l) > GLANCE).then(|| {
                 let start: String = l.chars().take(48).collect();
                 format!("line {}: {n} characters: `{start}...`", i + 1)
             })

@@ -137,14 +137,10 @@ impl BuildPlan<'_> {
     /// What a first build costs, for the Cost line and `--dry-run`.
     pub(super) fn cost(&self) -> String {
         let at = self.dirs.build.parent().unwrap_or(&self.dirs.build);
-        let time = self.component.cost.as_ref().map(|c| &c.time);
-        let disk = self.component.cost.as_ref().and_then(|c| c.disk.as_ref());
-        let rebuild = self
-            .component
-            .cost
-            .as_ref()
-            .and_then(|c| c.rebuild.as_deref())
-            .unwrap_or("seconds");
+        let cost = self.component.cost.as_ref();
+        let time = cost.map(|c| &c.time);
+        let disk = cost.and_then(|c| c.disk.as_ref());
+        let rebuild = cost.and_then(|c| c.rebuild.as_deref()).unwrap_or("seconds");
         match (time, disk) {
             (Some(time), Some(disk)) => format!(
                 "compiling {} takes {time} the first time (a no-op rebuild, {rebuild}) and {disk} in {} (`rdna1-patch doctor` checks the space)",

@@ -402,6 +402,13 @@ impl FakeTorch {
     }
 }
 
+/// The characters of `line` outside its backquoted commands: what a
+/// glance (160 characters) holds a row to, a command being copied whole
+/// (`besides_commands` in src/inspect/glance.rs, the tool's own rule).
+pub fn besides_commands(line: &str) -> usize {
+    line.split('`').step_by(2).map(|p| p.chars().count()).sum()
+}
+
 /// Pin what `cmd` starts to the first CPU: the tool then sees one core
 /// and runs one compile child (a one-core run's floor, one swap at a
 /// time).

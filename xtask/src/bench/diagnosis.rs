@@ -46,11 +46,12 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
 /// libmiopen1 7.2.4 unpacked, in the experimental chroot.
 const RELEASE_724: &str = "/fid/release-7.2.4/x";
 
-/// In the chroot: a torch of Debian's libMIOpen 7.2.4 as released, with
-/// the suite's comgr 3 and hipRTC 7.2 beside it (links, as the system's
-/// own), as fidelity-release.sh makes its own; then the cache emptied.
+/// In the chroot: a torch of Debian's libMIOpen 7.2.4 as released (the
+/// first `libMIOpen.so.1*` under `$X`, [`RELEASE_724`]), with the suite's
+/// comgr 3 and hipRTC 7.2 beside it (links, as the system's own), as
+/// fidelity-release.sh makes its own; then the cache emptied.
 const TORCH_724: &str = r#"set -e
-lib=$(find /fid/release-7.2.4/x -name 'libMIOpen.so.1*' -type f | head -1)
+lib=$(find "$X" -name 'libMIOpen.so.1*' -type f | head -1)
 T=/fid/bench/site/torch
 rm -rf /fid/bench "${XDG_CACHE_HOME:-$HOME/.cache}/rdna1-patch"
 mkdir -p "$T/lib"
@@ -86,7 +87,7 @@ fn in_chroot(cx: &super::Bench) -> Result<Vec<Row>> {
             cx.bin,
             None,
             &format!(
-                "{TORCH_724}rdna1-patch install --detail --into-torch --in-place --dry-run --profile rocm-7.2 --prefix /fid/bench/prefix --state-dir /fid/bench/state --torch-dir /fid/bench/site/torch"
+                "X={RELEASE_724}\n{TORCH_724}rdna1-patch install --detail --into-torch --in-place --dry-run --profile rocm-7.2 --prefix /fid/bench/prefix --state-dir /fid/bench/state --torch-dir /fid/bench/site/torch"
             ),
         )
     };
@@ -102,7 +103,7 @@ fn in_chroot(cx: &super::Bench) -> Result<Vec<Row>> {
     let (proof_asked, proof_run) = run.proof()?;
     let (_, d_run_one, _) = one.diagnosis("Diagnosis")?;
     let (_, proof_run_one) = one.proof()?;
-    let floor = one.cpu / (d_run_one + proof_run_one) * (d_run + proof_run) / cores;
+    let floor = cpu_floor(&one, d_run_one + proof_run_one, d_run + proof_run, cores);
     let ratio = run.wall / floor;
     Ok(vec![Row {
         name: "The in-place fix of Debian's libMIOpen 7.2.4 with its proof, cold, in the experimental chroot (comgr 3, hipRTC 7.2)",
@@ -305,7 +306,12 @@ fn diagnosis(cx: &super::Bench, lib: &Path) -> Result<Vec<Row>> {
         true => first_one.proof()?.1,
         false => 0.0,
     };
-    let floor_all = first_one.cpu / (d_run_one + proof_run_one) * (d_run + proof_run) / cores;
+    let floor_all = cpu_floor(
+        &first_one,
+        d_run_one + proof_run_one,
+        d_run + proof_run,
+        cores,
+    );
     let refusal = first
         .text
         .lines()
@@ -442,6 +448,13 @@ fn diagnosis(cx: &super::Bench, lib: &Path) -> Result<Vec<Row>> {
             },
         },
     ])
+}
+
+/// A run's honest floor from the same command on one core (`one`, which
+/// ran `one_compiles`): its CPU per compile, times the `compiles` the run
+/// ran, over the `cores`.
+fn cpu_floor(one: &Cold, one_compiles: f64, compiles: f64, cores: f64) -> f64 {
+    one.cpu / one_compiles * compiles / cores
 }
 
 /// Why a cold row missed its targets (at most `target` seconds, at most

@@ -57,7 +57,13 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     let tensile = torch.lib.join("rocblas/library");
     grow(&dir, &code.join("co/gfx1030.co"), &tensile)?;
     let size = du(&tensile)?;
-    let files = std::fs::read_dir(&tensile)?.count();
+    let names = |dir: &Path| -> Result<std::collections::BTreeSet<std::ffi::OsString>> {
+        Ok(std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<_>>()?)
+    };
+    let originals = names(&tensile)?;
+    let built = names(&prefix.join("lib/rocblas/library"))?.len();
     let original = rdna1_patch::checksum::md5_file(&torch.lib.join("librocblas.so"))?;
 
     let state = dir.join("state");
@@ -72,7 +78,9 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
         env(&mut c);
         quiet(&mut c)
     };
-    let install = || -> Result<()> {
+    // Each command timed alone, what it left checked after.
+    let install = || -> Result<f64> {
+        let at = Instant::now();
         let out = tool(&[
             "install",
             "rocblas",
@@ -82,34 +90,37 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
             "--torch-dir",
             &t,
         ])?;
+        let secs = at.elapsed().as_secs_f64();
         if !out.contains("Installed") {
             bail!("install rocblas did not install: {out}");
         }
-        Ok(())
+        Ok(secs)
     };
     // Each rollback must leave torch as it was: the library's bytes and
-    // the Tensile directory's every file.
-    let rollback = || -> Result<()> {
+    // the Tensile directory's every name.
+    let rollback = || -> Result<f64> {
+        let at = Instant::now();
         tool(&["rollback"])?;
-        let now = std::fs::read_dir(&tensile)?.count();
-        if now != files
+        let secs = at.elapsed().as_secs_f64();
+        let now = names(&tensile)?;
+        if now != originals
             || rdna1_patch::checksum::md5_file(&torch.lib.join("librocblas.so"))? != original
         {
-            bail!("rollback left torch's rocBLAS changed ({now} Tensile files, {files} before)");
+            bail!(
+                "rollback left torch's rocBLAS changed ({} Tensile files, {} before)",
+                now.len(),
+                originals.len()
+            );
         }
-        Ok(())
+        Ok(secs)
     };
-    // One warm-up pair, then each install timed, each rollback timed.
+    // One warm-up pair, then each install and each rollback timed.
     install()?;
     rollback()?;
     let (mut installs, mut rollbacks) = (Vec::new(), Vec::new());
     for _ in 0..cx.runs {
-        let at = Instant::now();
-        install()?;
-        installs.push(at.elapsed().as_secs_f64());
-        let at = Instant::now();
-        rollback()?;
-        rollbacks.push(at.elapsed().as_secs_f64());
+        installs.push(install()?);
+        rollbacks.push(rollback()?);
     }
     let (installs, rollbacks) = (Stats::of(installs), Stats::of(rollbacks));
 
@@ -129,8 +140,9 @@ pub(super) fn rows(cx: &super::Bench) -> Result<Vec<Row>> {
     })?;
     remove()?;
     let what = format!(
-        "torch's Tensile directory {:.2} GB in {files} files, the build's 6 files in its place, and librocblas.so beside it",
-        size as f64 / 1e9
+        "torch's Tensile directory {:.2} GB in {} files, the build's {built} files in its place, and librocblas.so beside it",
+        size as f64 / 1e9,
+        originals.len()
     );
     let reference_name = "`cp -a` of torch's Tensile directory + `md5sum` of every file".to_owned();
     Ok(vec![
